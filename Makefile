@@ -1,0 +1,74 @@
+# Every target installs what it needs by itself: a fresh clone needs only python3 (3.11+), node/npm and make.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PYTHON ?= python3
+UV_VERSION := 0.13.9
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+VENV := .venv
+BIN := $(VENV)/bin
+# jsii prints a banner on Node 20; the CLI's version check and notices need the internet.
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export CDK_DISABLE_VERSION_CHECK := 1
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+CDK := node_modules/.bin/cdk
+
+.PHONY: help dev bundle lint test demo synth deploy diff destroy local clean
+
+help:
+	@echo "make demo    run the order-confirmation job end to end on the embedded local engine"
+	@echo "make test    lint (ruff, mypy) and every test: unit, functional, infra, e2e"
+	@echo "make dev     install everything (idempotent): .venv from uv.lock, the CDK CLI from package-lock.json"
+	@echo "make local   start the local engine (moto server + Lambda SQS emulator) until Ctrl-C"
+	@echo "make synth   synthesize the CloudFormation template offline into cdk.out/"
+	@echo "make deploy  cdk deploy to the account and region of your AWS credentials"
+
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+$(VENV)/.synced: uv.lock pyproject.toml | $(UV)
+	$(UV) sync --locked --quiet
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+dev: $(VENV)/.synced node_modules/.installed
+
+# The worker's dependencies (Powertools + X-Ray SDK) vendored for Lambda from uv.lock, without Docker.
+bundle: build/layer/.built
+build/layer/.built: uv.lock scripts/bundle_layer.sh | $(UV)
+	bash scripts/bundle_layer.sh $(UV) build/layer
+	touch $@
+
+lint: $(VENV)/.synced
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+
+test: lint bundle
+	$(BIN)/pytest
+
+demo: $(VENV)/.synced
+	$(BIN)/python -m jobctl.demo
+
+local: $(VENV)/.synced
+	$(BIN)/jobctl local
+
+synth: dev bundle
+	$(CDK) synth --quiet
+
+diff: dev bundle
+	$(CDK) diff
+
+deploy: dev bundle
+	$(CDK) deploy
+
+destroy: dev
+	$(CDK) destroy
+
+clean:
+	rm -rf $(VENV) $(TOOLS) node_modules cdk.out build .mypy_cache .ruff_cache .pytest_cache

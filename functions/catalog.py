@@ -1,0 +1,254 @@
+"""The catalog: every queue and its jobs, defined once.
+
+The worker Lambda, the CDK app (`infra/`), the local engine and `jobctl` all read this module; nothing
+else lists queues or jobs. Change a setting here and the stack, the local engine and the CLI follow.
+
+Defaults are deliberate (the article's rule 12: don't run libraries on defaults) and documented in
+docs/catalog.md; `tests/unit/test_catalog.py` proves each.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+MINUTE = 60
+HOUR = 60 * MINUTE
+DAY = 24 * HOUR
+
+# SQS and Lambda hard limits the catalog is checked against.
+SQS_MAX_VISIBILITY_S = 12 * HOUR
+SQS_MAX_RETENTION_S = 14 * DAY
+SQS_MIN_RETENTION_S = MINUTE
+SQS_MAX_RECEIVE_COUNT = 1000
+LAMBDA_MAX_TIMEOUT_S = 15 * MINUTE
+ESM_MIN_CONCURRENCY = 2
+ESM_MAX_CONCURRENCY = 1000
+SQS_MAX_BATCH_SIZE = 10_000
+SQS_MAX_BATCH_WITHOUT_WINDOW = 10
+ESM_MAX_BATCHING_WINDOW_S = 5 * MINUTE
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_HANDLER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+class CatalogError(ValueError):
+    """The catalog breaks a rule; every problem found is listed in the message."""
+
+
+class UnknownQueueError(KeyError):
+    """A queue name that the catalog does not define."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; ours is a sentence.
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class AlarmThresholds:
+    """When the queue's CloudWatch alarms fire."""
+
+    # The article's figure: alert when the oldest job has waited more than 15 minutes.
+    oldest_message_age_s: int = 15 * MINUTE
+    # One message in the DLQ is already an incident worth a look.
+    dlq_depth: int = 1
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job type: its name in the envelope and the module that runs it."""
+
+    name: str
+    # Dotted module path; the module defines `run(envelope, context)` and may define `idempotency_key(envelope)`.
+    handler: str
+    description: str = ""
+    # Safe to run twice for the same key; `jobctl dlq redrive` asks for confirmation when it is not.
+    idempotent: bool = True
+    # Resources the job needs from the stack or the local engine (names from RESOURCES below).
+    resources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """One SQS queue, its DLQ and the worker Lambda that drains it."""
+
+    name: str
+    jobs: tuple[JobSpec, ...]
+    description: str = ""
+    # How many times a job may run before it is dead-lettered. Also the queue's maxReceiveCount: SQS moves a
+    # message to the DLQ on the receive after the last attempt (crashes, timeouts), the runtime itself on a
+    # failure in the last attempt (with evidence). Lambda's guidance is at least 5.
+    max_attempts: int = 5
+    function_timeout_s: int = 60
+    memory_mb: int = 256
+    batch_size: int = 10
+    batching_window_s: int = 0
+    # Event source mapping's maximum concurrency: at most this many workers call downstreams at once.
+    max_concurrency: int = 5
+    # Source retention is SQS's default; the DLQ keeps evidence for the maximum, which must be longer,
+    # because a standard queue's DLQ counts retention from the original enqueue time.
+    retention_s: int = 4 * DAY
+    dlq_retention_s: int = 14 * DAY
+    # Idempotency records outlive the DLQ's retention, so a redrive within retention can never repeat a
+    # completed side effect.
+    idempotency_expiry_s: int = 15 * DAY
+    alarms: AlarmThresholds = field(default_factory=AlarmThresholds)
+
+    @property
+    def visibility_timeout_s(self) -> int:
+        """Lambda's guidance for SQS sources: at least 6x the function timeout, plus the batching window."""
+        return 6 * self.function_timeout_s + self.batching_window_s
+
+    @property
+    def job_names(self) -> tuple[str, ...]:
+        return tuple(job.name for job in self.jobs)
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        """Every resource any job on this queue needs, each once, in catalog order."""
+        return tuple(dict.fromkeys(resource for job in self.jobs for resource in job.resources))
+
+    def job(self, name: str) -> JobSpec:
+        for job in self.jobs:
+            if job.name == name:
+                return job
+        raise KeyError(name)
+
+    def problems(self) -> list[str]:
+        """Every rule this queue breaks, as sentences naming the accepted values."""
+        where = f"queue {self.name!r}"
+        found: list[str] = []
+        if not _NAME.match(self.name):
+            found.append(f"{where}: name must match {_NAME.pattern}")
+        if not self.jobs:
+            found.append(f"{where}: needs at least one job")
+        if not 1 <= self.max_attempts <= SQS_MAX_RECEIVE_COUNT:
+            found.append(f"{where}: max_attempts {self.max_attempts} is outside 1..{SQS_MAX_RECEIVE_COUNT}")
+        if not 1 <= self.function_timeout_s <= LAMBDA_MAX_TIMEOUT_S:
+            found.append(
+                f"{where}: function_timeout_s {self.function_timeout_s} is outside 1..{LAMBDA_MAX_TIMEOUT_S}"
+            )
+        if not 128 <= self.memory_mb <= 10_240:
+            found.append(f"{where}: memory_mb {self.memory_mb} is outside 128..10240")
+        if not 1 <= self.batch_size <= SQS_MAX_BATCH_SIZE:
+            found.append(f"{where}: batch_size {self.batch_size} is outside 1..{SQS_MAX_BATCH_SIZE}")
+        if self.batch_size > SQS_MAX_BATCH_WITHOUT_WINDOW and self.batching_window_s < 1:
+            found.append(f"{where}: batch_size over {SQS_MAX_BATCH_WITHOUT_WINDOW} needs batching_window_s >= 1")
+        if not 0 <= self.batching_window_s <= ESM_MAX_BATCHING_WINDOW_S:
+            found.append(
+                f"{where}: batching_window_s {self.batching_window_s} is outside 0..{ESM_MAX_BATCHING_WINDOW_S}"
+            )
+        if not ESM_MIN_CONCURRENCY <= self.max_concurrency <= ESM_MAX_CONCURRENCY:
+            found.append(
+                f"{where}: max_concurrency {self.max_concurrency} is outside "
+                f"{ESM_MIN_CONCURRENCY}..{ESM_MAX_CONCURRENCY}"
+            )
+        if self.visibility_timeout_s > SQS_MAX_VISIBILITY_S:
+            found.append(
+                f"{where}: visibility timeout {self.visibility_timeout_s}s (6 x function_timeout_s + "
+                f"batching_window_s) is over SQS's {SQS_MAX_VISIBILITY_S}s"
+            )
+        for label, value in (("retention_s", self.retention_s), ("dlq_retention_s", self.dlq_retention_s)):
+            if not SQS_MIN_RETENTION_S <= value <= SQS_MAX_RETENTION_S:
+                found.append(f"{where}: {label} {value} is outside {SQS_MIN_RETENTION_S}..{SQS_MAX_RETENTION_S}")
+        if self.dlq_retention_s <= self.retention_s:
+            found.append(
+                f"{where}: dlq_retention_s ({self.dlq_retention_s}) must be longer than retention_s "
+                f"({self.retention_s}); the DLQ counts from the original enqueue time"
+            )
+        if self.idempotency_expiry_s <= self.dlq_retention_s:
+            found.append(
+                f"{where}: idempotency_expiry_s ({self.idempotency_expiry_s}) must be longer than "
+                f"dlq_retention_s ({self.dlq_retention_s}), or a redrive could repeat a completed job"
+            )
+        if self.alarms.oldest_message_age_s < MINUTE:
+            found.append(f"{where}: alarms.oldest_message_age_s must be at least {MINUTE}")
+        if self.alarms.dlq_depth < 1:
+            found.append(f"{where}: alarms.dlq_depth must be at least 1")
+        for job in self.jobs:
+            if not _NAME.match(job.name):
+                found.append(f"{where}: job name {job.name!r} must match {_NAME.pattern}")
+            if not _HANDLER.match(job.handler):
+                found.append(f"{where}: job {job.name!r} handler {job.handler!r} is not a dotted module path")
+            for resource in job.resources:
+                if resource not in RESOURCES:
+                    found.append(
+                        f"{where}: job {job.name!r} needs unknown resource {resource!r}; "
+                        f"known: {', '.join(sorted(RESOURCES))}"
+                    )
+        return found
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """All queues. Construction checks every rule and raises one CatalogError listing all problems."""
+
+    queues: tuple[QueueSpec, ...]
+
+    def __post_init__(self) -> None:
+        found = [problem for queue in self.queues for problem in queue.problems()]
+        seen_queues: set[str] = set()
+        seen_jobs: dict[str, str] = {}
+        for queue in self.queues:
+            if queue.name in seen_queues:
+                found.append(f"queue {queue.name!r} is defined twice")
+            seen_queues.add(queue.name)
+            for job in queue.jobs:
+                if job.name in seen_jobs:
+                    found.append(
+                        f"job {job.name!r} is on queue {seen_jobs[job.name]!r} and {queue.name!r}; "
+                        "a job belongs to exactly one queue"
+                    )
+                seen_jobs[job.name] = queue.name
+        if not self.queues:
+            found.append("the catalog needs at least one queue")
+        if found:
+            raise CatalogError("invalid job catalog: " + "; ".join(found))
+
+    def __iter__(self) -> Iterator[QueueSpec]:
+        return iter(self.queues)
+
+    @property
+    def queue_names(self) -> tuple[str, ...]:
+        return tuple(queue.name for queue in self.queues)
+
+    @property
+    def job_names(self) -> tuple[str, ...]:
+        return tuple(job.name for queue in self.queues for job in queue.jobs)
+
+    def queue(self, name: str) -> QueueSpec:
+        for queue in self.queues:
+            if queue.name == name:
+                return queue
+        raise UnknownQueueError(f"unknown queue {name!r}; the catalog has: {', '.join(self.queue_names)}")
+
+    def queue_for_job(self, job: str) -> QueueSpec:
+        for queue in self.queues:
+            if job in queue.job_names:
+                return queue
+        raise KeyError(job)
+
+
+# Resources a job may need. The stack and the local engine each provide every one of them; the worker
+# receives them as environment variables named RESOURCE_ENV_PREFIX + NAME.upper().
+RESOURCES: dict[str, str] = {
+    "orders_table": "DynamoDB table of orders (partition key order_id), read by order_confirmation",
+    "mail_sender": "verified SES identity (e-mail address) that confirmation mails are sent from",
+}
+
+CATALOG = Catalog(
+    queues=(
+        QueueSpec(
+            name="orders",
+            description="Order side effects: confirmation mail.",
+            jobs=(
+                JobSpec(
+                    name="order_confirmation",
+                    handler="functions.jobs.order_confirmation",
+                    description="Send the order confirmation mail through SES (the article's first example).",
+                    resources=("orders_table", "mail_sender"),
+                ),
+            ),
+        ),
+    )
+)

@@ -1,0 +1,80 @@
+"""The worker's configuration: environment variable names (shared with `infra/`) and their typed, checked form.
+
+Read once per execution environment, on the first invocation, never at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from functions.catalog import CATALOG, RESOURCES, Catalog, QueueSpec, UnknownQueueError
+from functions.worker.errors import WorkerConfigError
+
+ENV_QUEUE_NAME = "JOBS_QUEUE_NAME"
+ENV_QUEUE_URL = "JOBS_QUEUE_URL"
+ENV_DLQ_URL = "JOBS_DLQ_URL"
+ENV_IDEMPOTENCY_TABLE = "JOBS_IDEMPOTENCY_TABLE"
+# One variable per resource a queue's jobs need: JOBS_RESOURCE_ORDERS_TABLE, JOBS_RESOURCE_MAIL_SENDER, ...
+RESOURCE_ENV_PREFIX = "JOBS_RESOURCE_"
+
+SERVICE_NAME = "sqs-jobs"
+METRICS_NAMESPACE = "SqsJobs"
+# Prefix of idempotency records; independent of the function name, so a renamed function keeps its records.
+IDEMPOTENCY_KEY_PREFIX = "jobs"
+
+
+def resource_env_name(resource: str) -> str:
+    return RESOURCE_ENV_PREFIX + resource.upper()
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything one queue's worker needs to know about where it runs."""
+
+    queue: QueueSpec
+    queue_url: str
+    dlq_url: str
+    idempotency_table: str
+    resources: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str], catalog: Catalog = CATALOG) -> WorkerSettings:
+        """Build from the Lambda environment; one WorkerConfigError lists every missing or bad variable."""
+        problems: list[str] = []
+        required = (ENV_QUEUE_NAME, ENV_QUEUE_URL, ENV_DLQ_URL, ENV_IDEMPOTENCY_TABLE)
+        values = {name: environ.get(name, "").strip() for name in required}
+        problems += [f"{name} is not set" for name, value in values.items() if not value]
+        queue: QueueSpec | None = None
+        if values[ENV_QUEUE_NAME]:
+            try:
+                queue = catalog.queue(values[ENV_QUEUE_NAME])
+            except UnknownQueueError as exc:
+                problems.append(f"{ENV_QUEUE_NAME}: {exc}")
+        resources: dict[str, str] = {}
+        for resource in queue.resources if queue else ():
+            value = environ.get(resource_env_name(resource), "").strip()
+            if value:
+                resources[resource] = value
+            else:
+                problems.append(f"{resource_env_name(resource)} is not set ({RESOURCES[resource]})")
+        if problems or queue is None:
+            raise WorkerConfigError("worker environment is incomplete: " + "; ".join(problems))
+        return cls(
+            queue=queue,
+            queue_url=values[ENV_QUEUE_URL],
+            dlq_url=values[ENV_DLQ_URL],
+            idempotency_table=values[ENV_IDEMPOTENCY_TABLE],
+            resources=resources,
+        )
+
+    def to_environ(self) -> dict[str, str]:
+        """The inverse of from_environ: what a deployment sets for this worker."""
+        environ = {
+            ENV_QUEUE_NAME: self.queue.name,
+            ENV_QUEUE_URL: self.queue_url,
+            ENV_DLQ_URL: self.dlq_url,
+            ENV_IDEMPOTENCY_TABLE: self.idempotency_table,
+        }
+        environ.update({resource_env_name(name): value for name, value in self.resources.items()})
+        return environ
