@@ -118,16 +118,14 @@ class QueueSpec:
         """Every rule this queue breaks, as sentences naming the accepted values."""
         where = f"queue {self.name!r}"
         found: list[str] = []
-        if not _NAME.match(self.name):
+        if not _NAME.fullmatch(self.name):
             found.append(f"{where}: name must match {_NAME.pattern}")
         if not self.jobs:
             found.append(f"{where}: needs at least one job")
         if not 1 <= self.max_attempts <= SQS_MAX_RECEIVE_COUNT:
             found.append(f"{where}: max_attempts {self.max_attempts} is outside 1..{SQS_MAX_RECEIVE_COUNT}")
         if not 1 <= self.function_timeout_s <= LAMBDA_MAX_TIMEOUT_S:
-            found.append(
-                f"{where}: function_timeout_s {self.function_timeout_s} is outside 1..{LAMBDA_MAX_TIMEOUT_S}"
-            )
+            found.append(f"{where}: function_timeout_s {self.function_timeout_s} is outside 1..{LAMBDA_MAX_TIMEOUT_S}")
         if not 128 <= self.memory_mb <= 10_240:
             found.append(f"{where}: memory_mb {self.memory_mb} is outside 128..10240")
         if not 1 <= self.batch_size <= SQS_MAX_BATCH_SIZE:
@@ -166,9 +164,9 @@ class QueueSpec:
         if self.alarms.dlq_depth < 1:
             found.append(f"{where}: alarms.dlq_depth must be at least 1")
         for job in self.jobs:
-            if not _NAME.match(job.name):
+            if not _NAME.fullmatch(job.name):
                 found.append(f"{where}: job name {job.name!r} must match {_NAME.pattern}")
-            if not _HANDLER.match(job.handler):
+            if not _HANDLER.fullmatch(job.handler):
                 found.append(f"{where}: job {job.name!r} handler {job.handler!r} is not a dotted module path")
             for resource in job.resources:
                 if resource not in RESOURCES:

@@ -31,8 +31,9 @@ RESERVED_FIELDS = ("job", "id", "key")
 Scalar = str | int | float | bool
 
 _FIELD_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-# Control characters (including NUL) have no place in an identifier and break logs and consoles.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Control characters (including NUL) have no place in an identifier and break logs and consoles. Unpaired
+# surrogates (from a lone "\ud800" escape) are not text: they can't be encoded as UTF-8 to be sent on.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def _type_name(value: object) -> str:
 def _identifier(body: Mapping[str, Any], name: str, required: bool) -> str | None:
     if name not in body:
         if required:
-            raise EnvelopeFieldError(f"missing field {name!r}; an envelope is {{\"job\": <type>, \"id\": <id>}}")
+            raise EnvelopeFieldError(f'missing field {name!r}; an envelope is {{"job": <type>, "id": <id>}}')
         return None
     value = body[name]
     if not isinstance(value, str):
@@ -86,7 +87,9 @@ def _identifier(body: Mapping[str, Any], name: str, required: bool) -> str | Non
     if len(value) > MAX_ID_CHARS:
         raise EnvelopeFieldError(f"field {name!r} is {len(value)} characters; at most {MAX_ID_CHARS} are accepted")
     if _CONTROL.search(value):
-        raise EnvelopeFieldError(f"field {name!r} contains control characters; printable text only")
+        raise EnvelopeFieldError(
+            f"field {name!r} contains control characters or unpaired surrogates; printable text only"
+        )
     return value
 
 
@@ -97,7 +100,7 @@ def _extra_fields(body: Mapping[str, Any]) -> dict[str, Scalar]:
             f"{len(extra)} extra fields; at most {MAX_EXTRA_FIELDS} small scalar fields besides job, id, key"
         )
     for name, value in extra.items():
-        if not _FIELD_NAME.match(name):
+        if not _FIELD_NAME.fullmatch(name):
             raise EnvelopeFieldError(f"field name {name[:40]!r} is not accepted; names match {_FIELD_NAME.pattern}")
         if isinstance(value, bool | int):
             continue

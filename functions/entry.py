@@ -1,0 +1,24 @@
+"""The Lambda entry point of every queue's worker (handler `functions.entry.handler`).
+
+Which queue a function drains comes from its environment (JOBS_QUEUE_NAME), read on the first invocation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.worker.runtime import Worker, build_worker
+from functions.worker.settings import WorkerSettings
+
+_worker: Worker | None = None
+
+
+def handler(event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
+    global _worker  # noqa: PLW0603 - one worker per execution environment, built on first use
+    if _worker is None:
+        _worker = build_worker(WorkerSettings.from_environ(os.environ))
+    return _worker.handle(event, context)

@@ -1,0 +1,6 @@
+"""The jobs: one module each, named by `JobSpec.handler` in the catalog.
+
+A job module defines `run(envelope, context) -> dict | None` and may define `idempotency_key(envelope) -> str`.
+It re-reads current state by the envelope's ID, raises PermanentError subclasses for what can never succeed,
+and uses only the clients and resources its JobContext hands it.
+"""

@@ -1,0 +1,122 @@
+"""Dead-lettering with evidence: the failed message, byte for byte, plus why and when it failed.
+
+SQS allows 10 message attributes. The evidence takes up to 10 `jobs.*` attributes; when the original message
+carried attributes of its own, they travel as one JSON attribute, `jobs.original_attributes`, in place of
+`jobs.job` and `jobs.id` (both are in the body anyway), so a redrive can restore the message exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from functions.worker.envelope import Envelope
+
+ATTRIBUTE_PREFIX = "jobs."
+ERROR_TYPE = "jobs.error_type"
+ERROR_MESSAGE = "jobs.error_message"
+TRACEBACK = "jobs.traceback"
+FAILURE = "jobs.failure"
+ATTEMPTS = "jobs.attempts"
+FIRST_FAILED_AT = "jobs.first_failed_at"
+LAST_FAILED_AT = "jobs.last_failed_at"
+SOURCE_QUEUE = "jobs.source_queue"
+JOB = "jobs.job"
+ID = "jobs.id"
+ORIGINAL_ATTRIBUTES = "jobs.original_attributes"
+
+# Why a message was dead-lettered.
+FAILURE_PERMANENT = "permanent"
+FAILURE_EXHAUSTED = "retries_exhausted"
+
+MAX_ERROR_MESSAGE_CHARS = 1024
+MAX_TRACEBACK_CHARS = 8192
+# SQS accepts #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD #x10000-#x10FFFF in attribute values.
+_NOT_SQS_TEXT = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _sqs_text(text: str, limit: int, keep_tail: bool = False) -> str:
+    text = _NOT_SQS_TEXT.sub("?", text)
+    if len(text) <= limit:
+        return text
+    marker = "...[truncated]..."
+    if keep_tail:  # a traceback's last frames say most
+        return marker + text[-(limit - len(marker)) :]
+    return text[: limit - len(marker)] + marker
+
+
+def iso_from_epoch_ms(epoch_ms: int | float) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    error_type: str
+    error_message: str
+    traceback: str
+    failure: str
+    attempts: int
+    first_failed_at: str
+    last_failed_at: str
+    source_queue: str
+    envelope: Envelope | None
+
+
+def _string(value: str) -> dict[str, str]:
+    return {"DataType": "String", "StringValue": value}
+
+
+def original_attributes_for_send(record_attributes: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Lambda's event shape of message attributes (camelCase) turned back into SendMessage's shape."""
+    converted: dict[str, dict[str, Any]] = {}
+    for name, attribute in record_attributes.items():
+        data_type = attribute.get("dataType", "String")
+        if data_type.startswith("Binary"):
+            converted[name] = {"DataType": data_type, "BinaryValue": attribute.get("binaryValue")}
+        else:
+            converted[name] = {"DataType": data_type, "StringValue": attribute.get("stringValue")}
+    return converted
+
+
+def evidence_attributes(evidence: Evidence, record_attributes: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    attributes: dict[str, dict[str, Any]] = {
+        ERROR_TYPE: _string(_sqs_text(evidence.error_type, 256)),
+        ERROR_MESSAGE: _string(_sqs_text(evidence.error_message or "(no message)", MAX_ERROR_MESSAGE_CHARS)),
+        TRACEBACK: _string(_sqs_text(evidence.traceback or "(none)", MAX_TRACEBACK_CHARS, keep_tail=True)),
+        FAILURE: _string(evidence.failure),
+        ATTEMPTS: {"DataType": "Number", "StringValue": str(evidence.attempts)},
+        FIRST_FAILED_AT: _string(evidence.first_failed_at),
+        LAST_FAILED_AT: _string(evidence.last_failed_at),
+        SOURCE_QUEUE: _string(evidence.source_queue),
+    }
+    if record_attributes:
+        originals = json.dumps(original_attributes_for_send(record_attributes), separators=(",", ":"))
+        attributes[ORIGINAL_ATTRIBUTES] = _string(originals)
+    elif evidence.envelope is not None:
+        attributes[JOB] = _string(evidence.envelope.job)
+        attributes[ID] = _string(evidence.envelope.id)
+    return attributes
+
+
+class DeadLetterQueue:
+    """Sends failed records to the queue's DLQ. The caller acknowledges the original only after this returns."""
+
+    def __init__(self, sqs_client: Any, dlq_url: str) -> None:
+        self._sqs = sqs_client
+        self._dlq_url = dlq_url
+
+    def send(self, body: str, evidence: Evidence, record: dict[str, Any]) -> str:
+        request: dict[str, Any] = {
+            "QueueUrl": self._dlq_url,
+            "MessageBody": body,
+            "MessageAttributes": evidence_attributes(evidence, record.get("messageAttributes") or {}),
+        }
+        group_id = (record.get("attributes") or {}).get("MessageGroupId")
+        if group_id:  # a FIFO DLQ needs the group; the source message ID makes a resend of this one a no-op
+            request["MessageGroupId"] = group_id
+            request["MessageDeduplicationId"] = record["messageId"]
+        response = self._sqs.send_message(**request)
+        return str(response["MessageId"])

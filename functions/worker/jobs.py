@@ -1,0 +1,80 @@
+"""Loading the jobs the catalog names, and what a job receives when it runs."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.catalog import JobSpec, QueueSpec
+from functions.worker.clients import ClientFactory
+from functions.worker.envelope import Envelope
+from functions.worker.errors import IdempotencyKeyError, WorkerConfigError
+
+JobResult = Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a running job may use: its key, attempt, resources and clients. Jobs build nothing themselves."""
+
+    envelope: Envelope
+    key: str
+    attempt: int
+    message_id: str
+    resources: Mapping[str, str]
+    clients: ClientFactory
+    logger: Logger
+    lambda_context: LambdaContext
+
+    def resource(self, name: str) -> str:
+        try:
+            return self.resources[name]
+        except KeyError:
+            raise WorkerConfigError(
+                f"job {self.envelope.job!r} needs resource {name!r}, which its JobSpec.resources does not list"
+            ) from None
+
+    def client(self, service: str) -> Any:
+        return self.clients(service)
+
+    def remaining_time_ms(self) -> int:
+        return self.lambda_context.get_remaining_time_in_millis()
+
+
+def default_idempotency_key(envelope: Envelope) -> str:
+    """The business key: `<job>:<id>`, never the message ID (a redrive gives the message a new one)."""
+    return f"{envelope.job}:{envelope.id}"
+
+
+@dataclass(frozen=True)
+class LoadedJob:
+    spec: JobSpec
+    run: Callable[[Envelope, JobContext], JobResult]
+    key_function: Callable[[Envelope], str]
+
+    def idempotency_key(self, envelope: Envelope) -> str:
+        """The publisher's explicit key if it sent one, else the job's own key, else `<job>:<id>`."""
+        key = envelope.key if envelope.key is not None else self.key_function(envelope)
+        if not isinstance(key, str) or not key.strip():
+            raise IdempotencyKeyError(
+                f"job {self.spec.name!r} produced idempotency key {key!r}; it must be a non-blank string"
+            )
+        return key
+
+
+def load_jobs(queue: QueueSpec) -> dict[str, LoadedJob]:
+    """Import each job module of the queue once; a module without `run` is a deployment bug, said at start."""
+    loaded: dict[str, LoadedJob] = {}
+    for spec in queue.jobs:
+        module = importlib.import_module(spec.handler)
+        run = getattr(module, "run", None)
+        if not callable(run):
+            raise WorkerConfigError(f"job module {spec.handler!r} has no callable run(envelope, context)")
+        key_function = getattr(module, "idempotency_key", default_idempotency_key)
+        loaded[spec.name] = LoadedJob(spec=spec, run=run, key_function=key_function)
+    return loaded

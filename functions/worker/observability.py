@@ -1,0 +1,70 @@
+"""Logger, tracer and per-job metrics, built when a worker is built (never at import time)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
+
+from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
+
+# Metric names (EMF, dimensions: service, queue, job).
+SUCCEEDED = "JobSucceeded"
+DUPLICATE = "JobDuplicate"
+FAILED = "JobFailed"
+DEAD_LETTERED = "JobDeadLettered"
+UNPARSEABLE_JOB = "(unparseable)"
+
+
+@dataclass
+class Observability:
+    logger: Logger
+    tracer: Tracer
+    metrics: AmazonCloudWatchEMFProvider
+    # Where logs and EMF documents go; None is stdout, which Lambda ships to CloudWatch Logs.
+    output: TextIO | None = None
+
+    @classmethod
+    def create(cls, output: TextIO | None = None) -> Observability:
+        handler = logging.StreamHandler(output) if output is not None else None
+        return cls(
+            logger=Logger(service=SERVICE_NAME, logger_handler=handler),
+            tracer=Tracer(service=SERVICE_NAME),
+            metrics=AmazonCloudWatchEMFProvider(namespace=METRICS_NAMESPACE, service=SERVICE_NAME),
+            output=output,
+        )
+
+    def flush_metrics(self) -> None:
+        if self.output is None:
+            self.metrics.flush_metrics()
+            return
+        self.output.write(json.dumps(self.metrics.serialize_metric_set(), separators=(",", ":")) + "\n")
+        self.output.flush()
+        self.metrics.clear_metrics()
+
+
+@dataclass
+class BatchTally:
+    """Counts of outcomes per job in one batch, flushed as one EMF document per job."""
+
+    counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def add(self, job: str, metric: str) -> None:
+        self.counts[(job, metric)] += 1
+
+    def flush(self, observability: Observability, queue: str) -> None:
+        metrics = observability.metrics
+        for job in sorted({job for job, _ in self.counts}):
+            metrics.add_dimension(name="queue", value=queue)
+            metrics.add_dimension(name="job", value=job)
+            for (counted_job, metric), value in sorted(self.counts.items()):
+                if counted_job == job:
+                    metrics.add_metric(name=metric, unit=MetricUnit.Count, value=value)
+            observability.flush_metrics()
+        self.counts.clear()

@@ -1,0 +1,145 @@
+"""`jobctl`: the operator's command line. Options behave like the `aws` CLI's; errors are one line.
+
+Exit codes: 0 ok, 1 the operation failed or found a problem, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import boto3
+import botocore.exceptions
+import click
+
+from functions.catalog import CATALOG, UnknownQueueError
+from functions.worker.errors import EnvelopeError
+from jobctl.discovery import DiscoveryError, find_queues
+from jobctl.local.engine import DEFAULT_PORT, LocalEngine
+from jobctl.local.provision import DEFAULT_STACK_NAME
+from jobctl.publisher import JobPublisher, PublishError
+
+EXIT_FAILED = 1
+
+
+@dataclass
+class Options:
+    profile: str | None
+    region: str | None
+    endpoint_url: str | None
+    stack: str
+    output: str
+
+    def client(self, service: str) -> Any:
+        session = boto3.session.Session(profile_name=self.profile, region_name=self.region)
+        return session.client(service, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
+
+
+# Errors an operator can act on: shown as one line, exit 1, never a traceback.
+_OPERATOR_ERRORS: tuple[type[BaseException], ...] = (
+    DiscoveryError,
+    EnvelopeError,
+    PublishError,
+    UnknownQueueError,
+    botocore.exceptions.NoCredentialsError,
+    botocore.exceptions.NoRegionError,
+    botocore.exceptions.ProfileNotFound,
+    botocore.exceptions.EndpointConnectionError,
+    botocore.exceptions.ClientError,
+)
+
+
+@contextmanager
+def operator_errors() -> Iterator[None]:
+    try:
+        yield
+    except _OPERATOR_ERRORS as error:
+        click.echo(f"jobctl: error: {error}", err=True)
+        sys.exit(EXIT_FAILED)
+
+
+def emit(options: Options, payload: dict[str, Any], table: Callable[[], None]) -> None:
+    if options.output == "json":
+        click.echo(json.dumps(payload, indent=2, sort_keys=True, default=str))
+    else:
+        table()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--profile", envvar="AWS_PROFILE", help="AWS profile (as the aws CLI).")
+@click.option("--region", envvar=["AWS_REGION", "AWS_DEFAULT_REGION"], help="AWS region (as the aws CLI).")
+@click.option("--endpoint-url", envvar="AWS_ENDPOINT_URL", help="Endpoint, e.g. the local engine's.")
+@click.option("--stack", default=DEFAULT_STACK_NAME, show_default=True, help="Stack whose queues to use.")
+@click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.pass_context
+def main(
+    ctx: click.Context, profile: str | None, region: str | None, endpoint_url: str | None, stack: str, output: str
+) -> None:
+    """Operate background-job queues: publish, watch, triage and redrive (AWS or the local engine)."""
+    ctx.obj = Options(profile=profile, region=region, endpoint_url=endpoint_url, stack=stack, output=output)
+
+
+@main.command()
+@click.argument("queue")
+@click.argument("job")
+@click.argument("entity_id", metavar="ID")
+@click.option("--key", help="Idempotency key (default: <job>:<id>).")
+@click.option("--delay", type=click.IntRange(0, 900), default=0, help="Delay in seconds (0-900).")
+@click.pass_obj
+def enqueue(options: Options, queue: str, job: str, entity_id: str, key: str | None, delay: int) -> None:
+    """Publish one job to QUEUE: {"job": JOB, "id": ID}."""
+    with operator_errors():
+        spec = CATALOG.queue(queue)
+        if job not in spec.job_names:
+            raise click.BadParameter(f"job {job!r} is not on queue {queue!r}; accepted: {', '.join(spec.job_names)}")
+        locations = find_queues(options.client("ssm"), options.stack)
+        publisher = JobPublisher(options.client("sqs"), {name: loc.url for name, loc in locations.items()})
+        message_id = publisher.publish(job, entity_id, key=key, delay_s=delay)
+        emit(
+            options,
+            {"queue": queue, "job": job, "id": entity_id, "message_id": message_id},
+            lambda: click.echo(f"enqueued {job}:{entity_id} on {queue} as message {message_id}"),
+        )
+
+
+@main.command()
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 64), help="Pollers per queue (default: the catalog's).")
+@click.pass_obj
+def local(options: Options, port: int, concurrency: int | None) -> None:
+    """Run the local engine: moto server + the real workers behind an SQS event source emulator."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        click.echo(f"\n{signal.Signals(signum).name}: no new batches; finishing the batches in flight...", err=True)
+        stop.set()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    engine = LocalEngine(port=port, stack_name=options.stack, concurrency=concurrency)
+    try:
+        engine.start()
+    except OSError as error:
+        click.echo(f"jobctl: error: cannot start the local engine on port {port}: {error.strerror}", err=True)
+        sys.exit(EXIT_FAILED)
+    assert engine.deployment is not None
+    click.echo(f"local engine ready at {engine.endpoint_url} (region {engine.region}, stack {engine.stack_name})")
+    for name, queue in engine.deployment.queues.items():
+        click.echo(f"  queue {name}: {queue.url}  (DLQ {queue.dlq_url})")
+    click.echo(f"  export AWS_ENDPOINT_URL={engine.endpoint_url} AWS_REGION={engine.region}")
+    click.echo("  Ctrl-C stops polling, finishes the batches in flight and exits.", err=False)
+    sys.stdout.flush()
+    while not stop.wait(0.5):  # a timed wait keeps the main thread responsive to signals
+        pass
+    engine.stop()
+    click.echo("local engine stopped", err=True)

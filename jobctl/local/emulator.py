@@ -1,0 +1,163 @@
+"""An emulator of Lambda's SQS event source mapping, running the real worker code.
+
+Per queue, `max_concurrency` pollers (Lambda's maximum concurrency). Each long-polls a batch of up to
+`batch_size` (gathering across receives for up to the batching window), invokes the worker with the real
+Lambda SQS event shape and a context counting down from the function timeout, deletes the records that
+succeeded and leaves the failed ones to SQS's visibility timeout and redrive policy - as Lambda does with
+ReportBatchItemFailures. An invocation that raises, or runs past its timeout, deletes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobctl.local.lambda_events import LocalLambdaContext, sqs_event
+from jobctl.local.provision import LocalQueue
+
+log = logging.getLogger("jobctl.local")
+
+Handler = Callable[[Mapping[str, Any], Any], Mapping[str, Any]]
+SQS_RECEIVE_MAX = 10
+
+
+@dataclass
+class QueueStats:
+    """What the emulator saw on one queue: the local stand-in for Lambda's and the ESM's metrics."""
+
+    invocations: int = 0
+    records: int = 0
+    deleted: int = 0
+    failed_records: int = 0
+    invocation_errors: int = 0
+    timeouts: int = 0
+    last_invocation_at: float | None = None
+    last_success_at: float | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {name: value for name, value in vars(self).items() if name != "lock"}
+
+
+class EventSourceMapping:
+    """Polls one queue and invokes one handler per poller thread (one Lambda execution environment each)."""
+
+    def __init__(
+        self,
+        queue: LocalQueue,
+        sqs_client: Any,
+        handler_factory: Callable[[], Handler],
+        function_name: str,
+        concurrency: int | None = None,
+        wait_time_s: int = 1,
+    ) -> None:
+        self.queue = queue
+        self.stats = QueueStats()
+        self._sqs = sqs_client
+        self._handler_factory = handler_factory
+        self._function_name = function_name
+        self._concurrency = concurrency or queue.spec.max_concurrency
+        # Short long-polls so that a stop request is noticed within a second or so.
+        self._wait_time_s = wait_time_s
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for slot in range(self._concurrency):
+            thread = threading.Thread(
+                target=self._poll, name=f"esm-{self.queue.spec.name}-{slot}", args=(slot,), daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def request_stop(self) -> None:
+        """Stop taking new batches; batches in flight run to the end."""
+        self._stop.set()
+
+    def join(self, timeout_s: float | None = None) -> None:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def _receive_batch(self) -> list[dict[str, Any]]:
+        spec = self.queue.spec
+        messages: list[dict[str, Any]] = []
+        window_ends = time.monotonic() + spec.batching_window_s
+        while not self._stop.is_set() and len(messages) < spec.batch_size:
+            response = self._sqs.receive_message(
+                QueueUrl=self.queue.url,
+                MaxNumberOfMessages=min(SQS_RECEIVE_MAX, spec.batch_size - len(messages)),
+                WaitTimeSeconds=self._wait_time_s,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            )
+            messages.extend(response.get("Messages", []))
+            if not messages or time.monotonic() >= window_ends:
+                break
+        return messages
+
+    def _poll(self, slot: int) -> None:
+        handler = self._handler_factory()
+        while not self._stop.is_set():
+            try:
+                messages = self._receive_batch()
+            except Exception:
+                if self._stop.is_set():
+                    return
+                log.exception("receive from %s failed; retrying", self.queue.spec.name)
+                time.sleep(1)
+                continue
+            if messages:
+                self._invoke(handler, messages)
+
+    def _invoke(self, handler: Handler, messages: list[dict[str, Any]]) -> None:
+        spec = self.queue.spec
+        event = sqs_event(messages, self.queue.arn)
+        context = LocalLambdaContext(
+            function_name=self._function_name,
+            timeout_s=spec.function_timeout_s,
+            memory_limit_in_mb=spec.memory_mb,
+            region=self.queue.arn.split(":")[3],
+            account_id=self.queue.arn.split(":")[4],
+        )
+        started = time.monotonic()
+        failed_ids: set[str] | None
+        try:
+            response = handler(event, context)
+            failed_ids = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
+        except Exception:
+            log.exception("worker invocation for %s raised: the whole batch fails", spec.name)
+            failed_ids = None
+        timed_out = time.monotonic() - started > spec.function_timeout_s
+        with self.stats.lock:
+            self.stats.invocations += 1
+            self.stats.records += len(messages)
+            self.stats.last_invocation_at = time.time()
+            if timed_out:
+                self.stats.timeouts += 1
+            if failed_ids is None:
+                self.stats.invocation_errors += 1
+        if failed_ids is None or timed_out:
+            return  # Lambda deletes nothing from a failed or timed-out invocation.
+        done = [message for message in messages if message["MessageId"] not in failed_ids]
+        self._delete(done)
+        with self.stats.lock:
+            self.stats.deleted += len(done)
+            self.stats.failed_records += len(messages) - len(done)
+            if done:
+                self.stats.last_success_at = time.time()
+
+    def _delete(self, messages: list[dict[str, Any]]) -> None:
+        for start in range(0, len(messages), SQS_RECEIVE_MAX):
+            chunk = messages[start : start + SQS_RECEIVE_MAX]
+            response = self._sqs.delete_message_batch(
+                QueueUrl=self.queue.url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
+            )
+            for failure in response.get("Failed", []):
+                log.warning("delete failed on %s: %s", self.queue.spec.name, failure)

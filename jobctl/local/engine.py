@@ -1,0 +1,167 @@
+"""The local engine: an embedded moto server (no Docker) with the stack's resources and the real workers.
+
+with LocalEngine(port=0) as engine:        # or `jobctl local`
+    engine.endpoint_url                    # any boto3 program or `aws --endpoint-url` reaches it
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+import boto3
+from botocore.config import Config
+from moto.server import ThreadedMotoServer
+
+from functions.catalog import CATALOG, Catalog
+from functions.worker.clients import ClientFactory
+from functions.worker.observability import Observability
+from functions.worker.runtime import Worker
+from jobctl.local.emulator import EventSourceMapping, Handler
+from jobctl.local.provision import DEFAULT_STACK_NAME, LocalDeployment, provision
+
+log = logging.getLogger("jobctl.local")
+
+DEFAULT_PORT = 4566
+DEFAULT_REGION = "us-east-1"
+# moto accepts any credentials; these make the engine work on a machine that has none.
+LOCAL_ACCESS_KEY = "local"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class LocalEngine:
+    """Starts moto, provisions the catalog's resources, and runs one event source mapping per queue."""
+
+    def __init__(
+        self,
+        port: int = DEFAULT_PORT,
+        host: str = "127.0.0.1",
+        catalog: Catalog = CATALOG,
+        stack_name: str = DEFAULT_STACK_NAME,
+        region: str = DEFAULT_REGION,
+        concurrency: int | None = None,
+        run_workers: bool = True,
+        worker_output: TextIO | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.host = host
+        self.region = region
+        self.catalog = catalog
+        self.stack_name = stack_name
+        self._concurrency = concurrency
+        self._run_workers = run_workers
+        self._worker_output = worker_output
+        self._server: ThreadedMotoServer | None = None
+        self.mappings: dict[str, EventSourceMapping] = {}
+        self.deployment: LocalDeployment | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def session(self) -> boto3.session.Session:
+        return boto3.session.Session(
+            region_name=self.region, aws_access_key_id=LOCAL_ACCESS_KEY, aws_secret_access_key=LOCAL_ACCESS_KEY
+        )
+
+    def clients(self) -> ClientFactory:
+        # No hidden retries against the local server: a failure should show, not be masked.
+        config = Config(connect_timeout=5, read_timeout=30, retries={"mode": "standard", "max_attempts": 2})
+        return ClientFactory(session=self.session(), endpoint_url=self.endpoint_url, config=config)
+
+    def start(self) -> LocalEngine:
+        self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
+        self._server.start()
+        self.deployment = provision(self.clients(), catalog=self.catalog, stack_name=self.stack_name)
+        if self._run_workers:
+            for spec in self.catalog:
+                mapping = EventSourceMapping(
+                    queue=self.deployment.queues[spec.name],
+                    sqs_client=self.clients()("sqs"),
+                    handler_factory=lambda name=spec.name: self._worker_handler(name),  # type: ignore[misc]
+                    function_name=f"{self.stack_name}-{spec.name}-worker",
+                    concurrency=self._concurrency,
+                )
+                mapping.start()
+                self.mappings[spec.name] = mapping
+        return self
+
+    def _worker_handler(self, queue: str) -> Handler:
+        assert self.deployment is not None
+        # One Worker per poller: each poller is one Lambda execution environment with its own state.
+        worker = Worker(
+            settings=self.deployment.worker_settings(queue),
+            clients=self.clients(),
+            observability=Observability.create(output=self._worker_output),
+        )
+        return worker.handle
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop polling, let every batch in flight finish, then stop the server."""
+        for mapping in self.mappings.values():
+            mapping.request_stop()
+        for mapping in self.mappings.values():
+            mapping.join(timeout_s)
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self) -> LocalEngine:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        return {name: mapping.stats.snapshot() for name, mapping in self.mappings.items()}
+
+    def sent_mail(self) -> list[dict[str, Any]]:
+        """Mails the SES stand-in accepted (moto keeps them in this process)."""
+        from moto.core.models import DEFAULT_ACCOUNT_ID
+        from moto.ses.models import ses_backends
+
+        backend = ses_backends[DEFAULT_ACCOUNT_ID][self.region]
+        return [
+            {"source": m.source, "destinations": m.destinations, "subject": m.subject, "body": m.body}
+            for m in backend.sent_messages
+        ]
+
+    def wait_until_idle(self, timeout_s: float = 60.0, poll_s: float = 0.2) -> bool:
+        """True once every source queue is empty and nothing is in flight, False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        sqs = self.clients()("sqs")
+        assert self.deployment is not None
+        while time.monotonic() < deadline:
+            if all(_queue_empty(sqs, queue.url) for queue in self.deployment.queues.values()):
+                return True
+            time.sleep(poll_s)
+        return False
+
+
+def _queue_empty(sqs: Any, url: str) -> bool:
+    names = [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    ]
+    attributes: Mapping[str, str] = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+    return all(int(attributes.get(name, "0")) == 0 for name in names)
+
+
+@contextmanager
+def running_engine(**kwargs: Any) -> Iterator[LocalEngine]:
+    engine = LocalEngine(**kwargs)
+    engine.start()
+    try:
+        yield engine
+    finally:
+        engine.stop()

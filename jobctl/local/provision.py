@@ -1,0 +1,131 @@
+"""Creates, on any SQS/DynamoDB/SES endpoint (the local moto server, or moto's mock_aws in tests), the same
+queues, DLQs, tables and SES identity the CDK stack creates, with the same settings, from the same catalog."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from functions.catalog import CATALOG, Catalog, QueueSpec
+from functions.worker.settings import WorkerSettings
+
+DEFAULT_STACK_NAME = "SqsJobs"
+DEFAULT_MAIL_SENDER = "jobs@example.com"
+
+
+def queue_name(stack_name: str, queue: str, dead_letter: bool = False) -> str:
+    return f"{stack_name}-{queue}{'-dlq' if dead_letter else ''}"
+
+
+def queue_parameter_prefix(stack_name: str, queue: str) -> str:
+    return f"/{stack_name}/queues/{queue}/"
+
+
+def queue_parameters(stack_name: str, queue: str, url: str, dlq_url: str, arn: str) -> dict[str, str]:
+    """The SSM parameters through which publishers and jobctl find a queue, as the stack writes them."""
+    prefix = queue_parameter_prefix(stack_name, queue)
+    return {f"{prefix}url": url, f"{prefix}dlq-url": dlq_url, f"{prefix}arn": arn}
+
+
+def queue_attributes(spec: QueueSpec, dlq_arn: str) -> dict[str, str]:
+    """The source queue's SQS attributes; the stack sets the same (tests/e2e/test_engine_matches_stack.py)."""
+    return {
+        "VisibilityTimeout": str(spec.visibility_timeout_s),
+        "MessageRetentionPeriod": str(spec.retention_s),
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": spec.max_attempts}),
+        "SqsManagedSseEnabled": "true",
+    }
+
+
+def dlq_attributes(spec: QueueSpec, source_arn: str) -> dict[str, str]:
+    return {
+        "MessageRetentionPeriod": str(spec.dlq_retention_s),
+        "RedriveAllowPolicy": json.dumps({"redrivePermission": "byQueue", "sourceQueueArns": [source_arn]}),
+        "SqsManagedSseEnabled": "true",
+    }
+
+
+@dataclass(frozen=True)
+class LocalQueue:
+    spec: QueueSpec
+    url: str
+    arn: str
+    dlq_url: str
+    dlq_arn: str
+
+
+@dataclass(frozen=True)
+class LocalDeployment:
+    """What provision() made: per catalog queue its URLs and ARNs, and the shared tables."""
+
+    stack_name: str
+    region: str
+    queues: dict[str, LocalQueue]
+    idempotency_table: str
+    resources: dict[str, str]
+
+    def worker_settings(self, queue: str) -> WorkerSettings:
+        local = self.queues[queue]
+        return WorkerSettings(
+            queue=local.spec,
+            queue_url=local.url,
+            dlq_url=local.dlq_url,
+            idempotency_table=self.idempotency_table,
+            resources={name: self.resources[name] for name in local.spec.resources},
+        )
+
+
+def _create_table(dynamodb: Any, name: str, key: str, ttl_attribute: str | None = None) -> None:
+    try:
+        dynamodb.create_table(
+            TableName=name,
+            KeySchema=[{"AttributeName": key, "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+    except dynamodb.exceptions.ResourceInUseException:
+        return
+    if ttl_attribute:
+        dynamodb.update_time_to_live(
+            TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute}
+        )
+
+
+def provision(
+    client: Callable[[str], Any],
+    catalog: Catalog = CATALOG,
+    stack_name: str = DEFAULT_STACK_NAME,
+    mail_sender: str = DEFAULT_MAIL_SENDER,
+) -> LocalDeployment:
+    """Create (or find) every resource of the stack. Idempotent: a second call returns the same deployment."""
+    sqs = client("sqs")
+    queues: dict[str, LocalQueue] = {}
+    for spec in catalog:
+        source_name = queue_name(stack_name, spec.name)
+        dlq_url = sqs.create_queue(QueueName=queue_name(stack_name, spec.name, dead_letter=True))["QueueUrl"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        source_arn = dlq_arn.rsplit(":", 1)[0] + ":" + source_name
+        sqs.set_queue_attributes(QueueUrl=dlq_url, Attributes=dlq_attributes(spec, source_arn))
+        url = sqs.create_queue(QueueName=source_name)["QueueUrl"]
+        sqs.set_queue_attributes(QueueUrl=url, Attributes=queue_attributes(spec, dlq_arn))
+        queues[spec.name] = LocalQueue(spec=spec, url=url, arn=source_arn, dlq_url=dlq_url, dlq_arn=dlq_arn)
+
+    dynamodb = client("dynamodb")
+    idempotency_table = f"{stack_name}-idempotency"
+    _create_table(dynamodb, idempotency_table, key="id", ttl_attribute="expiration")
+    orders_table = f"{stack_name}-orders"
+    _create_table(dynamodb, orders_table, key="order_id")
+    client("ses").verify_email_identity(EmailAddress=mail_sender)
+    ssm = client("ssm")
+    for local in queues.values():
+        for name, value in queue_parameters(stack_name, local.spec.name, local.url, local.dlq_url, local.arn).items():
+            ssm.put_parameter(Name=name, Value=value, Type="String", Overwrite=True)
+    return LocalDeployment(
+        stack_name=stack_name,
+        region=sqs.meta.region_name,
+        queues=queues,
+        idempotency_table=idempotency_table,
+        resources={"orders_table": orders_table, "mail_sender": mail_sender},
+    )
