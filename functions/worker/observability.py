@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -32,9 +33,13 @@ class Observability:
 
     @classmethod
     def create(cls, output: TextIO | None = None) -> Observability:
-        handler = logging.StreamHandler(output) if output is not None else None
+        logger = Logger(service=SERVICE_NAME)
+        # Powertools shares one handler per service across Logger instances in a process: point it at our output.
+        handler = logger.registered_handler
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(output or sys.stdout)
         return cls(
-            logger=Logger(service=SERVICE_NAME, logger_handler=handler),
+            logger=logger,
             tracer=Tracer(service=SERVICE_NAME),
             metrics=AmazonCloudWatchEMFProvider(namespace=METRICS_NAMESPACE, service=SERVICE_NAME),
             output=output,

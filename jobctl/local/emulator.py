@@ -44,6 +44,21 @@ class QueueStats:
             return {name: value for name, value in vars(self).items() if name != "lock"}
 
 
+@dataclass
+class Invocation:
+    """One emulated Lambda invocation: the event sent, what the handler answered, what was deleted."""
+
+    event: dict[str, Any]
+    response: Mapping[str, Any]
+    raised: bool
+    timed_out: bool
+    deleted: list[str] = field(default_factory=list)
+
+    @property
+    def failed_ids(self) -> list[str]:
+        return [item["itemIdentifier"] for item in self.response.get("batchItemFailures", [])]
+
+
 class EventSourceMapping:
     """Polls one queue and invokes one handler per poller thread (one Lambda execution environment each)."""
 
@@ -115,7 +130,12 @@ class EventSourceMapping:
             if messages:
                 self._invoke(handler, messages)
 
-    def _invoke(self, handler: Handler, messages: list[dict[str, Any]]) -> None:
+    def poll_once(self, handler: Handler) -> Invocation | None:
+        """Receive one batch and invoke the handler on it, in the caller's thread (tests, step-by-step runs)."""
+        messages = self._receive_batch()
+        return self._invoke(handler, messages) if messages else None
+
+    def _invoke(self, handler: Handler, messages: list[dict[str, Any]]) -> Invocation:
         spec = self.queue.spec
         event = sqs_event(messages, self.queue.arn)
         context = LocalLambdaContext(
@@ -127,6 +147,7 @@ class EventSourceMapping:
         )
         started = time.monotonic()
         failed_ids: set[str] | None
+        response: Mapping[str, Any] = {}
         try:
             response = handler(event, context)
             failed_ids = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
@@ -142,15 +163,18 @@ class EventSourceMapping:
                 self.stats.timeouts += 1
             if failed_ids is None:
                 self.stats.invocation_errors += 1
+        invocation = Invocation(event=event, response=response, raised=failed_ids is None, timed_out=timed_out)
         if failed_ids is None or timed_out:
-            return  # Lambda deletes nothing from a failed or timed-out invocation.
+            return invocation  # Lambda deletes nothing from a failed or timed-out invocation.
         done = [message for message in messages if message["MessageId"] not in failed_ids]
         self._delete(done)
+        invocation.deleted = [message["MessageId"] for message in done]
         with self.stats.lock:
             self.stats.deleted += len(done)
             self.stats.failed_records += len(messages) - len(done)
             if done:
                 self.stats.last_success_at = time.time()
+        return invocation
 
     def _delete(self, messages: list[dict[str, Any]]) -> None:
         for start in range(0, len(messages), SQS_RECEIVE_MAX):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TextIO
@@ -81,6 +82,8 @@ class LocalEngine:
     def start(self) -> LocalEngine:
         self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self._server.start()
+        # moto's backends live in this process; an engine always starts from an empty account.
+        urllib.request.urlopen(urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")).close()
         self.deployment = provision(self.clients(), catalog=self.catalog, stack_name=self.stack_name)
         if self._run_workers:
             for spec in self.catalog:

@@ -1,0 +1,127 @@
+"""End to end through the local engine: moto server + the event source emulator + the real worker."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from click.testing import CliRunner
+
+from jobctl.cli import main as jobctl
+from jobctl.demo import run_demo
+from jobctl.local.engine import LocalEngine, free_port
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def engine() -> Iterator[LocalEngine]:
+    with LocalEngine(port=0, worker_output=io.StringIO()) as running:
+        yield running
+
+
+def test_demo_scenario_passes_on_the_engine(engine: LocalEngine) -> None:
+    result = run_demo(engine)
+    assert result.checks, "the demo made no checks"
+    failed = [label for label, passed in result.checks if not passed]
+    assert failed == []
+
+
+def test_engine_stats_count_invocations_and_deletes(engine: LocalEngine) -> None:
+    assert engine.deployment is not None
+    sqs = engine.clients()("sqs")
+    sqs.send_message(QueueUrl=engine.deployment.queues["orders"].url, MessageBody="garbage")
+    assert engine.wait_until_idle(timeout_s=30)
+    stats = engine.stats()["orders"]
+    assert stats["records"] == 1
+    assert stats["deleted"] == 1  # dead-lettered by the runtime, so acknowledged
+    assert stats["invocation_errors"] == 0
+
+
+def test_jobctl_enqueue_publishes_through_the_stack_parameters(engine: LocalEngine) -> None:
+    assert engine.deployment is not None
+    env = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_REGION": engine.region}
+    result = CliRunner().invoke(
+        jobctl,
+        ["--endpoint-url", engine.endpoint_url, "--output", "json", "enqueue", "orders", "order_confirmation", "77"],
+        env=env,
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["job"] == "order_confirmation" and payload["id"] == "77"
+    assert engine.wait_until_idle(timeout_s=30)
+    # Order 77 doesn't exist: the job must have run and dead-lettered it.
+    dlq = engine.clients()("sqs").receive_message(
+        QueueUrl=engine.deployment.queues["orders"].dlq_url, MessageAttributeNames=["All"]
+    )["Messages"]
+    assert [json.loads(m["Body"])["id"] for m in dlq] == ["77"]
+
+
+@pytest.mark.parametrize(
+    ("args", "exit_code", "needle"),
+    [
+        (["enqueue", "nosuch", "order_confirmation", "1"], 1, "unknown queue 'nosuch'"),
+        (["enqueue", "orders", "send_fax", "1"], 2, "accepted: order_confirmation"),
+        (["enqueue", "orders", "order_confirmation", ""], 1, "field 'id' is empty"),
+        (["--stack", "Nope", "enqueue", "orders", "order_confirmation", "1"], 1, "no SSM parameter /Nope/queues"),
+        (["enqueue", "orders"], 2, "Missing argument"),
+    ],
+)
+def test_jobctl_errors_are_one_line_with_the_right_exit_code(
+    engine: LocalEngine, args: list[str], exit_code: int, needle: str
+) -> None:
+    env = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_REGION": engine.region}
+    result = CliRunner().invoke(jobctl, ["--endpoint-url", engine.endpoint_url, *args], env=env)
+    assert result.exit_code == exit_code
+    assert needle in result.output
+    assert "Traceback" not in result.output
+
+
+def test_jobctl_local_serves_any_boto3_client_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_REGION": "us-east-1"}
+    env.pop("AWS_ENDPOINT_URL", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jobctl", "local", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        banner = process.stdout.readline()
+        assert f"http://127.0.0.1:{port}" in banner, banner
+        endpoint = f"http://127.0.0.1:{port}"
+        session = boto3.session.Session(aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
+        sqs = session.client("sqs", endpoint_url=endpoint)
+        url = session.client("ssm", endpoint_url=endpoint).get_parameter(Name="/SqsJobs/queues/orders/url")[
+            "Parameter"
+        ]["Value"]
+        sqs.send_message(QueueUrl=url, MessageBody='{"job": "order_confirmation", "id": "404"}')
+        dlq_url = url + "-dlq"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            attributes = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["ApproximateNumberOfMessages"])
+            if attributes["Attributes"]["ApproximateNumberOfMessages"] == "1":
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the engine's worker never dead-lettered the missing order")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

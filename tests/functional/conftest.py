@@ -1,0 +1,144 @@
+"""Functional tests: the real worker against moto's `mock_aws` SQS, DynamoDB and SES.
+
+Resources come from the same `provision()` the local engine uses, so tests, the engine and the stack agree.
+Deliveries go through the local engine's event source emulator, step by step: real ReceiveMessage, the real
+Lambda SQS event shape, deletes of what succeeded.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import boto3
+import pytest
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from moto import mock_aws
+
+from functions.catalog import CATALOG, Catalog
+from functions.worker.clients import ClientFactory
+from functions.worker.observability import Observability
+from functions.worker.runtime import Worker
+from jobctl.local.emulator import EventSourceMapping, Invocation
+from jobctl.local.lambda_events import LocalLambdaContext
+from jobctl.local.provision import LocalDeployment, provision
+
+REGION = "us-east-1"
+
+
+@pytest.fixture
+def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+@pytest.fixture
+def clients(aws_credentials: None) -> Iterator[ClientFactory]:
+    with mock_aws():
+        yield ClientFactory(session=boto3.session.Session(region_name=REGION))
+
+
+@dataclass
+class Harness:
+    """A provisioned account plus helpers to publish, deliver and inspect, for one catalog."""
+
+    clients: ClientFactory
+    deployment: LocalDeployment
+    catalog: Catalog
+    output: io.StringIO = field(default_factory=io.StringIO)
+
+    def worker(self, queue: str = "orders") -> Worker:
+        return Worker(
+            settings=self.deployment.worker_settings(queue),
+            clients=self.clients,
+            observability=Observability.create(output=self.output),
+        )
+
+    def mapping(self, queue: str = "orders") -> EventSourceMapping:
+        return EventSourceMapping(
+            queue=self.deployment.queues[queue],
+            sqs_client=self.clients("sqs"),
+            handler_factory=lambda: self.worker(queue).handle,
+            function_name=f"test-{queue}-worker",
+            concurrency=1,
+            wait_time_s=0,
+        )
+
+    def send(self, body: str, queue: str = "orders", **extra: Any) -> str:
+        url = self.deployment.queues[queue].url
+        return str(self.clients("sqs").send_message(QueueUrl=url, MessageBody=body, **extra)["MessageId"])
+
+    def deliver(self, queue: str = "orders", worker: Worker | None = None) -> Invocation | None:
+        """One poll of the event source: receive a batch, invoke the worker, delete what succeeded."""
+        mapping = self.mapping(queue)
+        return mapping.poll_once((worker or self.worker(queue)).handle)
+
+    def expire_visibility(self, invocation: Invocation, queue: str = "orders") -> None:
+        """Make the records an invocation left on the queue visible again (what waiting out the timeout does)."""
+        sqs = self.clients("sqs")
+        url = self.deployment.queues[queue].url
+        for record in invocation.event["Records"]:
+            if record["messageId"] not in invocation.deleted:
+                sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0)
+
+    def queue_counts(self, queue: str = "orders", dead_letter: bool = False) -> tuple[int, int]:
+        local = self.deployment.queues[queue]
+        attributes = self.clients("sqs").get_queue_attributes(
+            QueueUrl=local.dlq_url if dead_letter else local.url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+    def dead_letters(self, queue: str = "orders") -> list[dict[str, Any]]:
+        sqs = self.clients("sqs")
+        url = self.deployment.queues[queue].dlq_url
+        found: list[dict[str, Any]] = []
+        while True:
+            batch = sqs.receive_message(
+                QueueUrl=url,
+                MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"],
+                MessageSystemAttributeNames=["All"],
+                VisibilityTimeout=60,
+            ).get("Messages", [])
+            if not batch:
+                return found
+            found.extend(batch)
+
+    def put_order(self, order_id: str, email: str = "buyer@example.com", **fields: str) -> None:
+        item = {"order_id": {"S": order_id}, "email": {"S": email}}
+        item.update({name: {"S": value} for name, value in fields.items()})
+        self.clients("dynamodb").put_item(TableName=self.deployment.resources["orders_table"], Item=item)
+
+    def mails_to(self, address: str) -> int:
+        from moto.core.models import DEFAULT_ACCOUNT_ID
+        from moto.ses.models import ses_backends
+
+        sent = ses_backends[DEFAULT_ACCOUNT_ID][REGION].sent_messages
+        return sum(1 for mail in sent if address in mail.destinations.get("ToAddresses", []))
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.output.getvalue().splitlines() if line.strip()]
+
+    def metrics(self) -> list[dict[str, Any]]:
+        return [line for line in self.log_lines() if "_aws" in line]
+
+
+@pytest.fixture
+def harness(clients: ClientFactory) -> Harness:
+    return Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
+
+
+def lambda_context(timeout_s: float = 60) -> LambdaContext:
+    # LocalLambdaContext has every attribute of Lambda's context object; typed as the Powertools protocol.
+    return cast(LambdaContext, LocalLambdaContext(function_name="test-worker", timeout_s=timeout_s))

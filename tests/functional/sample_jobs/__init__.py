@@ -1,0 +1,1 @@
+"""Jobs that exist only for tests: they make failures happen on demand and count their side effects."""

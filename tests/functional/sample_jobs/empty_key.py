@@ -1,0 +1,16 @@
+"""A job whose own idempotency key comes out empty: the runtime must refuse it, not hash it."""
+
+from __future__ import annotations
+
+from functions.worker.envelope import Envelope
+from functions.worker.jobs import JobContext
+
+RUNS: list[str] = []
+
+
+def idempotency_key(envelope: Envelope) -> str:
+    return envelope.extra.get("tenant", "")  # type: ignore[return-value]
+
+
+def run(envelope: Envelope, context: JobContext) -> None:
+    RUNS.append(envelope.id)

@@ -1,0 +1,368 @@
+"""The worker on real SQS semantics (moto): success, duplicates, permanent and transient failures, evidence."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig
+
+from functions import entry
+from functions.catalog import Catalog, JobSpec, QueueSpec
+from functions.worker import deadletter
+from functions.worker.clients import ClientFactory
+from functions.worker.errors import WorkerConfigError
+from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
+from jobctl.local.lambda_events import sqs_record
+from jobctl.local.provision import provision
+from tests.functional.conftest import Harness, lambda_context
+from tests.functional.sample_jobs import empty_key, flaky
+
+EVENTS = Path(__file__).parent.parent / "events"
+EVIDENCE_ATTRIBUTES = {
+    deadletter.ERROR_TYPE,
+    deadletter.ERROR_MESSAGE,
+    deadletter.TRACEBACK,
+    deadletter.FAILURE,
+    deadletter.ATTEMPTS,
+    deadletter.FIRST_FAILED_AT,
+    deadletter.LAST_FAILED_AT,
+    deadletter.SOURCE_QUEUE,
+    deadletter.JOB,
+    deadletter.ID,
+}
+
+TEST_CATALOG = Catalog(
+    queues=(
+        QueueSpec(
+            name="testing",
+            max_attempts=3,
+            jobs=(
+                JobSpec(name="flaky", handler="tests.functional.sample_jobs.flaky"),
+                JobSpec(name="empty_key", handler="tests.functional.sample_jobs.empty_key"),
+            ),
+        ),
+    )
+)
+
+
+def envelope(job: str, entity_id: str) -> str:
+    return json.dumps({"job": job, "id": entity_id})
+
+
+def attributes_of(message: dict[str, Any]) -> dict[str, str]:
+    return {name: value["StringValue"] for name, value in message.get("MessageAttributes", {}).items()}
+
+
+@pytest.fixture
+def testing(clients: ClientFactory) -> Iterator[Harness]:
+    flaky.FAILURES.clear()
+    flaky.SIDE_EFFECTS.clear()
+    flaky.ATTEMPTS_SEEN.clear()
+    empty_key.RUNS.clear()
+    yield Harness(clients=clients, deployment=provision(clients, catalog=TEST_CATALOG), catalog=TEST_CATALOG)
+
+
+def test_confirmation_mail_is_sent_and_the_message_deleted(harness: Harness) -> None:
+    # Given an order and its job on the queue
+    harness.put_order("1001", email="aiko@example.com", customer_name="Aiko")
+    harness.send(envelope("order_confirmation", "1001"))
+    # When the event source delivers it
+    invocation = harness.deliver()
+    # Then one mail went out, the record succeeded and SQS no longer holds it
+    assert invocation is not None
+    assert invocation.failed_ids == []
+    assert harness.mails_to("aiko@example.com") == 1
+    assert harness.queue_counts() == (0, 0)
+    assert harness.queue_counts(dead_letter=True) == (0, 0)
+
+
+def test_same_order_published_twice_sends_one_mail(harness: Harness) -> None:
+    harness.put_order("1001", email="aiko@example.com")
+    harness.send(envelope("order_confirmation", "1001"))
+    harness.send(envelope("order_confirmation", "1001"))
+    harness.deliver()
+    harness.deliver()
+    assert harness.mails_to("aiko@example.com") == 1
+    assert harness.queue_counts() == (0, 0)
+    outcomes = [line.get("message") for line in harness.log_lines() if line.get("job") == "order_confirmation"]
+    assert outcomes.count("job done") == 1
+    assert outcomes.count("duplicate skipped") == 1
+
+
+def test_redriven_copy_with_a_new_message_id_does_not_repeat_the_side_effect(harness: Harness) -> None:
+    # A redrive sends the same body as a new message (new messageId): the business key still matches.
+    harness.put_order("1001", email="aiko@example.com")
+    first_id = harness.send(envelope("order_confirmation", "1001"))
+    harness.deliver()
+    second_id = harness.send(envelope("order_confirmation", "1001"))
+    assert second_id != first_id
+    invocation = harness.deliver()
+    assert invocation is not None and invocation.failed_ids == []
+    assert harness.mails_to("aiko@example.com") == 1
+
+
+def test_idempotency_record_outlives_the_dlq_retention(harness: Harness) -> None:
+    harness.put_order("1001")
+    harness.send(envelope("order_confirmation", "1001"))
+    before = int(time.time())
+    harness.deliver()
+    table = harness.deployment.idempotency_table
+    items = harness.clients("dynamodb").scan(TableName=table)["Items"]
+    assert len(items) == 1
+    record = items[0]
+    assert record["status"]["S"] == "COMPLETED"
+    assert record["id"]["S"].startswith(f"{IDEMPOTENCY_KEY_PREFIX}#")
+    dlq_retention = harness.deployment.queues["orders"].spec.dlq_retention_s
+    assert int(record["expiration"]["N"]) > before + dlq_retention
+
+
+def test_missing_order_is_dead_lettered_after_one_attempt_with_evidence(harness: Harness) -> None:
+    body = envelope("order_confirmation", "9999")
+    harness.send(body)
+    invocation = harness.deliver()
+    assert invocation is not None and invocation.failed_ids == []
+    assert harness.queue_counts() == (0, 0)
+    [dead] = harness.dead_letters()
+    assert dead["Body"] == body
+    evidence = attributes_of(dead)
+    assert set(evidence) == EVIDENCE_ATTRIBUTES
+    assert evidence[deadletter.ERROR_TYPE] == "OrderNotFoundError"
+    assert "9999" in evidence[deadletter.ERROR_MESSAGE]
+    assert "OrderNotFoundError" in evidence[deadletter.TRACEBACK]
+    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_PERMANENT
+    assert evidence[deadletter.ATTEMPTS] == "1"
+    assert evidence[deadletter.SOURCE_QUEUE] == harness.deployment.queues["orders"].arn
+    assert evidence[deadletter.JOB] == "order_confirmation"
+    assert evidence[deadletter.ID] == "9999"
+    assert evidence[deadletter.FIRST_FAILED_AT] <= evidence[deadletter.LAST_FAILED_AT]
+    assert harness.mails_to("buyer@example.com") == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "error_type"),
+    [
+        ("not json at all", "EnvelopeNotJSONError"),
+        ('["order_confirmation", "1001"]', "EnvelopeNotObjectError"),
+        ("null", "EnvelopeNotObjectError"),
+        ('{"id": "1001"}', "EnvelopeFieldError"),
+        ('{"job": "order_confirmation", "id": ""}', "EnvelopeFieldError"),
+        ('{"job": "order_confirmation", "id": 1001}', "EnvelopeFieldError"),
+        ('{"job": "send_fax", "id": "1001"}', "UnknownJobError"),
+        (json.dumps({"job": "order_confirmation", "id": "1", "note": "x" * 1100}), "EnvelopeTooLargeError"),
+        ('{"job": "order_confirmation", "id": "1", "id": "2"}', "EnvelopeFieldError"),
+    ],
+)
+def test_bad_envelopes_are_dead_lettered_while_good_records_of_the_batch_succeed(
+    harness: Harness, body: str, error_type: str
+) -> None:
+    harness.put_order("1001", email="aiko@example.com")
+    harness.send(envelope("order_confirmation", "1001"))
+    harness.send(body)
+    invocation = harness.deliver()
+    assert invocation is not None
+    assert len(invocation.event["Records"]) == 2
+    assert invocation.failed_ids == []
+    assert not invocation.raised
+    assert harness.mails_to("aiko@example.com") == 1
+    [dead] = harness.dead_letters()
+    assert dead["Body"] == body
+    evidence = attributes_of(dead)
+    assert evidence[deadletter.ERROR_TYPE] == error_type
+    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_PERMANENT
+    assert deadletter.JOB not in evidence  # an unparseable envelope names no job
+
+
+def test_transient_failure_is_retried_then_dead_lettered_on_the_last_attempt(testing: Harness) -> None:
+    flaky.FAILURES["42"] = 99  # never recovers
+    body = envelope("flaky", "42")
+    testing.send(body, queue="testing")
+    max_attempts = TEST_CATALOG.queue("testing").max_attempts
+    for attempt in range(1, max_attempts):
+        invocation = testing.deliver("testing")
+        assert invocation is not None
+        assert len(invocation.failed_ids) == 1, f"attempt {attempt} should be reported failed"
+        assert testing.queue_counts("testing") == (0, 1)  # still on the queue, in flight
+        testing.expire_visibility(invocation, "testing")
+    last = testing.deliver("testing")
+    assert last is not None and last.failed_ids == []
+    assert flaky.ATTEMPTS_SEEN == list(range(1, max_attempts + 1))
+    assert testing.queue_counts("testing") == (0, 0)
+    [dead] = testing.dead_letters("testing")
+    evidence = attributes_of(dead)
+    assert dead["Body"] == body
+    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_EXHAUSTED
+    assert evidence[deadletter.ERROR_TYPE] == "ConnectionRefusedError"
+    assert evidence[deadletter.ATTEMPTS] == str(max_attempts)
+    assert flaky.SIDE_EFFECTS["42"] == 0
+
+
+def test_job_that_recovers_after_two_transient_failures_has_its_side_effect_once(testing: Harness) -> None:
+    flaky.FAILURES["7"] = 2
+    testing.send(envelope("flaky", "7"), queue="testing")
+    for _ in range(2):
+        invocation = testing.deliver("testing")
+        assert invocation is not None and len(invocation.failed_ids) == 1
+        testing.expire_visibility(invocation, "testing")
+    done = testing.deliver("testing")
+    assert done is not None and done.failed_ids == []
+    # A late duplicate delivery of the same job changes nothing.
+    testing.send(envelope("flaky", "7"), queue="testing")
+    testing.deliver("testing")
+    assert flaky.SIDE_EFFECTS["7"] == 1
+    assert testing.dead_letters("testing") == []
+
+
+def test_permanent_error_raised_by_a_job_goes_to_the_dlq_at_once(testing: Harness) -> None:
+    testing.send(envelope("flaky", "reject-1"), queue="testing")
+    invocation = testing.deliver("testing")
+    assert invocation is not None and invocation.failed_ids == []
+    [dead] = testing.dead_letters("testing")
+    evidence = attributes_of(dead)
+    assert evidence[deadletter.ERROR_TYPE] == "RejectedByDownstreamError"
+    assert evidence[deadletter.ATTEMPTS] == "1"
+
+
+def test_every_record_failing_still_returns_a_partial_response(testing: Harness) -> None:
+    for entity_id in ("a", "b", "c"):
+        flaky.FAILURES[entity_id] = 1
+        testing.send(envelope("flaky", entity_id), queue="testing")
+    invocation = testing.deliver("testing")
+    assert invocation is not None
+    assert not invocation.raised
+    assert sorted(invocation.failed_ids) == sorted(r["messageId"] for r in invocation.event["Records"])
+
+
+def test_empty_job_defined_key_is_refused_not_hashed(testing: Harness) -> None:
+    testing.send(envelope("empty_key", "1"), queue="testing")
+    testing.deliver("testing")
+    assert empty_key.RUNS == []
+    [dead] = testing.dead_letters("testing")
+    assert attributes_of(dead)[deadletter.ERROR_TYPE] == "IdempotencyKeyError"
+
+
+def test_job_defined_key_is_used(testing: Harness) -> None:
+    testing.send(json.dumps({"job": "empty_key", "id": "1", "tenant": "t-1"}), queue="testing")
+    testing.send(json.dumps({"job": "empty_key", "id": "2", "tenant": "t-1"}), queue="testing")
+    testing.deliver("testing")
+    testing.deliver("testing")
+    assert empty_key.RUNS == ["1"]  # same key "t-1": the second is a duplicate
+
+
+def test_publisher_key_overrides_the_default(testing: Harness) -> None:
+    testing.send(json.dumps({"job": "flaky", "id": "9", "key": "k-1"}), queue="testing")
+    testing.send(json.dumps({"job": "flaky", "id": "10", "key": "k-1"}), queue="testing")
+    testing.deliver("testing")
+    testing.deliver("testing")
+    assert sum(flaky.SIDE_EFFECTS.values()) == 1
+
+
+def test_job_in_progress_elsewhere_is_retried_not_run(testing: Harness) -> None:
+    # Given another worker holds the in-progress record of the same business key
+    persistence = DynamoDBPersistenceLayer(
+        table_name=testing.deployment.idempotency_table, boto3_client=testing.clients("dynamodb")
+    )
+    persistence.configure(IdempotencyConfig(event_key_jmespath="key"), key_prefix=IDEMPOTENCY_KEY_PREFIX)
+    persistence.save_inprogress(data={"key": "flaky:5"}, remaining_time_in_millis=60_000)
+    testing.send(envelope("flaky", "5"), queue="testing")
+    # When this worker receives it, it neither runs it nor dead-letters it: it asks SQS to retry
+    invocation = testing.deliver("testing")
+    assert invocation is not None and len(invocation.failed_ids) == 1
+    assert flaky.SIDE_EFFECTS["5"] == 0
+    assert testing.dead_letters("testing") == []
+
+
+def test_dead_letter_send_failure_leaves_the_record_for_sqs_redrive(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.send(envelope("order_confirmation", "9999"))
+    worker = harness.worker()
+    broken = ClientFactory(session=boto3.session.Session(region_name="us-east-1"))
+    monkeypatch.setattr(worker, "_dead_letters", deadletter.DeadLetterQueue(broken("sqs"), "https://invalid/none"))
+    invocation = harness.deliver(worker=worker)
+    assert invocation is not None and len(invocation.failed_ids) == 1
+    assert harness.queue_counts() == (0, 1)  # not lost: back after its visibility timeout
+
+
+def test_logs_carry_job_id_message_id_and_attempt(harness: Harness) -> None:
+    harness.put_order("1001")
+    message_id = harness.send(envelope("order_confirmation", "1001"))
+    harness.deliver()
+    [done] = [line for line in harness.log_lines() if line.get("message") == "job done"]
+    assert done["job"] == "order_confirmation"
+    assert done["id"] == "1001"
+    assert done["message_id"] == message_id
+    assert done["attempt"] == 1
+    assert done["idempotency_key"] == "order_confirmation:1001"
+
+
+def test_metrics_count_outcomes_per_job(harness: Harness) -> None:
+    harness.put_order("1001")
+    for body in (envelope("order_confirmation", "1001"), envelope("order_confirmation", "1001"), "garbage"):
+        harness.send(body)
+    harness.deliver()
+    documents = harness.metrics()
+    by_job = {doc["job"]: doc for doc in documents}
+    assert by_job["order_confirmation"]["JobSucceeded"] == [1.0]
+    assert by_job["order_confirmation"]["JobDuplicate"] == [1.0]
+    assert by_job["(unparseable)"]["JobDeadLettered"] == [1.0]
+    for doc in documents:
+        [directive] = doc["_aws"]["CloudWatchMetrics"]
+        assert directive["Namespace"] == "SqsJobs"
+        assert ["queue", "job", "service"] in directive["Dimensions"]
+
+
+def test_worker_handles_the_real_lambda_event_shape(harness: Harness) -> None:
+    # tests/events holds events in the shape Lambda sends; the worker answers with a partial-batch response.
+    event = json.loads((EVENTS / "sqs_order_confirmation_batch.json").read_text())
+    harness.put_order("1001", email="aiko@example.com")
+    response = harness.worker().handle(event, lambda_context())
+    assert response == {"batchItemFailures": []}
+    assert harness.mails_to("aiko@example.com") == 1
+    errors = sorted(attributes_of(m)[deadletter.ERROR_TYPE] for m in harness.dead_letters())
+    assert errors == ["EnvelopeFieldError", "OrderNotFoundError"]
+
+
+def test_emulated_records_have_the_shape_of_real_lambda_records() -> None:
+    real = json.loads((EVENTS / "sqs_event_aws_docs.json").read_text())["Records"][0]
+    message = {
+        "MessageId": "m-1",
+        "ReceiptHandle": "rh",
+        "Body": "Test message.",
+        "MD5OfBody": "e4e68fb7bd0e697a0ae8f1bb342846b3",
+        "Attributes": {
+            "ApproximateReceiveCount": 1,
+            "SentTimestamp": 1545082649183,
+            "SenderId": "AIDAIENQZJOLO23YVJ4VO",
+            "ApproximateFirstReceiveTimestamp": 1545082649185,
+        },
+        "MessageAttributes": {"myAttribute": {"DataType": "String", "StringValue": "myValue"}},
+    }
+    emulated = sqs_record(message, real["eventSourceARN"])
+    assert set(emulated) - {"md5OfMessageAttributes"} == set(real)
+    assert emulated["attributes"] == real["attributes"]
+    assert emulated["messageAttributes"] == real["messageAttributes"]
+    assert emulated["awsRegion"] == real["awsRegion"]
+
+
+def test_lambda_entry_builds_its_worker_from_the_environment(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in harness.deployment.worker_settings("orders").to_environ().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(entry, "_worker", None)
+    harness.put_order("1001", email="aiko@example.com")
+    event = json.loads((EVENTS / "sqs_order_confirmation_batch.json").read_text())
+    event["Records"] = event["Records"][:1]
+    assert entry.handler(event, lambda_context()) == {"batchItemFailures": []}
+    assert harness.mails_to("aiko@example.com") == 1
+
+
+def test_lambda_entry_refuses_an_incomplete_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(entry, "_worker", None)
+    monkeypatch.delenv("JOBS_QUEUE_NAME", raising=False)
+    with pytest.raises(WorkerConfigError, match="JOBS_QUEUE_NAME"):
+        entry.handler({"Records": []}, lambda_context())
