@@ -59,16 +59,16 @@ local: $(VENV)/.synced
 	$(BIN)/jobctl local
 
 synth: dev bundle
-	$(CDK) synth --quiet
+	$(CDK) synth --quiet $(CDK_ARGS)
 
 diff: dev bundle
-	$(CDK) diff
+	$(CDK) diff $(CDK_ARGS)
 
 deploy: dev bundle
-	$(CDK) deploy
+	$(CDK) deploy $(CDK_ARGS)
 
 destroy: dev
-	$(CDK) destroy
+	$(CDK) destroy $(CDK_ARGS)
 
 clean:
 	rm -rf $(VENV) $(TOOLS) node_modules cdk.out build .mypy_cache .ruff_cache .pytest_cache

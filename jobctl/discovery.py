@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions.catalog import CATALOG, Catalog
-from jobctl.local.provision import queue_parameter_prefix
+from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, parameter_name
 
 
 class DiscoveryError(Exception):
@@ -24,8 +24,7 @@ class QueueLocation:
 def find_queues(ssm_client: Any, stack_name: str, catalog: Catalog = CATALOG) -> dict[str, QueueLocation]:
     found: dict[str, QueueLocation] = {}
     for queue in catalog.queue_names:
-        prefix = queue_parameter_prefix(stack_name, queue)
-        names = [f"{prefix}url", f"{prefix}dlq-url", f"{prefix}arn"]
+        names = [parameter_name(stack_name, queue, key) for key in (QUEUE_URL, DLQ_URL, QUEUE_ARN)]
         response = ssm_client.get_parameters(Names=names)
         values = {parameter["Name"]: parameter["Value"] for parameter in response.get("Parameters", [])}
         missing = [name for name in names if name not in values]

@@ -10,27 +10,20 @@ from typing import Any
 
 from functions.catalog import CATALOG, Catalog, QueueSpec
 from functions.worker.settings import WorkerSettings
+from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, parameter_name, physical_queue_name
 
 DEFAULT_STACK_NAME = "SqsJobs"
 DEFAULT_MAIL_SENDER = "jobs@example.com"
 
 
-def queue_name(stack_name: str, queue: str, dead_letter: bool = False) -> str:
-    return f"{stack_name}-{queue}{'-dlq' if dead_letter else ''}"
-
-
-def queue_parameter_prefix(stack_name: str, queue: str) -> str:
-    return f"/{stack_name}/queues/{queue}/"
-
-
 def queue_parameters(stack_name: str, queue: str, url: str, dlq_url: str, arn: str) -> dict[str, str]:
     """The SSM parameters through which publishers and jobctl find a queue, as the stack writes them."""
-    prefix = queue_parameter_prefix(stack_name, queue)
-    return {f"{prefix}url": url, f"{prefix}dlq-url": dlq_url, f"{prefix}arn": arn}
+    values = {QUEUE_URL: url, DLQ_URL: dlq_url, QUEUE_ARN: arn}
+    return {parameter_name(stack_name, queue, key): value for key, value in values.items()}
 
 
 def queue_attributes(spec: QueueSpec, dlq_arn: str) -> dict[str, str]:
-    """The source queue's SQS attributes; the stack sets the same (tests/e2e/test_engine_matches_stack.py)."""
+    """The source queue's SQS attributes; the stack sets the same (tests/infra/test_engine_matches_stack.py)."""
     return {
         "VisibilityTimeout": str(spec.visibility_timeout_s),
         "MessageRetentionPeriod": str(spec.retention_s),
@@ -103,8 +96,8 @@ def provision(
     sqs = client("sqs")
     queues: dict[str, LocalQueue] = {}
     for spec in catalog:
-        source_name = queue_name(stack_name, spec.name)
-        dlq_url = sqs.create_queue(QueueName=queue_name(stack_name, spec.name, dead_letter=True))["QueueUrl"]
+        source_name = physical_queue_name(stack_name, spec.name)
+        dlq_url = sqs.create_queue(QueueName=physical_queue_name(stack_name, spec.name, dlq=True))["QueueUrl"]
         dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         source_arn = dlq_arn.rsplit(":", 1)[0] + ":" + source_name
         sqs.set_queue_attributes(QueueUrl=dlq_url, Attributes=dlq_attributes(spec, source_arn))

@@ -1,0 +1,102 @@
+"""The stack's settings, read from CDK context (defaults in cdk.json, overrides with `cdk -c key=value`).
+
+Pure (no CDK import): the app passes `app.node.try_get_context`. Nothing here reads the environment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from functions.catalog import CATALOG, Catalog
+from infra.naming import physical_queue_name
+
+STACK_NAME = "stack_name"
+MAIL_SENDER = "mail_sender"
+ALARM_EMAIL = "alarm_email"
+RETAIN_DATA = "retain_data"
+CONTEXT_KEYS = (STACK_NAME, MAIL_SENDER, ALARM_EMAIL, RETAIN_DATA)
+
+# CloudFormation's stack-name rule.
+_STACK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no")
+# The CDK CLI passes cdk.json's context to the app; `python app.py` alone has none.
+_UNSET = "is not set (cdk.json holds the defaults: run the app through the CDK CLI, e.g. `make synth`)"
+
+
+class ContextError(ValueError):
+    """The CDK context is missing a key or holds a bad value; the message lists every problem."""
+
+
+@dataclass(frozen=True)
+class StackContext:
+    stack_name: str
+    # Verified SES identity that the example job sends mail from.
+    mail_sender: str
+    # Where alarm notifications go by e-mail; None: no subscription (subscribe to the topic yourself).
+    alarm_email: str | None
+    # Keep tables, log groups and the alarm key when the stack is deleted.
+    retain_data: bool
+
+    @property
+    def mail_sender_domain(self) -> str:
+        return self.mail_sender.rpartition("@")[2]
+
+    @classmethod
+    def parse(cls, get: Callable[[str], object], catalog: Catalog = CATALOG) -> StackContext:
+        """Read each key with `get` (`app.node.try_get_context`); one ContextError lists every problem."""
+        problems: list[str] = []
+
+        def text(key: str, *, required: bool) -> str:
+            value = get(key)
+            if value is None or (isinstance(value, str) and not value.strip()):
+                if required:
+                    problems.append(f"context key {key!r} {_UNSET}")
+                return ""
+            if not isinstance(value, str):
+                problems.append(f"context key {key!r} must be a string, not {value!r}")
+                return ""
+            return value.strip()
+
+        stack_name = text(STACK_NAME, required=True)
+        if stack_name:
+            if not _STACK_NAME.fullmatch(stack_name):
+                rule = "must start with a letter and hold only letters, digits and '-'"
+                problems.append(f"{STACK_NAME} {stack_name!r} {rule}")
+            else:
+                for queue in catalog:
+                    try:
+                        physical_queue_name(stack_name, queue.name, dlq=True)
+                    except ValueError as exc:
+                        problems.append(f"{STACK_NAME}: {exc}")
+        mail_sender = text(MAIL_SENDER, required=True)
+        if mail_sender and not _EMAIL.fullmatch(mail_sender):
+            problems.append(f"{MAIL_SENDER} {mail_sender!r} is not an e-mail address")
+        alarm_email = text(ALARM_EMAIL, required=False)
+        if alarm_email and not _EMAIL.fullmatch(alarm_email):
+            problems.append(f"{ALARM_EMAIL} {alarm_email!r} is not an e-mail address (or leave it empty)")
+        retain_data = _flag(get(RETAIN_DATA), RETAIN_DATA, problems)
+        if problems:
+            raise ContextError("bad CDK context: " + "; ".join(problems))
+        return cls(
+            stack_name=stack_name,
+            mail_sender=mail_sender,
+            alarm_email=alarm_email or None,
+            retain_data=retain_data,
+        )
+
+
+def _flag(value: object, key: str, problems: list[str]) -> bool:
+    # `cdk -c retain_data=true` arrives as a string, cdk.json as a JSON boolean.
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    if value is None:
+        problems.append(f"context key {key!r} {_UNSET}")
+    else:
+        problems.append(f"context key {key!r} must be true or false, not {value!r}")
+    return False

@@ -1,0 +1,165 @@
+"""One catalog queue: its SQS queue, DLQ and the worker Lambda that drains it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as event_sources
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from functions.catalog import QueueSpec
+from functions.worker.settings import (
+    ENV_DLQ_URL,
+    ENV_IDEMPOTENCY_TABLE,
+    ENV_QUEUE_NAME,
+    ENV_QUEUE_URL,
+    METRICS_NAMESPACE,
+    SERVICE_NAME,
+    resource_env_name,
+)
+from infra.job_resources import MissingResourceError, ProvidedResource
+from infra.naming import physical_queue_name
+from infra.worker_code import ARCHITECTURE, HANDLER, RUNTIME
+
+# Outlives the DLQ's 14 days, so the logs of any dead-lettered job are still there when it is looked at.
+LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+# What the worker does with the idempotency table (Powertools' DynamoDBPersistenceLayer), nothing more.
+IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+
+
+class JobQueue(Construct):
+    """`queue` -> `function` (through `event_source`), with `dead_letter_queue` keeping what fails.
+
+    Every setting comes from the catalog's QueueSpec; the queues' physical names from `infra.naming`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        spec: QueueSpec,
+        stack_name: str,
+        code: lambda_.Code,
+        layers: Sequence[lambda_.ILayerVersion],
+        idempotency_table: dynamodb.ITable,
+        resources: Mapping[str, ProvidedResource],
+        retain_logs: bool,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.spec = spec
+        queue_name = physical_queue_name(stack_name, spec.name)
+        # The DLQ names its one allowed source by ARN, built from the source's name: a reference to the
+        # source queue would be a cycle, since the source's redrive policy references the DLQ.
+        source_arn = Stack.of(self).format_arn(
+            service="sqs", resource=queue_name, arn_format=ArnFormat.NO_RESOURCE_NAME
+        )
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "DeadLetterQueue",
+            queue_name=physical_queue_name(stack_name, spec.name, dlq=True),
+            # Longer than the source's: a standard queue's DLQ counts from the original enqueue time.
+            retention_period=Duration.seconds(spec.dlq_retention_s),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            redrive_allow_policy=sqs.RedriveAllowPolicy(
+                redrive_permission=sqs.RedrivePermission.BY_QUEUE,
+                source_queues=[sqs.Queue.from_queue_arn(self, "SourceQueueRef", source_arn)],
+            ),
+        )
+        self.queue = sqs.Queue(
+            self,
+            "Queue",
+            queue_name=queue_name,
+            retention_period=Duration.seconds(spec.retention_s),
+            # Lambda's guidance: 6x the function timeout plus the batching window (QueueSpec computes it).
+            visibility_timeout=Duration.seconds(spec.visibility_timeout_s),
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            # The safety net for crashes and timeouts; the worker dead-letters with evidence itself.
+            dead_letter_queue=sqs.DeadLetterQueue(
+                queue=self.dead_letter_queue,
+                max_receive_count=spec.max_attempts,
+            ),
+        )
+
+        # An explicit role: CDK's default attaches AWSLambdaBasicExecutionRole, which allows logs on "*".
+        role = iam.Role(
+            self,
+            "ServiceRole",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"Worker of the {spec.name} job queue",
+        )
+        log_group = logs.LogGroup(
+            self,
+            "LogGroup",
+            retention=LOG_RETENTION,
+            removal_policy=RemovalPolicy.RETAIN if retain_logs else RemovalPolicy.DESTROY,
+        )
+        log_group.grant_write(role)
+        self.log_group = log_group
+
+        environment = {
+            ENV_QUEUE_NAME: spec.name,
+            ENV_QUEUE_URL: self.queue.queue_url,
+            ENV_DLQ_URL: self.dead_letter_queue.queue_url,
+            ENV_IDEMPOTENCY_TABLE: idempotency_table.table_name,
+            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+        }
+        needed = {name: _provided(resources, name, spec) for name in spec.resources}
+        environment.update({resource_env_name(name): item.value for name, item in needed.items()})
+
+        self.function = lambda_.Function(
+            self,
+            "Worker",
+            description=f"Runs the jobs of the {spec.name} queue: {', '.join(spec.job_names)}",
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            handler=HANDLER,
+            code=code,
+            layers=list(layers),
+            role=role,
+            timeout=Duration.seconds(spec.function_timeout_s),
+            memory_size=spec.memory_mb,
+            tracing=lambda_.Tracing.ACTIVE,  # adds X-Ray's PutTraceSegments on "*", which X-Ray requires
+            log_group=log_group,
+            environment=environment,
+        )
+
+        window = spec.batching_window_s
+        self.event_source = event_sources.SqsEventSource(
+            self.queue,
+            batch_size=spec.batch_size,
+            max_batching_window=Duration.seconds(window) if window > 0 else None,
+            # A failed record is retried alone; without this one failure would retry the whole batch.
+            report_batch_item_failures=True,
+            max_concurrency=spec.max_concurrency,
+        )
+        # Also grants consuming the queue: ReceiveMessage, DeleteMessage, GetQueueAttributes, GetQueueUrl and
+        # ChangeMessageVisibility (the worker's backoff), on this queue only.
+        self.function.add_event_source(self.event_source)
+        # The worker dead-letters with evidence itself (permanent failure, last attempt).
+        self.dead_letter_queue.grant(self.function, "sqs:SendMessage")
+        idempotency_table.grant(self.function, *IDEMPOTENCY_ACTIONS)
+        for item in needed.values():
+            item.grant(self.function)
+
+    def grant_publish(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let `grantee` enqueue jobs: SendMessage, GetQueueUrl, GetQueueAttributes on this queue only."""
+        return self.queue.grant_send_messages(grantee)
+
+
+def _provided(resources: Mapping[str, ProvidedResource], name: str, spec: QueueSpec) -> ProvidedResource:
+    try:
+        return resources[name]
+    except KeyError:
+        raise MissingResourceError(
+            f"queue {spec.name!r} needs resource {name!r}, which the stack does not provide"
+        ) from None

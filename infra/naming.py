@@ -1,0 +1,67 @@
+"""Physical names the stack gives its resources, as pure functions (no CDK import).
+
+The stack, the local engine and `jobctl` all derive names from here, so a queue is called the same
+everywhere: `<stack_name>-<queue>` and `<stack_name>-<queue>-dlq`.
+"""
+
+from __future__ import annotations
+
+import re
+
+SQS_MAX_NAME_LENGTH = 80
+_SQS_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+# The keys of each queue's SSM parameters and stack outputs: what a publisher or operator needs.
+QUEUE_URL = "url"
+DLQ_URL = "dlq-url"
+QUEUE_ARN = "arn"
+QUEUE_ENDPOINT_KEYS = (QUEUE_URL, DLQ_URL, QUEUE_ARN)
+_OUTPUT_SUFFIX = {QUEUE_URL: "QueueUrl", DLQ_URL: "DlqUrl", QUEUE_ARN: "QueueArn"}
+
+# Stack outputs that are not per queue.
+ALARM_TOPIC_ARN_OUTPUT = "AlarmTopicArn"
+IDEMPOTENCY_TABLE_OUTPUT = "IdempotencyTableName"
+ORDERS_TABLE_OUTPUT = "OrdersTableName"
+
+# The queue's two alarm signals; the alarm names end with these.
+OLDEST_MESSAGE_AGE = "oldest-message-age"
+DLQ_DEPTH = "dlq-depth"
+
+
+def physical_queue_name(stack_name: str, queue_name: str, dlq: bool = False) -> str:
+    """The SQS queue name of a catalog queue (or of its DLQ) in the stack `stack_name`."""
+    name = f"{stack_name}-{queue_name}" + ("-dlq" if dlq else "")
+    if len(name) > SQS_MAX_NAME_LENGTH or not _SQS_NAME.fullmatch(name):
+        raise ValueError(
+            f"queue name {name!r} is not a valid SQS name (at most {SQS_MAX_NAME_LENGTH} characters of "
+            "letters, digits, '-' and '_'); choose a shorter stack_name"
+        )
+    return name
+
+
+def parameter_name(stack_name: str, queue_name: str, key: str) -> str:
+    """The SSM parameter holding a queue's URL, DLQ URL or ARN: `/<stack_name>/queues/<queue>/<key>`."""
+    if key not in QUEUE_ENDPOINT_KEYS:
+        raise ValueError(f"unknown queue parameter {key!r}; known: {', '.join(QUEUE_ENDPOINT_KEYS)}")
+    return f"/{stack_name}/queues/{queue_name}/{key}"
+
+
+def output_key(queue_name: str, key: str) -> str:
+    """The stack output holding a queue's URL, DLQ URL or ARN, e.g. `OrdersQueueUrl`, `OrdersDlqUrl`."""
+    if key not in QUEUE_ENDPOINT_KEYS:
+        raise ValueError(f"unknown queue output {key!r}; known: {', '.join(QUEUE_ENDPOINT_KEYS)}")
+    return pascal_case(queue_name) + _OUTPUT_SUFFIX[key]
+
+
+def alarm_name_prefix(stack_name: str) -> str:
+    """Every alarm of the stack starts with this; the alarm topic lets only these alarms publish."""
+    return f"{stack_name}-"
+
+
+def alarm_name(stack_name: str, queue_name: str, signal: str) -> str:
+    return f"{alarm_name_prefix(stack_name)}{queue_name}-{signal}"
+
+
+def pascal_case(name: str) -> str:
+    """`order_events` -> `OrderEvents`: construct ids and output keys from catalog names."""
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[_\-]", name) if part)

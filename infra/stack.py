@@ -1,0 +1,160 @@
+"""The stack: composes the constructs for every queue in the catalog. `build_app` is what app.py runs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import App, CfnOutput, Stack, Tags
+from constructs import Construct
+
+from functions.catalog import CATALOG, Catalog
+from functions.worker.settings import SERVICE_NAME
+from infra.alarm_topic import AlarmTopic
+from infra.context import StackContext
+from infra.dependencies_layer import DependenciesLayer
+from infra.job_queue import JobQueue
+from infra.job_resources import JobResources
+from infra.naming import (
+    ALARM_TOPIC_ARN_OUTPUT,
+    IDEMPOTENCY_TABLE_OUTPUT,
+    ORDERS_TABLE_OUTPUT,
+    alarm_name_prefix,
+    pascal_case,
+)
+from infra.queue_alarms import QueueAlarms
+from infra.queue_endpoints import QueueEndpoints
+from infra.secure_table import SecureTable
+from infra.worker_code import worker_code
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FUNCTIONS_DIR = REPO_ROOT / "functions"
+LAYER_DIR = REPO_ROOT / "build" / "layer"
+
+# Powertools' DynamoDBPersistenceLayer defaults (key_attr, expiry_attr): the worker uses them unchanged.
+IDEMPOTENCY_PARTITION_KEY = "id"
+IDEMPOTENCY_TTL_ATTRIBUTE = "expiration"
+
+
+class JobsStack(Stack):
+    """Per catalog queue: JobQueue, QueueAlarms, QueueEndpoints. Shared: tables, mail identity, topic."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        *,
+        context: StackContext,
+        catalog: Catalog = CATALOG,
+        functions_dir: Path = FUNCTIONS_DIR,
+        layer_dir: Path = LAYER_DIR,
+    ) -> None:
+        # No env=: environment-agnostic, so synth needs no account lookup and no credentials.
+        super().__init__(
+            scope,
+            context.stack_name,
+            stack_name=context.stack_name,
+            description="Background jobs on SQS + Lambda: queues, DLQs, workers, idempotency, alarms",
+        )
+        Tags.of(self).add("project", SERVICE_NAME)
+        retain = context.retain_data
+        # First: without the bundled layer nothing else is worth building.
+        shown = _shown(layer_dir)
+        dependencies = DependenciesLayer(self, "Dependencies", directory=layer_dir, display_name=shown)
+        code = worker_code(functions_dir)
+
+        self.idempotency_table = SecureTable(
+            self,
+            "IdempotencyTable",
+            partition_key=IDEMPOTENCY_PARTITION_KEY,
+            time_to_live_attribute=IDEMPOTENCY_TTL_ATTRIBUTE,
+            retain=retain,
+        ).table
+        self.resources = JobResources(self, "Resources", mail_sender=context.mail_sender, retain=retain)
+        self.alarm_topic = AlarmTopic(
+            self,
+            "AlarmTopic",
+            alarm_name_prefix=alarm_name_prefix(context.stack_name),
+            email=context.alarm_email,
+            retain=retain,
+        ).topic
+
+        self.queues: dict[str, JobQueue] = {}
+        for spec in catalog:
+            prefix = pascal_case(spec.name)
+            job_queue = JobQueue(
+                self,
+                f"{prefix}Queue",
+                spec=spec,
+                stack_name=context.stack_name,
+                code=code,
+                layers=[dependencies.layer],
+                idempotency_table=self.idempotency_table,
+                resources=self.resources.provided,
+                retain_logs=retain,
+            )
+            QueueAlarms(
+                self,
+                f"{prefix}Alarms",
+                spec=spec,
+                stack_name=context.stack_name,
+                queue=job_queue.queue,
+                dead_letter_queue=job_queue.dead_letter_queue,
+                topic=self.alarm_topic,
+            )
+            QueueEndpoints(
+                self,
+                f"{prefix}Endpoints",
+                stack_name=context.stack_name,
+                queue_name=spec.name,
+                queue=job_queue.queue,
+                dead_letter_queue=job_queue.dead_letter_queue,
+            )
+            self.queues[spec.name] = job_queue
+
+        CfnOutput(
+            self,
+            ALARM_TOPIC_ARN_OUTPUT,
+            value=self.alarm_topic.topic_arn,
+            description="SNS topic every job alarm notifies",
+        )
+        CfnOutput(
+            self,
+            IDEMPOTENCY_TABLE_OUTPUT,
+            value=self.idempotency_table.table_name,
+            description="DynamoDB table of the workers' idempotency records",
+        )
+        CfnOutput(
+            self,
+            ORDERS_TABLE_OUTPUT,
+            value=self.resources.orders_table.table_name,
+            description="DynamoDB table of orders read by the example job (partition key order_id)",
+        )
+
+
+def build_app(
+    context: Mapping[str, Any] | None = None,
+    *,
+    catalog: Catalog = CATALOG,
+    functions_dir: Path = FUNCTIONS_DIR,
+    layer_dir: Path = LAYER_DIR,
+) -> tuple[App, JobsStack]:
+    """The app and its one stack. `context` adds to what the CDK CLI passes (cdk.json, `-c key=value`)."""
+    app = App(context=dict(context) if context else None)
+    settings = StackContext.parse(app.node.try_get_context, catalog)
+    stack = JobsStack(
+        app,
+        context=settings,
+        catalog=catalog,
+        functions_dir=functions_dir,
+        layer_dir=layer_dir,
+    )
+    return app, stack
+
+
+def _shown(path: Path) -> str:
+    # "build/layer" rather than an absolute path in the error message.
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)

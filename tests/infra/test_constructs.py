@@ -1,0 +1,115 @@
+"""Construct behaviour the default stack doesn't show: each built in a small stack of its own (fast)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk.assertions import Template
+
+from functions.catalog import CATALOG, RESOURCES
+from infra.alarm_topic import AlarmTopic
+from infra.dependencies_layer import DependenciesLayer, LayerMissingError
+from infra.job_queue import JobQueue
+from infra.job_resources import JobResources, MissingResourceError
+from infra.secure_table import SecureTable
+from infra.stack import build_app
+from tests.infra.cfn import of_type, permissions, role_statements
+from tests.infra.conftest import REPO_ROOT
+
+
+def _stack() -> Stack:
+    return Stack(App(), "Test")
+
+
+@pytest.mark.parametrize(("retain", "policy"), [(True, "Retain"), (False, "Delete")])
+def test_retain_data_decides_whether_a_table_outlives_the_stack(retain: bool, policy: str) -> None:
+    stack = _stack()
+    SecureTable(stack, "Table", partition_key="id", retain=retain)
+
+    (table,) = Template.from_stack(stack).find_resources("AWS::DynamoDB::Table").values()
+
+    assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == policy
+
+
+def test_alarm_email_gets_an_email_subscription() -> None:
+    stack = _stack()
+    AlarmTopic(stack, "Alarms", alarm_name_prefix="Test-", email="ops@example.com", retain=False)
+
+    Template.from_stack(stack).has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ops@example.com"}
+    )
+
+
+def test_a_missing_layer_says_to_run_make_bundle(tmp_path: Path) -> None:
+    with pytest.raises(LayerMissingError) as raised:
+        DependenciesLayer(_stack(), "Deps", directory=tmp_path / "layer", display_name="build/layer")
+
+    assert str(raised.value) == "build/layer is missing: run `make bundle`"
+
+
+def test_build_app_checks_the_layer_first(cdk_context: dict[str, Any], tmp_path: Path) -> None:
+    with pytest.raises(LayerMissingError, match="is missing: run `make bundle`"):
+        build_app(cdk_context, layer_dir=tmp_path / "layer")
+
+
+def test_a_catalog_resource_the_stack_does_not_provide_fails_synth(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("infra.job_resources.RESOURCES", {**RESOURCES, "payments_api": "an HTTP API"})
+    expected = re.escape("provides no payments_api: add it to JobResources.provided")
+
+    with pytest.raises(MissingResourceError, match=expected):
+        JobResources(_stack(), "Resources", mail_sender="jobs@example.com", retain=False)
+
+
+def test_grant_publish_allows_sending_to_the_queue_only() -> None:
+    stack = _stack()
+    resources = JobResources(stack, "Resources", mail_sender="jobs@example.com", retain=False)
+    table = SecureTable(stack, "Idempotency", partition_key="id", retain=False).table
+    job_queue = JobQueue(
+        stack,
+        "Orders",
+        spec=CATALOG.queues[0],
+        stack_name="Test",
+        code=lambda_.Code.from_inline("def handler(event, context): pass"),
+        layers=[],
+        idempotency_table=table,
+        resources=resources.provided,
+        retain_logs=False,
+    )
+    publisher = iam.Role(stack, "Publisher", assumed_by=iam.AccountRootPrincipal())
+
+    job_queue.grant_publish(publisher)
+
+    as_json = Template.from_stack(stack).to_json()["Resources"]
+    (role,) = [key for key in of_type(as_json, "AWS::IAM::Role") if key.startswith("Publisher")]
+    queue = stack.get_logical_id(job_queue.queue.node.default_child)  # type: ignore[arg-type]
+    assert permissions(role_statements(as_json, role)) == {
+        (f"sqs:{action}", f"{queue}.Arn") for action in ("SendMessage", "GetQueueAttributes", "GetQueueUrl")
+    }
+
+
+def test_app_py_reports_a_bad_context_in_one_line() -> None:
+    # The CDK CLI hands context to the app through CDK_CONTEXT_JSON; this is what `cdk synth -c ...` does.
+    result = subprocess.run(
+        [sys.executable, "app.py"],
+        cwd=REPO_ROOT,
+        env={**os.environ, "CDK_CONTEXT_JSON": json.dumps({"stack_name": "1-bad"})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert result.stderr.startswith("error: bad CDK context: stack_name '1-bad' must start with a letter")

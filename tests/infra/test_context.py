@@ -1,0 +1,59 @@
+"""CDK context: the keys, cdk.json's defaults, and one error listing every bad value (pure, no synth)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from infra.context import CONTEXT_KEYS, ContextError, StackContext
+
+GOOD: dict[str, object] = {
+    "stack_name": "SqsJobs",
+    "mail_sender": "jobs@example.com",
+    "alarm_email": "",
+    "retain_data": False,
+}
+
+
+def test_cdk_json_holds_a_default_for_every_key(cdk_context: dict[str, Any]) -> None:
+    assert set(CONTEXT_KEYS) <= set(cdk_context)
+    assert StackContext.parse(cdk_context.get) == StackContext(
+        stack_name="SqsJobs", mail_sender="jobs@example.com", alarm_email=None, retain_data=False
+    )
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(True, True), ("true", True), ("False", False), ("0", False)])
+def test_retain_data_accepts_json_booleans_and_command_line_strings(raw: object, expected: bool) -> None:
+    assert StackContext.parse({**GOOD, "retain_data": raw}.get).retain_data is expected
+
+
+def test_alarm_email_is_optional() -> None:
+    assert StackContext.parse({**GOOD, "alarm_email": "ops@example.com"}.get).alarm_email == "ops@example.com"
+    assert StackContext.parse({**GOOD, "alarm_email": None}.get).alarm_email is None
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    bad = {"stack_name": "1-stack", "mail_sender": "nobody", "alarm_email": "x@", "retain_data": "maybe"}
+
+    with pytest.raises(ContextError) as raised:
+        StackContext.parse(bad.get)
+
+    message = str(raised.value)
+    for key in ("stack_name '1-stack'", "mail_sender 'nobody'", "alarm_email 'x@'", "'retain_data' must be"):
+        assert key in message
+
+
+def test_missing_keys_point_at_cdk_json() -> None:
+    nothing: dict[str, object] = {}
+
+    expected = re.escape("'stack_name' is not set (cdk.json holds the defaults: run the app through")
+
+    with pytest.raises(ContextError, match=expected):
+        StackContext.parse(nothing.get)
+
+
+def test_a_stack_name_too_long_for_the_queue_names_is_refused() -> None:
+    with pytest.raises(ContextError, match="choose a shorter stack_name"):
+        StackContext.parse({**GOOD, "stack_name": "S" * 76}.get)

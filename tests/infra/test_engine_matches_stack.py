@@ -1,0 +1,115 @@
+"""The local engine (`jobctl.local.provision`, on moto) creates what the synthesized stack creates.
+
+Both read the catalog; this proves they turn it into the same names and settings, so what works on the local
+engine meets the same queues, redrive policy, tables and parameters once deployed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from functions.catalog import CATALOG, QueueSpec
+from jobctl.local.provision import (
+    DEFAULT_MAIL_SENDER,
+    DEFAULT_STACK_NAME,
+    LocalDeployment,
+    dlq_attributes,
+    provision,
+)
+from tests.infra.cfn import find_one, of_type, props, queue_id
+from tests.infra.conftest import Synth
+
+QUEUES = pytest.mark.parametrize("spec", CATALOG.queues, ids=lambda spec: spec.name)
+
+
+def _client(service: str) -> Any:
+    return boto3.client(service, region_name="us-east-1")  # type: ignore[call-overload]
+
+
+@pytest.fixture(scope="module")
+def local(synth: Synth) -> Iterator[LocalDeployment]:
+    # moto stays active for this module's tests only.
+    with mock_aws():
+        yield provision(_client, stack_name=synth.context.stack_name, mail_sender=synth.context.mail_sender)
+
+
+def _queue_attributes(url: str) -> dict[str, str]:
+    response = _client("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
+    attributes: dict[str, str] = response["Attributes"]
+    return attributes
+
+
+def test_engine_defaults_are_cdk_json_defaults(synth: Synth) -> None:
+    assert (DEFAULT_STACK_NAME, DEFAULT_MAIL_SENDER) == (synth.context.stack_name, synth.context.mail_sender)
+
+
+@QUEUES
+def test_source_queue_matches(synth: Synth, local: LocalDeployment, spec: QueueSpec) -> None:
+    stack = props(synth.resources, queue_id(synth.resources, synth.context.stack_name, spec))
+    engine = _queue_attributes(local.queues[spec.name].url)
+
+    assert local.queues[spec.name].arn.endswith(":" + stack["QueueName"])
+    assert int(engine["VisibilityTimeout"]) == stack["VisibilityTimeout"]
+    assert int(engine["MessageRetentionPeriod"]) == stack["MessageRetentionPeriod"]
+    redrive = json.loads(engine["RedrivePolicy"])
+    assert int(redrive["maxReceiveCount"]) == stack["RedrivePolicy"]["maxReceiveCount"]
+    assert redrive["deadLetterTargetArn"] == local.queues[spec.name].dlq_arn
+
+
+@QUEUES
+def test_dead_letter_queue_matches(synth: Synth, local: LocalDeployment, spec: QueueSpec) -> None:
+    stack = props(synth.resources, queue_id(synth.resources, synth.context.stack_name, spec, dlq=True))
+    engine = _queue_attributes(local.queues[spec.name].dlq_url)
+
+    assert local.queues[spec.name].dlq_arn.endswith(":" + stack["QueueName"])
+    assert int(engine["MessageRetentionPeriod"]) == stack["MessageRetentionPeriod"]
+    # moto doesn't return RedriveAllowPolicy; compare what the engine sets.
+    source_arn = local.queues[spec.name].arn
+    allow = json.loads(dlq_attributes(spec, source_arn)["RedriveAllowPolicy"])
+    assert allow == {"redrivePermission": "byQueue", "sourceQueueArns": [source_arn]}
+    assert stack["RedriveAllowPolicy"]["redrivePermission"] == allow["redrivePermission"]
+
+
+def test_ssm_parameters_match(synth: Synth, local: LocalDeployment) -> None:
+    stack = {props(synth.resources, key)["Name"] for key in of_type(synth.resources, "AWS::SSM::Parameter")}
+    pages = _client("ssm").get_paginator("get_parameters_by_path").paginate(Path="/", Recursive=True)
+    engine = {parameter["Name"] for page in pages for parameter in page["Parameters"]}
+
+    assert engine == stack
+
+
+@pytest.mark.parametrize("partition_key", ["id", "order_id"])
+def test_tables_have_the_same_keys_and_ttl(synth: Synth, local: LocalDeployment, partition_key: str) -> None:
+    stack = props(
+        synth.resources,
+        find_one(
+            synth.resources,
+            "AWS::DynamoDB::Table",
+            lambda p: p["KeySchema"][0]["AttributeName"] == partition_key,
+        ),
+    )
+    name = local.idempotency_table if partition_key == "id" else local.resources["orders_table"]
+    dynamodb = _client("dynamodb")
+
+    table = dynamodb.describe_table(TableName=name)["Table"]
+    ttl = dynamodb.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
+
+    assert table["KeySchema"] == stack["KeySchema"]
+    assert table["AttributeDefinitions"] == stack["AttributeDefinitions"]
+    if "TimeToLiveSpecification" in stack:
+        assert ttl.get("AttributeName") == stack["TimeToLiveSpecification"]["AttributeName"]
+    else:
+        assert "AttributeName" not in ttl
+
+
+def test_mail_sender_identity_matches(synth: Synth, local: LocalDeployment) -> None:
+    (identity,) = of_type(synth.resources, "AWS::SES::EmailIdentity")
+
+    assert local.resources["mail_sender"] == props(synth.resources, identity)["EmailIdentity"]
+    assert local.resources["mail_sender"] in _client("ses").list_identities()["Identities"]

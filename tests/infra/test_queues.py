@@ -1,0 +1,90 @@
+"""Each catalog queue: the SQS queue and its DLQ."""
+
+from __future__ import annotations
+
+import pytest
+
+from functions.catalog import CATALOG, DAY, QueueSpec
+from infra.naming import physical_queue_name
+from tests.infra.cfn import of_type, props, queue_id, render
+from tests.infra.conftest import Synth
+
+QUEUES = pytest.mark.parametrize("spec", CATALOG.queues, ids=lambda spec: spec.name)
+
+
+def test_every_catalog_queue_has_a_queue_and_a_dlq(synth: Synth) -> None:
+    names = {props(synth.resources, key)["QueueName"] for key in of_type(synth.resources, "AWS::SQS::Queue")}
+    stack_name = synth.context.stack_name
+    queues = {physical_queue_name(stack_name, spec.name) for spec in CATALOG}
+    dlqs = {physical_queue_name(stack_name, spec.name, dlq=True) for spec in CATALOG}
+    assert names == queues | dlqs
+
+
+@QUEUES
+@pytest.mark.parametrize("dlq", [False, True], ids=["queue", "dlq"])
+def test_queue_is_encrypted_and_tls_only(synth: Synth, spec: QueueSpec, dlq: bool) -> None:
+    queue = queue_id(synth.resources, synth.context.stack_name, spec, dlq=dlq)
+    assert props(synth.resources, queue)["SqsManagedSseEnabled"] is True
+
+    policies = [
+        props(synth.resources, key)["PolicyDocument"]["Statement"]
+        for key in of_type(synth.resources, "AWS::SQS::QueuePolicy")
+        if props(synth.resources, key)["Queues"] == [{"Ref": queue}]
+    ]
+    assert policies == [
+        [
+            {
+                "Action": "sqs:*",
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                "Effect": "Deny",
+                "Principal": {"AWS": "*"},
+                "Resource": {"Fn::GetAtt": [queue, "Arn"]},
+            }
+        ]
+    ]
+
+
+@QUEUES
+def test_dlq_keeps_messages_14_days_longer_than_the_source(synth: Synth, spec: QueueSpec) -> None:
+    source = props(synth.resources, queue_id(synth.resources, synth.context.stack_name, spec))
+    dlq = props(synth.resources, queue_id(synth.resources, synth.context.stack_name, spec, dlq=True))
+
+    assert dlq["MessageRetentionPeriod"] == spec.dlq_retention_s == 14 * DAY
+    assert source["MessageRetentionPeriod"] == spec.retention_s
+    # A standard queue's DLQ counts retention from the original enqueue time.
+    assert dlq["MessageRetentionPeriod"] > source["MessageRetentionPeriod"]
+
+
+@QUEUES
+def test_source_dead_letters_to_its_dlq_after_max_attempts(synth: Synth, spec: QueueSpec) -> None:
+    dlq = queue_id(synth.resources, synth.context.stack_name, spec, dlq=True)
+    source = props(synth.resources, queue_id(synth.resources, synth.context.stack_name, spec))
+
+    assert source["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": [dlq, "Arn"]},
+        "maxReceiveCount": spec.max_attempts,
+    }
+    assert "RedrivePolicy" not in props(synth.resources, dlq)
+
+
+@QUEUES
+def test_dlq_accepts_only_its_own_source_queue(synth: Synth, spec: QueueSpec) -> None:
+    stack_name = synth.context.stack_name
+    dlq = props(synth.resources, queue_id(synth.resources, stack_name, spec, dlq=True))
+
+    policy = dlq["RedriveAllowPolicy"]
+    assert policy["redrivePermission"] == "byQueue"
+    # Built from the source's name, not a reference to it: a reference would be a circular dependency.
+    assert [render(arn) for arn in policy["sourceQueueArns"]] == [
+        f"arn:aws:sqs:${{Region}}:${{Account}}:{physical_queue_name(stack_name, spec.name)}"
+    ]
+
+
+@QUEUES
+def test_visibility_timeout_is_six_function_timeouts_plus_window(synth: Synth, spec: QueueSpec) -> None:
+    source = props(synth.resources, queue_id(synth.resources, synth.context.stack_name, spec))
+
+    assert source["VisibilityTimeout"] == 6 * spec.function_timeout_s + spec.batching_window_s
+    assert "VisibilityTimeout" not in props(
+        synth.resources, queue_id(synth.resources, synth.context.stack_name, spec, dlq=True)
+    )

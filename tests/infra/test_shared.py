@@ -1,0 +1,184 @@
+"""What all queues share: tables, mail identity, alarm topic and key, layer, outputs and parameters."""
+
+from __future__ import annotations
+
+import inspect
+from importlib.metadata import version
+from typing import Any
+
+import pytest
+from aws_cdk import Token
+from aws_cdk.assertions import Match, Template
+from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
+from functions.catalog import CATALOG, QueueSpec
+from infra.naming import (
+    ALARM_TOPIC_ARN_OUTPUT,
+    DLQ_URL,
+    IDEMPOTENCY_TABLE_OUTPUT,
+    ORDERS_TABLE_OUTPUT,
+    QUEUE_ARN,
+    QUEUE_ENDPOINT_KEYS,
+    QUEUE_URL,
+    output_key,
+    parameter_name,
+)
+from infra.stack import IDEMPOTENCY_PARTITION_KEY, IDEMPOTENCY_TTL_ATTRIBUTE
+from tests.infra.cfn import find_one, of_type, props, queue_id, render
+from tests.infra.conftest import Synth
+
+QUEUES = pytest.mark.parametrize("spec", CATALOG.queues, ids=lambda spec: spec.name)
+
+
+def _table(synth: Synth, partition_key: str) -> dict[str, Any]:
+    key = find_one(
+        synth.resources,
+        "AWS::DynamoDB::Table",
+        lambda p: p["KeySchema"] == [{"AttributeName": partition_key, "KeyType": "HASH"}],
+    )
+    return dict(synth.resources[key])
+
+
+def test_stack_is_environment_agnostic(synth: Synth) -> None:
+    assert Token.is_unresolved(synth.stack.account)
+    assert Token.is_unresolved(synth.stack.region)
+
+
+def test_idempotency_table_uses_powertools_defaults(synth: Synth) -> None:
+    defaults = inspect.signature(DynamoDBPersistenceLayer.__init__).parameters
+    assert defaults["key_attr"].default == IDEMPOTENCY_PARTITION_KEY == "id"
+    assert defaults["expiry_attr"].default == IDEMPOTENCY_TTL_ATTRIBUTE == "expiration"
+
+    table = _table(synth, "id")["Properties"]
+
+    assert table["AttributeDefinitions"] == [{"AttributeName": "id", "AttributeType": "S"}]
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
+
+
+@pytest.mark.parametrize("partition_key", ["id", "order_id"], ids=["idempotency", "orders"])
+def test_tables_are_on_demand_recoverable_and_encrypted(synth: Synth, partition_key: str) -> None:
+    table = _table(synth, partition_key)
+    properties = table["Properties"]
+
+    assert properties["KeySchema"] == [{"AttributeName": partition_key, "KeyType": "HASH"}]
+    assert properties["AttributeDefinitions"] == [{"AttributeName": partition_key, "AttributeType": "S"}]
+    assert properties["BillingMode"] == "PAY_PER_REQUEST"
+    assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    # AWS_MANAGED: encrypted with the aws/dynamodb KMS key, which is SSEEnabled without a key ID.
+    assert properties["SSESpecification"] == {"SSEEnabled": True}
+    expected_policy = "Retain" if synth.context.retain_data else "Delete"
+    assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == expected_policy
+
+
+def test_mail_sender_is_an_ses_identity(template: Template, synth: Synth) -> None:
+    template.resource_count_is("AWS::SES::EmailIdentity", 1)
+    template.has_resource_properties("AWS::SES::EmailIdentity", {"EmailIdentity": synth.context.mail_sender})
+
+
+def test_alarm_topic_key_rotates_and_cloudwatch_may_use_it(template: Template, synth: Synth) -> None:
+    (key,) = of_type(synth.resources, "AWS::KMS::Key")
+    (topic,) = of_type(synth.resources, "AWS::SNS::Topic")
+
+    assert props(synth.resources, topic)["KmsMasterKeyId"] == {"Fn::GetAtt": [key, "Arn"]}
+    assert props(synth.resources, key)["EnableKeyRotation"] is True
+    template.has_resource_properties(
+        "AWS::KMS::Key",
+        {
+            "KeyPolicy": {
+                "Statement": Match.array_with(
+                    [
+                        {
+                            "Action": ["kms:Decrypt", "kms:GenerateDataKey*"],
+                            "Effect": "Allow",
+                            "Principal": {"Service": "cloudwatch.amazonaws.com"},
+                            "Resource": "*",
+                            "Sid": Match.any_value(),
+                        }
+                    ]
+                )
+            }
+        },
+    )
+
+
+def test_alarm_topic_is_tls_only_and_only_this_stacks_alarms_publish(synth: Synth) -> None:
+    (topic,) = of_type(synth.resources, "AWS::SNS::Topic")
+    (policy,) = of_type(synth.resources, "AWS::SNS::TopicPolicy")
+    statements = {s["Effect"]: s for s in props(synth.resources, policy)["PolicyDocument"]["Statement"]}
+
+    assert props(synth.resources, policy)["Topics"] == [{"Ref": topic}]
+    deny = statements["Deny"]
+    assert (deny["Condition"], deny["Principal"], deny["Resource"]) == (
+        {"Bool": {"aws:SecureTransport": "false"}},
+        "*",
+        {"Ref": topic},
+    )
+    allow = statements["Allow"]
+    assert (allow["Action"], allow["Principal"]) == ("sns:Publish", {"Service": "cloudwatch.amazonaws.com"})
+    assert render(allow["Condition"]["StringEquals"]["aws:SourceAccount"]) == "${Account}"
+    assert render(allow["Condition"]["ArnLike"]["aws:SourceArn"]) == (
+        f"arn:aws:cloudwatch:${{Region}}:${{Account}}:alarm:{synth.context.stack_name}-*"
+    )
+
+
+def test_alarm_email_subscription_follows_the_context(template: Template, synth: Synth) -> None:
+    if synth.context.alarm_email:
+        template.has_resource_properties(
+            "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": synth.context.alarm_email}
+        )
+    else:
+        template.resource_count_is("AWS::SNS::Subscription", 0)
+
+
+def test_dependencies_layer_matches_the_workers_and_the_tested_powertools(synth: Synth) -> None:
+    (layer,) = of_type(synth.resources, "AWS::Lambda::LayerVersion")
+    properties = props(synth.resources, layer)
+
+    assert properties["CompatibleRuntimes"] == ["python3.14"]
+    assert properties["CompatibleArchitectures"] == ["arm64"]
+    # The layer vendors uv.lock's versions: the same Powertools these tests import.
+    assert f"aws-lambda-powertools=={version('aws-lambda-powertools')}" in properties["Description"].split()
+
+
+@QUEUES
+def test_queue_outputs_and_parameters_for_publishers(synth: Synth, spec: QueueSpec) -> None:
+    stack_name = synth.context.stack_name
+    queue = queue_id(synth.resources, stack_name, spec)
+    dlq = queue_id(synth.resources, stack_name, spec, dlq=True)
+    expected = {
+        QUEUE_URL: {"Ref": queue},
+        DLQ_URL: {"Ref": dlq},
+        QUEUE_ARN: {"Fn::GetAtt": [queue, "Arn"]},
+    }
+    assert set(expected) == set(QUEUE_ENDPOINT_KEYS)
+
+    parameters = {
+        props(synth.resources, key)["Name"]: props(synth.resources, key)
+        for key in of_type(synth.resources, "AWS::SSM::Parameter")
+    }
+    for key, value in expected.items():
+        assert synth.outputs[output_key(spec.name, key)]["Value"] == value
+        parameter = parameters[parameter_name(stack_name, spec.name, key)]
+        assert (parameter["Type"], parameter["Value"]) == ("String", value)
+
+
+def test_parameter_names_follow_the_documented_pattern(synth: Synth) -> None:
+    names = {props(synth.resources, key)["Name"] for key in of_type(synth.resources, "AWS::SSM::Parameter")}
+    stack_name = synth.context.stack_name
+    keys = ("url", "dlq-url", "arn")
+    assert names == {f"/{stack_name}/queues/{spec.name}/{key}" for spec in CATALOG for key in keys}
+
+
+def test_shared_outputs(synth: Synth) -> None:
+    (topic,) = of_type(synth.resources, "AWS::SNS::Topic")
+    idempotency = find_one(
+        synth.resources, "AWS::DynamoDB::Table", lambda p: p["KeySchema"][0]["AttributeName"] == "id"
+    )
+    orders = find_one(
+        synth.resources, "AWS::DynamoDB::Table", lambda p: p["KeySchema"][0]["AttributeName"] == "order_id"
+    )
+
+    assert synth.outputs[ALARM_TOPIC_ARN_OUTPUT]["Value"] == {"Ref": topic}
+    assert synth.outputs[IDEMPOTENCY_TABLE_OUTPUT]["Value"] == {"Ref": idempotency}
+    assert synth.outputs[ORDERS_TABLE_OUTPUT]["Value"] == {"Ref": orders}
+    assert len(synth.outputs) == 3 + len(QUEUE_ENDPOINT_KEYS) * len(CATALOG.queues)

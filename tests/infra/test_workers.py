@@ -1,0 +1,213 @@
+"""Each catalog queue's worker Lambda: function settings, event source mapping, role, code asset."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from functions.catalog import CATALOG, RESOURCES, QueueSpec
+from functions.worker.settings import (
+    ENV_DLQ_URL,
+    ENV_IDEMPOTENCY_TABLE,
+    ENV_QUEUE_NAME,
+    ENV_QUEUE_URL,
+    METRICS_NAMESPACE,
+    SERVICE_NAME,
+    resource_env_name,
+)
+from tests.infra.cfn import (
+    Permission,
+    find_one,
+    of_type,
+    permissions,
+    props,
+    queue_id,
+    role_id,
+    role_statements,
+    worker_id,
+)
+from tests.infra.conftest import Synth
+
+QUEUES = pytest.mark.parametrize("spec", CATALOG.queues, ids=lambda spec: spec.name)
+CONSUME = ("ChangeMessageVisibility", "DeleteMessage", "GetQueueAttributes", "GetQueueUrl", "ReceiveMessage")
+IDEMPOTENCY = ("DeleteItem", "GetItem", "PutItem", "UpdateItem")
+
+
+def _table_id(synth: Synth, partition_key: str) -> str:
+    return find_one(
+        synth.resources,
+        "AWS::DynamoDB::Table",
+        lambda p: p["KeySchema"] == [{"AttributeName": partition_key, "KeyType": "HASH"}],
+    )
+
+
+def _ses_identity(name: str) -> str:
+    return f"arn:aws:ses:${{Region}}:${{Account}}:identity/{name}"
+
+
+# What each catalog resource must grant a worker whose jobs need it: exactly this, nothing more.
+RESOURCE_GRANTS: dict[str, Callable[[Synth], set[Permission]]] = {
+    "orders_table": lambda synth: {("dynamodb:GetItem", f"{_table_id(synth, 'order_id')}.Arn")},
+    "mail_sender": lambda synth: {
+        (action, _ses_identity(identity))
+        for action in ("ses:SendEmail", "ses:SendRawEmail")
+        for identity in (synth.context.mail_sender, synth.context.mail_sender_domain)
+    },
+}
+
+
+def _resource_value(synth: Synth, resource: str) -> object:
+    values = {
+        "orders_table": {"Ref": _table_id(synth, "order_id")},
+        "mail_sender": synth.context.mail_sender,
+    }
+    return values[resource]
+
+
+def test_every_catalog_resource_has_an_expected_grant() -> None:
+    assert set(RESOURCE_GRANTS) == set(RESOURCES)
+
+
+def test_one_worker_per_catalog_queue(synth: Synth) -> None:
+    functions = of_type(synth.resources, "AWS::Lambda::Function")
+    assert len(functions) == len(CATALOG.queues)
+    for spec in CATALOG:
+        worker_id(synth.resources, spec)
+
+
+@QUEUES
+def test_worker_runtime_architecture_handler_and_limits(synth: Synth, spec: QueueSpec) -> None:
+    function = props(synth.resources, worker_id(synth.resources, spec))
+
+    assert function["Runtime"] == "python3.14"
+    assert function["Architectures"] == ["arm64"]
+    assert function["Handler"] == "functions.entry.handler"
+    assert function["Timeout"] == spec.function_timeout_s
+    assert function["MemorySize"] == spec.memory_mb
+    assert function["TracingConfig"] == {"Mode": "Active"}
+
+
+@QUEUES
+def test_worker_environment_names_its_queue_dlq_table_and_resources(synth: Synth, spec: QueueSpec) -> None:
+    stack_name = synth.context.stack_name
+    function = props(synth.resources, worker_id(synth.resources, spec))
+
+    assert function["Environment"]["Variables"] == {
+        ENV_QUEUE_NAME: spec.name,
+        ENV_QUEUE_URL: {"Ref": queue_id(synth.resources, stack_name, spec)},
+        ENV_DLQ_URL: {"Ref": queue_id(synth.resources, stack_name, spec, dlq=True)},
+        ENV_IDEMPOTENCY_TABLE: {"Ref": _table_id(synth, "id")},
+        "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+        "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+        **{resource_env_name(resource): _resource_value(synth, resource) for resource in spec.resources},
+    }
+
+
+@QUEUES
+def test_worker_logs_to_its_own_log_group_kept_30_days(synth: Synth, spec: QueueSpec) -> None:
+    function = props(synth.resources, worker_id(synth.resources, spec))
+
+    log_group = function["LoggingConfig"]["LogGroup"]["Ref"]
+    assert synth.resources[log_group]["Type"] == "AWS::Logs::LogGroup"
+    # Longer than the DLQ's retention: a dead-lettered job's logs are still there when it's looked at.
+    assert props(synth.resources, log_group)["RetentionInDays"] == 30 > spec.dlq_retention_s / 86_400
+
+
+@QUEUES
+def test_worker_uses_the_dependencies_layer(synth: Synth, spec: QueueSpec) -> None:
+    (layer,) = of_type(synth.resources, "AWS::Lambda::LayerVersion")
+    function = props(synth.resources, worker_id(synth.resources, spec))
+
+    assert function["Layers"] == [{"Ref": layer}]
+
+
+@QUEUES
+def test_esm_reports_item_failures_with_bounded_concurrency(synth: Synth, spec: QueueSpec) -> None:
+    queue = queue_id(synth.resources, synth.context.stack_name, spec)
+    function = worker_id(synth.resources, spec)
+    mapping = props(
+        synth.resources,
+        find_one(
+            synth.resources,
+            "AWS::Lambda::EventSourceMapping",
+            lambda p: p["EventSourceArn"] == {"Fn::GetAtt": [queue, "Arn"]},
+        ),
+    )
+
+    assert mapping["FunctionName"] == {"Ref": function}
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert mapping["ScalingConfig"] == {"MaximumConcurrency": spec.max_concurrency}
+    assert mapping["BatchSize"] == spec.batch_size
+    if spec.batching_window_s:
+        assert mapping["MaximumBatchingWindowInSeconds"] == spec.batching_window_s
+    else:
+        assert "MaximumBatchingWindowInSeconds" not in mapping
+
+
+@QUEUES
+def test_worker_role_has_exactly_the_grants_it_needs(synth: Synth, spec: QueueSpec) -> None:
+    stack_name = synth.context.stack_name
+    queue = queue_id(synth.resources, stack_name, spec)
+    dlq = queue_id(synth.resources, stack_name, spec, dlq=True)
+    function = worker_id(synth.resources, spec)
+    log_group = props(synth.resources, function)["LoggingConfig"]["LogGroup"]["Ref"]
+    idempotency_table = _table_id(synth, "id")
+    expected = {
+        ("logs:CreateLogStream", f"{log_group}.Arn"),
+        ("logs:PutLogEvents", f"{log_group}.Arn"),
+        # X-Ray's PutTraceSegments/PutTelemetryRecords take no resource ARN: "*" is the only form.
+        ("xray:PutTraceSegments", "*"),
+        ("xray:PutTelemetryRecords", "*"),
+        *{(f"sqs:{action}", f"{queue}.Arn") for action in CONSUME},
+        ("sqs:SendMessage", f"{dlq}.Arn"),
+        *{(f"dynamodb:{action}", f"{idempotency_table}.Arn") for action in IDEMPOTENCY},
+    }
+    for resource in spec.resources:
+        expected |= RESOURCE_GRANTS[resource](synth)
+
+    granted = permissions(role_statements(synth.resources, role_id(synth.resources, function)))
+
+    assert granted == expected
+
+
+@QUEUES
+def test_worker_role_uses_star_only_for_xray_and_no_managed_policy(synth: Synth, spec: QueueSpec) -> None:
+    role = role_id(synth.resources, worker_id(synth.resources, spec))
+    granted = permissions(role_statements(synth.resources, role))
+
+    assert {action for action, resource in granted if resource == "*"} == {
+        "xray:PutTraceSegments",
+        "xray:PutTelemetryRecords",
+    }
+    assert not any(action.endswith("*") for action, _ in granted)
+    # AWSLambdaBasicExecutionRole would allow CloudWatch Logs on "*".
+    assert "ManagedPolicyArns" not in props(synth.resources, role)
+    assert props(synth.resources, role)["AssumeRolePolicyDocument"]["Statement"] == [
+        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}}
+    ]
+
+
+@QUEUES
+def test_worker_sends_messages_only_to_its_dlq(synth: Synth, spec: QueueSpec) -> None:
+    dlq = queue_id(synth.resources, synth.context.stack_name, spec, dlq=True)
+    role = role_id(synth.resources, worker_id(synth.resources, spec))
+
+    granted = permissions(role_statements(synth.resources, role))
+
+    assert {resource for action, resource in granted if action == "sqs:SendMessage"} == {f"{dlq}.Arn"}
+
+
+def test_code_asset_ships_only_the_functions_package(synth: Synth) -> None:
+    functions = of_type(synth.resources, "AWS::Lambda::Function")
+    keys = {props(synth.resources, key)["Code"]["S3Key"] for key in functions}
+    assert len(keys) == 1, "every worker runs the same code asset"
+    # The zip's content is staged in the cloud assembly as asset.<hash>, zipped at publish time.
+    asset = synth.assembly_dir / f"asset.{keys.pop().removesuffix('.zip')}"
+
+    assert [path.name for path in asset.iterdir()] == ["functions"]
+    shipped = {str(path.relative_to(asset)) for path in asset.rglob("*")}
+    assert {"functions/__init__.py", "functions/catalog.py", "functions/entry.py"} <= shipped
+    assert "functions/worker/settings.py" in shipped
+    stray = [path for path in shipped if "__pycache__" in path or path.endswith(".pyc") or "/tests" in path]
+    assert not stray
