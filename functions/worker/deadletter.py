@@ -82,6 +82,10 @@ def original_attributes_for_send(record_attributes: dict[str, Any]) -> dict[str,
 
 
 def evidence_attributes(evidence: Evidence, record_attributes: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    # A redriven message still carries the evidence of its previous failure: replaced, not nested.
+    record_attributes = {
+        name: value for name, value in record_attributes.items() if not name.startswith(ATTRIBUTE_PREFIX)
+    }
     attributes: dict[str, dict[str, Any]] = {
         ERROR_TYPE: _string(_sqs_text(evidence.error_type, 256)),
         ERROR_MESSAGE: _string(_sqs_text(evidence.error_message or "(no message)", MAX_ERROR_MESSAGE_CHARS)),

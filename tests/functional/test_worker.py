@@ -144,6 +144,27 @@ def test_missing_order_is_dead_lettered_after_one_attempt_with_evidence(harness:
     assert harness.mails_to("buyer@example.com") == 0
 
 
+def test_publisher_attributes_are_kept_and_stale_evidence_replaced(harness: Harness) -> None:
+    # A message redriven from the DLQ still carries its old evidence, beside the publisher's own attribute.
+    body = envelope("order_confirmation", "9999")
+    harness.send(
+        body,
+        MessageAttributes={
+            "tenant": {"DataType": "String", "StringValue": "acme"},
+            deadletter.ERROR_TYPE: {"DataType": "String", "StringValue": "OldError"},
+        },
+    )
+    harness.deliver()
+    [dead] = harness.dead_letters()
+    evidence = attributes_of(dead)
+    assert evidence[deadletter.ERROR_TYPE] == "OrderNotFoundError"
+    assert json.loads(evidence[deadletter.ORIGINAL_ATTRIBUTES]) == {
+        "tenant": {"DataType": "String", "StringValue": "acme"}
+    }
+    assert len(evidence) <= 10  # SQS's limit on message attributes
+    assert deadletter.JOB not in evidence  # in the body; its slot carries the originals
+
+
 @pytest.mark.parametrize(
     ("body", "error_type"),
     [
