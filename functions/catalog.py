@@ -66,6 +66,9 @@ class JobSpec:
     idempotent: bool = True
     # Resources the job needs from the stack or the local engine (names from RESOURCES below).
     resources: tuple[str, ...] = ()
+    # How long one run may take before it is cut and retried as a transient failure; None: the queue's default
+    # (half the function timeout, so a hung call can never use up the whole invocation).
+    time_limit_s: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,12 @@ class QueueSpec:
     # completed side effect.
     idempotency_expiry_s: int = 15 * DAY
     alarms: AlarmThresholds = field(default_factory=AlarmThresholds)
+    # Retry delay after a transient failure: full jitter in [0, min(cap, base * 2^(attempt-1))] seconds, set as
+    # the message's visibility timeout (SQS has no native backoff). See docs/failure-semantics.md.
+    backoff_base_s: int = 20
+    backoff_cap_s: int = 300
+    # A FIFO queue keeps order per message group; the worker then stops a group at its first failure.
+    fifo: bool = False
 
     @property
     def visibility_timeout_s(self) -> int:
@@ -107,6 +116,14 @@ class QueueSpec:
     def resources(self) -> tuple[str, ...]:
         """Every resource any job on this queue needs, each once, in catalog order."""
         return tuple(dict.fromkeys(resource for job in self.jobs for resource in job.resources))
+
+    @property
+    def default_time_limit_s(self) -> int:
+        return max(1, self.function_timeout_s // 2)
+
+    def time_limit_s(self, job: str) -> int:
+        """The time limit of one run of `job` on this queue."""
+        return self.job(job).time_limit_s or self.default_time_limit_s
 
     def job(self, name: str) -> JobSpec:
         for job in self.jobs:
@@ -159,6 +176,11 @@ class QueueSpec:
                 f"{where}: idempotency_expiry_s ({self.idempotency_expiry_s}) must be longer than "
                 f"dlq_retention_s ({self.dlq_retention_s}), or a redrive could repeat a completed job"
             )
+        if not 1 <= self.backoff_base_s <= self.backoff_cap_s <= SQS_MAX_VISIBILITY_S:
+            found.append(
+                f"{where}: backoff needs 1 <= backoff_base_s ({self.backoff_base_s}) <= backoff_cap_s "
+                f"({self.backoff_cap_s}) <= {SQS_MAX_VISIBILITY_S} (SQS's visibility limit)"
+            )
         if self.alarms.oldest_message_age_s < MINUTE:
             found.append(f"{where}: alarms.oldest_message_age_s must be at least {MINUTE}")
         if self.alarms.dlq_depth < 1:
@@ -168,6 +190,11 @@ class QueueSpec:
                 found.append(f"{where}: job name {job.name!r} must match {_NAME.pattern}")
             if not _HANDLER.fullmatch(job.handler):
                 found.append(f"{where}: job {job.name!r} handler {job.handler!r} is not a dotted module path")
+            if job.time_limit_s is not None and not 1 <= job.time_limit_s < self.function_timeout_s:
+                found.append(
+                    f"{where}: job {job.name!r} time_limit_s {job.time_limit_s} must be at least 1 and below "
+                    f"function_timeout_s ({self.function_timeout_s})"
+                )
             for resource in job.resources:
                 if resource not in RESOURCES:
                     found.append(

@@ -27,6 +27,9 @@ SOURCE_QUEUE = "jobs.source_queue"
 JOB = "jobs.job"
 ID = "jobs.id"
 ORIGINAL_ATTRIBUTES = "jobs.original_attributes"
+# On a copy requeued unrun (deferred for lack of time): the runs its ancestors used, so the copy's fresh
+# receive count doesn't reset the attempt count.
+PRIOR_ATTEMPTS = "jobs.prior_attempts"
 
 # Why a message was dead-lettered.
 FAILURE_PERMANENT = "permanent"
@@ -81,11 +84,14 @@ def original_attributes_for_send(record_attributes: dict[str, Any]) -> dict[str,
     return converted
 
 
+def publisher_attributes(record_attributes: dict[str, Any]) -> dict[str, Any]:
+    """The message's own attributes, without any `jobs.*` the runtime added on an earlier pass."""
+    return {name: value for name, value in record_attributes.items() if not name.startswith(ATTRIBUTE_PREFIX)}
+
+
 def evidence_attributes(evidence: Evidence, record_attributes: dict[str, Any]) -> dict[str, dict[str, Any]]:
     # A redriven message still carries the evidence of its previous failure: replaced, not nested.
-    record_attributes = {
-        name: value for name, value in record_attributes.items() if not name.startswith(ATTRIBUTE_PREFIX)
-    }
+    record_attributes = publisher_attributes(record_attributes)
     attributes: dict[str, dict[str, Any]] = {
         ERROR_TYPE: _string(_sqs_text(evidence.error_type, 256)),
         ERROR_MESSAGE: _string(_sqs_text(evidence.error_message or "(no message)", MAX_ERROR_MESSAGE_CHARS)),
@@ -106,7 +112,8 @@ def evidence_attributes(evidence: Evidence, record_attributes: dict[str, Any]) -
 
 
 class DeadLetterQueue:
-    """Sends failed records to the queue's DLQ. The caller acknowledges the original only after this returns."""
+    """Sends failed records to the queue's DLQ (and deferred ones back to their queue). The caller acknowledges
+    the original only after the send returns, so a crash in between duplicates a message, never loses one."""
 
     def __init__(self, sqs_client: Any, dlq_url: str) -> None:
         self._sqs = sqs_client
@@ -123,4 +130,11 @@ class DeadLetterQueue:
             request["MessageGroupId"] = group_id
             request["MessageDeduplicationId"] = record["messageId"]
         response = self._sqs.send_message(**request)
+        return str(response["MessageId"])
+
+    def requeue(self, queue_url: str, body: str, record: dict[str, Any], prior: int) -> str:
+        """Send an unrun copy of `record` back to its (standard) queue, remembering `prior` runs."""
+        attributes = original_attributes_for_send(publisher_attributes(record.get("messageAttributes") or {}))
+        attributes[PRIOR_ATTEMPTS] = {"DataType": "Number", "StringValue": str(max(0, prior))}
+        response = self._sqs.send_message(QueueUrl=queue_url, MessageBody=body, MessageAttributes=attributes)
         return str(response["MessageId"])

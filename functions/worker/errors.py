@@ -57,3 +57,24 @@ class WorkerConfigError(JobError):
 
 class DeadLetterError(JobError):
     """The runtime could not send a failed record to the dead-letter queue; SQS's redrive policy takes over."""
+
+
+class JobTimeLimitError(TransientError):
+    """A run went past its job's time limit and was cut; the rest of the batch carries on."""
+
+
+class HttpError(JobError):
+    """An HTTP call a job made failed; `status` is the response status, or None when there was no response."""
+
+    def __init__(self, message: str, status: int | None = None, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+
+class HttpTransientError(HttpError, TransientError):
+    """A timeout, a refused or reset connection, or a status that may succeed later (408, 425, 429, 5xx)."""
+
+
+class HttpPermanentError(HttpError, PermanentError):
+    """A status that will not change on retry (400, 401, 403, 404, 409, 410, 422 and other 4xx)."""

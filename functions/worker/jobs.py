@@ -14,6 +14,7 @@ from functions.catalog import JobSpec, QueueSpec
 from functions.worker.clients import ClientFactory
 from functions.worker.envelope import Envelope
 from functions.worker.errors import IdempotencyKeyError, WorkerConfigError
+from functions.worker.http import HttpClient, JobHttp
 
 JobResult = Mapping[str, Any] | None
 
@@ -30,6 +31,7 @@ class JobContext:
     clients: ClientFactory
     logger: Logger
     lambda_context: LambdaContext
+    http_client: HttpClient
 
     def resource(self, name: str) -> str:
         try:
@@ -45,10 +47,18 @@ class JobContext:
     def remaining_time_ms(self) -> int:
         return self.lambda_context.get_remaining_time_in_millis()
 
+    @property
+    def http(self) -> JobHttp:
+        """The shared HTTP client (10 s connect / 30 s read, no retries), sending this job's Idempotency-Key."""
+        return JobHttp(self.http_client, self.key)
+
 
 def default_idempotency_key(envelope: Envelope) -> str:
     """The business key: `<job>:<id>`, never the message ID (a redrive gives the message a new one)."""
     return f"{envelope.job}:{envelope.id}"
+
+
+ErrorTypes = tuple[type[BaseException], ...]
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,9 @@ class LoadedJob:
     spec: JobSpec
     run: Callable[[Envelope, JobContext], JobResult]
     key_function: Callable[[Envelope], str]
+    # The job's classification overrides: exception types it knows to be permanent or transient.
+    permanent_errors: ErrorTypes = ()
+    transient_errors: ErrorTypes = ()
 
     def idempotency_key(self, envelope: Envelope) -> str:
         """The publisher's explicit key if it sent one, else the job's own key, else `<job>:<id>`."""
@@ -75,6 +88,18 @@ def load_jobs(queue: QueueSpec) -> dict[str, LoadedJob]:
         run = getattr(module, "run", None)
         if not callable(run):
             raise WorkerConfigError(f"job module {spec.handler!r} has no callable run(envelope, context)")
-        key_function = getattr(module, "idempotency_key", default_idempotency_key)
-        loaded[spec.name] = LoadedJob(spec=spec, run=run, key_function=key_function)
+        loaded[spec.name] = LoadedJob(
+            spec=spec,
+            run=run,
+            key_function=getattr(module, "idempotency_key", default_idempotency_key),
+            permanent_errors=_error_types(module, "PERMANENT_ERRORS"),
+            transient_errors=_error_types(module, "TRANSIENT_ERRORS"),
+        )
     return loaded
+
+
+def _error_types(module: Any, name: str) -> ErrorTypes:
+    types = tuple(getattr(module, name, ()))
+    if not all(isinstance(item, type) and issubclass(item, BaseException) for item in types):
+        raise WorkerConfigError(f"{module.__name__}.{name} must be a tuple of exception classes")
+    return types

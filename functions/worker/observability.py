@@ -18,8 +18,10 @@ from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
 # Metric names (EMF, dimensions: service, queue, job).
 SUCCEEDED = "JobSucceeded"
 DUPLICATE = "JobDuplicate"
-FAILED = "JobFailed"
-DEAD_LETTERED = "JobDeadLettered"
+FAILED = "JobFailed"  # every failed run: retried or dead-lettered
+RETRIED = "JobRetried"
+DEAD_LETTERED = "JobDeadLettered"  # also per reason: permanent, retries_exhausted
+DEFERRED = "JobDeferred"  # handed back unrun for lack of time
 UNPARSEABLE_JOB = "(unparseable)"
 
 
@@ -56,20 +58,25 @@ class Observability:
 
 @dataclass
 class BatchTally:
-    """Counts of outcomes per job in one batch, flushed as one EMF document per job."""
+    """Counts of outcomes in one batch, flushed as one EMF document per job (dimensions queue, job), plus one
+    per job and reason for counts that have a reason (dimensions queue, job, reason)."""
 
-    counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    counts: Counter[tuple[str, str, str]] = field(default_factory=Counter)
 
-    def add(self, job: str, metric: str) -> None:
-        self.counts[(job, metric)] += 1
+    def add(self, job: str, metric: str, reason: str = "") -> None:
+        self.counts[(job, metric, "")] += 1
+        if reason:
+            self.counts[(job, metric, reason)] += 1
 
     def flush(self, observability: Observability, queue: str) -> None:
         metrics = observability.metrics
-        for job in sorted({job for job, _ in self.counts}):
+        for job, reason in sorted({(job, reason) for job, _, reason in self.counts}):
             metrics.add_dimension(name="queue", value=queue)
             metrics.add_dimension(name="job", value=job)
-            for (counted_job, metric), value in sorted(self.counts.items()):
-                if counted_job == job:
+            if reason:
+                metrics.add_dimension(name="reason", value=reason)
+            for (counted_job, metric, counted_reason), value in sorted(self.counts.items()):
+                if (counted_job, counted_reason) == (job, reason):
                     metrics.add_metric(name=metric, unit=MetricUnit.Count, value=value)
             observability.flush_metrics()
         self.counts.clear()

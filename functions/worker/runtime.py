@@ -1,21 +1,34 @@
 """The worker: one SQS batch in, a partial-batch response out. Knows nothing about any particular job.
 
-Per record: parse the envelope (a bad one is dead-lettered at once), run the job under Powertools idempotency
-keyed on the business key, and decide: success, duplicate (skipped, acknowledged), permanent failure
-(dead-lettered with evidence, acknowledged), or transient failure (reported as a batch item failure, so SQS
-redelivers it; dead-lettered with evidence on the last allowed attempt). No exception escapes a batch.
+Per record:
+1. parse the envelope (a bad one is a permanent failure);
+2. if the invocation has too little time left for the job's time limit, hand the record back at once
+   (not counted as an attempt on a standard queue);
+3. run the job under Powertools idempotency keyed on the business key, cut at the job's time limit;
+4. settle: success or duplicate -> acknowledged; permanent failure, or any failure on the last allowed attempt
+   -> dead-lettered with evidence, then acknowledged; transient failure -> visibility set to the backoff delay
+   and reported as a batch item failure, so SQS redelivers it then.
+No exception escapes a batch. See docs/failure-semantics.md.
 """
 
 from __future__ import annotations
 
+import random
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    SqsFifoPartialProcessor,
+    process_partial_response,
+)
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.idempotency import (
     DynamoDBPersistenceLayer,
@@ -30,25 +43,32 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from functions.worker.backoff import SQS_MAX_VISIBILITY_S, backoff_delay_s
+from functions.worker.classify import Classification, Kind, classify
 from functions.worker.clients import ClientFactory
 from functions.worker.deadletter import (
     FAILURE_EXHAUSTED,
     FAILURE_PERMANENT,
+    PRIOR_ATTEMPTS,
     DeadLetterQueue,
     Evidence,
     iso_from_epoch_ms,
 )
 from functions.worker.envelope import Envelope, parse_envelope
 from functions.worker.errors import (
+    EnvelopeError,
     IdempotencyKeyError,
     JobInProgressError,
-    PermanentError,
+    JobTimeLimitError,
 )
+from functions.worker.http import HttpClient
 from functions.worker.jobs import JobContext, JobResult, LoadedJob, load_jobs
 from functions.worker.observability import (
     DEAD_LETTERED,
+    DEFERRED,
     DUPLICATE,
     FAILED,
+    RETRIED,
     SUCCEEDED,
     UNPARSEABLE_JOB,
     BatchTally,
@@ -59,17 +79,21 @@ from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, WorkerSettings
 # The idempotency payload is {"key": "<business key>"}; Powertools hashes the value under this path.
 _KEY_PATH = "key"
 _RECORD_LOG_KEYS = ("job", "id", "message_id", "attempt", "idempotency_key")
+# Time a record needs beyond its job's time limit to be settled (dead-letter, visibility change).
+SETTLE_MARGIN_S = 2.0
+
+T = TypeVar("T")
 
 
 class Outcome(Enum):
     SUCCEEDED = "succeeded"
     DUPLICATE = "duplicate"
     DEAD_LETTERED = "dead_lettered"
-    RETRY = "retry"
+    DEFERRED = "deferred"
 
 
 class RetryLater(Exception):
-    """Raised to BatchProcessor so it reports the record as a batch item failure; SQS redelivers it."""
+    """Raised to the batch processor so it reports the record as a batch item failure; SQS redelivers it."""
 
     def __init__(self, cause: BaseException) -> None:
         super().__init__(f"{type(cause).__name__}: {cause}")
@@ -90,6 +114,40 @@ class _Execution:
         return dict(result) if result is not None else None
 
 
+class TimeLimiter:
+    """Runs a call in a helper thread and stops waiting for it at a time limit.
+
+    Python cannot kill a thread: a cut run is abandoned (its thread and executor too) and the next run gets
+    a fresh thread. Its idempotency record stays IN_PROGRESS until the run ends or the invocation's deadline
+    passes, so no retry can run the same key beside it in that window.
+    """
+
+    def __init__(self) -> None:
+        self._executor: ThreadPoolExecutor | None = None
+
+    def run(self, call: Callable[[], T], limit_s: float) -> T:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job")
+        future = self._executor.submit(call)
+        try:
+            return future.result(timeout=limit_s)
+        except FutureTimeoutError:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+            raise JobTimeLimitError(f"run went past its time limit of {limit_s:g}s and was cut") from None
+
+
+def _attempt(record: SQSRecord) -> int:
+    """Failed or cut runs so far plus this one: receives of this message plus those of its deferred ancestors."""
+    receives = int(record.attributes.approximate_receive_count or "1")
+    attributes: Mapping[str, Any] = record.raw_event.get("messageAttributes") or {}
+    prior_attribute: Mapping[str, Any] = attributes.get(PRIOR_ATTEMPTS) or {}
+    try:
+        return receives + max(0, int(prior_attribute.get("stringValue", 0)))
+    except (TypeError, ValueError):
+        return receives
+
+
 class Worker:
     """Drains batches of one catalog queue. Build one per execution environment (one per concurrent slot)."""
 
@@ -98,14 +156,19 @@ class Worker:
         settings: WorkerSettings,
         clients: ClientFactory,
         observability: Observability | None = None,
+        rng: random.Random | None = None,
+        http_client: HttpClient | None = None,
     ) -> None:
         self.settings = settings
         self._queue = settings.queue
         self._clients = clients
         self._obs = observability or Observability.create()
+        self._rng = rng or random.Random()
+        self._http = http_client or HttpClient()
         self._jobs = load_jobs(self._queue)
-        self._dead_letters = DeadLetterQueue(clients("sqs"), settings.dlq_url)
-        self._processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+        self._sqs = clients("sqs")
+        self._dead_letters = DeadLetterQueue(self._sqs, settings.dlq_url)
+        self._time_limiter = TimeLimiter()
         self._idempotency_config = IdempotencyConfig(
             event_key_jmespath=_KEY_PATH,
             raise_on_no_idempotency_key=True,
@@ -121,27 +184,44 @@ class Worker:
         )
         self._tally = BatchTally()
         self._lambda_context: LambdaContext | None = None
+        self._settled: set[str] = set()
         self.handle = self._obs.logger.inject_lambda_context(self._handle, clear_state=True)
 
     @staticmethod
     def _run_execution(*, idempotency: Mapping[str, str], execution: _Execution) -> JobResult:
         return execution()
 
+    def _processor(self) -> BatchProcessor | SqsFifoPartialProcessor:
+        if self._queue.fifo:
+            # Stops a message group at its first failure, so retries never reorder a group.
+            return SqsFifoPartialProcessor(skip_group_on_error=True)
+        return BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
     def _handle(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
         self._idempotency_config.register_lambda_context(context)
         self._lambda_context = context
+        self._settled = set()
         try:
-            return process_partial_response(  # type: ignore[return-value]
-                event=dict(event),
-                record_handler=self._process_record,
-                processor=self._processor,
-                context=context,
+            response = process_partial_response(
+                event=dict(event), record_handler=self._process_record, processor=self._processor(), context=context
             )
+            if self._queue.fifo:
+                self._release_skipped(event, response)
+            return response  # type: ignore[return-value]
         finally:
             self._tally.flush(self._obs, self._queue.name)
 
+    def _release_skipped(self, event: Mapping[str, Any], response: Mapping[str, Any]) -> None:
+        """Records a FIFO group skipped after its failure were never run: make them visible again at once, so
+        the group resumes when the failed record's backoff ends rather than after the full visibility timeout."""
+        failed = {item["itemIdentifier"] for item in response.get("batchItemFailures", [])}
+        for record in event.get("Records", []):
+            if record["messageId"] in failed and record["messageId"] not in self._settled:
+                self._change_visibility(record["receiptHandle"], 0)
+
     def _process_record(self, record: SQSRecord) -> Outcome:
-        attempt = int(record.attributes.approximate_receive_count or "1")
+        self._settled.add(record.message_id)
+        attempt = _attempt(record)
         logger = self._obs.logger
         logger.thread_safe_append_keys(message_id=record.message_id, attempt=attempt)
         try:
@@ -151,27 +231,30 @@ class Worker:
 
     def _settle(self, record: SQSRecord, attempt: int) -> Outcome:
         envelope: Envelope | None = None
+        job: LoadedJob | None = None
         try:
             envelope = parse_envelope(record.body, self._queue.job_names)
             self._obs.logger.thread_safe_append_keys(job=envelope.job, id=envelope.id)
-            outcome = self._run(envelope, record, attempt)
-        except PermanentError as error:
-            return self._dead_letter(record, envelope, error, attempt, FAILURE_PERMANENT)
+            job = self._jobs[envelope.job]
+            limit_s = self._queue.time_limit_s(envelope.job)
+            if self._remaining_s() < limit_s + SETTLE_MARGIN_S:
+                return self._defer(record, envelope, attempt, limit_s)
+            outcome = self._run(job, envelope, record, attempt, limit_s)
         except Exception as error:
-            if attempt >= self._queue.max_attempts:
-                return self._dead_letter(record, envelope, error, attempt, FAILURE_EXHAUSTED)
-            self._obs.logger.warning(
-                "job failed; SQS will redeliver it",
-                extra={"error_type": type(error).__name__, "error": str(error)[:1024]},
-            )
-            self._tally.add(envelope.job if envelope else UNPARSEABLE_JOB, FAILED)
-            raise RetryLater(error) from error
+            if isinstance(error, EnvelopeError) or job is None:
+                classification = classify(error)
+            else:
+                classification = classify(error, job.permanent_errors, job.transient_errors)
+            return self._fail(record, envelope, error, classification, attempt)
         self._tally.add(envelope.job, SUCCEEDED if outcome is Outcome.SUCCEEDED else DUPLICATE)
         self._obs.logger.info("job done" if outcome is Outcome.SUCCEEDED else "duplicate skipped")
         return outcome
 
-    def _run(self, envelope: Envelope, record: SQSRecord, attempt: int) -> Outcome:
-        job = self._jobs[envelope.job]
+    def _remaining_s(self) -> float:
+        assert self._lambda_context is not None
+        return self._lambda_context.get_remaining_time_in_millis() / 1000
+
+    def _run(self, job: LoadedJob, envelope: Envelope, record: SQSRecord, attempt: int, limit_s: float) -> Outcome:
         key = job.idempotency_key(envelope)
         self._obs.logger.thread_safe_append_keys(idempotency_key=key)
         assert self._lambda_context is not None
@@ -186,15 +269,91 @@ class Worker:
                 clients=self._clients,
                 logger=self._obs.logger,
                 lambda_context=self._lambda_context,
+                http_client=self._http,
             ),
         )
+        log_keys = self._obs.logger.thread_safe_get_current_keys()
+
+        def run_in_thread() -> JobResult:
+            # The job's thread logs with the record's keys too.
+            self._obs.logger.thread_safe_append_keys(**log_keys)
+            try:
+                return self._run_once(idempotency={_KEY_PATH: key}, execution=execution)  # type: ignore[no-any-return]
+            finally:
+                self._obs.logger.thread_safe_clear_keys()
+
         try:
-            self._run_once(idempotency={_KEY_PATH: key}, execution=execution)
+            self._time_limiter.run(run_in_thread, limit_s)
         except IdempotencyAlreadyInProgressError as error:
             raise JobInProgressError(f"job key {key!r} is being run by another worker") from error
         except PowertoolsIdempotencyKeyError as error:
             raise IdempotencyKeyError(str(error)) from error
         return Outcome.SUCCEEDED if execution.ran else Outcome.DUPLICATE
+
+    def _fail(
+        self,
+        record: SQSRecord,
+        envelope: Envelope | None,
+        error: BaseException,
+        classification: Classification,
+        attempt: int,
+    ) -> Outcome:
+        job_name = envelope.job if envelope else UNPARSEABLE_JOB
+        self._tally.add(job_name, FAILED)  # every failed run, whatever happens next
+        if classification.kind is Kind.PERMANENT:
+            return self._dead_letter(record, envelope, error, attempt, FAILURE_PERMANENT, classification)
+        if attempt >= self._queue.max_attempts:
+            return self._dead_letter(record, envelope, error, attempt, FAILURE_EXHAUSTED, classification)
+        delay_s = backoff_delay_s(
+            attempt,
+            self._queue.backoff_base_s,
+            self._queue.backoff_cap_s,
+            self._rng,
+            floor_s=classification.retry_after_s,
+        )
+        # A visibility timeout counts from now and may not reach past 12 h from this receive.
+        delay_s = min(delay_s, SQS_MAX_VISIBILITY_S - self._queue.function_timeout_s)
+        self._change_visibility(record.receipt_handle, delay_s)
+        self._obs.logger.warning(
+            "job failed; retrying after backoff",
+            extra={
+                "classification": classification.kind.value,
+                "reason": classification.reason,
+                "error_type": type(error).__name__,
+                "error": str(error)[:1024],
+                "next_delay_s": delay_s,
+                "attempts_left": self._queue.max_attempts - attempt,
+            },
+        )
+        self._tally.add(job_name, RETRIED)
+        raise RetryLater(error) from error
+
+    def _change_visibility(self, receipt_handle: str, timeout_s: int) -> None:
+        try:
+            self._sqs.change_message_visibility(
+                QueueUrl=self.settings.queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=timeout_s
+            )
+        except Exception:
+            # The message keeps the queue's visibility timeout: retried later than planned, never lost.
+            self._obs.logger.exception("could not change the message's visibility; the queue's timeout applies")
+
+    def _defer(self, record: SQSRecord, envelope: Envelope, attempt: int, limit_s: float) -> Outcome:
+        """Too little time left to run this record within its limit: hand it back now, unrun."""
+        self._tally.add(envelope.job, DEFERRED)
+        details = {"remaining_s": round(self._remaining_s(), 3), "time_limit_s": limit_s}
+        if not self._queue.fifo:
+            try:
+                # A copy that remembers the runs so far: this receive is not counted as an attempt.
+                self._dead_letters.requeue(self.settings.queue_url, record.body, record.raw_event, prior=attempt - 1)
+            except Exception:
+                self._obs.logger.exception("could not requeue a deferred record; making it visible instead")
+            else:
+                self._obs.logger.info("deferred: too little time left; requeued unrun", extra=details)
+                return Outcome.DEFERRED
+        # FIFO keeps order only if the message itself goes back: this receive counts.
+        self._change_visibility(record.receipt_handle, 0)
+        self._obs.logger.info("deferred: too little time left; made visible again", extra=details)
+        raise RetryLater(TimeoutError("deferred for lack of time"))
 
     def _dead_letter(
         self,
@@ -203,7 +362,9 @@ class Worker:
         error: BaseException,
         attempt: int,
         failure: str,
+        classification: Classification,
     ) -> Outcome:
+        job_name = envelope.job if envelope else UNPARSEABLE_JOB
         first_receive = record.attributes.approximate_first_receive_timestamp
         evidence = Evidence(
             error_type=type(error).__name__,
@@ -221,18 +382,19 @@ class Worker:
         except Exception as send_error:
             # The original stays on the queue; SQS's redrive policy is the safety net.
             self._obs.logger.exception("could not dead-letter the record; leaving it to SQS redrive")
-            self._tally.add(envelope.job if envelope else UNPARSEABLE_JOB, FAILED)
             raise RetryLater(send_error) from error
         self._obs.logger.error(
             "job dead-lettered",
             extra={
                 "failure": failure,
+                "classification": classification.kind.value,
+                "reason": classification.reason,
                 "error_type": evidence.error_type,
                 "error": evidence.error_message[:1024],
                 "dead_letter_message_id": dead_letter_id,
             },
         )
-        self._tally.add(envelope.job if envelope else UNPARSEABLE_JOB, DEAD_LETTERED)
+        self._tally.add(job_name, DEAD_LETTERED, reason=failure)
         return Outcome.DEAD_LETTERED
 
 

@@ -328,14 +328,17 @@ def test_metrics_count_outcomes_per_job(harness: Harness) -> None:
         harness.send(body)
     harness.deliver()
     documents = harness.metrics()
-    by_job = {doc["job"]: doc for doc in documents}
-    assert by_job["order_confirmation"]["JobSucceeded"] == [1.0]
-    assert by_job["order_confirmation"]["JobDuplicate"] == [1.0]
-    assert by_job["(unparseable)"]["JobDeadLettered"] == [1.0]
+    by_job = {(doc["job"], doc.get("reason", "")): doc for doc in documents}
+    assert by_job[("order_confirmation", "")]["JobSucceeded"] == [1.0]
+    assert by_job[("order_confirmation", "")]["JobDuplicate"] == [1.0]
+    assert by_job[("(unparseable)", "")]["JobDeadLettered"] == [1.0]
+    assert by_job[("(unparseable)", "")]["JobFailed"] == [1.0]
+    assert by_job[("(unparseable)", "permanent")]["JobDeadLettered"] == [1.0]
     for doc in documents:
         [directive] = doc["_aws"]["CloudWatchMetrics"]
         assert directive["Namespace"] == "SqsJobs"
-        assert ["queue", "job", "service"] in directive["Dimensions"]
+        expected = ["queue", "job", "reason", "service"] if "reason" in doc else ["queue", "job", "service"]
+        assert directive["Dimensions"] == [expected]
 
 
 def test_worker_handles_the_real_lambda_event_shape(harness: Harness) -> None:
