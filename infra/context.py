@@ -69,7 +69,7 @@ class StackContext:
             else:
                 for queue in catalog:
                     try:
-                        physical_queue_name(stack_name, queue.name, dlq=True)
+                        physical_queue_name(stack_name, queue.name, dlq=True, fifo=queue.fifo)
                     except ValueError as exc:
                         problems.append(f"{STACK_NAME}: {exc}")
         mail_sender = text(MAIL_SENDER, required=True)

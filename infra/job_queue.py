@@ -54,7 +54,7 @@ class JobQueue(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         self.spec = spec
-        queue_name = physical_queue_name(stack_name, spec.name)
+        queue_name = physical_queue_name(stack_name, spec.name, fifo=spec.fifo)
         # The DLQ names its one allowed source by ARN, built from the source's name: a reference to the
         # source queue would be a cycle, since the source's redrive policy references the DLQ.
         source_arn = Stack.of(self).format_arn(
@@ -63,11 +63,13 @@ class JobQueue(Construct):
         self.dead_letter_queue = sqs.Queue(
             self,
             "DeadLetterQueue",
-            queue_name=physical_queue_name(stack_name, spec.name, dlq=True),
+            queue_name=physical_queue_name(stack_name, spec.name, dlq=True, fifo=spec.fifo),
             # Longer than the source's: a standard queue's DLQ counts from the original enqueue time.
             retention_period=Duration.seconds(spec.dlq_retention_s),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
+            fifo=spec.fifo or None,
+            content_based_deduplication=spec.fifo or None,
             redrive_allow_policy=sqs.RedriveAllowPolicy(
                 redrive_permission=sqs.RedrivePermission.BY_QUEUE,
                 source_queues=[sqs.Queue.from_queue_arn(self, "SourceQueueRef", source_arn)],
@@ -82,6 +84,9 @@ class JobQueue(Construct):
             visibility_timeout=Duration.seconds(spec.visibility_timeout_s),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
+            # FIFO: order per message group; content-based deduplication drops a re-publish within 5 minutes.
+            fifo=spec.fifo or None,
+            content_based_deduplication=spec.fifo or None,
             # The safety net for crashes and timeouts; the worker dead-letters with evidence itself.
             dead_letter_queue=sqs.DeadLetterQueue(
                 queue=self.dead_letter_queue,

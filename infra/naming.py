@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 SQS_MAX_NAME_LENGTH = 80
-_SQS_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_SQS_NAME = re.compile(r"[A-Za-z0-9_-]+(\.fifo)?")
 
 # The keys of each queue's SSM parameters and stack outputs: what a publisher or operator needs.
 QUEUE_URL = "url"
@@ -28,9 +28,9 @@ OLDEST_MESSAGE_AGE = "oldest-message-age"
 DLQ_DEPTH = "dlq-depth"
 
 
-def physical_queue_name(stack_name: str, queue_name: str, dlq: bool = False) -> str:
-    """The SQS queue name of a catalog queue (or of its DLQ) in the stack `stack_name`."""
-    name = f"{stack_name}-{queue_name}" + ("-dlq" if dlq else "")
+def physical_queue_name(stack_name: str, queue_name: str, dlq: bool = False, fifo: bool = False) -> str:
+    """The SQS queue name of a catalog queue (or of its DLQ) in the stack `stack_name`; FIFO ends in `.fifo`."""
+    name = f"{stack_name}-{queue_name}" + ("-dlq" if dlq else "") + (".fifo" if fifo else "")
     if len(name) > SQS_MAX_NAME_LENGTH or not _SQS_NAME.fullmatch(name):
         raise ValueError(
             f"queue name {name!r} is not a valid SQS name (at most {SQS_MAX_NAME_LENGTH} characters of "

@@ -32,7 +32,7 @@ class QueueAlarms(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         minutes = spec.alarms.oldest_message_age_s / 60
-        dlq_name = physical_queue_name(stack_name, spec.name, dlq=True)
+        dlq_name = physical_queue_name(stack_name, spec.name, dlq=True, fifo=spec.fifo)
         # The article's incident: a hung job found the next morning. Age says "stuck" sooner and more
         # surely than backlog size.
         self.oldest_message_age = cloudwatch.Alarm(

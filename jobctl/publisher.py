@@ -69,6 +69,17 @@ class JobPublisher:
         """Build and check an envelope; raises the EnvelopeError subclass a worker would dead-letter it for."""
         return build_envelope(job, entity_id, self._catalog.job_names, key=key, extra=extra)
 
+    def _fifo_fields(self, envelope: Envelope, delay_s: int, group: str | None) -> dict[str, Any]:
+        """FIFO queues need a message group (default: the entity ID, so one entity's jobs keep their order)
+        and take no per-message delay."""
+        if not self._catalog.queue_for_job(envelope.job).fifo:
+            if group is not None:
+                raise PublishError(f"job {envelope.job!r} is on a standard queue; message groups are for FIFO queues")
+            return {"DelaySeconds": delay_s} if delay_s else {}
+        if delay_s:
+            raise InvalidDelayError(f"job {envelope.job!r} is on a FIFO queue, which takes no per-message delay")
+        return {"MessageGroupId": group or envelope.id}
+
     def _queue_url(self, job: str) -> str:
         queue = self._catalog.queue_for_job(job).name
         try:
@@ -90,13 +101,13 @@ class JobPublisher:
         key: str | None = None,
         delay_s: int = 0,
         extra: Mapping[str, Scalar] | None = None,
+        group: str | None = None,
     ) -> str:
-        """Enqueue one job; returns the SQS message ID."""
+        """Enqueue one job; returns the SQS message ID. `group` is the FIFO message group (default: the ID)."""
         self._check_delay(delay_s)
         envelope = self.envelope(job, entity_id, key=key, extra=extra)
         request: dict[str, Any] = {"QueueUrl": self._queue_url(job), "MessageBody": envelope.to_json()}
-        if delay_s:
-            request["DelaySeconds"] = delay_s
+        request.update(self._fifo_fields(envelope, delay_s, group))
         return str(self._sqs.send_message(**request)["MessageId"])
 
     def publish_many(self, jobs: Iterable[JobRequest], delay_s: int = 0) -> list[str]:
@@ -127,12 +138,14 @@ class JobPublisher:
         sent: list[str | None],
         delay_s: int,
     ) -> list[FailedEntry]:
-        entries = []
-        for index in indexes:
-            entry: dict[str, Any] = {"Id": str(index), "MessageBody": envelopes[index].to_json()}
-            if delay_s:
-                entry["DelaySeconds"] = delay_s
-            entries.append(entry)
+        entries = [
+            {
+                "Id": str(index),
+                "MessageBody": envelopes[index].to_json(),
+                **self._fifo_fields(envelopes[index], delay_s, None),
+            }
+            for index in indexes
+        ]
         response = self._sqs.send_message_batch(QueueUrl=url, Entries=entries)
         for success in response.get("Successful", []):
             sent[int(success["Id"])] = success["MessageId"]

@@ -22,6 +22,11 @@ def queue_parameters(stack_name: str, queue: str, url: str, dlq_url: str, arn: s
     return {parameter_name(stack_name, queue, key): value for key, value in values.items()}
 
 
+def fifo_attributes(spec: QueueSpec) -> dict[str, str]:
+    """Set at creation only (SQS can't turn a queue FIFO later); the stack sets the same."""
+    return {"FifoQueue": "true", "ContentBasedDeduplication": "true"} if spec.fifo else {}
+
+
 def queue_attributes(spec: QueueSpec, dlq_arn: str) -> dict[str, str]:
     """The source queue's SQS attributes; the stack sets the same (tests/infra/test_engine_matches_stack.py)."""
     return {
@@ -96,12 +101,15 @@ def provision(
     sqs = client("sqs")
     queues: dict[str, LocalQueue] = {}
     for spec in catalog:
-        source_name = physical_queue_name(stack_name, spec.name)
-        dlq_url = sqs.create_queue(QueueName=physical_queue_name(stack_name, spec.name, dlq=True))["QueueUrl"]
+        source_name = physical_queue_name(stack_name, spec.name, fifo=spec.fifo)
+        dlq_url = sqs.create_queue(
+            QueueName=physical_queue_name(stack_name, spec.name, dlq=True, fifo=spec.fifo),
+            Attributes=fifo_attributes(spec),
+        )["QueueUrl"]
         dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         source_arn = dlq_arn.rsplit(":", 1)[0] + ":" + source_name
         sqs.set_queue_attributes(QueueUrl=dlq_url, Attributes=dlq_attributes(spec, source_arn))
-        url = sqs.create_queue(QueueName=source_name)["QueueUrl"]
+        url = sqs.create_queue(QueueName=source_name, Attributes=fifo_attributes(spec))["QueueUrl"]
         sqs.set_queue_attributes(QueueUrl=url, Attributes=queue_attributes(spec, dlq_arn))
         queues[spec.name] = LocalQueue(spec=spec, url=url, arn=source_arn, dlq_url=dlq_url, dlq_arn=dlq_arn)
 

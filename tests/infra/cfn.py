@@ -49,7 +49,7 @@ def find_one(resources: Resources, type_name: str, where: Callable[[Mapping[str,
 
 
 def queue_id(resources: Resources, stack_name: str, spec: QueueSpec, *, dlq: bool = False) -> str:
-    name = physical_queue_name(stack_name, spec.name, dlq=dlq)
+    name = physical_queue_name(stack_name, spec.name, dlq=dlq, fifo=spec.fifo)
     return find_one(resources, "AWS::SQS::Queue", lambda p: p.get("QueueName") == name)
 
 
