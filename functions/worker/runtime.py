@@ -194,7 +194,10 @@ class Worker:
     def _processor(self) -> BatchProcessor | SqsFifoPartialProcessor:
         if self._queue.fifo:
             # Stops a message group at its first failure, so retries never reorder a group.
-            return SqsFifoPartialProcessor(skip_group_on_error=True)
+            fifo = SqsFifoPartialProcessor(skip_group_on_error=True)
+            # Its constructor doesn't take this flag; the base class reads the attribute.
+            fifo.raise_on_entire_batch_failure = False
+            return fifo
         return BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
     def _handle(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:

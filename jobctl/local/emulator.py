@@ -130,17 +130,18 @@ class EventSourceMapping:
             if messages:
                 self._invoke(handler, messages)
 
-    def poll_once(self, handler: Handler) -> Invocation | None:
-        """Receive one batch and invoke the handler on it, in the caller's thread (tests, step-by-step runs)."""
+    def poll_once(self, handler: Handler, timeout_s: float | None = None) -> Invocation | None:
+        """Receive one batch and invoke the handler on it, in the caller's thread (tests, step-by-step runs).
+        `timeout_s` overrides the function timeout the context counts down from."""
         messages = self._receive_batch()
-        return self._invoke(handler, messages) if messages else None
+        return self._invoke(handler, messages, timeout_s) if messages else None
 
-    def _invoke(self, handler: Handler, messages: list[dict[str, Any]]) -> Invocation:
+    def _invoke(self, handler: Handler, messages: list[dict[str, Any]], timeout_s: float | None = None) -> Invocation:
         spec = self.queue.spec
         event = sqs_event(messages, self.queue.arn)
         context = LocalLambdaContext(
             function_name=self._function_name,
-            timeout_s=spec.function_timeout_s,
+            timeout_s=spec.function_timeout_s if timeout_s is None else timeout_s,
             memory_limit_in_mb=spec.memory_mb,
             region=self.queue.arn.split(":")[3],
             account_id=self.queue.arn.split(":")[4],
@@ -154,7 +155,7 @@ class EventSourceMapping:
         except Exception:
             log.exception("worker invocation for %s raised: the whole batch fails", spec.name)
             failed_ids = None
-        timed_out = time.monotonic() - started > spec.function_timeout_s
+        timed_out = time.monotonic() - started > context.timeout_s
         with self.stats.lock:
             self.stats.invocations += 1
             self.stats.records += len(messages)

@@ -78,10 +78,13 @@ class Harness:
         url = self.deployment.queues[queue].url
         return str(self.clients("sqs").send_message(QueueUrl=url, MessageBody=body, **extra)["MessageId"])
 
-    def deliver(self, queue: str = "orders", worker: Worker | None = None) -> Invocation | None:
-        """One poll of the event source: receive a batch, invoke the worker, delete what succeeded."""
+    def deliver(
+        self, queue: str = "orders", worker: Worker | None = None, timeout_s: float | None = None
+    ) -> Invocation | None:
+        """One poll of the event source: receive a batch, invoke the worker, delete what succeeded.
+        `timeout_s` replaces the function timeout the Lambda context counts down from."""
         mapping = self.mapping(queue)
-        return mapping.poll_once((worker or self.worker(queue)).handle)
+        return mapping.poll_once((worker or self.worker(queue)).handle, timeout_s=timeout_s)
 
     def expire_visibility(self, invocation: Invocation, queue: str = "orders") -> None:
         """Make the records an invocation left on the queue visible again (what waiting out the timeout does)."""

@@ -1,0 +1,252 @@
+"""Failure semantics on real SQS semantics (moto): backoff, time limits, deferral, classification, FIFO order."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from functions.catalog import Catalog, JobSpec, QueueSpec
+from functions.worker import deadletter
+from functions.worker.backoff import backoff_ceiling_s, backoff_delay_s
+from functions.worker.clients import ClientFactory
+from functions.worker.observability import Observability
+from functions.worker.runtime import Worker
+from jobctl.local.provision import provision
+from tests.functional.conftest import Harness
+from tests.functional.sample_jobs import flaky, sleepy
+
+SEED = 20261129
+BASE = QueueSpec(name="x", jobs=(JobSpec(name="x", handler="x.y"),))
+
+TESTING = QueueSpec(
+    name="testing",
+    max_attempts=5,
+    function_timeout_s=10,
+    backoff_base_s=4,
+    backoff_cap_s=40,
+    jobs=(
+        JobSpec(name="flaky", handler="tests.functional.sample_jobs.flaky"),
+        JobSpec(name="sleepy", handler="tests.functional.sample_jobs.sleepy", time_limit_s=1),
+        JobSpec(name="strict", handler="tests.functional.sample_jobs.strict"),
+    ),
+)
+ORDERED = QueueSpec(
+    name="ordered",
+    fifo=True,
+    max_attempts=5,
+    jobs=(JobSpec(name="ordered_flaky", handler="tests.functional.sample_jobs.flaky"),),
+)
+CATALOG = Catalog(queues=(TESTING, ORDERED))
+
+
+def body(job: str, entity_id: str) -> str:
+    return json.dumps({"job": job, "id": entity_id})
+
+
+def attributes_of(message: dict[str, Any]) -> dict[str, str]:
+    return {name: value["StringValue"] for name, value in message.get("MessageAttributes", {}).items()}
+
+
+@pytest.fixture
+def testing(clients: ClientFactory) -> Iterator[Harness]:
+    flaky.FAILURES.clear()
+    flaky.SIDE_EFFECTS.clear()
+    flaky.ATTEMPTS_SEEN.clear()
+    sleepy.RELEASE.clear()
+    sleepy.DONE.clear()
+    yield Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
+    sleepy.RELEASE.set()  # let any abandoned run finish
+
+
+class VisibilityLog:
+    """Records every ChangeMessageVisibility the runtime sends (the call still goes to moto)."""
+
+    def __init__(self, clients: ClientFactory) -> None:
+        self.timeouts: list[int] = []
+        clients("sqs").meta.events.register("provide-client-params.sqs.ChangeMessageVisibility", self._record)
+
+    def _record(self, params: dict[str, Any], **_: Any) -> None:
+        self.timeouts.append(params["VisibilityTimeout"])
+
+
+def worker_with(harness: Harness, queue: str, seed: int) -> Worker:
+    return Worker(
+        settings=harness.deployment.worker_settings(queue),
+        clients=harness.clients,
+        observability=Observability.create(output=harness.output),
+        rng=random.Random(seed),
+    )
+
+
+def test_transient_failures_back_off_with_growing_jittered_delays_then_dead_letter(testing: Harness) -> None:
+    flaky.FAILURES["1"] = 99
+    testing.send(body("flaky", "1"), queue="testing")
+    visibility = VisibilityLog(testing.clients)
+    worker = worker_with(testing, "testing", SEED)
+    for _ in range(TESTING.max_attempts - 1):
+        invocation = testing.deliver("testing", worker=worker)
+        assert invocation is not None and len(invocation.failed_ids) == 1
+        testing.expire_visibility(invocation, "testing")
+    last = testing.deliver("testing", worker=worker)
+    assert last is not None and last.failed_ids == []
+
+    # The runtime set exactly the full-jitter delays of attempts 1..4, drawn in order from its RNG...
+    rng = random.Random(SEED)
+    expected = [backoff_delay_s(n, TESTING.backoff_base_s, TESTING.backoff_cap_s, rng) for n in range(1, 5)]
+    assert visibility.timeouts[::2] == expected  # every other call is the test's own expire_visibility(0)
+    # ...each within its ceiling, and the ceilings double: 4, 8, 16, 32.
+    ceilings = [backoff_ceiling_s(n, TESTING.backoff_base_s, TESTING.backoff_cap_s) for n in range(1, 5)]
+    assert ceilings == [4, 8, 16, 32]
+    assert all(0 <= delay <= ceiling for delay, ceiling in zip(expected, ceilings, strict=True))
+    # Dead-lettered on the last attempt, with evidence.
+    [dead] = testing.dead_letters("testing")
+    evidence = attributes_of(dead)
+    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_EXHAUSTED
+    assert evidence[deadletter.ATTEMPTS] == str(TESTING.max_attempts)
+    assert evidence[deadletter.ERROR_TYPE] == "ConnectionRefusedError"
+
+
+def test_jitter_spreads_the_delays_of_simultaneous_failures(testing: Harness) -> None:
+    # Ten jobs failing at the same moment must not all come back at the same moment.
+    for entity_id in map(str, range(10)):
+        flaky.FAILURES[entity_id] = 1
+        testing.send(body("flaky", entity_id), queue="testing")
+    visibility = VisibilityLog(testing.clients)
+    invocation = testing.deliver("testing", worker=worker_with(testing, "testing", SEED))
+    assert invocation is not None and len(invocation.failed_ids) == 10
+    assert len(visibility.timeouts) == 10
+    assert len(set(visibility.timeouts)) > 1
+    assert all(0 <= delay <= TESTING.backoff_base_s for delay in visibility.timeouts)
+
+
+def test_a_failed_message_stays_invisible_for_its_backoff(testing: Harness) -> None:
+    flaky.FAILURES["1"] = 1
+    testing.send(body("flaky", "1"), queue="testing")
+    visibility = VisibilityLog(testing.clients)
+    # Attempt 1's ceiling is 4 s; this seed draws a delay of at least 1 s.
+    testing.deliver("testing", worker=worker_with(testing, "testing", SEED))
+    assert visibility.timeouts[0] >= 1
+    assert testing.deliver("testing") is None  # nothing visible: the retry waits out its delay
+    assert testing.queue_counts("testing") == (0, 1)
+
+
+def test_a_hung_downstream_is_cut_at_the_time_limit_while_the_batch_carries_on(testing: Harness) -> None:
+    for entity_id in ("a", "hang-1", "b", "c"):
+        testing.send(body("sleepy", entity_id), queue="testing")
+    invocation = testing.deliver("testing")
+    assert invocation is not None
+    hung = [r["messageId"] for r in invocation.event["Records"] if json.loads(r["body"])["id"] == "hang-1"]
+    assert invocation.failed_ids == hung  # retried later, not lost, not dead-lettered
+    assert sorted(sleepy.DONE) == ["a", "b", "c"]
+    assert testing.dead_letters("testing") == []
+    [cut] = [line for line in testing.log_lines() if line.get("error_type") == "JobTimeLimitError"]
+    assert cut["classification"] == "transient"
+    assert cut["id"] == "hang-1"
+    assert cut["attempt"] == 1
+
+
+def test_records_the_invocation_has_no_time_for_are_requeued_at_once_and_not_counted(testing: Harness) -> None:
+    for entity_id in ("1", "2", "3"):
+        testing.send(body("flaky", entity_id), queue="testing")
+    # An invocation with 2.5 s left can't fit a 5 s time limit (half the 10 s timeout) plus the settle margin.
+    invocation = testing.deliver("testing", timeout_s=2.5)
+    assert invocation is not None
+    assert invocation.failed_ids == []  # originals acknowledged...
+    assert flaky.ATTEMPTS_SEEN == []  # ...unrun...
+    assert testing.queue_counts("testing") == (3, 0)  # ...and their copies visible again at once
+    deferred = [line for line in testing.log_lines() if str(line.get("message", "")).startswith("deferred")]
+    assert len(deferred) == 3
+    # Delivered again with time to spare: they run, and the deferral didn't use up an attempt.
+    again = testing.deliver("testing")
+    assert again is not None and again.failed_ids == []
+    assert sorted(flaky.SIDE_EFFECTS) == ["1", "2", "3"]
+    assert flaky.ATTEMPTS_SEEN == [1, 1, 1]
+
+
+def test_a_deferred_copy_keeps_its_prior_attempts(testing: Harness) -> None:
+    flaky.FAILURES["1"] = 99
+    testing.send(body("flaky", "1"), queue="testing")
+    first = testing.deliver("testing")  # attempt 1 fails
+    assert first is not None
+    testing.expire_visibility(first, "testing")
+    testing.deliver("testing", timeout_s=2.5)  # attempt 2 deferred: requeued with 1 prior attempt
+    testing.deliver("testing")  # runs as attempt 2, not 1
+    assert flaky.ATTEMPTS_SEEN == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("entity_id", "failed", "dead_error"),
+    [
+        ("x1", False, "ValueError"),  # the job's PERMANENT_ERRORS: dead-lettered after one attempt
+        ("lookup-1", True, None),  # the job's TRANSIENT_ERRORS: retried
+    ],
+)
+def test_a_job_can_override_the_classification(
+    testing: Harness, entity_id: str, failed: bool, dead_error: str | None
+) -> None:
+    testing.send(body("strict", entity_id), queue="testing")
+    invocation = testing.deliver("testing")
+    assert invocation is not None
+    assert bool(invocation.failed_ids) is failed
+    dead = testing.dead_letters("testing")
+    assert [attributes_of(m)[deadletter.ERROR_TYPE] for m in dead] == ([dead_error] if dead_error else [])
+
+
+def test_failure_logs_say_job_id_attempt_classification_and_next_delay(testing: Harness) -> None:
+    flaky.FAILURES["9"] = 1
+    testing.send(body("flaky", "9"), queue="testing")
+    testing.deliver("testing", worker=worker_with(testing, "testing", SEED))
+    [line] = [line for line in testing.log_lines() if line.get("message") == "job failed; retrying after backoff"]
+    assert (line["job"], line["id"], line["attempt"]) == ("flaky", "9", 1)
+    assert line["classification"] == "transient"
+    assert line["reason"] == "ConnectionRefusedError"
+    assert 0 <= line["next_delay_s"] <= TESTING.backoff_base_s
+    retried = [doc for doc in testing.metrics() if doc.get("job") == "flaky" and "reason" not in doc]
+    assert retried[0]["JobRetried"] == [1.0]
+    assert retried[0]["JobFailed"] == [1.0]
+
+
+def test_fifo_retries_keep_the_order_of_a_message_group(testing: Harness) -> None:
+    # Given three jobs of one entity, in order, the first of which fails once
+    url = testing.deployment.queues["ordered"].url
+    sqs = testing.clients("sqs")
+    for entity_id in ("first", "second", "third"):
+        sqs.send_message(QueueUrl=url, MessageBody=body("ordered_flaky", entity_id), MessageGroupId="order-1")
+    flaky.FAILURES["first"] = 1
+    visibility = VisibilityLog(testing.clients)
+    # When the batch runs, the group stops at the failure: the later two are not run
+    invocation = testing.deliver("ordered", worker=worker_with(testing, "ordered", SEED))
+    assert invocation is not None
+    assert len(invocation.failed_ids) == 3
+    assert list(flaky.SIDE_EFFECTS) == []
+    # The failed one waits out its backoff; the two never run are released at once, so the group resumes
+    # when the backoff ends rather than after the queue's visibility timeout.
+    first_delay = backoff_delay_s(1, ORDERED.backoff_base_s, ORDERED.backoff_cap_s, random.Random(SEED))
+    assert visibility.timeouts == [first_delay, 0, 0]
+    testing.expire_visibility(invocation, "ordered")
+    # Then the retry runs all three in their original order
+    again = testing.deliver("ordered")
+    assert again is not None and again.failed_ids == []
+    assert list(flaky.SIDE_EFFECTS) == ["first", "second", "third"]
+
+
+def test_fifo_dead_letters_go_to_the_fifo_dlq_with_evidence(testing: Harness) -> None:
+    url = testing.deployment.queues["ordered"].url
+    testing.clients("sqs").send_message(QueueUrl=url, MessageBody="not json", MessageGroupId="g")
+    invocation = testing.deliver("ordered")
+    assert invocation is not None and invocation.failed_ids == []
+    [dead] = testing.dead_letters("ordered")
+    assert attributes_of(dead)[deadletter.ERROR_TYPE] == "EnvelopeNotJSONError"
+    assert dead["Attributes"]["MessageGroupId"] == "g"
+
+
+def test_defaults_allow_a_long_outage_before_dead_lettering() -> None:
+    # The catalog's defaults: the expected total backoff before the last attempt outlasts a 2-minute outage.
+    expected_wait = sum(backoff_ceiling_s(n, BASE.backoff_base_s, BASE.backoff_cap_s) / 2 for n in range(1, 5))
+    assert expected_wait > 120
+    assert replace(BASE, backoff_cap_s=BASE.backoff_base_s).problems() == []
