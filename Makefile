@@ -14,7 +14,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 CDK := node_modules/.bin/cdk
 
-.PHONY: help dev bundle lint test demo synth deploy diff destroy local clean
+.PHONY: help dev bundle lint test demo synth deploy diff destroy local clean bench
 
 help:
 	@echo "make demo    run the order-confirmation job end to end on the embedded local engine"
@@ -23,6 +23,7 @@ help:
 	@echo "make local   start the local engine (moto server + Lambda SQS emulator) until Ctrl-C"
 	@echo "make synth   synthesize the CloudFormation template offline into cdk.out/"
 	@echo "make deploy  cdk deploy to the account and region of your AWS credentials"
+	@echo "make bench   benchmarks (virtual time, no AWS): a downstream outage under three retry policies"
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -54,6 +55,10 @@ test: lint bundle
 
 demo: $(VENV)/.synced
 	$(BIN)/python -m jobctl.demo
+
+# A benchmark, not a test: prints figures (recorded in docs/benchmarks.md); `python -m bench.outage --help`.
+bench: $(VENV)/.synced
+	$(BIN)/python -m bench.outage
 
 local: $(VENV)/.synced
 	$(BIN)/jobctl local

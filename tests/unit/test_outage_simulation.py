@@ -1,0 +1,232 @@
+"""The outage benchmark's simulator: its SQS semantics and bookkeeping, on small instances (never its timing)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import pytest
+
+from bench.outage import (
+    DEFAULTS,
+    SQS_DEFAULT_VISIBILITY_S,
+    Kind,
+    Policy,
+    Scenario,
+    SweepRow,
+    fixed_visibility,
+    immediate_retry,
+    main,
+    percentile,
+    run_policy,
+    runtime_backoff,
+    simulate,
+    standard_policies,
+    sweep,
+)
+from functions.catalog import QueueSpec
+from functions.worker.backoff import backoff_delay_s
+
+# 0.25 s is exact in binary floating point: receive times land exactly where the tests expect them.
+FAIL_S = 0.25
+SMALL = Scenario(jobs=50, workers=5, outage_s=60.0, fail_s=FAIL_S, service_s=0.5, max_attempts=5)
+ALL_POLICIES = (
+    immediate_retry(),
+    fixed_visibility(SQS_DEFAULT_VISIBILITY_S),
+    fixed_visibility(360),
+    runtime_backoff(),
+)
+
+
+@pytest.mark.parametrize("policy", ALL_POLICIES, ids=lambda policy: policy.kind.value)
+def test_without_an_outage_every_job_runs_once(policy: Policy) -> None:
+    run = simulate(policy, Scenario(jobs=100, workers=10, outage_s=0.0, service_s=0.5), seed=3)
+    assert run.total_calls == 100
+    assert run.outage_calls == 0
+    assert run.completed == 100
+    assert run.dead_lettered == 0
+    assert run.pending_at_recovery == 100
+    # Ten rounds of ten workers, half a second each.
+    assert run.drain_s == pytest.approx(5.0)
+    assert run.p50_s == pytest.approx(2.5)
+    assert run.p99_s == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("policy", ALL_POLICIES, ids=lambda policy: policy.kind.value)
+def test_a_message_is_dead_lettered_after_exactly_max_attempts_failed_receives(policy: Policy) -> None:
+    scenario = Scenario(jobs=1, workers=1, outage_s=100_000.0, fail_s=FAIL_S, max_attempts=4)
+    run = simulate(policy, scenario, seed=1)
+    assert run.total_calls == run.outage_calls == 4
+    assert run.dead_lettered == 1
+    assert run.completed == 0
+    assert run.p50_s is None and run.p99_s is None
+
+
+def test_the_runtime_dead_letters_on_its_last_failure_sqs_on_the_receive_after() -> None:
+    scenario = Scenario(jobs=1, workers=1, outage_s=0.125, fail_s=FAIL_S, max_attempts=1)
+    runtime = simulate(runtime_backoff(), scenario, seed=1)
+    assert runtime.dead_lettered == 1
+    assert runtime.drain_s == pytest.approx(FAIL_S - 0.125)
+    # Without the runtime, SQS's redrive moves the message once it is visible again: 30 s after the receive.
+    sqs = simulate(fixed_visibility(30), scenario, seed=1)
+    assert sqs.dead_lettered == 1
+    assert sqs.drain_s == pytest.approx(30 - 0.125)
+
+
+def test_a_job_that_fails_one_attempt_short_of_the_limit_still_completes() -> None:
+    # Immediate retry receives at 0, 0.25, 0.5, 0.75 (all failing) and at 1.0, when the downstream is back.
+    back_in_time = simulate(
+        immediate_retry(), Scenario(jobs=1, workers=1, outage_s=1.0, fail_s=FAIL_S, max_attempts=5), seed=1
+    )
+    assert (back_in_time.outage_calls, back_in_time.total_calls) == (4, 5)
+    assert (back_in_time.completed, back_in_time.dead_lettered) == (1, 0)
+    one_tick_later = simulate(
+        immediate_retry(), Scenario(jobs=1, workers=1, outage_s=1.01, fail_s=FAIL_S, max_attempts=5), seed=1
+    )
+    assert (one_tick_later.outage_calls, one_tick_later.completed, one_tick_later.dead_lettered) == (5, 0, 1)
+
+
+def test_immediate_retry_calls_the_failing_downstream_more_than_the_runtimes_backoff() -> None:
+    immediate = simulate(immediate_retry(), SMALL, seed=1)
+    backoff = simulate(runtime_backoff(), SMALL, seed=1)
+    assert immediate.outage_calls == SMALL.jobs * SMALL.max_attempts
+    assert immediate.dead_lettered == SMALL.jobs
+    assert backoff.outage_calls < immediate.outage_calls
+    assert backoff.dead_lettered < immediate.dead_lettered
+
+
+def test_fixed_visibility_counts_from_the_receive_not_from_the_failure() -> None:
+    policy = fixed_visibility(30)
+    assert policy.visible_at(received_s=10.0, failed_s=10.25, attempt=1, rng=random.Random(0)) == 40.0
+    # A failure that outlasts the timeout is visible at once.
+    assert policy.visible_at(received_s=10.0, failed_s=45.0, attempt=1, rng=random.Random(0)) == 45.0
+    # One message, one worker, a 100 s outage: receives at 0, 30, 60, 90 fail, the one at 120 succeeds.
+    run = simulate(policy, Scenario(jobs=1, workers=1, outage_s=100.0, fail_s=FAIL_S, service_s=0.5), seed=1)
+    assert (run.outage_calls, run.total_calls, run.completed) == (4, 5, 1)
+    assert run.drain_s == pytest.approx(20.5)
+
+
+def test_the_runtime_policy_uses_the_real_backoff_with_the_catalogs_defaults() -> None:
+    policy = runtime_backoff()
+    assert (policy.base_s, policy.cap_s) == (DEFAULTS.backoff_base_s, DEFAULTS.backoff_cap_s)
+    assert (policy.base_s, policy.cap_s) == (QueueSpec.backoff_base_s, QueueSpec.backoff_cap_s)
+    assert Scenario().max_attempts == QueueSpec.max_attempts
+    for attempt in range(1, 8):
+        expected = 5.0 + backoff_delay_s(attempt, policy.base_s, policy.cap_s, random.Random(attempt))
+        assert policy.visible_at(received_s=4.8, failed_s=5.0, attempt=attempt, rng=random.Random(attempt)) == expected
+
+
+def test_the_standard_policies_include_sqs_default_and_the_stacks_visibility() -> None:
+    kinds = [(policy.kind, policy.visibility_s) for policy in standard_policies()]
+    assert kinds == [
+        (Kind.IMMEDIATE, 0.0),
+        (Kind.FIXED, SQS_DEFAULT_VISIBILITY_S),
+        (Kind.FIXED, DEFAULTS.visibility_timeout_s),
+        (Kind.BACKOFF, 0.0),
+    ]
+
+
+def test_a_seed_gives_the_same_run_and_another_seed_another() -> None:
+    policy = runtime_backoff()
+    assert simulate(policy, SMALL, seed=7) == simulate(policy, SMALL, seed=7)
+    runs = {simulate(policy, SMALL, seed=seed) for seed in range(5)}
+    assert len({(run.outage_calls, run.drain_s, run.p99_s) for run in runs}) > 1
+
+
+def test_only_the_jittered_policy_runs_several_seeds() -> None:
+    assert len(run_policy(runtime_backoff(), SMALL, first_seed=1, seeds=3).runs) == 3
+    assert len(run_policy(fixed_visibility(30), SMALL, first_seed=1, seeds=3).runs) == 1
+
+
+def test_drain_is_zero_when_nothing_was_pending_at_recovery() -> None:
+    # Immediate retry dead-letters every job long before a 1,000 s outage ends.
+    run = simulate(immediate_retry(), Scenario(jobs=20, workers=4, outage_s=1000.0, fail_s=FAIL_S), seed=1)
+    assert run.pending_at_recovery == 0
+    assert run.drain_s == 0.0
+    assert run.dead_lettered == 20
+
+
+def test_drain_runs_from_recovery_to_the_last_job() -> None:
+    # Stack-length visibility: every job fails once, reappears 360 s after its receive, then takes 0.5 s.
+    scenario = Scenario(jobs=10, workers=10, outage_s=100.0, fail_s=FAIL_S, service_s=0.5)
+    run = simulate(fixed_visibility(360), scenario, seed=1)
+    assert run.pending_at_recovery == 10
+    assert run.drain_s == pytest.approx(360.5 - 100.0)
+    assert (run.outage_calls, run.total_calls) == (10, 20)
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(n) for n in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 99) == 99.0
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([], 50) is None
+
+
+def test_a_scenario_that_makes_no_sense_is_refused() -> None:
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        simulate(immediate_retry(), Scenario(workers=0))
+
+
+def test_the_sweep_marks_the_default_and_compares_with_fixed_visibility() -> None:
+    rows = sweep(
+        SMALL,
+        first_seed=1,
+        seeds=2,
+        bases_s=(DEFAULTS.backoff_base_s, 1),
+        caps_s=(DEFAULTS.backoff_cap_s,),
+        max_attempts=(DEFAULTS.max_attempts,),
+    )
+    assert [(row.base_s, row.is_default) for row in rows] == [(DEFAULTS.backoff_base_s, True), (1, False)]
+    fixed = simulate(fixed_visibility(SQS_DEFAULT_VISIBILITY_S), SMALL, seed=1)
+    assert {row.fixed_outage_calls for row in rows} == {fixed.outage_calls}
+
+
+def test_a_drain_that_lost_jobs_is_never_comparable() -> None:
+    row = SweepRow(
+        base_s=20,
+        cap_s=300,
+        max_attempts=5,
+        outage_calls=3000.0,
+        fixed_outage_calls=4000.0,
+        drain_s=40.0,
+        drain_max_s=45.0,
+        fixed_drain_s=50.0,
+        fixed_dead_lettered=0,
+        dead_lettered=0.0,
+        dead_lettered_max=0.0,
+        is_default=True,
+    )
+    assert row.meets_all
+    lost = dataclasses.replace(row, dead_lettered=0.2, dead_lettered_max=1.0)
+    assert lost.drains_comparable and not lost.comparable_drain and not lost.meets_all
+    fixed_lost = dataclasses.replace(row, fixed_dead_lettered=3)
+    assert not fixed_lost.comparable_drain
+    slow = dataclasses.replace(row, drain_s=75.5)
+    assert (slow.fewer_calls, slow.comparable_drain, slow.no_dead_letters) == (True, False, True)
+
+
+def test_the_command_prints_json_for_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--jobs", "40", "--workers", "4", "--outage-s", "30", "--seeds", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["scenario"]["jobs"] == 40
+    assert [policy["kind"] for policy in data["policies"]] == ["immediate", "fixed", "fixed", "backoff"]
+    assert len(data["policies"][3]["runs"]) == 2
+    assert {check["claim"] for check in data["checks"]} >= {
+        "far fewer downstream calls during the outage than immediate retry"
+    }
+
+
+def test_the_command_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--jobs", "40", "--workers", "4", "--outage-s", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "fixed 30 s visibility (SQS default)" in out
+    assert "this runtime: full-jitter backoff" in out
+
+
+def test_the_command_refuses_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--workers", "0"])
+    assert exit_.value.code == 2
+    assert "workers must be at least 1" in capsys.readouterr().err
