@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from functions.catalog import CATALOG, Catalog
 from infra.naming import physical_queue_name
@@ -16,7 +17,8 @@ STACK_NAME = "stack_name"
 MAIL_SENDER = "mail_sender"
 ALARM_EMAIL = "alarm_email"
 RETAIN_DATA = "retain_data"
-CONTEXT_KEYS = (STACK_NAME, MAIL_SENDER, ALARM_EMAIL, RETAIN_DATA)
+INVOICING_API_URL = "invoicing_api_url"
+CONTEXT_KEYS = (STACK_NAME, MAIL_SENDER, ALARM_EMAIL, RETAIN_DATA, INVOICING_API_URL)
 
 # CloudFormation's stack-name rule.
 _STACK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
@@ -40,6 +42,8 @@ class StackContext:
     alarm_email: str | None
     # Keep tables, log groups and the alarm key when the stack is deleted.
     retain_data: bool
+    # Base URL of the external invoicing API that generate_invoice calls (https, no trailing slash).
+    invoicing_api_url: str
 
     @property
     def mail_sender_domain(self) -> str:
@@ -79,6 +83,9 @@ class StackContext:
         if alarm_email and not _EMAIL.fullmatch(alarm_email):
             problems.append(f"{ALARM_EMAIL} {alarm_email!r} is not an e-mail address (or leave it empty)")
         retain_data = _flag(get(RETAIN_DATA), RETAIN_DATA, problems)
+        invoicing_api_url = text(INVOICING_API_URL, required=True)
+        if invoicing_api_url:
+            invoicing_api_url = _https_url(invoicing_api_url, INVOICING_API_URL, problems)
         if problems:
             raise ContextError("bad CDK context: " + "; ".join(problems))
         return cls(
@@ -86,7 +93,28 @@ class StackContext:
             mail_sender=mail_sender,
             alarm_email=alarm_email or None,
             retain_data=retain_data,
+            invoicing_api_url=invoicing_api_url,
         )
+
+
+def _https_url(value: str, key: str, problems: list[str]) -> str:
+    """An https base URL with a host, without credentials, query or fragment; returned without a trailing '/'.
+    Credentials would end up in a plain environment variable: API keys belong in a secret, not here."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError:
+        problems.append(f"{key} {value!r} is not a URL")
+        return value
+    if parts.scheme != "https" or not parts.hostname:
+        problems.append(f"{key} {value!r} must be an https:// URL with a host")
+    elif parts.username is not None or parts.password is not None:
+        problems.append(f"{key} {value!r} must not carry credentials")
+    elif parts.query or parts.fragment or "?" in value or "#" in value:
+        problems.append(f"{key} {value!r} must be a base URL, without query or fragment")
+    elif any(char.isspace() for char in value):
+        problems.append(f"{key} {value!r} must not contain whitespace")
+    return value.rstrip("/")
 
 
 def _flag(value: object, key: str, problems: list[str]) -> bool:

@@ -10,15 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from aws_cdk import ArnFormat, Stack
+from aws_cdk import ArnFormat, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ses as ses
 from constructs import Construct
 
 from functions.catalog import RESOURCES
+from functions.jobs.generate_invoice import KEY_PREFIX as INVOICE_KEY_PREFIX
 from infra.secure_table import SecureTable
 
 ORDERS_PARTITION_KEY = "order_id"
+INVOICES_PARTITION_KEY = "invoice_id"
 
 
 @dataclass(frozen=True)
@@ -33,10 +36,55 @@ class MissingResourceError(LookupError):
     """The catalog names a resource that the stack does not provide."""
 
 
-class JobResources(Construct):
-    """The example job's resources: the orders table and the SES identity mail is sent from."""
+def _no_grant(_grantee: iam.IGrantable) -> None:
+    """For a resource that is only a value (a URL): nothing in AWS to allow."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, mail_sender: str, retain: bool) -> None:
+
+class InvoicesBucket(Construct):
+    """Where generate_invoice stores invoice PDFs: private, encrypted, TLS-only, versioned, never deleted by CDK.
+
+    Always RETAIN, whatever `retain_data` says: invoices are accounting records that must outlive any stack.
+    The alternatives are worse: DESTROY makes `cdk destroy` fail as soon as one PDF exists (CloudFormation
+    deletes only empty buckets, and a versioned bucket is never empty once used), and `auto_delete_objects`
+    adds a custom-resource Lambda whose bucket policy lets it delete every object, which it does on a destroy
+    or a replacement. `cdk destroy` leaves the bucket; empty and delete it by hand when it's really not needed.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.bucket = s3.Bucket(
+            self,
+            "Bucket",
+            # SSE-S3: encrypted at rest with no key policy to maintain and no KMS grant for the worker.
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            # A bucket policy denying any request not over TLS 1.2 or later.
+            enforce_ssl=True,
+            minimum_tls_version=1.2,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            # ACLs off: the bucket's policy and IAM decide everything.
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            # An overwritten or deleted PDF stays recoverable.
+            versioned=True,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+
+    def grant_put_pdfs(self, grantee: iam.IGrantable) -> iam.Grant:
+        # PutObject under the job's prefix only: no reads, no deletes, no other prefix. (Bucket.grant_put would
+        # add the legal-hold, retention and tagging Put* actions and s3:Abort*, none of which the job uses.)
+        return iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["s3:PutObject"],
+            resource_arns=[self.bucket.arn_for_objects(f"{INVOICE_KEY_PREFIX}*")],
+        )
+
+
+class JobResources(Construct):
+    """The example jobs' resources: the orders table and the SES identity mail is sent from (order_confirmation);
+    the invoices table, the invoices bucket and the invoicing API's URL (generate_invoice)."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, mail_sender: str, invoicing_api_url: str, retain: bool
+    ) -> None:
         super().__init__(scope, construct_id)
         orders = SecureTable(self, "OrdersTable", partition_key=ORDERS_PARTITION_KEY, retain=retain)
         self.orders_table = orders.table
@@ -44,6 +92,9 @@ class JobResources(Construct):
         # it is confirmed (and, in the SES sandbox, until each recipient is verified too).
         self.mail_identity = ses.EmailIdentity(self, "MailSender", identity=ses.Identity.email(mail_sender))
         self._mail_sender = mail_sender
+        invoices = SecureTable(self, "InvoicesTable", partition_key=INVOICES_PARTITION_KEY, retain=retain)
+        self.invoices_table = invoices.table
+        self.invoices_bucket = InvoicesBucket(self, "InvoicesBucket")
         self.provided: Mapping[str, ProvidedResource] = {
             "orders_table": ProvidedResource(
                 value=self.orders_table.table_name,
@@ -51,6 +102,16 @@ class JobResources(Construct):
                 grant=lambda grantee: self.orders_table.grant(grantee, "dynamodb:GetItem"),
             ),
             "mail_sender": ProvidedResource(value=mail_sender, grant=self._grant_send_mail),
+            "invoices_table": ProvidedResource(
+                value=self.invoices_table.table_name,
+                # The job re-reads the invoice by its ID and never writes it.
+                grant=lambda grantee: self.invoices_table.grant(grantee, "dynamodb:GetItem"),
+            ),
+            "invoices_bucket": ProvidedResource(
+                value=self.invoices_bucket.bucket.bucket_name, grant=self.invoices_bucket.grant_put_pdfs
+            ),
+            # Outside AWS: the worker only needs the address (and outbound HTTPS, which Lambda has).
+            "invoicing_api_url": ProvidedResource(value=invoicing_api_url, grant=_no_grant),
         }
         missing = sorted(set(RESOURCES) - set(self.provided))
         if missing:

@@ -22,6 +22,8 @@ _OUTPUT_SUFFIX = {QUEUE_URL: "QueueUrl", DLQ_URL: "DlqUrl", QUEUE_ARN: "QueueArn
 ALARM_TOPIC_ARN_OUTPUT = "AlarmTopicArn"
 IDEMPOTENCY_TABLE_OUTPUT = "IdempotencyTableName"
 ORDERS_TABLE_OUTPUT = "OrdersTableName"
+INVOICES_TABLE_OUTPUT = "InvoicesTableName"
+INVOICES_BUCKET_OUTPUT = "InvoicesBucketName"
 
 # The queue's two alarm signals; the alarm names end with these.
 OLDEST_MESSAGE_AGE = "oldest-message-age"

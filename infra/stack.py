@@ -19,6 +19,8 @@ from infra.job_resources import JobResources
 from infra.naming import (
     ALARM_TOPIC_ARN_OUTPUT,
     IDEMPOTENCY_TABLE_OUTPUT,
+    INVOICES_BUCKET_OUTPUT,
+    INVOICES_TABLE_OUTPUT,
     ORDERS_TABLE_OUTPUT,
     alarm_name_prefix,
     pascal_case,
@@ -38,7 +40,7 @@ IDEMPOTENCY_TTL_ATTRIBUTE = "expiration"
 
 
 class JobsStack(Stack):
-    """Per catalog queue: JobQueue, QueueAlarms, QueueEndpoints. Shared: tables, mail identity, topic."""
+    """Per catalog queue: JobQueue, QueueAlarms, QueueEndpoints. Shared: tables, bucket, mail identity, topic."""
 
     def __init__(
         self,
@@ -70,7 +72,13 @@ class JobsStack(Stack):
             time_to_live_attribute=IDEMPOTENCY_TTL_ATTRIBUTE,
             retain=retain,
         ).table
-        self.resources = JobResources(self, "Resources", mail_sender=context.mail_sender, retain=retain)
+        self.resources = JobResources(
+            self,
+            "Resources",
+            mail_sender=context.mail_sender,
+            invoicing_api_url=context.invoicing_api_url,
+            retain=retain,
+        )
         self.alarm_topic = AlarmTopic(
             self,
             "AlarmTopic",
@@ -129,6 +137,18 @@ class JobsStack(Stack):
             ORDERS_TABLE_OUTPUT,
             value=self.resources.orders_table.table_name,
             description="DynamoDB table of orders read by the example job (partition key order_id)",
+        )
+        CfnOutput(
+            self,
+            INVOICES_TABLE_OUTPUT,
+            value=self.resources.invoices_table.table_name,
+            description="DynamoDB table of invoices read by generate_invoice (partition key invoice_id)",
+        )
+        CfnOutput(
+            self,
+            INVOICES_BUCKET_OUTPUT,
+            value=self.resources.invoices_bucket.bucket.bucket_name,
+            description="S3 bucket of the invoice PDFs generate_invoice stores (invoices/<id>.pdf); kept on delete",
         )
 
 

@@ -24,6 +24,7 @@ from functions.catalog import CATALOG, UnknownQueueError
 from functions.worker.errors import EnvelopeError
 from jobctl.discovery import DiscoveryError, find_queues
 from jobctl.local.engine import DEFAULT_PORT, LocalEngine
+from jobctl.local.fake_invoicing import MODES as INVOICING_MODES
 from jobctl.local.provision import DEFAULT_STACK_NAME
 from jobctl.publisher import JobPublisher, PublishError
 
@@ -113,9 +114,24 @@ def enqueue(options: Options, queue: str, job: str, entity_id: str, key: str | N
 @main.command()
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 64), help="Pollers per queue (default: the catalog's).")
+@click.option(
+    "--invoicing-mode",
+    type=click.Choice(INVOICING_MODES),
+    default="ok",
+    show_default=True,
+    help="Start the fake invoicing API in this mode (change it later with POST <url>/_control).",
+)
+@click.option(
+    "--invoicing-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Port of the fake invoicing API (0: a free one).",
+)
 @click.pass_obj
-def local(options: Options, port: int, concurrency: int | None) -> None:
-    """Run the local engine: moto server + the real workers behind an SQS event source emulator."""
+def local(options: Options, port: int, concurrency: int | None, invoicing_mode: str, invoicing_port: int) -> None:
+    """Run the local engine: moto server + the real workers behind an SQS event source emulator, and a fake of
+    the invoicing API that generate_invoice calls."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     stop = threading.Event()
@@ -126,16 +142,27 @@ def local(options: Options, port: int, concurrency: int | None) -> None:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    engine = LocalEngine(port=port, stack_name=options.stack, concurrency=concurrency)
+    engine = LocalEngine(
+        port=port,
+        stack_name=options.stack,
+        concurrency=concurrency,
+        invoicing_mode=invoicing_mode,
+        invoicing_port=invoicing_port,
+    )
     try:
         engine.start()
     except OSError as error:
-        click.echo(f"jobctl: error: cannot start the local engine on port {port}: {error.strerror}", err=True)
+        ports = f"port {port}" + (f" or {invoicing_port}" if invoicing_port else "")
+        click.echo(f"jobctl: error: cannot start the local engine on {ports}: {error.strerror}", err=True)
         sys.exit(EXIT_FAILED)
     assert engine.deployment is not None
     click.echo(f"local engine ready at {engine.endpoint_url} (region {engine.region}, stack {engine.stack_name})")
     for name, queue in engine.deployment.queues.items():
         click.echo(f"  queue {name}: {queue.url}  (DLQ {queue.dlq_url})")
+    click.echo(
+        f"  invoicing API (fake): {engine.invoicing.url}  mode {invoicing_mode}; "
+        f"GET {engine.invoicing.url}/_stats, POST {engine.invoicing.url}/_control"
+    )
     click.echo(f"  export AWS_ENDPOINT_URL={engine.endpoint_url} AWS_REGION={engine.region}")
     click.echo("  Ctrl-C stops polling, finishes the batches in flight and exits.", err=False)
     sys.stdout.flush()

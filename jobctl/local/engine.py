@@ -1,7 +1,9 @@
-"""The local engine: an embedded moto server (no Docker) with the stack's resources and the real workers.
+"""The local engine: an embedded moto server (no Docker) with the stack's resources and the real workers, plus
+a fake of the invoicing API that `generate_invoice` calls.
 
 with LocalEngine(port=0) as engine:        # or `jobctl local`
     engine.endpoint_url                    # any boto3 program or `aws --endpoint-url` reaches it
+    engine.invoicing.set_mode("hang")      # the fake invoicing API (jobctl/local/fake_invoicing.py)
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from functions.worker.clients import ClientFactory
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from jobctl.local.emulator import EventSourceMapping, Handler
+from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.provision import DEFAULT_STACK_NAME, LocalDeployment, provision
 
 log = logging.getLogger("jobctl.local")
@@ -39,6 +42,14 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Raise OSError (address in use) now: moto's server thread would only print it and die, and its start()
+    would then wait forever for a server that never comes up."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as werkzeug binds: TIME_WAIT is no clash
+        probe.bind((host, port))
+
+
 class LocalEngine:
     """Starts moto, provisions the catalog's resources, and runs one event source mapping per queue."""
 
@@ -52,6 +63,8 @@ class LocalEngine:
         concurrency: int | None = None,
         run_workers: bool = True,
         worker_output: TextIO | None = None,
+        invoicing_mode: str = "ok",
+        invoicing_port: int = 0,
     ) -> None:
         self.port = port or free_port()
         self.host = host
@@ -64,6 +77,8 @@ class LocalEngine:
         self._server: ThreadedMotoServer | None = None
         self.mappings: dict[str, EventSourceMapping] = {}
         self.deployment: LocalDeployment | None = None
+        # Serves from start() to stop(); its URL is the deployment's `invoicing_api_url`.
+        self.invoicing = FakeInvoicingApi(host=host, port=invoicing_port, mode=invoicing_mode)
 
     @property
     def endpoint_url(self) -> str:
@@ -76,15 +91,33 @@ class LocalEngine:
 
     def clients(self) -> ClientFactory:
         # No hidden retries against the local server: a failure should show, not be masked.
-        config = Config(connect_timeout=5, read_timeout=30, retries={"mode": "standard", "max_attempts": 2})
+        # Path-style S3 addressing: a bucket can't be a subdomain of 127.0.0.1.
+        config = Config(
+            connect_timeout=5,
+            read_timeout=30,
+            retries={"mode": "standard", "max_attempts": 2},
+            s3={"addressing_style": "path"},
+        )
         return ClientFactory(session=self.session(), endpoint_url=self.endpoint_url, config=config)
 
     def start(self) -> LocalEngine:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()  # nothing half-started stays behind (a server thread, a bound port)
+            raise
+        return self
+
+    def _start(self) -> None:
+        check_port_free(self.host, self.port)
         self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self._server.start()
         # moto's backends live in this process; an engine always starts from an empty account.
         urllib.request.urlopen(urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")).close()
-        self.deployment = provision(self.clients(), catalog=self.catalog, stack_name=self.stack_name)
+        self.invoicing.start()
+        self.deployment = provision(
+            self.clients(), catalog=self.catalog, stack_name=self.stack_name, invoicing_api_url=self.invoicing.url
+        )
         if self._run_workers:
             for spec in self.catalog:
                 mapping = EventSourceMapping(
@@ -96,7 +129,6 @@ class LocalEngine:
                 )
                 mapping.start()
                 self.mappings[spec.name] = mapping
-        return self
 
     def _worker_handler(self, queue: str) -> Handler:
         assert self.deployment is not None
@@ -109,11 +141,14 @@ class LocalEngine:
         return worker.handle
 
     def stop(self, timeout_s: float | None = None) -> None:
-        """Stop polling, let every batch in flight finish, then stop the server."""
+        """Stop polling, let every batch in flight finish, then stop the fake API and the server."""
         for mapping in self.mappings.values():
             mapping.request_stop()
         for mapping in self.mappings.values():
             mapping.join(timeout_s)
+        # Before moto: a run cut at its time limit may still wait on the fake API; answered now (503), it can
+        # still clean up its idempotency record.
+        self.invoicing.stop()
         if self._server is not None:
             self._server.stop()
             self._server = None

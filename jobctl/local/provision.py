@@ -1,9 +1,12 @@
-"""Creates, on any SQS/DynamoDB/SES endpoint (the local moto server, or moto's mock_aws in tests), the same
-queues, DLQs, tables and SES identity the CDK stack creates, with the same settings, from the same catalog."""
+"""Creates, on any SQS/DynamoDB/SES/S3 endpoint (the local moto server, or moto's mock_aws in tests), the same
+queues, DLQs, tables, bucket and SES identity the CDK stack creates, with the same settings, from the same
+catalog."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +17,18 @@ from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, parameter_name, physical
 
 DEFAULT_STACK_NAME = "SqsJobs"
 DEFAULT_MAIL_SENDER = "jobs@example.com"
+# Where jobs find the invoicing API when the caller has none to offer (tests on mock_aws that don't call it):
+# the discard port, so a job that does call it fails fast with a refused connection, a transient error.
+UNUSED_INVOICING_API_URL = "http://127.0.0.1:9/unused"
+# The stack's bucket has the same settings (tests/infra/test_engine_matches_stack.py compares them).
+BUCKET_ENCRYPTION = "AES256"
+BUCKET_PUBLIC_ACCESS_BLOCK = {
+    "BlockPublicAcls": True,
+    "IgnorePublicAcls": True,
+    "BlockPublicPolicy": True,
+    "RestrictPublicBuckets": True,
+}
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
 
 
 def queue_parameters(stack_name: str, queue: str, url: str, dlq_url: str, arn: str) -> dict[str, str]:
@@ -91,11 +106,37 @@ def _create_table(dynamodb: Any, name: str, key: str, ttl_attribute: str | None 
         )
 
 
+def local_bucket_name(stack_name: str, purpose: str, account: str) -> str:
+    """`<stack>-<purpose>-<account>`, lowercase: S3 names are global, so the account keeps them apart.
+    (The stack lets CloudFormation generate its bucket names; this is the local engine's.)"""
+    name = f"{stack_name}-{purpose}-{account}".lower()
+    if not _BUCKET_NAME.fullmatch(name) or "--" in name:
+        raise ValueError(f"bucket name {name!r} is not a valid S3 name (3-63 of a-z, 0-9, '-'); shorten the stack name")
+    return name
+
+
+def _create_bucket(s3: Any, name: str) -> None:
+    region = s3.meta.region_name
+    # us-east-1 is the one region that refuses an explicit LocationConstraint.
+    location = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):  # provision() is idempotent
+        s3.create_bucket(Bucket=name, **location)
+    s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    s3.put_bucket_encryption(
+        Bucket=name,
+        ServerSideEncryptionConfiguration={
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": BUCKET_ENCRYPTION}}]
+        },
+    )
+    s3.put_public_access_block(Bucket=name, PublicAccessBlockConfiguration=BUCKET_PUBLIC_ACCESS_BLOCK)
+
+
 def provision(
     client: Callable[[str], Any],
     catalog: Catalog = CATALOG,
     stack_name: str = DEFAULT_STACK_NAME,
     mail_sender: str = DEFAULT_MAIL_SENDER,
+    invoicing_api_url: str = UNUSED_INVOICING_API_URL,
 ) -> LocalDeployment:
     """Create (or find) every resource of the stack. Idempotent: a second call returns the same deployment."""
     sqs = client("sqs")
@@ -118,6 +159,12 @@ def provision(
     _create_table(dynamodb, idempotency_table, key="id", ttl_attribute="expiration")
     orders_table = f"{stack_name}-orders"
     _create_table(dynamodb, orders_table, key="order_id")
+    invoices_table = f"{stack_name}-invoices"
+    _create_table(dynamodb, invoices_table, key="invoice_id")
+    # The account from a queue ARN (a catalog has at least one queue): no STS call needed.
+    account = next(iter(queues.values())).arn.split(":")[4]
+    invoices_bucket = local_bucket_name(stack_name, "invoices", account)
+    _create_bucket(client("s3"), invoices_bucket)
     client("ses").verify_email_identity(EmailAddress=mail_sender)
     ssm = client("ssm")
     for local in queues.values():
@@ -128,5 +175,11 @@ def provision(
         region=sqs.meta.region_name,
         queues=queues,
         idempotency_table=idempotency_table,
-        resources={"orders_table": orders_table, "mail_sender": mail_sender},
+        resources={
+            "orders_table": orders_table,
+            "mail_sender": mail_sender,
+            "invoices_table": invoices_table,
+            "invoices_bucket": invoices_bucket,
+            "invoicing_api_url": invoicing_api_url,
+        },
     )

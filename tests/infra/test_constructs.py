@@ -26,6 +26,8 @@ from infra.stack import build_app
 from tests.infra.cfn import of_type, permissions, role_statements
 from tests.infra.conftest import REPO_ROOT
 
+API_URL = "https://invoicing.example.com"
+
 
 def _stack() -> Stack:
     return Stack(App(), "Test")
@@ -39,6 +41,20 @@ def test_retain_data_decides_whether_a_table_outlives_the_stack(retain: bool, po
     (table,) = Template.from_stack(stack).find_resources("AWS::DynamoDB::Table").values()
 
     assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == policy
+
+
+@pytest.mark.parametrize("retain", [True, False])
+def test_the_invoices_bucket_outlives_the_stack_whatever_retain_data_says(retain: bool) -> None:
+    stack = _stack()
+    JobResources(stack, "Resources", mail_sender="jobs@example.com", invoicing_api_url=API_URL, retain=retain)
+    template = Template.from_stack(stack)
+
+    (bucket,) = template.find_resources("AWS::S3::Bucket").values()
+
+    assert bucket["DeletionPolicy"] == bucket["UpdateReplacePolicy"] == "Retain"
+    # ...while the invoices table follows retain_data like every table.
+    tables = template.find_resources("AWS::DynamoDB::Table").values()
+    assert {table["DeletionPolicy"] for table in tables} == {"Retain" if retain else "Delete"}
 
 
 def test_alarm_email_gets_an_email_subscription() -> None:
@@ -67,12 +83,14 @@ def test_a_catalog_resource_the_stack_does_not_provide_fails_synth(monkeypatch: 
     expected = re.escape("provides no payments_api: add it to JobResources.provided")
 
     with pytest.raises(MissingResourceError, match=expected):
-        JobResources(_stack(), "Resources", mail_sender="jobs@example.com", retain=False)
+        JobResources(_stack(), "Resources", mail_sender="jobs@example.com", invoicing_api_url=API_URL, retain=False)
 
 
 def test_grant_publish_allows_sending_to_the_queue_only() -> None:
     stack = _stack()
-    resources = JobResources(stack, "Resources", mail_sender="jobs@example.com", retain=False)
+    resources = JobResources(
+        stack, "Resources", mail_sender="jobs@example.com", invoicing_api_url=API_URL, retain=False
+    )
     table = SecureTable(stack, "Idempotency", partition_key="id", retain=False).table
     job_queue = JobQueue(
         stack,

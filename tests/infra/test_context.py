@@ -14,13 +14,18 @@ GOOD: dict[str, object] = {
     "mail_sender": "jobs@example.com",
     "alarm_email": "",
     "retain_data": False,
+    "invoicing_api_url": "https://invoicing.example.com",
 }
 
 
 def test_cdk_json_holds_a_default_for_every_key(cdk_context: dict[str, Any]) -> None:
     assert set(CONTEXT_KEYS) <= set(cdk_context)
     assert StackContext.parse(cdk_context.get) == StackContext(
-        stack_name="SqsJobs", mail_sender="jobs@example.com", alarm_email=None, retain_data=False
+        stack_name="SqsJobs",
+        mail_sender="jobs@example.com",
+        alarm_email=None,
+        retain_data=False,
+        invoicing_api_url="https://invoicing.example.com",
     )
 
 
@@ -35,13 +40,25 @@ def test_alarm_email_is_optional() -> None:
 
 
 def test_every_problem_is_reported_at_once() -> None:
-    bad = {"stack_name": "1-stack", "mail_sender": "nobody", "alarm_email": "x@", "retain_data": "maybe"}
+    bad = {
+        "stack_name": "1-stack",
+        "mail_sender": "nobody",
+        "alarm_email": "x@",
+        "retain_data": "maybe",
+        "invoicing_api_url": "http://invoicing.example.com",
+    }
 
     with pytest.raises(ContextError) as raised:
         StackContext.parse(bad.get)
 
     message = str(raised.value)
-    for key in ("stack_name '1-stack'", "mail_sender 'nobody'", "alarm_email 'x@'", "'retain_data' must be"):
+    for key in (
+        "stack_name '1-stack'",
+        "mail_sender 'nobody'",
+        "alarm_email 'x@'",
+        "'retain_data' must be",
+        "invoicing_api_url 'http://invoicing.example.com' must be an https:// URL",
+    ):
         assert key in message
 
 
@@ -57,3 +74,38 @@ def test_missing_keys_point_at_cdk_json() -> None:
 def test_a_stack_name_too_long_for_the_queue_names_is_refused() -> None:
     with pytest.raises(ContextError, match="choose a shorter stack_name"):
         StackContext.parse({**GOOD, "stack_name": "S" * 76}.get)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("https://invoicing.example.com", "https://invoicing.example.com"),
+        ("https://api.example.com/invoicing/v2/", "https://api.example.com/invoicing/v2"),
+        ("  https://invoicing.example.com:8443  ", "https://invoicing.example.com:8443"),
+    ],
+)
+def test_invoicing_api_url_is_an_https_base_url_without_trailing_slash(raw: str, expected: str) -> None:
+    assert StackContext.parse({**GOOD, "invoicing_api_url": raw}.get).invoicing_api_url == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ("http://invoicing.example.com", "must be an https:// URL with a host"),
+        ("invoicing.example.com", "must be an https:// URL with a host"),
+        ("https://", "must be an https:// URL with a host"),
+        ("https://user:secret@invoicing.example.com", "must not carry credentials"),
+        ("https://invoicing.example.com/?key=1", "without query or fragment"),
+        ("https://invoicing.example.com:99999", "is not a URL"),
+        ("https://invoicing.example.com/a b", "must not contain whitespace"),
+        ("", "'invoicing_api_url' is not set"),
+    ],
+)
+def test_a_bad_invoicing_api_url_is_refused(raw: str, problem: str) -> None:
+    with pytest.raises(ContextError, match=re.escape(problem)):
+        StackContext.parse({**GOOD, "invoicing_api_url": raw}.get)
+
+
+def test_invoicing_api_url_must_be_a_string() -> None:
+    with pytest.raises(ContextError, match="'invoicing_api_url' must be a string"):
+        StackContext.parse({**GOOD, "invoicing_api_url": 443}.get)

@@ -14,10 +14,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from functions.catalog import CATALOG, QueueSpec
+from functions.catalog import CATALOG, RESOURCES, QueueSpec
 from jobctl.local.provision import (
     DEFAULT_MAIL_SENDER,
     DEFAULT_STACK_NAME,
+    UNUSED_INVOICING_API_URL,
     LocalDeployment,
     dlq_attributes,
     provision,
@@ -84,7 +85,7 @@ def test_ssm_parameters_match(synth: Synth, local: LocalDeployment) -> None:
     assert engine == stack
 
 
-@pytest.mark.parametrize("partition_key", ["id", "order_id"])
+@pytest.mark.parametrize("partition_key", ["id", "order_id", "invoice_id"])
 def test_tables_have_the_same_keys_and_ttl(synth: Synth, local: LocalDeployment, partition_key: str) -> None:
     stack = props(
         synth.resources,
@@ -94,7 +95,8 @@ def test_tables_have_the_same_keys_and_ttl(synth: Synth, local: LocalDeployment,
             lambda p: p["KeySchema"][0]["AttributeName"] == partition_key,
         ),
     )
-    name = local.idempotency_table if partition_key == "id" else local.resources["orders_table"]
+    names = {"id": local.idempotency_table, "order_id": local.resources["orders_table"]}
+    name = names.get(partition_key) or local.resources["invoices_table"]
     dynamodb = _client("dynamodb")
 
     table = dynamodb.describe_table(TableName=name)["Table"]
@@ -113,3 +115,24 @@ def test_mail_sender_identity_matches(synth: Synth, local: LocalDeployment) -> N
 
     assert local.resources["mail_sender"] == props(synth.resources, identity)["EmailIdentity"]
     assert local.resources["mail_sender"] in _client("ses").list_identities()["Identities"]
+
+
+def test_invoices_bucket_has_the_same_settings(synth: Synth, local: LocalDeployment) -> None:
+    (bucket,) = of_type(synth.resources, "AWS::S3::Bucket")
+    stack = props(synth.resources, bucket)
+    s3 = _client("s3")
+    name = local.resources["invoices_bucket"]
+
+    encryption = s3.get_bucket_encryption(Bucket=name)["ServerSideEncryptionConfiguration"]["Rules"]
+    assert [rule["ApplyServerSideEncryptionByDefault"] for rule in encryption] == [
+        rule["ServerSideEncryptionByDefault"] for rule in stack["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    ]
+    assert s3.get_bucket_versioning(Bucket=name)["Status"] == stack["VersioningConfiguration"]["Status"]
+    public = s3.get_public_access_block(Bucket=name)["PublicAccessBlockConfiguration"]
+    assert public == stack["PublicAccessBlockConfiguration"]
+
+
+def test_every_resource_a_job_needs_is_provisioned(local: LocalDeployment) -> None:
+    assert set(local.resources) == set(RESOURCES)
+    # No invoicing API here: the placeholder refuses connections, so a job that calls it fails transiently.
+    assert local.resources["invoicing_api_url"] == UNUSED_INVOICING_API_URL

@@ -16,6 +16,8 @@ from infra.naming import (
     ALARM_TOPIC_ARN_OUTPUT,
     DLQ_URL,
     IDEMPOTENCY_TABLE_OUTPUT,
+    INVOICES_BUCKET_OUTPUT,
+    INVOICES_TABLE_OUTPUT,
     ORDERS_TABLE_OUTPUT,
     QUEUE_ARN,
     QUEUE_ENDPOINT_KEYS,
@@ -55,7 +57,7 @@ def test_idempotency_table_uses_powertools_defaults(synth: Synth) -> None:
     assert table["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
 
 
-@pytest.mark.parametrize("partition_key", ["id", "order_id"], ids=["idempotency", "orders"])
+@pytest.mark.parametrize("partition_key", ["id", "order_id", "invoice_id"], ids=["idempotency", "orders", "invoices"])
 def test_tables_are_on_demand_recoverable_and_encrypted(synth: Synth, partition_key: str) -> None:
     table = _table(synth, partition_key)
     properties = table["Properties"]
@@ -68,6 +70,44 @@ def test_tables_are_on_demand_recoverable_and_encrypted(synth: Synth, partition_
     assert properties["SSESpecification"] == {"SSEEnabled": True}
     expected_policy = "Retain" if synth.context.retain_data else "Delete"
     assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == expected_policy
+
+
+def test_invoices_bucket_is_private_encrypted_versioned_and_kept(synth: Synth) -> None:
+    (bucket_id,) = of_type(synth.resources, "AWS::S3::Bucket")
+    bucket = synth.resources[bucket_id]
+    properties = bucket["Properties"]
+
+    assert properties["BucketEncryption"] == {
+        "ServerSideEncryptionConfiguration": [{"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
+    }
+    assert properties["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
+    assert properties["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+    assert properties["VersioningConfiguration"] == {"Status": "Enabled"}
+    # Generated name (S3 names are global); kept whatever retain_data says: invoices are accounting records.
+    assert "BucketName" not in properties
+    assert bucket["DeletionPolicy"] == bucket["UpdateReplacePolicy"] == "Retain"
+    # No auto-delete custom resource, whose Lambda could empty the bucket (the only functions are the workers:
+    # test_workers.py::test_one_worker_per_catalog_queue).
+    assert not [key for key, value in synth.resources.items() if value["Type"].startswith("Custom::")]
+
+
+def test_invoices_bucket_policy_denies_anything_but_tls_1_2(synth: Synth) -> None:
+    (bucket_id,) = of_type(synth.resources, "AWS::S3::Bucket")
+    (policy,) = of_type(synth.resources, "AWS::S3::BucketPolicy")
+    statements = props(synth.resources, policy)["PolicyDocument"]["Statement"]
+
+    assert props(synth.resources, policy)["Bucket"] == {"Ref": bucket_id}
+    assert {statement["Effect"] for statement in statements} == {"Deny"}
+    conditions = [statement["Condition"] for statement in statements]
+    assert conditions == [{"Bool": {"aws:SecureTransport": "false"}}, {"NumericLessThan": {"s3:TlsVersion": 1.2}}]
+    for statement in statements:
+        assert (statement["Action"], statement["Principal"]) == ("s3:*", {"AWS": "*"})
+        assert [render(resource) for resource in statement["Resource"]] == [f"{bucket_id}.Arn", f"{bucket_id}.Arn/*"]
 
 
 def test_mail_sender_is_an_ses_identity(template: Template, synth: Synth) -> None:
@@ -177,8 +217,14 @@ def test_shared_outputs(synth: Synth) -> None:
     orders = find_one(
         synth.resources, "AWS::DynamoDB::Table", lambda p: p["KeySchema"][0]["AttributeName"] == "order_id"
     )
+    invoices = find_one(
+        synth.resources, "AWS::DynamoDB::Table", lambda p: p["KeySchema"][0]["AttributeName"] == "invoice_id"
+    )
+    (bucket,) = of_type(synth.resources, "AWS::S3::Bucket")
 
     assert synth.outputs[ALARM_TOPIC_ARN_OUTPUT]["Value"] == {"Ref": topic}
     assert synth.outputs[IDEMPOTENCY_TABLE_OUTPUT]["Value"] == {"Ref": idempotency}
     assert synth.outputs[ORDERS_TABLE_OUTPUT]["Value"] == {"Ref": orders}
-    assert len(synth.outputs) == 3 + len(QUEUE_ENDPOINT_KEYS) * len(CATALOG.queues)
+    assert synth.outputs[INVOICES_TABLE_OUTPUT]["Value"] == {"Ref": invoices}
+    assert synth.outputs[INVOICES_BUCKET_OUTPUT]["Value"] == {"Ref": bucket}
+    assert len(synth.outputs) == 5 + len(QUEUE_ENDPOINT_KEYS) * len(CATALOG.queues)

@@ -46,6 +46,11 @@ def _ses_identity(name: str) -> str:
     return f"arn:aws:ses:${{Region}}:${{Account}}:identity/{name}"
 
 
+def _bucket_id(synth: Synth) -> str:
+    (bucket,) = of_type(synth.resources, "AWS::S3::Bucket")
+    return bucket
+
+
 # What each catalog resource must grant a worker whose jobs need it: exactly this, nothing more.
 RESOURCE_GRANTS: dict[str, Callable[[Synth], set[Permission]]] = {
     "orders_table": lambda synth: {("dynamodb:GetItem", f"{_table_id(synth, 'order_id')}.Arn")},
@@ -54,6 +59,11 @@ RESOURCE_GRANTS: dict[str, Callable[[Synth], set[Permission]]] = {
         for action in ("ses:SendEmail", "ses:SendRawEmail")
         for identity in (synth.context.mail_sender, synth.context.mail_sender_domain)
     },
+    "invoices_table": lambda synth: {("dynamodb:GetItem", f"{_table_id(synth, 'invoice_id')}.Arn")},
+    # Writing PDFs under invoices/ only: no reads, no deletes, nothing elsewhere in the bucket.
+    "invoices_bucket": lambda synth: {("s3:PutObject", f"{_bucket_id(synth)}.Arn/invoices/*")},
+    # A URL outside AWS: nothing to allow.
+    "invoicing_api_url": lambda synth: set(),
 }
 
 
@@ -61,6 +71,9 @@ def _resource_value(synth: Synth, resource: str) -> object:
     values = {
         "orders_table": {"Ref": _table_id(synth, "order_id")},
         "mail_sender": synth.context.mail_sender,
+        "invoices_table": {"Ref": _table_id(synth, "invoice_id")},
+        "invoices_bucket": {"Ref": _bucket_id(synth)},
+        "invoicing_api_url": synth.context.invoicing_api_url,
     }
     return values[resource]
 

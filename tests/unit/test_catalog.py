@@ -91,7 +91,11 @@ def test_every_job_handler_is_importable_and_has_a_callable_run(spec: JobSpec) -
 def test_queue_defaults() -> None:
     spec = queue()
 
-    assert spec.max_attempts == 5
+    assert spec.max_attempts == 10
+    assert spec.backoff_base_s == 30
+    assert spec.backoff_cap_s == 120
+    assert spec.fifo is False
+    assert spec.default_time_limit_s == 30
     assert spec.function_timeout_s == 60
     assert spec.memory_mb == 256
     assert spec.batch_size == 10

@@ -1,0 +1,189 @@
+"""Replayed on the local engine: a hanging invoicing API no longer stops the queue.
+
+The article's incident: one job hung on an HTTP call without a timeout, the only worker with it, and nobody
+noticed until morning. Here the invoicing API hangs for one invoice; the others still land within seconds,
+the hung one is cut at its time limit and retried (never lost), and once the API answers again it lands too,
+with exactly one invoice per job created at the API however often the job ran.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from functions.catalog import CATALOG, Catalog
+from jobctl.local.engine import LocalEngine, free_port
+from jobctl.publisher import JobPublisher
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+ROOT = Path(__file__).resolve().parents[2]
+
+QUEUE = "invoices"
+INVOICE_IDS = [f"INV-{number}" for number in range(1, 7)]
+HUNG = "INV-3"
+_INVOICES = CATALOG.queue(QUEUE)
+# The shipped settings (60 s limit in a 120 s function, backoff from 30 s) at test speed. The attempts are
+# raised so that the hung invoice cannot use them all up while the test watches it being retried.
+INCIDENT = replace(
+    _INVOICES,
+    function_timeout_s=6,
+    max_concurrency=2,
+    max_attempts=30,
+    backoff_base_s=1,
+    backoff_cap_s=2,
+    jobs=tuple(replace(job, time_limit_s=2) for job in _INVOICES.jobs),
+)
+INCIDENT_CATALOG = Catalog(queues=tuple(INCIDENT if queue.name == QUEUE else queue for queue in CATALOG))
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout_s:g} s: {what}")
+        time.sleep(poll_s)
+
+
+@pytest.fixture
+def worker_log() -> io.StringIO:
+    return io.StringIO()
+
+
+@pytest.fixture
+def engine(worker_log: io.StringIO) -> Iterator[LocalEngine]:
+    with LocalEngine(port=0, catalog=INCIDENT_CATALOG, worker_output=worker_log) as running:
+        yield running
+
+
+def stored_invoices(engine: LocalEngine) -> set[str]:
+    assert engine.deployment is not None
+    s3 = engine.clients()("s3")
+    listed = s3.list_objects_v2(Bucket=engine.deployment.resources["invoices_bucket"], Prefix="invoices/")
+    return {item["Key"].removeprefix("invoices/").removesuffix(".pdf") for item in listed.get("Contents", [])}
+
+
+def dead_letter_count(engine: LocalEngine) -> int:
+    assert engine.deployment is not None
+    attributes: dict[str, Any] = (
+        engine.clients()("sqs")
+        .get_queue_attributes(
+            QueueUrl=engine.deployment.queues[QUEUE].dlq_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )
+        .get("Attributes", {})
+    )
+    return sum(int(value) for value in attributes.values())
+
+
+def test_a_hanging_invoicing_api_no_longer_stops_the_queue(engine: LocalEngine, worker_log: io.StringIO) -> None:
+    assert engine.deployment is not None
+    clients = engine.clients()
+    for invoice_id in INVOICE_IDS:
+        clients("dynamodb").put_item(
+            TableName=engine.deployment.resources["invoices_table"],
+            Item={
+                "invoice_id": {"S": invoice_id},
+                "customer": {"S": "Aiko"},
+                "amount": {"N": "42.00"},
+                "currency": {"S": "EUR"},
+            },
+        )
+    engine.invoicing.set_mode("hang", only_ids=[HUNG])
+    publisher = JobPublisher(clients("sqs"), {QUEUE: engine.deployment.queues[QUEUE].url})
+    publisher.publish_many([("generate_invoice", invoice_id) for invoice_id in INVOICE_IDS])
+
+    # Every other invoice lands, though the API never answers for one of them.
+    others = set(INVOICE_IDS) - {HUNG}
+    wait_for(lambda: others <= stored_invoices(engine), 30, "the invoices the API answers for are stored")
+    assert HUNG not in stored_invoices(engine)
+    # The hung one is cut and retried, again and again, not lost and not dead-lettered.
+    wait_for(
+        lambda: engine.stats()[QUEUE]["failed_records"] >= 2,
+        30,
+        "the hung invoice is reported failed (retried) at least twice",
+    )
+    assert HUNG not in stored_invoices(engine)
+    assert dead_letter_count(engine) == 0
+    assert engine.stats()[QUEUE]["timeouts"] == 0  # every invocation returned within its function timeout
+    cuts = [
+        line
+        for line in map(json.loads, worker_log.getvalue().splitlines())
+        if line.get("error_type") == "JobTimeLimitError"
+    ]
+    assert cuts and {line["id"] for line in cuts} == {HUNG}
+
+    # The API recovers: the hung invoice lands too, and the API created one invoice per job.
+    engine.invoicing.set_mode("ok")
+    wait_for(lambda: HUNG in stored_invoices(engine), 30, "the hung invoice is stored once the API answers")
+    assert engine.wait_until_idle(timeout_s=30)
+    assert stored_invoices(engine) == set(INVOICE_IDS)
+    assert engine.invoicing.created_count() == len(INVOICE_IDS)
+    assert engine.invoicing.created_count(HUNG) == 1
+    assert engine.invoicing.requests_for(f"generate_invoice:{HUNG}") >= 1
+    assert dead_letter_count(engine) == 0
+
+
+def test_jobctl_local_starts_the_fake_invoicing_api_in_the_mode_asked_and_prints_its_url() -> None:
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_REGION": "us-east-1"}
+    env.pop("AWS_ENDPOINT_URL", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jobctl", "local", "--port", str(free_port()), "--invoicing-mode", "hang"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        banner = [process.stdout.readline() for _ in range(5)]
+        [line] = [line for line in banner if "invoicing API (fake):" in line]
+        url = line.split("invoicing API (fake):", 1)[1].split()[0]
+        with urllib.request.urlopen(f"{url}/_stats", timeout=5) as response:
+            assert json.load(response)["mode"] == "hang"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.parametrize("busy", ["--port", "--invoicing-port"])
+def test_jobctl_local_on_a_busy_port_fails_at_once_in_one_line(busy: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy_port = taken.getsockname()[1]
+        ports = {"--port": free_port(), "--invoicing-port": free_port(), busy: busy_port}
+        args = [arg for option, port in ports.items() for arg in (option, str(port))]
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_REGION": "us-east-1"}
+
+        result = subprocess.run(
+            [sys.executable, "-m", "jobctl", "local", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"jobctl: error: cannot start the local engine on port {ports['--port']} or "
+        f"{ports['--invoicing-port']}: Address already in use"
+    ]
