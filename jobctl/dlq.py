@@ -1,0 +1,439 @@
+"""Reading, redriving and discarding dead-lettered jobs, client side, safely.
+
+- Reading never consumes: messages are received with a visibility timeout long enough for the scan and made
+  visible again at once when it ends.
+- Moving never loses: a message is deleted from the DLQ only after its copy was accepted by the target queue.
+  A crash in between leaves a duplicate, harmless because jobs are idempotent on their business key.
+- Discarding with an archive writes (and fsyncs) the JSON Lines record before the message is deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import IO, Any
+
+from functions.worker import deadletter
+
+SQS_BATCH_MAX = 10
+# Long enough to scan a large DLQ in one pass; if jobctl dies, messages reappear after this.
+SCAN_VISIBILITY_S = 300
+NO_EVIDENCE = "(no evidence: moved by SQS redrive)"
+
+
+class DlqError(Exception):
+    """A DLQ operation could not be done."""
+
+
+class BadFilterError(DlqError):
+    """A filter option is not usable."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One message in a DLQ, with its evidence (empty when SQS's redrive policy moved it) and its own attributes."""
+
+    message_id: str
+    receipt_handle: str
+    body: str
+    sent_at: datetime | None
+    evidence: dict[str, str]
+    publisher_attributes: dict[str, dict[str, Any]]
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> DeadLetter:
+        attributes: dict[str, dict[str, Any]] = message.get("MessageAttributes") or {}
+        evidence = {
+            name: str(value.get("StringValue", ""))
+            for name, value in attributes.items()
+            if name.startswith(deadletter.ATTRIBUTE_PREFIX)
+        }
+        publisher = deadletter.publisher_attributes(attributes)
+        packed = evidence.get(deadletter.ORIGINAL_ATTRIBUTES)
+        if packed:
+            # Evidence is best effort; the body is what matters.
+            with contextlib.suppress(json.JSONDecodeError):
+                publisher.update(json.loads(packed))
+        sent = (message.get("Attributes") or {}).get("SentTimestamp")
+        return cls(
+            message_id=message["MessageId"],
+            receipt_handle=message["ReceiptHandle"],
+            body=message["Body"],
+            sent_at=datetime.fromtimestamp(int(sent) / 1000, tz=UTC) if sent else None,
+            evidence=evidence,
+            publisher_attributes={name: _send_shape(value) for name, value in publisher.items()},
+        )
+
+    def _envelope_field(self, name: str) -> str | None:
+        try:
+            body = json.loads(self.body)
+        except (json.JSONDecodeError, RecursionError):
+            return None
+        value = body.get(name) if isinstance(body, dict) else None
+        return value if isinstance(value, str) else None
+
+    @property
+    def job(self) -> str:
+        return self.evidence.get(deadletter.JOB) or self._envelope_field("job") or "(unknown)"
+
+    @property
+    def entity_id(self) -> str:
+        return self.evidence.get(deadletter.ID) or self._envelope_field("id") or "(unknown)"
+
+    @property
+    def error_type(self) -> str:
+        return self.evidence.get(deadletter.ERROR_TYPE) or NO_EVIDENCE
+
+    @property
+    def error_message(self) -> str:
+        return self.evidence.get(deadletter.ERROR_MESSAGE, "")
+
+    @property
+    def failed_at(self) -> datetime | None:
+        """When it was dead-lettered: the runtime's timestamp, else when SQS accepted it into the DLQ."""
+        stamp = self.evidence.get(deadletter.LAST_FAILED_AT)
+        if stamp:
+            try:
+                return datetime.fromisoformat(stamp)
+            except ValueError:
+                pass
+        return self.sent_at
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "body": self.body,
+            "job": self.job,
+            "id": self.entity_id,
+            "error_type": self.error_type,
+            "error_message": self.error_message,
+            "failure": self.evidence.get(deadletter.FAILURE),
+            "attempts": int(self.evidence[deadletter.ATTEMPTS]) if deadletter.ATTEMPTS in self.evidence else None,
+            "first_failed_at": self.evidence.get(deadletter.FIRST_FAILED_AT),
+            "last_failed_at": self.failed_at.isoformat() if self.failed_at else None,
+            "source_queue": self.evidence.get(deadletter.SOURCE_QUEUE),
+            "traceback": self.evidence.get(deadletter.TRACEBACK),
+            "attributes": self.publisher_attributes,
+        }
+
+
+def _send_shape(value: dict[str, Any]) -> dict[str, Any]:
+    """Keep only what SendMessage accepts of a message attribute."""
+    shaped = {"DataType": value.get("DataType", "String")}
+    for key in ("StringValue", "BinaryValue"):
+        if key in value and value[key] is not None:
+            shaped[key] = value[key]
+    return shaped
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which dead letters an operation applies to; every given criterion must match."""
+
+    error_type: str | None = None
+    match: str | None = None
+    job: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("error_type", "match", "job"):
+            value = getattr(self, name)
+            if value is not None and not value.strip():
+                raise BadFilterError(f"--{name.replace('_', '-')} is empty; give a value or leave the option out")
+
+    def matches(self, letter: DeadLetter) -> bool:
+        if self.error_type is not None and letter.error_type != self.error_type:
+            return False
+        if self.job is not None and letter.job != self.job:
+            return False
+        if self.match is not None:
+            haystack = f"{letter.error_message}\n{letter.body}".lower()
+            if self.match.lower() not in haystack:
+                return False
+        return True
+
+    @property
+    def empty(self) -> bool:
+        return self.error_type is None and self.match is None and self.job is None
+
+
+@dataclass
+class MoveReport:
+    moved: int = 0
+    matched: int = 0
+    failed: list[dict[str, str]] = field(default_factory=list)
+    moved_letters: list[DeadLetter] = field(default_factory=list)
+
+
+class DeadLetterQueue:
+    """One catalog queue's DLQ and the source queue it redrives to."""
+
+    def __init__(
+        self,
+        sqs: Any,
+        dlq_url: str,
+        source_url: str,
+        scan_visibility_s: int = SCAN_VISIBILITY_S,
+        receive_wait_s: int = 1,
+    ) -> None:
+        self._sqs = sqs
+        self.dlq_url = dlq_url
+        self.source_url = source_url
+        self._visibility = scan_visibility_s
+        self._wait_s = receive_wait_s
+
+    def depth(self) -> int:
+        attributes = self._sqs.get_queue_attributes(
+            QueueUrl=self.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"])
+
+    def _receive(self) -> list[DeadLetter]:
+        response = self._sqs.receive_message(
+            QueueUrl=self.dlq_url,
+            MaxNumberOfMessages=SQS_BATCH_MAX,
+            VisibilityTimeout=self._visibility,
+            WaitTimeSeconds=self._wait_s,
+            MessageAttributeNames=["All"],
+            MessageSystemAttributeNames=["All"],
+        )
+        return [DeadLetter.from_message(message) for message in response.get("Messages", [])]
+
+    def _scan(self, limit: int | None = None) -> Iterator[list[DeadLetter]]:
+        """Batches of messages, each received once per scan; the caller must release or delete every one."""
+        seen = 0
+        empty_polls = 0
+        while limit is None or seen < limit:
+            batch = self._receive()
+            if not batch:
+                # SQS samples servers: an empty answer is not proof of an empty queue, two in a row are enough.
+                empty_polls += 1
+                if empty_polls >= 2:
+                    return
+                continue
+            empty_polls = 0
+            seen += len(batch)
+            yield batch
+
+    def release(self, letters: Iterable[DeadLetter]) -> None:
+        """Make messages visible again now, unchanged."""
+        pending = list(letters)
+        for start in range(0, len(pending), SQS_BATCH_MAX):
+            chunk = pending[start : start + SQS_BATCH_MAX]
+            self._sqs.change_message_visibility_batch(
+                QueueUrl=self.dlq_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": letter.receipt_handle, "VisibilityTimeout": 0}
+                    for i, letter in enumerate(chunk)
+                ],
+            )
+
+    def peek(self, limit: int | None = None) -> list[DeadLetter]:
+        """Every message (up to `limit`) without consuming any: all are visible again when this returns."""
+        letters: list[DeadLetter] = []
+        try:
+            for batch in self._scan(limit):
+                letters.extend(batch)
+        finally:
+            self.release(letters)
+        return letters[:limit] if limit is not None else letters
+
+    def find(self, message_id: str) -> DeadLetter | None:
+        return next((letter for letter in self.peek() if letter.message_id == message_id), None)
+
+    def move(
+        self,
+        chosen: Filter,
+        limit: int | None = None,
+        rate_per_s: float | None = None,
+        progress: Callable[[int], None] | None = None,
+        target_url: str | None = None,
+    ) -> MoveReport:
+        """Copy matching messages to the source queue (or `target_url`), then delete each from the DLQ."""
+        report = MoveReport()
+        kept: list[DeadLetter] = []
+        throttle = _Throttle(rate_per_s)
+        try:
+            for batch in self._scan():
+                matching = [letter for letter in batch if chosen.matches(letter)]
+                room = None if limit is None else max(0, limit - report.matched)
+                selected = matching[:room] if room is not None else matching
+                kept.extend(letter for letter in batch if letter not in selected)
+                report.matched += len(selected)
+                if selected:
+                    throttle.wait(len(selected))
+                    moved = self._copy_then_delete(selected, target_url or self.source_url, report, kept)
+                    if progress:
+                        progress(moved)
+                if limit is not None and report.matched >= limit:
+                    break
+        finally:
+            self.release(kept)
+        return report
+
+    def _copy_then_delete(
+        self, letters: list[DeadLetter], target_url: str, report: MoveReport, kept: list[DeadLetter]
+    ) -> int:
+        entries = [
+            {"Id": str(i), "MessageBody": letter.body, "MessageAttributes": letter.publisher_attributes}
+            for i, letter in enumerate(letters)
+        ]
+        for entry in entries:
+            if not entry["MessageAttributes"]:
+                del entry["MessageAttributes"]
+        sent = self._sqs.send_message_batch(QueueUrl=target_url, Entries=entries)
+        copied = [letters[int(item["Id"])] for item in sent.get("Successful", [])]
+        for failure in sent.get("Failed", []):
+            letter = letters[int(failure["Id"])]
+            kept.append(letter)  # not copied: it stays in the DLQ
+            report.failed.append({"message_id": letter.message_id, "error": failure.get("Message", failure["Code"])})
+        self.delete(copied)
+        report.moved += len(copied)
+        report.moved_letters.extend(copied)
+        return len(copied)
+
+    def delete(self, letters: list[DeadLetter]) -> None:
+        for start in range(0, len(letters), SQS_BATCH_MAX):
+            chunk = letters[start : start + SQS_BATCH_MAX]
+            response = self._sqs.delete_message_batch(
+                QueueUrl=self.dlq_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": letter.receipt_handle} for i, letter in enumerate(chunk)],
+            )
+            if response.get("Failed"):
+                raise DlqError(f"could not delete {len(response['Failed'])} message(s) from the DLQ")
+
+    def discard(
+        self,
+        chosen: Filter,
+        archive: IO[str] | None = None,
+        limit: int | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[DeadLetter]:
+        """Delete matching messages, each written to `archive` (JSON Lines, synced) before its deletion."""
+        discarded: list[DeadLetter] = []
+        kept: list[DeadLetter] = []
+        try:
+            for batch in self._scan():
+                matching = [letter for letter in batch if chosen.matches(letter)]
+                room = None if limit is None else max(0, limit - len(discarded))
+                selected = matching[:room] if room is not None else matching
+                kept.extend(letter for letter in batch if letter not in selected)
+                if not selected:
+                    continue
+                if archive is not None:
+                    for letter in selected:
+                        archive.write(json.dumps(letter.to_dict(), sort_keys=True) + "\n")
+                    archive.flush()
+                    os.fsync(archive.fileno())
+                self.delete(selected)
+                discarded.extend(selected)
+                if progress:
+                    progress(len(selected))
+                if limit is not None and len(discarded) >= limit:
+                    break
+        finally:
+            self.release(kept)
+        return discarded
+
+
+class _Throttle:
+    """At most `rate` messages a second, on average."""
+
+    def __init__(self, rate_per_s: float | None) -> None:
+        self._rate = rate_per_s
+        self._start = time.monotonic()
+        self._count = 0
+
+    def wait(self, messages: int) -> None:
+        if not self._rate:
+            return
+        self._count += messages
+        due = self._start + self._count / self._rate
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+
+def group(letters: Iterable[DeadLetter], by: str) -> list[dict[str, Any]]:
+    """Group dead letters by error (type and message), job, or day: count, first and last seen, a sample."""
+    keyed: dict[tuple[str, ...], list[DeadLetter]] = {}
+    for letter in letters:
+        if by == "error":
+            key: tuple[str, ...] = (letter.error_type, letter.error_message)
+        elif by == "job":
+            key = (letter.job,)
+        elif by == "day":
+            key = (letter.failed_at.date().isoformat() if letter.failed_at else "(unknown)",)
+        else:
+            raise BadFilterError(f"unknown grouping {by!r}; accepted: error, job, day")
+        keyed.setdefault(key, []).append(letter)
+    groups = []
+    for key, members in keyed.items():
+        stamps = sorted(letter.failed_at for letter in members if letter.failed_at)
+        entry: dict[str, Any] = {
+            "count": len(members),
+            "first_seen": stamps[0].isoformat() if stamps else None,
+            "last_seen": stamps[-1].isoformat() if stamps else None,
+            "sample_message_id": members[0].message_id,
+            "jobs": sorted({letter.job for letter in members}),
+        }
+        if by == "error":
+            entry["error_type"], entry["error_message"] = key
+        else:
+            entry[by] = key[0]
+        groups.append(entry)
+    return sorted(groups, key=lambda entry: (-entry["count"], str(entry.get("last_seen"))))
+
+
+@dataclass
+class Verification:
+    """What became of redriven jobs: drained from the source queue, and how many failed again."""
+
+    drained: bool
+    returned_to_dlq: int
+    returned: list[DeadLetter]
+    waited_s: float
+
+
+def queue_busy(sqs: Any, url: str) -> int:
+    """Messages visible, in flight or delayed: work the queue still holds."""
+    names = [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    ]
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+    return sum(int(attributes.get(name, "0")) for name in names)
+
+
+def verify(
+    sqs: Any,
+    dlq: DeadLetterQueue,
+    moved: list[DeadLetter],
+    since: datetime,
+    timeout_s: float,
+    poll_s: float = 2.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Verification:
+    """Follow redriven jobs: wait until the source queue holds no work, then count those back in the DLQ."""
+    started = clock()
+    drained = False
+    while True:
+        if queue_busy(sqs, dlq.source_url) == 0:
+            drained = True
+            break
+        if clock() - started >= timeout_s:
+            break
+        sleep(poll_s)
+    keys = {(letter.job, letter.entity_id) for letter in moved}
+    returned = [
+        letter
+        for letter in dlq.peek()
+        if (letter.job, letter.entity_id) in keys and letter.failed_at is not None and letter.failed_at >= since
+    ]
+    return Verification(drained=drained, returned_to_dlq=len(returned), returned=returned, waited_s=clock() - started)
