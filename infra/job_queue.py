@@ -150,8 +150,10 @@ class JobQueue(Construct):
         # Also grants consuming the queue: ReceiveMessage, DeleteMessage, GetQueueAttributes, GetQueueUrl and
         # ChangeMessageVisibility (the worker's backoff), on this queue only.
         self.function.add_event_source(self.event_source)
-        # The worker dead-letters with evidence itself (permanent failure, last attempt).
+        # The worker dead-letters with evidence itself (permanent failure, last attempt)...
         self.dead_letter_queue.grant(self.function, "sqs:SendMessage")
+        # ...and hands records it could not run back to its own queue as unrun copies (no time left, key busy).
+        self.queue.grant(self.function, "sqs:SendMessage")
         idempotency_table.grant(self.function, *IDEMPOTENCY_ACTIONS)
         for item in needed.values():
             item.grant(self.function)

@@ -132,9 +132,12 @@ class DeadLetterQueue:
         response = self._sqs.send_message(**request)
         return str(response["MessageId"])
 
-    def requeue(self, queue_url: str, body: str, record: dict[str, Any], prior: int) -> str:
-        """Send an unrun copy of `record` back to its (standard) queue, remembering `prior` runs."""
+    def requeue(self, queue_url: str, body: str, record: dict[str, Any], prior: int, delay_s: int = 0) -> str:
+        """Send an unrun copy of `record` back to its (standard) queue, due in `delay_s`, remembering `prior`
+        runs."""
         attributes = original_attributes_for_send(publisher_attributes(record.get("messageAttributes") or {}))
         attributes[PRIOR_ATTEMPTS] = {"DataType": "Number", "StringValue": str(max(0, prior))}
-        response = self._sqs.send_message(QueueUrl=queue_url, MessageBody=body, MessageAttributes=attributes)
+        response = self._sqs.send_message(
+            QueueUrl=queue_url, MessageBody=body, MessageAttributes=attributes, DelaySeconds=delay_s
+        )
         return str(response["MessageId"])

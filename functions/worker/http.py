@@ -99,7 +99,8 @@ class HttpClient:
         except Urllib3Error as error:
             # Timeouts, refused and reset connections, broken responses: may work later.
             raise HttpTransientError(f"{method} {url} failed: {type(error).__name__}") from error
-        response = HttpResponse(status=raw.status, headers=dict(raw.headers), data=raw.data)
+        # urllib3's HTTPHeaderDict: header names stay case-insensitive (`retry-after` is `Retry-After`).
+        response = HttpResponse(status=raw.status, headers=raw.headers, data=raw.data)
         return raise_for_status(method, url, response)
 
 

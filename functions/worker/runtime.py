@@ -14,13 +14,17 @@ No exception escapes a batch. See docs/failure-semantics.md.
 from __future__ import annotations
 
 import random
+import signal
+import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from enum import Enum
+from types import FrameType
 from typing import Any, TypeVar
 
 from aws_lambda_powertools.utilities.batch import (
@@ -81,6 +85,11 @@ _KEY_PATH = "key"
 _RECORD_LOG_KEYS = ("job", "id", "message_id", "attempt", "idempotency_key")
 # Time a record needs beyond its job's time limit to be settled (dead-letter, visibility change).
 SETTLE_MARGIN_S = 2.0
+# SQS's longest DelaySeconds for a message.
+SQS_MAX_DELAY_S = 900
+# How long a record waits for a twin holding its key before it is handed back, and how often it looks.
+IN_PROGRESS_PATIENCE_S = 2.0
+IN_PROGRESS_POLL_S = 0.2
 
 T = TypeVar("T")
 
@@ -106,26 +115,62 @@ class _Execution:
 
     job: LoadedJob
     context: JobContext
+    # Set when the run is interrupted in place (main thread): only the job's own code is timed, never the
+    # idempotency layer's bookkeeping around it.
+    interrupt_after_s: float | None = None
     ran: bool = False
 
     def __call__(self) -> JobResult:
         self.ran = True
-        result = self.job.run(self.context.envelope, self.context)
+        with _alarm(self.interrupt_after_s) if self.interrupt_after_s else nullcontext():
+            result = self.job.run(self.context.envelope, self.context)
         return dict(result) if result is not None else None
 
 
-class TimeLimiter:
-    """Runs a call in a helper thread and stops waiting for it at a time limit.
+@contextmanager
+def _alarm(limit_s: float) -> Iterator[None]:
+    """Interrupt the code in this block after `limit_s` seconds with JobTimeLimitError (main thread only).
 
-    Python cannot kill a thread: a cut run is abandoned (its thread and executor too) and the next run gets
-    a fresh thread. Its idempotency record stays IN_PROGRESS until the run ends or the invocation's deadline
-    passes, so no retry can run the same key beside it in that window.
+    A signal reaches Python code blocked in a socket read too, so a hung call is really stopped: its exception
+    goes up through the idempotency layer, which releases the key, and nothing keeps running behind the worker.
+    """
+
+    def on_alarm(_signum: int, _frame: FrameType | None) -> None:
+        raise JobTimeLimitError(f"run went past its time limit of {limit_s:g}s and was interrupted")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, limit_s)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _can_interrupt() -> bool:
+    """Signals reach only the main thread: Lambda runs the handler there; the local engine's pollers don't."""
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+class TimeLimiter:
+    """Off the main thread: runs a call in a helper thread and stops waiting for it at a time limit.
+
+    Python cannot kill a thread: a cut run is abandoned (its thread and executor too) and the next run gets a
+    fresh thread. Its idempotency record stays IN_PROGRESS until the run ends or the invocation's deadline
+    passes, and while it is still running this worker refuses to start the same key again.
     """
 
     def __init__(self) -> None:
         self._executor: ThreadPoolExecutor | None = None
+        self._abandoned: dict[str, Future[Any]] = {}
 
-    def run(self, call: Callable[[], T], limit_s: float) -> T:
+    def still_running(self, key: str) -> bool:
+        self._abandoned = {k: future for k, future in self._abandoned.items() if not future.done()}
+        return key in self._abandoned
+
+    def run(self, key: str, call: Callable[[], T], limit_s: float) -> T:
+        if self.still_running(key):
+            raise JobInProgressError(f"a cut run of key {key!r} is still running in this worker")
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job")
         future = self._executor.submit(call)
@@ -134,6 +179,7 @@ class TimeLimiter:
         except FutureTimeoutError:
             self._executor.shutdown(wait=False)
             self._executor = None
+            self._abandoned[key] = future
             raise JobTimeLimitError(f"run went past its time limit of {limit_s:g}s and was cut") from None
 
 
@@ -285,13 +331,24 @@ class Worker:
             finally:
                 self._obs.logger.thread_safe_clear_keys()
 
-        try:
-            self._time_limiter.run(run_in_thread, limit_s)
-        except IdempotencyAlreadyInProgressError as error:
-            raise JobInProgressError(f"job key {key!r} is being run by another worker") from error
-        except PowertoolsIdempotencyKeyError as error:
-            raise IdempotencyKeyError(str(error)) from error
-        return Outcome.SUCCEEDED if execution.ran else Outcome.DUPLICATE
+        # A twin delivered at the same moment usually finishes in milliseconds: wait briefly for its result
+        # before handing this one back.
+        patience_ends = time.monotonic() + IN_PROGRESS_PATIENCE_S
+        while True:
+            try:
+                if _can_interrupt():
+                    execution.interrupt_after_s = limit_s
+                    self._run_once(idempotency={_KEY_PATH: key}, execution=execution)
+                else:
+                    self._time_limiter.run(key, run_in_thread, limit_s)
+                return Outcome.SUCCEEDED if execution.ran else Outcome.DUPLICATE
+            except IdempotencyAlreadyInProgressError as error:
+                time_left = self._remaining_s() > limit_s + SETTLE_MARGIN_S + IN_PROGRESS_POLL_S
+                if time.monotonic() >= patience_ends or not time_left:
+                    raise JobInProgressError(f"job key {key!r} is being run by another worker") from error
+                time.sleep(IN_PROGRESS_POLL_S)
+            except PowertoolsIdempotencyKeyError as error:
+                raise IdempotencyKeyError(str(error)) from error
 
     def _fail(
         self,
@@ -301,21 +358,18 @@ class Worker:
         classification: Classification,
         attempt: int,
     ) -> Outcome:
+        if isinstance(error, JobInProgressError) and envelope is not None:
+            # Not a failed run: another one holds the key (a crashed one holds it until its invocation's
+            # deadline at the latest). Come back after a backoff, without using up an attempt.
+            delay_s = min(SQS_MAX_DELAY_S, self._backoff(attempt, classification))
+            return self._hand_back(record, envelope, attempt, delay_s, "in_progress", {"error": str(error)[:1024]})
         job_name = envelope.job if envelope else UNPARSEABLE_JOB
         self._tally.add(job_name, FAILED)  # every failed run, whatever happens next
         if classification.kind is Kind.PERMANENT:
             return self._dead_letter(record, envelope, error, attempt, FAILURE_PERMANENT, classification)
         if attempt >= self._queue.max_attempts:
             return self._dead_letter(record, envelope, error, attempt, FAILURE_EXHAUSTED, classification)
-        delay_s = backoff_delay_s(
-            attempt,
-            self._queue.backoff_base_s,
-            self._queue.backoff_cap_s,
-            self._rng,
-            floor_s=classification.retry_after_s,
-        )
-        # A visibility timeout counts from now and may not reach past 12 h from this receive.
-        delay_s = min(delay_s, SQS_MAX_VISIBILITY_S - self._queue.function_timeout_s)
+        delay_s = self._backoff(attempt, classification)
         self._change_visibility(record.receipt_handle, delay_s)
         self._obs.logger.warning(
             "job failed; retrying after backoff",
@@ -331,6 +385,17 @@ class Worker:
         self._tally.add(job_name, RETRIED)
         raise RetryLater(error) from error
 
+    def _backoff(self, attempt: int, classification: Classification) -> int:
+        delay_s = backoff_delay_s(
+            attempt,
+            self._queue.backoff_base_s,
+            self._queue.backoff_cap_s,
+            self._rng,
+            floor_s=classification.retry_after_s,
+        )
+        # A visibility timeout counts from now and may not reach past 12 h from this receive.
+        return min(delay_s, SQS_MAX_VISIBILITY_S - self._queue.function_timeout_s)
+
     def _change_visibility(self, receipt_handle: str, timeout_s: int) -> None:
         try:
             self._sqs.change_message_visibility(
@@ -342,21 +407,39 @@ class Worker:
 
     def _defer(self, record: SQSRecord, envelope: Envelope, attempt: int, limit_s: float) -> Outcome:
         """Too little time left to run this record within its limit: hand it back now, unrun."""
-        self._tally.add(envelope.job, DEFERRED)
         details = {"remaining_s": round(self._remaining_s(), 3), "time_limit_s": limit_s}
+        return self._hand_back(record, envelope, attempt, 0, "no_time", details)
+
+    def _hand_back(
+        self,
+        record: SQSRecord,
+        envelope: Envelope,
+        attempt: int,
+        delay_s: int,
+        reason: str,
+        details: Mapping[str, Any],
+    ) -> Outcome:
+        """Return a record that was not run to its queue, due in `delay_s`, without using up an attempt.
+
+        Standard queue: an unrun copy carrying the attempts so far, and the original acknowledged. FIFO (or if
+        the copy can't be sent): the message itself, made visible in `delay_s`; its order is kept, the receive
+        counts.
+        """
+        self._tally.add(envelope.job, DEFERRED, reason=reason)
+        extra = {**details, "reason": reason, "next_delay_s": delay_s}
         if not self._queue.fifo:
             try:
-                # A copy that remembers the runs so far: this receive is not counted as an attempt.
-                self._dead_letters.requeue(self.settings.queue_url, record.body, record.raw_event, prior=attempt - 1)
+                self._dead_letters.requeue(
+                    self.settings.queue_url, record.body, record.raw_event, prior=attempt - 1, delay_s=delay_s
+                )
             except Exception:
-                self._obs.logger.exception("could not requeue a deferred record; making it visible instead")
+                self._obs.logger.exception("could not requeue a record handed back; changing its visibility instead")
             else:
-                self._obs.logger.info("deferred: too little time left; requeued unrun", extra=details)
+                self._obs.logger.info("handed back unrun; requeued", extra=extra)
                 return Outcome.DEFERRED
-        # FIFO keeps order only if the message itself goes back: this receive counts.
-        self._change_visibility(record.receipt_handle, 0)
-        self._obs.logger.info("deferred: too little time left; made visible again", extra=details)
-        raise RetryLater(TimeoutError("deferred for lack of time"))
+        self._change_visibility(record.receipt_handle, delay_s)
+        self._obs.logger.info("handed back unrun; visible again later", extra=extra)
+        raise RetryLater(TimeoutError(f"handed back unrun: {reason}"))
 
     def _dead_letter(
         self,

@@ -159,8 +159,9 @@ def test_records_the_invocation_has_no_time_for_are_requeued_at_once_and_not_cou
     assert invocation.failed_ids == []  # originals acknowledged...
     assert flaky.ATTEMPTS_SEEN == []  # ...unrun...
     assert testing.queue_counts("testing") == (3, 0)  # ...and their copies visible again at once
-    deferred = [line for line in testing.log_lines() if str(line.get("message", "")).startswith("deferred")]
+    deferred = [line for line in testing.log_lines() if line.get("reason") == "no_time" and "message" in line]
     assert len(deferred) == 3
+    assert {line["message"] for line in deferred} == {"handed back unrun; requeued"}
     # Delivered again with time to spare: they run, and the deferral didn't use up an attempt.
     again = testing.deliver("testing")
     assert again is not None and again.failed_ids == []

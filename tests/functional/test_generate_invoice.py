@@ -335,9 +335,20 @@ def test_a_lost_answer_is_retried_with_the_same_key_and_creates_nothing_new(
 # --- the incident: one hanging call ------------------------------------------------------------------------
 
 
-def test_one_hanging_invoice_is_cut_at_its_time_limit_while_the_rest_of_the_batch_succeeds(
+def deliver_off_the_main_thread(harness: Harness, worker: Worker) -> Invocation:
+    """Deliver as the local engine's pollers do: signals can't interrupt there, so cut runs are abandoned."""
+    result: list[Invocation] = []
+    thread = threading.Thread(target=lambda: result.append(deliver(harness, worker=worker)))
+    thread.start()
+    thread.join(timeout=60)
+    assert result, "the delivery did not finish"
+    return result[0]
+
+
+def test_one_hanging_invoice_is_interrupted_at_its_time_limit_while_the_rest_of_the_batch_succeeds(
     clients: ClientFactory, api: FakeInvoicingApi
 ) -> None:
+    # In Lambda the handler runs in the main thread, as here: the hung call itself is interrupted.
     harness = invoicing_harness(clients, api.url, SHORT_LIMIT_CATALOG)
     invoice_ids = ["INV-1", "INV-2", "INV-HANG", "INV-3", "INV-4"]
     for invoice_id in invoice_ids:
@@ -361,38 +372,50 @@ def test_one_hanging_invoice_is_cut_at_its_time_limit_while_the_rest_of_the_batc
     assert harness.queue_counts(QUEUE) == (0, 1)
     [cut] = [line for line in harness.log_lines() if line.get("error_type") == "JobTimeLimitError"]
     assert (cut["id"], cut["attempt"], cut["classification"]) == ("INV-HANG", 1, "transient")
-    assert api.waiting == 1  # the abandoned call still waits on the API
+    assert not [t for t in threading.enumerate() if t.name.startswith("job")]  # nothing left running
 
-    # The API recovers. The cut run was abandoned, not stopped (Python can't kill a thread): it gets its answer
-    # now and finishes the job itself; the retry then finds the job done and never calls the API again.
+    # The API recovers. The interrupted run released its key, so the retry calls the API again - with the same
+    # Idempotency-Key, so the API returns the invoice the hung request had created instead of a second one.
     api.set_mode("ok")
-    wait_for_abandoned_runs()
     retry_now(harness, invocation)
     retry = deliver(harness)
 
     assert retry.failed_ids == []
     assert stored_pdf(harness, "INV-HANG") is not None
-    assert api.requests_for(key_of("INV-HANG")) == 1
+    assert api.requests_for(key_of("INV-HANG")) == 2
     assert api.created_count() == len(invoice_ids)
     assert harness.queue_counts(QUEUE) == (0, 0)
 
 
-def test_a_hanging_invoice_retried_while_its_cut_run_still_holds_the_key_waits_its_turn(
+def test_off_the_main_thread_a_cut_run_is_abandoned_and_a_retry_waits_for_it(
     clients: ClientFactory, api: FakeInvoicingApi
 ) -> None:
-    # The cut run's idempotency record stays IN_PROGRESS until its invocation's deadline: a retry inside that
-    # window must not call the API beside it, and is retried again later instead.
+    # The local engine's pollers are threads: a cut run can't be interrupted and keeps its idempotency record
+    # IN_PROGRESS. A retry meanwhile must not call the API beside it: it is handed back for later, unrun and
+    # without using up an attempt.
     harness = invoicing_harness(clients, api.url, SHORT_LIMIT_CATALOG)
     put_invoice(harness, "INV-HANG")
     api.set_mode("hang")
     message_id = harness.send(body("INV-HANG"), queue=QUEUE)
-    first = deliver(harness)
+    worker = harness.worker(QUEUE)
+    first = deliver_off_the_main_thread(harness, worker)
     assert first.failed_ids == [message_id]
+    assert api.waiting == 1  # the abandoned call still waits on the API
     retry_now(harness, first)
 
-    second = deliver(harness)
+    second = deliver_off_the_main_thread(harness, worker)
 
-    assert second.failed_ids == [message_id]
+    assert second.failed_ids == []  # acknowledged: a delayed, unrun copy replaces it
     assert api.requests_for(key_of("INV-HANG")) == 1  # the retry did not call the API
-    errors = [line.get("error_type") for line in harness.log_lines() if "next_delay_s" in line]
-    assert errors == ["JobTimeLimitError", "JobInProgressError"]
+    [handed_back] = [line for line in harness.log_lines() if line.get("reason") == "in_progress" and "message" in line]
+    assert handed_back["attempt"] == 2
+    ceiling = backoff_ceiling_s(2, SHORT_LIMIT.backoff_base_s, SHORT_LIMIT.backoff_cap_s)
+    assert 0 <= handed_back["next_delay_s"] <= ceiling
+    counts = harness.clients("sqs").get_queue_attributes(
+        QueueUrl=harness.deployment.queues[QUEUE].url, AttributeNames=["All"]
+    )["Attributes"]
+    # The unrun copy: delayed by its backoff (or visible at once if the jitter drew 0).
+    assert int(counts["ApproximateNumberOfMessagesDelayed"]) + int(counts["ApproximateNumberOfMessages"]) == 1
+    api.set_mode("ok")
+    wait_for_abandoned_runs()
+    assert api.created_count() == 1

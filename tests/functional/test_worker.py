@@ -283,7 +283,7 @@ def test_publisher_key_overrides_the_default(testing: Harness) -> None:
     assert sum(flaky.SIDE_EFFECTS.values()) == 1
 
 
-def test_job_in_progress_elsewhere_is_retried_not_run(testing: Harness) -> None:
+def test_job_in_progress_elsewhere_is_handed_back_for_later_not_run_and_not_counted(testing: Harness) -> None:
     # Given another worker holds the in-progress record of the same business key
     persistence = DynamoDBPersistenceLayer(
         table_name=testing.deployment.idempotency_table, boto3_client=testing.clients("dynamodb")
@@ -291,11 +291,18 @@ def test_job_in_progress_elsewhere_is_retried_not_run(testing: Harness) -> None:
     persistence.configure(IdempotencyConfig(event_key_jmespath="key"), key_prefix=IDEMPOTENCY_KEY_PREFIX)
     persistence.save_inprogress(data={"key": "flaky:5"}, remaining_time_in_millis=60_000)
     testing.send(envelope("flaky", "5"), queue="testing")
-    # When this worker receives it, it neither runs it nor dead-letters it: it asks SQS to retry
+    # When this worker receives it, it waits briefly for the twin, then neither runs it nor dead-letters it: an
+    # unrun copy comes back after a backoff, and the original is acknowledged
     invocation = testing.deliver("testing")
-    assert invocation is not None and len(invocation.failed_ids) == 1
+    assert invocation is not None and invocation.failed_ids == []
     assert flaky.SIDE_EFFECTS["5"] == 0
     assert testing.dead_letters("testing") == []
+    url = testing.deployment.queues["testing"].url
+    attributes = testing.clients("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"
+    [handed_back] = [line for line in testing.log_lines() if line.get("reason") == "in_progress" and "message" in line]
+    assert 0 <= handed_back["next_delay_s"] <= TEST_CATALOG.queue("testing").backoff_base_s
+    assert handed_back["attempt"] == 1
 
 
 def test_dead_letter_send_failure_leaves_the_record_for_sqs_redrive(

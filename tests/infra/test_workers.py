@@ -174,6 +174,7 @@ def test_worker_role_has_exactly_the_grants_it_needs(synth: Synth, spec: QueueSp
         ("xray:PutTelemetryRecords", "*"),
         *{(f"sqs:{action}", f"{queue}.Arn") for action in CONSUME},
         ("sqs:SendMessage", f"{dlq}.Arn"),
+        ("sqs:SendMessage", f"{queue}.Arn"),  # unrun records handed back as copies
         *{(f"dynamodb:{action}", f"{idempotency_table}.Arn") for action in IDEMPOTENCY},
     }
     for resource in spec.resources:
@@ -202,13 +203,15 @@ def test_worker_role_uses_star_only_for_xray_and_no_managed_policy(synth: Synth,
 
 
 @QUEUES
-def test_worker_sends_messages_only_to_its_dlq(synth: Synth, spec: QueueSpec) -> None:
+def test_worker_sends_messages_only_to_its_dlq_and_its_own_queue(synth: Synth, spec: QueueSpec) -> None:
+    # The DLQ for dead-lettering with evidence; its own queue for handing back unrun records.
     dlq = queue_id(synth.resources, synth.context.stack_name, spec, dlq=True)
+    queue = queue_id(synth.resources, synth.context.stack_name, spec)
     role = role_id(synth.resources, worker_id(synth.resources, spec))
 
     granted = permissions(role_statements(synth.resources, role))
 
-    assert {resource for action, resource in granted if action == "sqs:SendMessage"} == {f"{dlq}.Arn"}
+    assert {resource for action, resource in granted if action == "sqs:SendMessage"} == {f"{dlq}.Arn", f"{queue}.Arn"}
 
 
 def test_code_asset_ships_only_the_functions_package(synth: Synth) -> None:

@@ -174,3 +174,16 @@ def test_retry_after_parsing(value: str | None, expected: float | None) -> None:
 
 def test_the_header_name_is_the_one_apis_expect() -> None:
     assert IDEMPOTENCY_HEADER == "Idempotency-Key"
+
+
+def test_header_names_are_case_insensitive() -> None:
+    # Servers and proxies send `retry-after` in any case; urllib3's HTTPHeaderDict keeps the lookup insensitive.
+    from urllib3 import HTTPHeaderDict
+
+    from functions.worker.errors import HttpTransientError as Transient
+    from functions.worker.http import HttpResponse, raise_for_status
+
+    response = HttpResponse(status=503, headers=HTTPHeaderDict({"retry-after": "7"}), data=b"")
+    with pytest.raises(Transient) as raised:
+        raise_for_status("POST", "https://api.example.com/x", response)
+    assert raised.value.retry_after_s == 7.0
