@@ -33,6 +33,10 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _HANDLER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 
+# Published to every queue by the heartbeat canary; every worker accepts it and only records that it arrived.
+HEARTBEAT_JOB = "heartbeat"
+
+
 class CatalogError(ValueError):
     """The catalog breaks a rule; every problem found is listed in the message."""
 
@@ -52,6 +56,40 @@ class AlarmThresholds:
     oldest_message_age_s: int = 15 * MINUTE
     # One message in the DLQ is already an incident worth a look.
     dlq_depth: int = 1
+    # More visible messages than this is a backlog worth a look even while they are young (a burst, slow workers).
+    backlog: int = 1000
+    # New dead letters in 5 minutes (the runtime's own metric): catches a DLQ that someone drains quickly.
+    dlq_arrivals: int = 1
+    # Share of runs that failed over 5 minutes (failed / (succeeded + failed)).
+    failure_rate: float = 0.1
+    # Messages waiting and none deleted for this long: a disabled event source, broken permissions, concurrency 0.
+    stalled_after_s: int = 10 * MINUTE
+    # A job's slowest runs (p99 over 5 minutes) above this share of its time limit: about to be cut.
+    duration_ratio: float = 0.8
+    # How often the heartbeat canary publishes to the queue, and how long without one the alarm waits.
+    heartbeat_interval_s: int = 5 * MINUTE
+    heartbeat_missing_after_s: int = 15 * MINUTE
+
+    def problems(self, where: str) -> list[str]:
+        found: list[str] = []
+        if self.oldest_message_age_s < MINUTE:
+            found.append(f"{where}: alarms.oldest_message_age_s must be at least {MINUTE}")
+        if self.dlq_depth < 1:
+            found.append(f"{where}: alarms.dlq_depth must be at least 1")
+        if self.backlog < 1 or self.dlq_arrivals < 1:
+            found.append(f"{where}: alarms.backlog and alarms.dlq_arrivals must be at least 1")
+        if not 0 < self.failure_rate < 1:
+            found.append(f"{where}: alarms.failure_rate {self.failure_rate} must be between 0 and 1 (exclusive)")
+        if not 0 < self.duration_ratio <= 1:
+            found.append(f"{where}: alarms.duration_ratio {self.duration_ratio} must be in (0, 1]")
+        if self.stalled_after_s < 5 * MINUTE:
+            found.append(f"{where}: alarms.stalled_after_s must be at least {5 * MINUTE} (SQS metrics lag minutes)")
+        if not MINUTE <= self.heartbeat_interval_s < self.heartbeat_missing_after_s:
+            found.append(
+                f"{where}: heartbeats need 60 <= alarms.heartbeat_interval_s ({self.heartbeat_interval_s}) < "
+                f"alarms.heartbeat_missing_after_s ({self.heartbeat_missing_after_s})"
+            )
+        return found
 
 
 @dataclass(frozen=True)
@@ -114,6 +152,11 @@ class QueueSpec:
     @property
     def job_names(self) -> tuple[str, ...]:
         return tuple(job.name for job in self.jobs)
+
+    @property
+    def accepted_jobs(self) -> tuple[str, ...]:
+        """What this queue's worker accepts: its jobs and the heartbeat."""
+        return (*self.job_names, HEARTBEAT_JOB)
 
     @property
     def resources(self) -> tuple[str, ...]:
@@ -184,11 +227,10 @@ class QueueSpec:
                 f"{where}: backoff needs 1 <= backoff_base_s ({self.backoff_base_s}) <= backoff_cap_s "
                 f"({self.backoff_cap_s}) <= {SQS_MAX_VISIBILITY_S} (SQS's visibility limit)"
             )
-        if self.alarms.oldest_message_age_s < MINUTE:
-            found.append(f"{where}: alarms.oldest_message_age_s must be at least {MINUTE}")
-        if self.alarms.dlq_depth < 1:
-            found.append(f"{where}: alarms.dlq_depth must be at least 1")
+        found += self.alarms.problems(where)
         for job in self.jobs:
+            if job.name == HEARTBEAT_JOB:
+                found.append(f"{where}: job name {HEARTBEAT_JOB!r} is reserved for the runtime's heartbeat canary")
             if not _NAME.fullmatch(job.name):
                 found.append(f"{where}: job name {job.name!r} must match {_NAME.pattern}")
             if not _HANDLER.fullmatch(job.handler):

@@ -21,7 +21,9 @@ DUPLICATE = "JobDuplicate"
 FAILED = "JobFailed"  # every failed run: retried or dead-lettered
 RETRIED = "JobRetried"
 DEAD_LETTERED = "JobDeadLettered"  # also per reason: permanent, retries_exhausted
-DEFERRED = "JobDeferred"  # handed back unrun for lack of time
+DEFERRED = "JobDeferred"  # handed back unrun (no time left, key busy), per reason
+DURATION = "JobDuration"  # milliseconds of each run that ran the job
+HEARTBEAT = "Heartbeat"  # a heartbeat canary message went through the queue and the worker
 UNPARSEABLE_JOB = "(unparseable)"
 
 
@@ -62,21 +64,33 @@ class BatchTally:
     per job and reason for counts that have a reason (dimensions queue, job, reason)."""
 
     counts: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    # Per job, values that are not counts (durations): EMF carries them as a list, CloudWatch keeps each.
+    samples: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
     def add(self, job: str, metric: str, reason: str = "") -> None:
         self.counts[(job, metric, "")] += 1
         if reason:
             self.counts[(job, metric, reason)] += 1
 
+    def sample(self, job: str, metric: str, value: float) -> None:
+        self.samples.setdefault((job, metric), []).append(value)
+
     def flush(self, observability: Observability, queue: str) -> None:
         metrics = observability.metrics
-        for job, reason in sorted({(job, reason) for job, _, reason in self.counts}):
+        groups = {(job, reason) for job, _, reason in self.counts} | {(job, "") for job, _ in self.samples}
+        for job, reason in sorted(groups):
             metrics.add_dimension(name="queue", value=queue)
             metrics.add_dimension(name="job", value=job)
             if reason:
                 metrics.add_dimension(name="reason", value=reason)
-            for (counted_job, metric, counted_reason), value in sorted(self.counts.items()):
+            for (counted_job, metric, counted_reason), count in sorted(self.counts.items()):
                 if (counted_job, counted_reason) == (job, reason):
-                    metrics.add_metric(name=metric, unit=MetricUnit.Count, value=value)
+                    metrics.add_metric(name=metric, unit=MetricUnit.Count, value=count)
+            if not reason:
+                for (sampled_job, metric), values in sorted(self.samples.items()):
+                    if sampled_job == job:
+                        for sample in values:
+                            metrics.add_metric(name=metric, unit=MetricUnit.Milliseconds, value=sample)
             observability.flush_metrics()
         self.counts.clear()
+        self.samples.clear()

@@ -47,6 +47,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from functions.catalog import HEARTBEAT_JOB
 from functions.worker.backoff import SQS_MAX_VISIBILITY_S, backoff_delay_s
 from functions.worker.classify import Classification, Kind, classify
 from functions.worker.clients import ClientFactory
@@ -71,7 +72,9 @@ from functions.worker.observability import (
     DEAD_LETTERED,
     DEFERRED,
     DUPLICATE,
+    DURATION,
     FAILED,
+    HEARTBEAT,
     RETRIED,
     SUCCEEDED,
     UNPARSEABLE_JOB,
@@ -99,6 +102,7 @@ class Outcome(Enum):
     DUPLICATE = "duplicate"
     DEAD_LETTERED = "dead_lettered"
     DEFERRED = "deferred"
+    HEARTBEAT = "heartbeat"
 
 
 class RetryLater(Exception):
@@ -119,12 +123,22 @@ class _Execution:
     # idempotency layer's bookkeeping around it.
     interrupt_after_s: float | None = None
     ran: bool = False
+    started: float = 0.0
+    finished: float | None = None
 
     def __call__(self) -> JobResult:
         self.ran = True
-        with _alarm(self.interrupt_after_s) if self.interrupt_after_s else nullcontext():
-            result = self.job.run(self.context.envelope, self.context)
+        self.started = time.monotonic()
+        try:
+            with _alarm(self.interrupt_after_s) if self.interrupt_after_s else nullcontext():
+                result = self.job.run(self.context.envelope, self.context)
+        finally:
+            self.finished = time.monotonic()
         return dict(result) if result is not None else None
+
+    def elapsed_ms(self) -> float:
+        """How long the job's own code ran (so far, for a run that was cut and is still going)."""
+        return round(((self.finished or time.monotonic()) - self.started) * 1000, 3)
 
 
 @contextmanager
@@ -282,8 +296,10 @@ class Worker:
         envelope: Envelope | None = None
         job: LoadedJob | None = None
         try:
-            envelope = parse_envelope(record.body, self._queue.job_names)
+            envelope = parse_envelope(record.body, self._queue.accepted_jobs)
             self._obs.logger.thread_safe_append_keys(job=envelope.job, id=envelope.id)
+            if envelope.job == HEARTBEAT_JOB:
+                return self._heartbeat(record)
             job = self._jobs[envelope.job]
             limit_s = self._queue.time_limit_s(envelope.job)
             if self._remaining_s() < limit_s + SETTLE_MARGIN_S:
@@ -298,6 +314,14 @@ class Worker:
         self._tally.add(envelope.job, SUCCEEDED if outcome is Outcome.SUCCEEDED else DUPLICATE)
         self._obs.logger.info("job done" if outcome is Outcome.SUCCEEDED else "duplicate skipped")
         return outcome
+
+    def _heartbeat(self, record: SQSRecord) -> Outcome:
+        """The canary got through the queue and reached a worker: that is all it has to say."""
+        sent_ms = int(record.attributes.sent_timestamp or 0)
+        lag_s = round(max(0.0, time.time() - sent_ms / 1000), 3) if sent_ms else None
+        self._tally.add(HEARTBEAT_JOB, HEARTBEAT)
+        self._obs.logger.info("heartbeat", extra={"lag_s": lag_s})
+        return Outcome.HEARTBEAT
 
     def _remaining_s(self) -> float:
         assert self._lambda_context is not None
@@ -331,6 +355,15 @@ class Worker:
             finally:
                 self._obs.logger.thread_safe_clear_keys()
 
+        try:
+            return self._run_patiently(execution, key, limit_s, run_in_thread)
+        finally:
+            if execution.ran:
+                self._tally.sample(envelope.job, DURATION, execution.elapsed_ms())
+
+    def _run_patiently(
+        self, execution: _Execution, key: str, limit_s: float, run_in_thread: Callable[[], JobResult]
+    ) -> Outcome:
         # A twin delivered at the same moment usually finishes in milliseconds: wait briefly for its result
         # before handing this one back.
         patience_ends = time.monotonic() + IN_PROGRESS_PATIENCE_S

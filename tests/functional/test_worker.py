@@ -397,3 +397,28 @@ def test_lambda_entry_refuses_an_incomplete_environment(monkeypatch: pytest.Monk
     monkeypatch.delenv("JOBS_QUEUE_NAME", raising=False)
     with pytest.raises(WorkerConfigError, match="JOBS_QUEUE_NAME"):
         entry.handler({"Records": []}, lambda_context())
+
+
+def test_every_worker_accepts_the_heartbeat_and_only_records_it(harness: Harness) -> None:
+    harness.send(json.dumps({"job": "heartbeat", "id": "2026-11-29T23:00:00Z"}))
+    invocation = harness.deliver()
+    assert invocation is not None and invocation.failed_ids == []
+    assert harness.queue_counts() == (0, 0)
+    assert harness.clients("dynamodb").scan(TableName=harness.deployment.idempotency_table)["Items"] == []
+    [beat] = [line for line in harness.log_lines() if line.get("message") == "heartbeat"]
+    assert beat["lag_s"] >= 0
+    [doc] = [doc for doc in harness.metrics() if doc["job"] == "heartbeat"]
+    assert doc["Heartbeat"] == [1.0]
+    assert "JobSucceeded" not in doc
+
+
+def test_each_run_records_its_duration(harness: Harness) -> None:
+    harness.put_order("1001")
+    harness.send(envelope("order_confirmation", "1001"))
+    harness.send(envelope("order_confirmation", "9999"))
+    harness.deliver()
+    [doc] = [doc for doc in harness.metrics() if doc["job"] == "order_confirmation" and "reason" not in doc]
+    assert len(doc["JobDuration"]) == 2  # the successful run and the failed one
+    assert all(0 <= ms < 60_000 for ms in doc["JobDuration"])
+    units = {m["Name"]: m["Unit"] for m in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+    assert units["JobDuration"] == "Milliseconds"
