@@ -10,13 +10,14 @@ import sys
 from infra.context import ContextError
 from infra.dependencies_layer import LayerMissingError
 from infra.job_resources import MissingResourceError
+from infra.monitoring import MonitoringError
 from infra.stack import build_app
 
 
 def main() -> None:
     try:
         app, _ = build_app()
-    except (ContextError, LayerMissingError, MissingResourceError) as exc:
+    except (ContextError, LayerMissingError, MissingResourceError, MonitoringError) as exc:
         # One line that says what to do, not a jsii traceback.
         sys.exit(f"error: {exc}")
     app.synth()

@@ -1,6 +1,8 @@
-"""The SNS topic every alarm notifies, encrypted with a key CloudWatch is allowed to use."""
+"""The SNS topic every alarm notifies: the stack's own (encrypted with a key CloudWatch may use), or yours."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from aws_cdk import ArnFormat, Aws, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
@@ -12,11 +14,23 @@ from constructs import Construct
 CLOUDWATCH = "cloudwatch.amazonaws.com"
 
 
-class AlarmTopic(Construct):
-    """`topic` (TLS only, KMS-encrypted) and its customer-managed `key` (rotated yearly).
+@dataclass(frozen=True)
+class NewAlarmTopic:
+    """The settings of a topic the stack creates."""
 
-    Only alarms whose names start with `alarm_name_prefix`, in this account, may publish. An `email`
-    gets a subscription (confirm it from the mail SNS sends).
+    # Only alarms whose names start with this, in this account, may publish.
+    alarm_name_prefix: str
+    # Subscribed by e-mail (confirm it from the mail SNS sends); None: no subscription.
+    email: str | None
+    # Keep the topic's KMS key when the stack is deleted.
+    retain: bool
+
+
+class AlarmTopic(Construct):
+    """`topic`: either an existing topic (`existing_topic_arn`) or a new one (`new`), exactly one of them.
+
+    A new topic is TLS only and encrypted with its customer-managed `key` (rotated yearly); an existing one is
+    used as it is (`key` is None): its owner lets CloudWatch publish to it, and subscribes to it.
     """
 
     def __init__(
@@ -24,23 +38,34 @@ class AlarmTopic(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        alarm_name_prefix: str,
-        email: str | None,
-        retain: bool,
+        existing_topic_arn: str | None = None,
+        new: NewAlarmTopic | None = None,
     ) -> None:
+        if (existing_topic_arn is None) == (new is None):
+            raise ValueError(
+                "AlarmTopic takes either existing_topic_arn (use that topic) or new (create one), exactly one"
+            )
         super().__init__(scope, construct_id)
-        self.key = kms.Key(
+        self.key: kms.IKey | None = None
+        self.topic: sns.ITopic
+        if existing_topic_arn is not None:
+            self.topic = sns.Topic.from_topic_arn(self, "Existing", existing_topic_arn)
+        elif new is not None:
+            self.topic = self._create(new)
+
+    def _create(self, new: NewAlarmTopic) -> sns.Topic:
+        self.key = key = kms.Key(
             self,
             "Key",
             description="Encrypts the job alarms' SNS topic",
             enable_key_rotation=True,
-            removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
+            removal_policy=RemovalPolicy.RETAIN if new.retain else RemovalPolicy.DESTROY,
         )
         # CloudWatch can't publish to a topic encrypted with the AWS-managed SNS key (its policy can't be
         # changed), hence this customer-managed key. In a key policy the resource "*" means this key. No
         # aws:SourceArn condition here: a condition the KMS request doesn't carry would drop every alarm
         # silently; the topic policy below is what limits who may publish, and this key encrypts nothing else.
-        self.key.add_to_resource_policy(
+        key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="AllowCloudWatchAlarmsToUseTheKey",
                 principals=[iam.ServicePrincipal(CLOUDWATCH)],
@@ -48,30 +73,31 @@ class AlarmTopic(Construct):
                 resources=["*"],
             )
         )
-        self.topic = sns.Topic(
+        topic = sns.Topic(
             self,
             "Topic",
             display_name="Job alarms",
-            master_key=self.key,
+            master_key=key,
             enforce_ssl=True,
         )
         alarm_arns = Stack.of(self).format_arn(
             service="cloudwatch",
             resource="alarm",
-            resource_name=f"{alarm_name_prefix}*",
+            resource_name=f"{new.alarm_name_prefix}*",
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
-        self.topic.add_to_resource_policy(
+        topic.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="AllowThisStacksAlarmsToPublish",
                 principals=[iam.ServicePrincipal(CLOUDWATCH)],
                 actions=["sns:Publish"],
-                resources=[self.topic.topic_arn],
+                resources=[topic.topic_arn],
                 conditions={
                     "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
                     "ArnLike": {"aws:SourceArn": alarm_arns},
                 },
             )
         )
-        if email:
-            self.topic.add_subscription(subscriptions.EmailSubscription(email))
+        if new.email:
+            topic.add_subscription(subscriptions.EmailSubscription(new.email))
+        return topic

@@ -18,11 +18,14 @@ MAIL_SENDER = "mail_sender"
 ALARM_EMAIL = "alarm_email"
 RETAIN_DATA = "retain_data"
 INVOICING_API_URL = "invoicing_api_url"
-CONTEXT_KEYS = (STACK_NAME, MAIL_SENDER, ALARM_EMAIL, RETAIN_DATA, INVOICING_API_URL)
+ALARM_TOPIC_ARN = "alarm_topic_arn"
+CONTEXT_KEYS = (STACK_NAME, MAIL_SENDER, ALARM_EMAIL, RETAIN_DATA, INVOICING_API_URL, ALARM_TOPIC_ARN)
 
 # CloudFormation's stack-name rule.
 _STACK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+# An SNS topic ARN: partition, region, 12-digit account, topic name (SNS's name rule; FIFO checked apart).
+_TOPIC_ARN = re.compile(r"arn:aws(-[a-z]+)*:sns:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?")
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
 # The CDK CLI passes cdk.json's context to the app; `python app.py` alone has none.
@@ -44,6 +47,8 @@ class StackContext:
     retain_data: bool
     # Base URL of the external invoicing API that generate_invoice calls (https, no trailing slash).
     invoicing_api_url: str
+    # An existing SNS topic every alarm notifies instead of one the stack creates; None: the stack's own topic.
+    alarm_topic_arn: str | None = None
 
     @property
     def mail_sender_domain(self) -> str:
@@ -82,6 +87,16 @@ class StackContext:
         alarm_email = text(ALARM_EMAIL, required=False)
         if alarm_email and not _EMAIL.fullmatch(alarm_email):
             problems.append(f"{ALARM_EMAIL} {alarm_email!r} is not an e-mail address (or leave it empty)")
+        alarm_topic_arn = text(ALARM_TOPIC_ARN, required=False)
+        if alarm_topic_arn:
+            _check_topic_arn(alarm_topic_arn, problems)
+            if alarm_email:
+                # Props take an existing resource or the settings of a new one, never both.
+                problems.append(
+                    f"{ALARM_TOPIC_ARN} and {ALARM_EMAIL} are both set, set only one: with {ALARM_TOPIC_ARN} the "
+                    f"alarms notify your topic (subscribe to it where it is managed), with {ALARM_EMAIL} the stack "
+                    "creates a topic and subscribes that address"
+                )
         retain_data = _flag(get(RETAIN_DATA), RETAIN_DATA, problems)
         invoicing_api_url = text(INVOICING_API_URL, required=True)
         if invoicing_api_url:
@@ -94,7 +109,18 @@ class StackContext:
             alarm_email=alarm_email or None,
             retain_data=retain_data,
             invoicing_api_url=invoicing_api_url,
+            alarm_topic_arn=alarm_topic_arn or None,
         )
+
+
+def _check_topic_arn(value: str, problems: list[str]) -> None:
+    if not _TOPIC_ARN.fullmatch(value):
+        problems.append(
+            f"{ALARM_TOPIC_ARN} {value!r} is not an SNS topic ARN (arn:<partition>:sns:<region>:<account>:<topic>)"
+        )
+    elif value.endswith(".fifo"):
+        # CloudWatch publishes alarm notifications without a message group ID, which a FIFO topic requires.
+        problems.append(f"{ALARM_TOPIC_ARN} {value!r} is a FIFO topic; CloudWatch alarms need a standard topic")
 
 
 def _https_url(value: str, key: str, problems: list[str]) -> str:

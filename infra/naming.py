@@ -24,10 +24,30 @@ IDEMPOTENCY_TABLE_OUTPUT = "IdempotencyTableName"
 ORDERS_TABLE_OUTPUT = "OrdersTableName"
 INVOICES_TABLE_OUTPUT = "InvoicesTableName"
 INVOICES_BUCKET_OUTPUT = "InvoicesBucketName"
+DASHBOARD_OUTPUT = "DashboardName"
 
-# The queue's two alarm signals; the alarm names end with these.
+# A queue's alarm signals; its alarm names end with these (`<stack_name>-<queue>-<signal>`).
 OLDEST_MESSAGE_AGE = "oldest-message-age"
+BACKLOG = "backlog"
 DLQ_DEPTH = "dlq-depth"
+DLQ_ARRIVALS = "dlq-arrivals"
+FAILURE_RATE = "failure-rate"
+STALLED = "stalled"
+WORKER_ERRORS = "worker-errors"
+WORKER_THROTTLES = "worker-throttles"
+HEARTBEAT_MISSING = "heartbeat-missing"
+# One signal per queue, in this order, then one duration signal per job (`duration_signal`).
+QUEUE_SIGNALS = (
+    OLDEST_MESSAGE_AGE,
+    BACKLOG,
+    DLQ_DEPTH,
+    DLQ_ARRIVALS,
+    FAILURE_RATE,
+    STALLED,
+    WORKER_ERRORS,
+    WORKER_THROTTLES,
+    HEARTBEAT_MISSING,
+)
 
 
 def physical_queue_name(stack_name: str, queue_name: str, dlq: bool = False, fifo: bool = False) -> str:
@@ -62,6 +82,11 @@ def alarm_name_prefix(stack_name: str) -> str:
 
 def alarm_name(stack_name: str, queue_name: str, signal: str) -> str:
     return f"{alarm_name_prefix(stack_name)}{queue_name}-{signal}"
+
+
+def duration_signal(job: str) -> str:
+    """The signal of a job's near-its-time-limit alarm: `duration-<job>`."""
+    return f"duration-{job}"
 
 
 def pascal_case(name: str) -> str:

@@ -1,23 +1,54 @@
-"""A queue's alarms: the oldest job waiting too long, and anything in its DLQ."""
+"""A queue's alarms: every signal that says its jobs are stuck, failing, slow or not running at all.
+
+Thresholds come from the catalog (`QueueSpec.alarms`); every alarm notifies the topic on ALARM and on OK, and
+its description says what it means, the runbook section, and the `jobctl` command to run first. What each one
+catches that the others miss, and why missing data is treated as it is: docs/monitoring.md.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from functions.catalog import QueueSpec
-from infra.naming import DLQ_DEPTH, OLDEST_MESSAGE_AGE, alarm_name, physical_queue_name
+from infra import monitoring
+from infra.naming import (
+    BACKLOG,
+    DLQ_ARRIVALS,
+    DLQ_DEPTH,
+    FAILURE_RATE,
+    HEARTBEAT_MISSING,
+    OLDEST_MESSAGE_AGE,
+    STALLED,
+    WORKER_ERRORS,
+    WORKER_THROTTLES,
+    alarm_name,
+    duration_signal,
+    pascal_case,
+    physical_queue_name,
+)
 
 # SQS publishes its metrics every minute; a longer period would delay the page by as much.
 PERIOD = Duration.minutes(1)
+RUNBOOK = "docs/runbook.md"
+Comparison = cloudwatch.ComparisonOperator
+Missing = cloudwatch.TreatMissingData
+
+
+def describe(meaning: str, anchor: str, first: Sequence[str]) -> str:
+    """What an alarm means, where the runbook says what to do, and the commands to run first."""
+    return f"{meaning} Runbook: {RUNBOOK}#{anchor}. First: {'; '.join(first)}"
 
 
 class QueueAlarms(Construct):
-    """`oldest_message_age` and `dlq_depth`, thresholds from the catalog; both notify `topic`."""
+    """Every alarm of one catalog queue, in `alarms` by signal (`infra.naming`); each notifies `topic`."""
 
     def __init__(
         self,
@@ -28,56 +59,214 @@ class QueueAlarms(Construct):
         stack_name: str,
         queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
+        function: lambda_.IFunction,
         topic: sns.ITopic,
     ) -> None:
         super().__init__(scope, construct_id)
-        minutes = spec.alarms.oldest_message_age_s / 60
-        dlq_name = physical_queue_name(stack_name, spec.name, dlq=True, fifo=spec.fifo)
-        # The article's incident: a hung job found the next morning. Age says "stuck" sooner and more
-        # surely than backlog size.
-        self.oldest_message_age = cloudwatch.Alarm(
-            self,
-            "OldestMessageAge",
-            alarm_name=alarm_name(stack_name, spec.name, OLDEST_MESSAGE_AGE),
-            alarm_description=(
-                f"A job on the {spec.name} queue has waited more than {minutes:g} min: the workers are "
-                "stuck, failing and retrying, throttled, or too few for the load. Check the worker's errors "
-                "and duration, then `jobctl status`; raise max_concurrency in the catalog only if the "
-                "downstream can take it."
+        monitoring.check(spec)
+        self._spec = spec
+        self._stack_name = stack_name
+        self._action = actions.SnsAction(topic)
+        self.alarms: dict[str, cloudwatch.Alarm] = {}
+        name = spec.name
+        limits = spec.alarms
+        status = f"jobctl status {name}"
+        dlq_list = f"jobctl dlq list {name}"
+        dlq_name = physical_queue_name(stack_name, name, dlq=True, fifo=spec.fifo)
+
+        # The article's incident: a hung job found the next morning. Age says "stuck" sooner and more surely
+        # than backlog size.
+        self._alarm(
+            OLDEST_MESSAGE_AGE,
+            metric=queue.metric_approximate_age_of_oldest_message(period=PERIOD, statistic="Maximum"),
+            threshold=limits.oldest_message_age_s,
+            comparison=Comparison.GREATER_THAN_THRESHOLD,
+            # No data: an empty queue that SQS stopped reporting (idle for hours): nothing is waiting.
+            missing=Missing.NOT_BREACHING,
+            meaning=(
+                f"A job on the {name} queue has waited more than {limits.oldest_message_age_s / 60:g} min: the "
+                "workers are stuck, failing and retrying, throttled, or too few for the load. Raise "
+                "max_concurrency in the catalog only if the downstream can take it."
             ),
-            metric=queue.metric_approximate_age_of_oldest_message(
-                period=PERIOD,
-                statistic="Maximum",
+            anchor="oldest-message-too-old",
+            first=[status],
+        )
+        # A burst, or workers too slow, before the age alarm sees it. Minimum over 5 minutes: the backlog stayed
+        # above the threshold the whole time, so a bulk publish that drains within minutes doesn't page.
+        self._alarm(
+            BACKLOG,
+            metric=queue.metric_approximate_number_of_messages_visible(
+                period=monitoring.FIVE_MINUTES, statistic="Minimum"
             ),
-            threshold=spec.alarms.oldest_message_age_s,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            # No data means an empty queue that SQS stopped reporting (idle for hours): nothing is waiting.
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            threshold=limits.backlog,
+            comparison=Comparison.GREATER_THAN_THRESHOLD,
+            # No data: an idle, empty queue.
+            missing=Missing.NOT_BREACHING,
+            meaning=(
+                f"More than {limits.backlog} jobs stayed waiting on the {name} queue for 5 min: a burst, or "
+                f"workers too slow or too few (max_concurrency {spec.max_concurrency})."
+            ),
+            anchor="backlog-too-large",
+            first=[status],
         )
         # The article: alert on the first message in the DLQ.
-        self.dlq_depth = cloudwatch.Alarm(
-            self,
-            "DlqDepth",
-            alarm_name=alarm_name(stack_name, spec.name, DLQ_DEPTH),
-            alarm_description=(
-                f"{spec.alarms.dlq_depth}+ failed job(s) in {dlq_name}: a job failed permanently or ran out "
-                "of attempts. `jobctl dlq list` / `jobctl dlq show` give the error; outage: redrive after "
-                "recovery; bug: fix, deploy, then redrive; bad data: handle and `jobctl dlq discard`. "
-                "Redrive only idempotent jobs in bulk. See docs/runbook.md."
-            ),
-            metric=dead_letter_queue.metric_approximate_number_of_messages_visible(
-                period=PERIOD,
-                statistic="Maximum",
-            ),
-            threshold=spec.alarms.dlq_depth,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            evaluation_periods=1,
+        self._alarm(
+            DLQ_DEPTH,
+            metric=dead_letter_queue.metric_approximate_number_of_messages_visible(period=PERIOD, statistic="Maximum"),
+            threshold=limits.dlq_depth,
+            comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             # SQS reports a queue that holds messages; no data means an empty, idle DLQ: all clear.
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            missing=Missing.NOT_BREACHING,
+            meaning=(
+                f"{limits.dlq_depth}+ failed job(s) in {dlq_name}: a job failed permanently or ran out of "
+                "attempts. The DLQ listing gives the error; outage: redrive after recovery; bug: fix, deploy, "
+                "then redrive; bad data: handle it and discard. Redrive only idempotent jobs in bulk."
+            ),
+            anchor="dlq-has-messages",
+            first=[status, dlq_list],
         )
-        action = actions.SnsAction(topic)
-        for alarm in (self.oldest_message_age, self.dlq_depth):
-            alarm.add_alarm_action(action)
-            # Say when it is over too, so nobody keeps digging into a resolved page.
-            alarm.add_ok_action(action)
+        # Every new dead letter, from the runtime's own metric: also one that someone drained from the DLQ
+        # before the depth alarm looked, and the second while the depth alarm is already in ALARM.
+        self._alarm(
+            DLQ_ARRIVALS,
+            metric=monitoring.dead_lettered(spec),
+            threshold=limits.dlq_arrivals,
+            comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            # The runtime emits nothing when nothing is dead-lettered: no data is zero arrivals.
+            missing=Missing.NOT_BREACHING,
+            meaning=(
+                f"The worker dead-lettered {limits.dlq_arrivals}+ job(s) of the {name} queue in 5 min "
+                "(JobDeadLettered), even if the DLQ has been emptied since."
+            ),
+            anchor="jobs-dead-lettered",
+            first=[dlq_list, status],
+        )
+        self._alarm(
+            FAILURE_RATE,
+            metric=monitoring.failure_rate(spec),
+            threshold=limits.failure_rate,
+            comparison=Comparison.GREATER_THAN_THRESHOLD,
+            # No runs, no data: nothing failed. (A queue where nothing runs is the stalled and heartbeat alarms'.)
+            missing=Missing.NOT_BREACHING,
+            meaning=(
+                f"More than {limits.failure_rate:.0%} of the {name} queue's runs failed over 5 min "
+                "(JobFailed / (JobSucceeded + JobFailed)): a downstream is failing, or a change broke a job."
+            ),
+            anchor="failure-rate-high",
+            first=[status],
+        )
+        # Backlog and no deletes: nothing consumes (a disabled event source, broken permissions, reserved
+        # concurrency 0), the cases in which every runtime metric goes quiet.
+        self._alarm(
+            STALLED,
+            metric=monitoring.stalled(queue),
+            threshold=1,
+            comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            evaluation_periods=monitoring.stalled_periods(spec),
+            # SQS publishes every minute for a queue that holds messages, so while jobs wait there is data (a
+            # missing delete count is filled with 0 in the expression). No data means a queue empty and idle
+            # for hours: not stalled. Breaching would page for every idle queue.
+            missing=Missing.NOT_BREACHING,
+            meaning=(
+                f"Jobs have waited on the {name} queue and none was deleted for "
+                f"{limits.stalled_after_s / 60:g} min: nothing is consuming (event source disabled, permissions "
+                "broken, reserved concurrency 0)."
+            ),
+            anchor="consumer-stalled",
+            first=[status],
+        )
+        # Failed jobs don't fail the invocation (partial batch responses): these count crashes, timeouts, out of
+        # memory and init errors of whole invocations, and invocations Lambda refused.
+        self._alarm(
+            WORKER_ERRORS,
+            metric=function.metric_errors(period=monitoring.FIVE_MINUTES, statistic="Sum"),
+            threshold=0,
+            comparison=Comparison.GREATER_THAN_THRESHOLD,
+            # No invocations, no data: nothing failed. (No invocations at all is the stalled alarm's.)
+            missing=Missing.NOT_BREACHING,
+            meaning=(
+                f"Invocations of the {name} worker Lambda failed as a whole in 5 min (crash, function timeout, "
+                "out of memory, init error); their records go back to the queue and use up attempts."
+            ),
+            anchor="worker-errors-or-throttles",
+            first=[status],
+        )
+        self._alarm(
+            WORKER_THROTTLES,
+            metric=function.metric_throttles(period=monitoring.FIVE_MINUTES, statistic="Sum"),
+            threshold=0,
+            comparison=Comparison.GREATER_THAN_THRESHOLD,
+            # No throttles are reported as no data.
+            missing=Missing.NOT_BREACHING,
+            meaning=(
+                f"Lambda throttled the {name} worker in 5 min: the account's concurrency is used up, or the "
+                "function's reserved concurrency is too low (0 stops the queue)."
+            ),
+            anchor="worker-errors-or-throttles",
+            first=[status],
+        )
+        for job in spec.job_names:
+            limit_s = spec.time_limit_s(job)
+            self._alarm(
+                duration_signal(job),
+                metric=monitoring.duration(spec, job),
+                threshold=monitoring.duration_threshold_ms(spec, job),
+                comparison=Comparison.GREATER_THAN_THRESHOLD,
+                # No runs of the job, no data: nothing is slow.
+                missing=Missing.NOT_BREACHING,
+                meaning=(
+                    f"The slowest runs of {job} (p99 over 5 min) took more than {limits.duration_ratio:.0%} of "
+                    f"its {limit_s} s time limit: runs are about to be cut and retried; a downstream is slowing."
+                ),
+                anchor="jobs-near-their-time-limit",
+                first=[status],
+            )
+        # End-to-end liveness: the canary's heartbeat went through the queue and a worker recorded it.
+        self._alarm(
+            HEARTBEAT_MISSING,
+            metric=monitoring.heartbeats(spec),
+            threshold=1,
+            comparison=Comparison.LESS_THAN_THRESHOLD,
+            # Silence is the alarm: a stopped schedule, queue, event source or worker emits nothing at all.
+            missing=Missing.BREACHING,
+            meaning=(
+                f"No heartbeat got through the {name} queue and its worker for "
+                f"{limits.heartbeat_missing_after_s / 60:g} min (the canary sends one every "
+                f"{limits.heartbeat_interval_s / 60:g} min): the schedule, the queue, the event source or the "
+                "worker is down."
+            ),
+            anchor="heartbeat-missing",
+            first=[status],
+        )
+
+    def _alarm(
+        self,
+        signal: str,
+        *,
+        metric: cloudwatch.IMetric,
+        threshold: float,
+        comparison: cloudwatch.ComparisonOperator,
+        missing: cloudwatch.TreatMissingData,
+        meaning: str,
+        anchor: str,
+        first: Sequence[str],
+        evaluation_periods: int = 1,
+    ) -> cloudwatch.Alarm:
+        alarm = cloudwatch.Alarm(
+            self,
+            pascal_case(signal),
+            alarm_name=alarm_name(self._stack_name, self._spec.name, signal),
+            alarm_description=describe(meaning, anchor, first),
+            metric=metric,
+            threshold=threshold,
+            comparison_operator=comparison,
+            # All of the periods must breach.
+            evaluation_periods=evaluation_periods,
+            datapoints_to_alarm=evaluation_periods,
+            treat_missing_data=missing,
+        )
+        alarm.add_alarm_action(self._action)
+        # Say when it is over too, so nobody keeps digging into a resolved page.
+        alarm.add_ok_action(self._action)
+        self.alarms[signal] = alarm
+        return alarm

@@ -11,13 +11,17 @@ from constructs import Construct
 
 from functions.catalog import CATALOG, Catalog
 from functions.worker.settings import SERVICE_NAME
-from infra.alarm_topic import AlarmTopic
+from infra import monitoring
+from infra.alarm_topic import AlarmTopic, NewAlarmTopic
 from infra.context import StackContext
 from infra.dependencies_layer import DependenciesLayer
+from infra.heartbeat_canary import HeartbeatCanary
 from infra.job_queue import JobQueue
 from infra.job_resources import JobResources
+from infra.jobs_dashboard import DashboardQueue, JobsDashboard
 from infra.naming import (
     ALARM_TOPIC_ARN_OUTPUT,
+    DASHBOARD_OUTPUT,
     IDEMPOTENCY_TABLE_OUTPUT,
     INVOICES_BUCKET_OUTPUT,
     INVOICES_TABLE_OUTPUT,
@@ -40,7 +44,8 @@ IDEMPOTENCY_TTL_ATTRIBUTE = "expiration"
 
 
 class JobsStack(Stack):
-    """Per catalog queue: JobQueue, QueueAlarms, QueueEndpoints. Shared: tables, bucket, mail identity, topic."""
+    """Per catalog queue: JobQueue, QueueAlarms, QueueEndpoints. Shared: tables, bucket, mail identity, the alarm
+    topic (or an existing one), the heartbeat canary's schedules and the dashboard."""
 
     def __init__(
         self,
@@ -56,10 +61,12 @@ class JobsStack(Stack):
             scope,
             context.stack_name,
             stack_name=context.stack_name,
-            description="Background jobs on SQS + Lambda: queues, DLQs, workers, idempotency, alarms",
+            description="Background jobs on SQS + Lambda: queues, DLQs, workers, idempotency, alarms, heartbeats",
         )
         Tags.of(self).add("project", SERVICE_NAME)
         retain = context.retain_data
+        # Before anything is built: a threshold CloudWatch or Scheduler can't take fails synth in one message.
+        monitoring.check(*catalog)
         # First: without the bundled layer nothing else is worth building.
         shown = _shown(layer_dir)
         dependencies = DependenciesLayer(self, "Dependencies", directory=layer_dir, display_name=shown)
@@ -79,15 +86,17 @@ class JobsStack(Stack):
             invoicing_api_url=context.invoicing_api_url,
             retain=retain,
         )
-        self.alarm_topic = AlarmTopic(
-            self,
-            "AlarmTopic",
-            alarm_name_prefix=alarm_name_prefix(context.stack_name),
-            email=context.alarm_email,
-            retain=retain,
-        ).topic
+        if context.alarm_topic_arn:
+            alarm_topic = AlarmTopic(self, "AlarmTopic", existing_topic_arn=context.alarm_topic_arn)
+        else:
+            settings = NewAlarmTopic(
+                alarm_name_prefix=alarm_name_prefix(context.stack_name), email=context.alarm_email, retain=retain
+            )
+            alarm_topic = AlarmTopic(self, "AlarmTopic", new=settings)
+        self.alarm_topic = alarm_topic.topic
 
         self.queues: dict[str, JobQueue] = {}
+        self.alarms: dict[str, QueueAlarms] = {}
         for spec in catalog:
             prefix = pascal_case(spec.name)
             job_queue = JobQueue(
@@ -101,13 +110,14 @@ class JobsStack(Stack):
                 resources=self.resources.provided,
                 retain_logs=retain,
             )
-            QueueAlarms(
+            self.alarms[spec.name] = QueueAlarms(
                 self,
                 f"{prefix}Alarms",
                 spec=spec,
                 stack_name=context.stack_name,
                 queue=job_queue.queue,
                 dead_letter_queue=job_queue.dead_letter_queue,
+                function=job_queue.function,
                 topic=self.alarm_topic,
             )
             QueueEndpoints(
@@ -120,11 +130,33 @@ class JobsStack(Stack):
             )
             self.queues[spec.name] = job_queue
 
+        self.heartbeat = HeartbeatCanary(
+            self, "Heartbeat", queues=[(item.spec, item.queue) for item in self.queues.values()]
+        )
+        self.dashboard = JobsDashboard(
+            self,
+            "Dashboard",
+            stack_name=context.stack_name,
+            queues=[
+                DashboardQueue(
+                    spec=item.spec, queue=item.queue, dead_letter_queue=item.dead_letter_queue, function=item.function
+                )
+                for item in self.queues.values()
+            ],
+            alarms=[alarm for queue_alarms in self.alarms.values() for alarm in queue_alarms.alarms.values()],
+        ).dashboard
+
         CfnOutput(
             self,
             ALARM_TOPIC_ARN_OUTPUT,
             value=self.alarm_topic.topic_arn,
             description="SNS topic every job alarm notifies",
+        )
+        CfnOutput(
+            self,
+            DASHBOARD_OUTPUT,
+            value=self.dashboard.dashboard_name,
+            description="CloudWatch dashboard of every queue (docs/monitoring.md)",
         )
         CfnOutput(
             self,

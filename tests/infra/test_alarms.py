@@ -1,69 +1,94 @@
-"""Each catalog queue's alarms: the oldest job's age and the DLQ's depth, both to the alarm topic."""
+"""Each catalog queue's alarms, on the shared synth: every signal, its metric, threshold, missing-data treatment,
+the topic action and a description naming the runbook section and the command to run first."""
 
 from __future__ import annotations
 
-from typing import Any
+import re
 
 import pytest
 
-from functions.catalog import CATALOG, MINUTE, QueueSpec
-from infra.naming import DLQ_DEPTH, OLDEST_MESSAGE_AGE, alarm_name
-from tests.infra.cfn import find_one, of_type, props, queue_id
-from tests.infra.conftest import Synth
+from functions.catalog import CATALOG, MINUTE, AlarmThresholds, QueueSpec
+from infra.naming import alarm_name
+from tests.infra.alarm_checks import SIGNALS, QueueUnderTest, check_signal, signals, single_metric
+from tests.infra.cfn import of_type, props
+from tests.infra.conftest import REPO_ROOT, Synth
 
 QUEUES = pytest.mark.parametrize("spec", CATALOG.queues, ids=lambda spec: spec.name)
+SIGNALS_OF_QUEUES = pytest.mark.parametrize(
+    ("spec", "signal"),
+    [(spec, signal) for spec in CATALOG for signal in signals(spec)],
+    ids=[f"{spec.name}-{signal}" for spec in CATALOG for signal in signals(spec)],
+)
 
 
-def _alarm(synth: Synth, spec: QueueSpec, signal: str) -> dict[str, Any]:
-    name = alarm_name(synth.context.stack_name, spec.name, signal)
-    return dict(
-        props(
-            synth.resources,
-            find_one(synth.resources, "AWS::CloudWatch::Alarm", lambda p: p["AlarmName"] == name),
-        )
+def _under_test(synth: Synth, spec: QueueSpec) -> QueueUnderTest:
+    (topic,) = of_type(synth.resources, "AWS::SNS::Topic")
+    return QueueUnderTest(synth.resources, synth.context.stack_name, spec, {"Ref": topic})
+
+
+def test_every_queue_has_exactly_its_alarms(synth: Synth) -> None:
+    names = {props(synth.resources, key)["AlarmName"] for key in of_type(synth.resources, "AWS::CloudWatch::Alarm")}
+
+    expected = {alarm_name(synth.context.stack_name, spec.name, signal) for spec in CATALOG for signal in signals(spec)}
+
+    assert names == expected
+    # 9 per queue, plus one per job: 10 for each of today's one-job queues.
+    assert len(names) == sum(9 + len(spec.jobs) for spec in CATALOG)
+
+
+def test_every_alarm_name_lets_it_publish_to_the_topic(synth: Synth) -> None:
+    # The topic policy lets only alarms named <stack_name>-* publish.
+    for key in of_type(synth.resources, "AWS::CloudWatch::Alarm"):
+        assert props(synth.resources, key)["AlarmName"].startswith(f"{synth.context.stack_name}-")
+
+
+@SIGNALS_OF_QUEUES
+def test_alarm(synth: Synth, spec: QueueSpec, signal: str) -> None:
+    check_signal(_under_test(synth, spec), signal)
+
+
+def test_the_catalog_defaults_are_the_documented_ones() -> None:
+    assert AlarmThresholds() == AlarmThresholds(
+        oldest_message_age_s=15 * MINUTE,
+        dlq_depth=1,
+        backlog=1000,
+        dlq_arrivals=1,
+        failure_rate=0.1,
+        stalled_after_s=10 * MINUTE,
+        duration_ratio=0.8,
+        heartbeat_interval_s=5 * MINUTE,
+        heartbeat_missing_after_s=15 * MINUTE,
     )
 
 
-def _topic(synth: Synth) -> str:
-    (topic,) = of_type(synth.resources, "AWS::SNS::Topic")
-    return topic
-
-
-def test_two_alarms_per_catalog_queue(synth: Synth) -> None:
-    assert len(of_type(synth.resources, "AWS::CloudWatch::Alarm")) == 2 * len(CATALOG.queues)
-
-
 @QUEUES
-def test_oldest_message_age_alarm(synth: Synth, spec: QueueSpec) -> None:
-    queue = queue_id(synth.resources, synth.context.stack_name, spec)
+def test_default_thresholds_reach_the_template(synth: Synth, spec: QueueSpec) -> None:
+    under_test = _under_test(synth, spec)
+    assert spec.alarms == AlarmThresholds(), "the catalog's queues run on the defaults"
 
-    alarm = _alarm(synth, spec, OLDEST_MESSAGE_AGE)
-
-    assert alarm["Namespace"] == "AWS/SQS"
-    assert alarm["MetricName"] == "ApproximateAgeOfOldestMessage"
-    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue, "QueueName"]}}]
-    assert (alarm["Statistic"], alarm["Period"], alarm["EvaluationPeriods"]) == ("Maximum", 60, 1)
-    assert alarm["Threshold"] == spec.alarms.oldest_message_age_s == 15 * MINUTE
-    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
-    assert alarm["TreatMissingData"] == "notBreaching"
-    assert alarm["AlarmActions"] == alarm["OKActions"] == [{"Ref": _topic(synth)}]
-    assert "15 min" in alarm["AlarmDescription"]
-    assert "jobctl status" in alarm["AlarmDescription"]
+    assert under_test.alarm("oldest-message-age")["Threshold"] == 900
+    assert under_test.alarm("backlog")["Threshold"] == 1000
+    assert under_test.alarm("dlq-depth")["Threshold"] == 1
+    assert under_test.alarm("dlq-arrivals")["Threshold"] == 1
+    assert under_test.alarm("failure-rate")["Threshold"] == 0.1
+    assert under_test.alarm("stalled")["EvaluationPeriods"] == 10
+    assert single_metric(under_test.alarm("heartbeat-missing")).period == 900
+    for job in spec.job_names:
+        expected_ms = 0.8 * spec.time_limit_s(job) * 1000
+        assert under_test.alarm(f"duration-{job}")["Threshold"] == expected_ms
 
 
-@QUEUES
-def test_dlq_depth_alarm_fires_on_the_first_message(synth: Synth, spec: QueueSpec) -> None:
-    dlq = queue_id(synth.resources, synth.context.stack_name, spec, dlq=True)
+def test_the_invoice_job_alarms_at_48_seconds_of_its_60() -> None:
+    # The article's incident: generate_invoice's limit is 60 s, so its duration alarm sits at 48 000 ms.
+    invoices = CATALOG.queue("invoices")
+    assert invoices.alarms.duration_ratio * invoices.time_limit_s("generate_invoice") * 1000 == 48_000
 
-    alarm = _alarm(synth, spec, DLQ_DEPTH)
 
-    assert alarm["Namespace"] == "AWS/SQS"
-    assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible"
-    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [dlq, "QueueName"]}}]
-    assert (alarm["Statistic"], alarm["Period"], alarm["EvaluationPeriods"]) == ("Maximum", 60, 1)
-    assert alarm["Threshold"] == spec.alarms.dlq_depth == 1
-    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
-    assert alarm["TreatMissingData"] == "notBreaching"
-    assert alarm["AlarmActions"] == alarm["OKActions"] == [{"Ref": _topic(synth)}]
-    assert "jobctl dlq list" in alarm["AlarmDescription"]
-    assert "redrive" in alarm["AlarmDescription"]
+def test_every_runbook_anchor_is_a_runbook_heading() -> None:
+    runbook = REPO_ROOT / "docs" / "runbook.md"
+    if not runbook.exists():
+        pytest.skip("docs/runbook.md is not written yet")
+    headings = re.findall(r"^#+ (.+)$", runbook.read_text(), flags=re.MULTILINE)
+    anchors = {re.sub(r"[^a-z0-9 -]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+    used = {anchor for anchor, _ in SIGNALS.values()} | {"jobs-near-their-time-limit"}
+    assert used <= anchors, f"missing headings for {sorted(used - anchors)}"

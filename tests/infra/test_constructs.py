@@ -17,7 +17,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 
 from functions.catalog import CATALOG, RESOURCES
-from infra.alarm_topic import AlarmTopic
+from infra.alarm_topic import AlarmTopic, NewAlarmTopic
 from infra.dependencies_layer import DependenciesLayer, LayerMissingError
 from infra.job_queue import JobQueue
 from infra.job_resources import JobResources, MissingResourceError
@@ -59,7 +59,7 @@ def test_the_invoices_bucket_outlives_the_stack_whatever_retain_data_says(retain
 
 def test_alarm_email_gets_an_email_subscription() -> None:
     stack = _stack()
-    AlarmTopic(stack, "Alarms", alarm_name_prefix="Test-", email="ops@example.com", retain=False)
+    AlarmTopic(stack, "Alarms", new=NewAlarmTopic(alarm_name_prefix="Test-", email="ops@example.com", retain=False))
 
     Template.from_stack(stack).has_resource_properties(
         "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ops@example.com"}
@@ -115,12 +115,25 @@ def test_grant_publish_allows_sending_to_the_queue_only() -> None:
     }
 
 
-def test_app_py_reports_a_bad_context_in_one_line() -> None:
+@pytest.mark.parametrize(
+    ("context", "error"),
+    [
+        ({"stack_name": "1-bad"}, "error: bad CDK context: stack_name '1-bad' must start with a letter"),
+        (
+            {"alarm_topic_arn": "arn:aws:sns:eu-west-1:123456789012:oncall", "alarm_email": "oncall@example.com"},
+            "error: bad CDK context: alarm_topic_arn and alarm_email are both set, set only one",
+        ),
+    ],
+    ids=["stack_name", "topic-and-email"],
+)
+def test_app_py_reports_a_bad_context_in_one_line(
+    cdk_context: dict[str, Any], context: dict[str, str], error: str
+) -> None:
     # The CDK CLI hands context to the app through CDK_CONTEXT_JSON; this is what `cdk synth -c ...` does.
     result = subprocess.run(
         [sys.executable, "app.py"],
         cwd=REPO_ROOT,
-        env={**os.environ, "CDK_CONTEXT_JSON": json.dumps({"stack_name": "1-bad"})},
+        env={**os.environ, "CDK_CONTEXT_JSON": json.dumps({**cdk_context, **context})},
         capture_output=True,
         text=True,
         timeout=120,
@@ -130,4 +143,4 @@ def test_app_py_reports_a_bad_context_in_one_line() -> None:
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert result.stderr.startswith("error: bad CDK context: stack_name '1-bad' must start with a letter")
+    assert result.stderr.startswith(error)

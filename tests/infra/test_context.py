@@ -15,7 +15,9 @@ GOOD: dict[str, object] = {
     "alarm_email": "",
     "retain_data": False,
     "invoicing_api_url": "https://invoicing.example.com",
+    "alarm_topic_arn": "",
 }
+TOPIC_ARN = "arn:aws:sns:eu-west-1:123456789012:oncall-alarms"
 
 
 def test_cdk_json_holds_a_default_for_every_key(cdk_context: dict[str, Any]) -> None:
@@ -26,6 +28,7 @@ def test_cdk_json_holds_a_default_for_every_key(cdk_context: dict[str, Any]) -> 
         alarm_email=None,
         retain_data=False,
         invoicing_api_url="https://invoicing.example.com",
+        alarm_topic_arn=None,
     )
 
 
@@ -109,3 +112,48 @@ def test_a_bad_invoicing_api_url_is_refused(raw: str, problem: str) -> None:
 def test_invoicing_api_url_must_be_a_string() -> None:
     with pytest.raises(ContextError, match="'invoicing_api_url' must be a string"):
         StackContext.parse({**GOOD, "invoicing_api_url": 443}.get)
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        TOPIC_ARN,
+        "arn:aws-us-gov:sns:us-gov-west-1:123456789012:alarms",
+        "arn:aws-cn:sns:cn-north-1:123456789012:Job_Alarms-1",
+    ],
+)
+def test_alarm_topic_arn_names_an_existing_topic(arn: str) -> None:
+    assert StackContext.parse({**GOOD, "alarm_topic_arn": f" {arn} "}.get).alarm_topic_arn == arn
+
+
+def test_alarm_topic_arn_is_optional() -> None:
+    assert StackContext.parse({**GOOD, "alarm_topic_arn": ""}.get).alarm_topic_arn is None
+    assert StackContext.parse({**GOOD, "alarm_topic_arn": None}.get).alarm_topic_arn is None
+
+
+@pytest.mark.parametrize(
+    ("arn", "problem"),
+    [
+        ("oncall-alarms", "is not an SNS topic ARN"),
+        ("arn:aws:sqs:eu-west-1:123456789012:oncall-alarms", "is not an SNS topic ARN"),
+        ("arn:aws:sns:eu-west-1:12345:oncall-alarms", "is not an SNS topic ARN"),
+        ("arn:aws:sns:eu-west-1:123456789012:", "is not an SNS topic ARN"),
+        ("arn:aws:sns:eu-west-1:123456789012:on call", "is not an SNS topic ARN"),
+        ("arn:aws:sns:eu-west-1:123456789012:alarms:subscription-id", "is not an SNS topic ARN"),
+        ("arn:aws:sns:eu-west-1:123456789012:alarms.fifo", "is a FIFO topic"),
+    ],
+)
+def test_a_bad_alarm_topic_arn_is_refused(arn: str, problem: str) -> None:
+    with pytest.raises(ContextError, match=re.escape(problem)):
+        StackContext.parse({**GOOD, "alarm_topic_arn": arn}.get)
+
+
+def test_an_existing_topic_and_an_email_are_never_both_given() -> None:
+    both = {**GOOD, "alarm_topic_arn": TOPIC_ARN, "alarm_email": "ops@example.com"}
+
+    with pytest.raises(ContextError) as raised:
+        StackContext.parse(both.get)
+
+    # One problem, said once.
+    assert str(raised.value).startswith("bad CDK context: alarm_topic_arn and alarm_email are both set, set only one")
+    assert ";" not in str(raised.value)

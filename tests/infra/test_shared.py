@@ -227,4 +227,5 @@ def test_shared_outputs(synth: Synth) -> None:
     assert synth.outputs[ORDERS_TABLE_OUTPUT]["Value"] == {"Ref": orders}
     assert synth.outputs[INVOICES_TABLE_OUTPUT]["Value"] == {"Ref": invoices}
     assert synth.outputs[INVOICES_BUCKET_OUTPUT]["Value"] == {"Ref": bucket}
-    assert len(synth.outputs) == 5 + len(QUEUE_ENDPOINT_KEYS) * len(CATALOG.queues)
+    # ...and DashboardName (test_dashboard.py).
+    assert len(synth.outputs) == 6 + len(QUEUE_ENDPOINT_KEYS) * len(CATALOG.queues)

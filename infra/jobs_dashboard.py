@@ -1,0 +1,136 @@
+"""The stack's CloudWatch dashboard: every alarm's state, then one row of graphs per queue.
+
+The graphs use the same metric definitions as the alarms (`infra.monitoring`), with the alarm thresholds and
+limits drawn as horizontal lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aws_cdk import Aws, Duration, Fn
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from functions.catalog import QueueSpec
+from infra import monitoring
+
+WIDTH = 6  # four graphs to a row of 24
+HEIGHT = 6
+
+
+@dataclass(frozen=True)
+class DashboardQueue:
+    """What the dashboard graphs of one catalog queue."""
+
+    spec: QueueSpec
+    queue: sqs.IQueue
+    dead_letter_queue: sqs.IQueue
+    function: lambda_.IFunction
+
+
+class JobsDashboard(Construct):
+    """`dashboard`, named `<stack_name>-<region>` (dashboards are global to an account: the region keeps two
+    deployments of the stack apart)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        stack_name: str,
+        queues: Sequence[DashboardQueue],
+        alarms: Sequence[cloudwatch.IAlarm],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.dashboard = cloudwatch.Dashboard(
+            self,
+            "Dashboard",
+            dashboard_name=Fn.join("-", [stack_name, Aws.REGION]),
+            default_interval=Duration.hours(24),
+            period_override=cloudwatch.PeriodOverride.INHERIT,
+        )
+        self.dashboard.add_widgets(
+            cloudwatch.AlarmStatusWidget(
+                title="Alarms (docs/monitoring.md; each description names its runbook section)",
+                alarms=list(alarms),
+                width=24,
+                height=HEIGHT,
+            )
+        )
+        for queue in queues:
+            self._queue_rows(queue)
+
+    def _queue_rows(self, item: DashboardQueue) -> None:
+        spec, limits = item.spec, item.spec.alarms
+        name = spec.name
+        self.dashboard.add_widgets(
+            cloudwatch.TextWidget(markdown=f"## Queue `{name}`\n{spec.description}", width=24, height=2)
+        )
+        self.dashboard.add_widgets(
+            _graph(
+                f"{name}: backlog and in flight",
+                [
+                    item.queue.metric_approximate_number_of_messages_visible(statistic="Maximum", label="backlog"),
+                    item.queue.metric_approximate_number_of_messages_not_visible(
+                        statistic="Maximum", label="in flight"
+                    ),
+                ],
+                [cloudwatch.HorizontalAnnotation(value=limits.backlog, label="backlog alarm")],
+            ),
+            _graph(
+                f"{name}: age of the oldest job (s)",
+                [item.queue.metric_approximate_age_of_oldest_message(statistic="Maximum", label="oldest age")],
+                [cloudwatch.HorizontalAnnotation(value=limits.oldest_message_age_s, label="age alarm")],
+            ),
+            _graph(
+                f"{name}: DLQ depth",
+                [
+                    item.dead_letter_queue.metric_approximate_number_of_messages_visible(
+                        statistic="Maximum", label="DLQ depth"
+                    )
+                ],
+                [cloudwatch.HorizontalAnnotation(value=limits.dlq_depth, label="DLQ alarm")],
+            ),
+            _graph(f"{name}: estimated time to drain (s)", [monitoring.time_to_drain(item.queue)], []),
+        )
+        self.dashboard.add_widgets(
+            _graph(f"{name}: runs per 5 min (all jobs)", monitoring.outcomes(spec), []),
+            _graph(
+                f"{name}: job duration p99 (ms) against the time limit",
+                [monitoring.duration(spec, job).with_(label=f"{job} p99") for job in spec.job_names],
+                [
+                    cloudwatch.HorizontalAnnotation(
+                        value=monitoring.time_limit_ms(spec, job), label=f"{job} time limit"
+                    )
+                    for job in spec.job_names
+                ],
+            ),
+            _graph(
+                f"{name}: worker concurrency",
+                [item.function.metric("ConcurrentExecutions", statistic="Maximum", label="concurrent executions")],
+                [cloudwatch.HorizontalAnnotation(value=spec.max_concurrency, label="max_concurrency")],
+            ),
+            _graph(
+                f"{name}: heartbeats",
+                [monitoring.heartbeats(spec, period=monitoring.FIVE_MINUTES).with_(label="heartbeats")],
+                [],
+            ),
+        )
+
+
+def _graph(
+    title: str, metrics: Sequence[cloudwatch.IMetric], annotations: Sequence[cloudwatch.HorizontalAnnotation]
+) -> cloudwatch.GraphWidget:
+    return cloudwatch.GraphWidget(
+        title=title,
+        left=list(metrics),
+        left_annotations=list(annotations),
+        left_y_axis=cloudwatch.YAxisProps(min=0),
+        period=monitoring.FIVE_MINUTES,
+        width=WIDTH,
+        height=HEIGHT,
+    )

@@ -1,0 +1,212 @@
+"""What the alarms and the dashboard watch, as metrics; and the CloudWatch and Scheduler limits a queue must fit.
+
+Pure helpers that return `cloudwatch.Metric` / `MathExpression` values (no constructs): `QueueAlarms` and
+`JobsDashboard` build from the same definitions, so a graph always shows what its alarm watches.
+
+The runtime's metrics (functions/worker/observability.py) are EMF, namespace `SqsJobs`, one series per
+(queue, job, service). A queue-wide figure is metric math over one metric per job of the catalog, e.g.
+`SUM([d0, d1])`; failures of messages the runtime could not read count under the job `(unparseable)`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_sqs as sqs
+
+from functions.catalog import HEARTBEAT_JOB, MINUTE, QueueSpec
+from functions.worker.observability import (
+    DEAD_LETTERED,
+    DURATION,
+    FAILED,
+    HEARTBEAT,
+    RETRIED,
+    SUCCEEDED,
+    UNPARSEABLE_JOB,
+)
+from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
+
+ONE_MINUTE = Duration.minutes(1)
+# The window of the runtime's counts and durations: enough runs to say something, short enough to page soon.
+FIVE_MINUTES = Duration.minutes(5)
+# CloudWatch: an alarm's metric math may reference at most 10 metrics (a hard limit).
+ALARM_MAX_METRICS = 10
+# CloudWatch: an alarm's period x evaluation periods may cover at most one day.
+ALARM_MAX_RANGE_S = 24 * 60 * MINUTE
+# The drain rate (messages/s) below which the time to drain is shown as backlog / this: "practically never".
+MIN_DRAIN_RATE = 0.001
+DURATION_STATISTIC = "p99"
+# Metrics that failures of unreadable messages also feed (job dimension `(unparseable)`).
+_WITH_UNPARSEABLE = (FAILED, DEAD_LETTERED)
+
+
+class MonitoringError(ValueError):
+    """A queue's alarm settings don't fit what CloudWatch or EventBridge Scheduler accept; lists every problem."""
+
+
+def problems(spec: QueueSpec) -> list[str]:
+    """Every limit the queue's monitoring would break, as sentences (the catalog checks the rest)."""
+    where = f"queue {spec.name!r}"
+    alarms = spec.alarms
+    found: list[str] = []
+    # Scheduler rates and alarm periods are whole minutes.
+    for label, value in (
+        ("heartbeat_interval_s", alarms.heartbeat_interval_s),
+        ("heartbeat_missing_after_s", alarms.heartbeat_missing_after_s),
+        ("stalled_after_s", alarms.stalled_after_s),
+    ):
+        if value % MINUTE:
+            found.append(f"{where}: alarms.{label} {value} must be a whole number of minutes")
+        if value > ALARM_MAX_RANGE_S:
+            found.append(f"{where}: alarms.{label} {value} is over CloudWatch's one-day alarm range")
+    metrics = len(counted_jobs(spec, SUCCEEDED)) + len(counted_jobs(spec, FAILED))
+    if metrics > ALARM_MAX_METRICS:
+        found.append(
+            f"{where}: its {len(spec.jobs)} jobs need {metrics} metrics in the failure-rate alarm, over "
+            f"CloudWatch's {ALARM_MAX_METRICS} per alarm; split the queue"
+        )
+    return found
+
+
+def check(*specs: QueueSpec) -> None:
+    """Raise one MonitoringError listing every problem of every queue given."""
+    found = [problem for spec in specs for problem in problems(spec)]
+    if found:
+        raise MonitoringError("cannot monitor the catalog: " + "; ".join(found))
+
+
+def counted_jobs(spec: QueueSpec, metric: str) -> tuple[str, ...]:
+    """The job dimensions a queue-wide sum of `metric` adds up."""
+    return (*spec.job_names, UNPARSEABLE_JOB) if metric in _WITH_UNPARSEABLE else spec.job_names
+
+
+def job_metric(
+    queue: str,
+    job: str,
+    metric: str,
+    *,
+    statistic: str = "Sum",
+    period: Duration = FIVE_MINUTES,
+    label: str | None = None,
+) -> cloudwatch.Metric:
+    """One of the runtime's EMF metrics for one job of one queue."""
+    return cloudwatch.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=metric,
+        dimensions_map={"queue": queue, "job": job, "service": SERVICE_NAME},
+        statistic=statistic,
+        period=period,
+        label=label,
+    )
+
+
+def per_job(spec: QueueSpec, metric: str, id_prefix: str) -> dict[str, cloudwatch.IMetric]:
+    """`{"<prefix>0": <metric of job 0>, ...}`: one Sum per counted job, for metric math."""
+    return {
+        f"{id_prefix}{index}": job_metric(spec.name, job, metric)
+        for index, job in enumerate(counted_jobs(spec, metric))
+    }
+
+
+def sum_of(ids: Sequence[str]) -> str:
+    """Metric math adding up series at each timestamp; a series without a datapoint there adds nothing."""
+    return f"SUM([{', '.join(ids)}])"
+
+
+def queue_total(spec: QueueSpec, metric: str, id_prefix: str, label: str) -> cloudwatch.MathExpression:
+    """`metric` summed over the queue's jobs, per 5 minutes."""
+    using = per_job(spec, metric, id_prefix)
+    return cloudwatch.MathExpression(
+        expression=sum_of(list(using)), using_metrics=using, period=FIVE_MINUTES, label=label
+    )
+
+
+def dead_lettered(spec: QueueSpec) -> cloudwatch.MathExpression:
+    return queue_total(spec, DEAD_LETTERED, "dead", "dead-lettered")
+
+
+def outcomes(spec: QueueSpec) -> list[cloudwatch.IMetric]:
+    """Succeeded, failed, retried and dead-lettered runs of the queue's jobs, per 5 minutes."""
+    return [
+        queue_total(spec, SUCCEEDED, "ok", "succeeded"),
+        queue_total(spec, FAILED, "failed", "failed"),
+        queue_total(spec, RETRIED, "retried", "retried"),
+        dead_lettered(spec),
+    ]
+
+
+def failure_rate(spec: QueueSpec) -> cloudwatch.MathExpression:
+    """failed / (succeeded + failed) over 5 minutes; 0 when nothing ran (no division by zero)."""
+    succeeded = per_job(spec, SUCCEEDED, "ok")
+    failed = per_job(spec, FAILED, "failed")
+    runs = sum_of([*succeeded, *failed])
+    return cloudwatch.MathExpression(
+        expression=f"IF({runs} > 0, {sum_of(list(failed))} / {runs}, 0)",
+        using_metrics={**succeeded, **failed},
+        period=FIVE_MINUTES,
+        label="failure rate",
+    )
+
+
+def stalled(queue: sqs.IQueue) -> cloudwatch.MathExpression:
+    """1 for each minute in which messages waited and none was deleted, else 0."""
+    return cloudwatch.MathExpression(
+        # A minute without a delete datapoint counts as no delete.
+        expression="IF(visible > 0 AND FILL(deleted, 0) == 0, 1, 0)",
+        using_metrics={
+            "visible": queue.metric_approximate_number_of_messages_visible(statistic="Minimum", period=ONE_MINUTE),
+            "deleted": queue.metric_number_of_messages_deleted(statistic="Sum", period=ONE_MINUTE),
+        },
+        period=ONE_MINUTE,
+        label="waiting and nothing deleted",
+    )
+
+
+def stalled_periods(spec: QueueSpec) -> int:
+    """One-minute periods in stalled_after_s (`check` makes it whole minutes)."""
+    return math.ceil(spec.alarms.stalled_after_s / MINUTE)
+
+
+def time_to_drain(queue: sqs.IQueue) -> cloudwatch.MathExpression:
+    """Backlog / max(deletes per second, MIN_DRAIN_RATE): how long the backlog lasts at the current pace."""
+    rate = cloudwatch.MathExpression(
+        expression="FILL(deleted, 0) / PERIOD(deleted)",
+        using_metrics={"deleted": queue.metric_number_of_messages_deleted(statistic="Sum", period=FIVE_MINUTES)},
+        period=FIVE_MINUTES,
+        label="deleted per second",
+    )
+    return cloudwatch.MathExpression(
+        expression=f"visible / IF(rate > {MIN_DRAIN_RATE}, rate, {MIN_DRAIN_RATE})",
+        using_metrics={
+            "visible": queue.metric_approximate_number_of_messages_visible(statistic="Maximum", period=FIVE_MINUTES),
+            "rate": rate,
+        },
+        period=FIVE_MINUTES,
+        label="estimated time to drain (s)",
+    )
+
+
+def duration(spec: QueueSpec, job: str) -> cloudwatch.Metric:
+    """p99 of the job's run time (milliseconds) over 5 minutes."""
+    return job_metric(spec.name, job, DURATION, statistic=DURATION_STATISTIC)
+
+
+def duration_threshold_ms(spec: QueueSpec, job: str) -> float:
+    return spec.alarms.duration_ratio * spec.time_limit_s(job) * 1000
+
+
+def time_limit_ms(spec: QueueSpec, job: str) -> int:
+    return spec.time_limit_s(job) * 1000
+
+
+def heartbeats(spec: QueueSpec, period: Duration | None = None) -> cloudwatch.Metric:
+    """Heartbeats the worker recorded (job `heartbeat`); by default summed over heartbeat_missing_after_s."""
+    return job_metric(
+        spec.name,
+        HEARTBEAT_JOB,
+        HEARTBEAT,
+        period=period or Duration.seconds(spec.alarms.heartbeat_missing_after_s),
+    )

@@ -1,0 +1,311 @@
+"""What every alarm of a catalog queue must be, as checks on a synthesized template.
+
+Used on the shared synth (the real catalog, defaults) and on a stack built from a catalog with other thresholds
+(test_monitoring_overrides.py), so the same checks prove the defaults and that overrides are followed. The
+expected signals, runbook anchors and commands are written out here, not imported from infra/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from functions.catalog import HEARTBEAT_JOB, MINUTE, QueueSpec
+from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
+from infra.naming import alarm_name
+from tests.infra.cfn import Resources, find_one, props, queue_id, render, worker_id
+from tests.infra.metric_math import evaluate
+
+UNPARSEABLE = "(unparseable)"
+FIVE_MINUTES = 5 * MINUTE
+RUNBOOK = "docs/runbook.md"
+
+# signal -> (runbook anchor, what to run first; {q} is the queue's name)
+SIGNALS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "oldest-message-age": ("oldest-message-too-old", ("jobctl status {q}",)),
+    "backlog": ("backlog-too-large", ("jobctl status {q}",)),
+    "dlq-depth": ("dlq-has-messages", ("jobctl status {q}", "jobctl dlq list {q}")),
+    "dlq-arrivals": ("jobs-dead-lettered", ("jobctl dlq list {q}",)),
+    "failure-rate": ("failure-rate-high", ("jobctl status {q}",)),
+    "stalled": ("consumer-stalled", ("jobctl status {q}",)),
+    "worker-errors": ("worker-errors-or-throttles", ("jobctl status {q}",)),
+    "worker-throttles": ("worker-errors-or-throttles", ("jobctl status {q}",)),
+    "heartbeat-missing": ("heartbeat-missing", ("jobctl status {q}",)),
+}
+DURATION_ANCHOR = "jobs-near-their-time-limit"
+
+
+def signals(spec: QueueSpec) -> list[str]:
+    """Every alarm signal the queue must have: the queue-wide ones, and one duration alarm per job."""
+    return [*SIGNALS, *(f"duration-{job}" for job in spec.job_names)]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric an alarm reads, rendered: namespace, name, dimensions, statistic, period."""
+
+    namespace: str
+    name: str
+    dimensions: dict[str, str]
+    statistic: str
+    period: int
+
+
+@dataclass(frozen=True)
+class QueueUnderTest:
+    """One catalog queue in a synthesized template, and the value its alarms' actions must hold."""
+
+    resources: Resources
+    stack_name: str
+    spec: QueueSpec
+    action: object
+
+    def alarm(self, signal: str) -> dict[str, Any]:
+        name = alarm_name(self.stack_name, self.spec.name, signal)
+        key = find_one(self.resources, "AWS::CloudWatch::Alarm", lambda p: p["AlarmName"] == name)
+        return dict(props(self.resources, key))
+
+    def queue_name(self, *, dlq: bool = False) -> str:
+        return f"{queue_id(self.resources, self.stack_name, self.spec, dlq=dlq)}.QueueName"
+
+    def function_name(self) -> str:
+        return f"Ref:{worker_id(self.resources, self.spec)}"
+
+    def job_dimensions(self, job: str) -> dict[str, str]:
+        return {"queue": self.spec.name, "job": job, "service": SERVICE_NAME}
+
+
+def _metric(stat: Mapping[str, Any]) -> Metric:
+    metric = stat["Metric"]
+    return Metric(
+        namespace=metric["Namespace"],
+        name=metric["MetricName"],
+        dimensions={item["Name"]: render(item["Value"]) for item in metric.get("Dimensions", [])},
+        statistic=stat["Stat"],
+        period=stat["Period"],
+    )
+
+
+def single_metric(alarm: Mapping[str, Any]) -> Metric:
+    """The one metric of a plain alarm, whichever form CloudFormation holds it in."""
+    if "Metrics" in alarm:
+        (query,) = alarm["Metrics"]
+        assert query.get("ReturnData", True), query
+        return _metric(query["MetricStat"])
+    return Metric(
+        namespace=alarm["Namespace"],
+        name=alarm["MetricName"],
+        dimensions={item["Name"]: render(item["Value"]) for item in alarm.get("Dimensions", [])},
+        statistic=alarm.get("Statistic") or alarm["ExtendedStatistic"],
+        period=alarm["Period"],
+    )
+
+
+def math(alarm: Mapping[str, Any]) -> tuple[str, dict[str, Metric]]:
+    """A metric-math alarm: the expression it alarms on, and its metrics by ID."""
+    queries = alarm["Metrics"]
+    (returned,) = [query for query in queries if query.get("ReturnData", True)]
+    metrics = {query["Id"]: _metric(query["MetricStat"]) for query in queries if "MetricStat" in query}
+    assert len(metrics) <= 10, "CloudWatch allows at most 10 metrics in an alarm's metric math"
+    assert len(queries) == len(metrics) + 1, "one expression, the rest metrics"
+    return str(returned["Expression"]), metrics
+
+
+def ids_of(metrics: Mapping[str, Metric], name: str) -> dict[str, str]:
+    """metric ID -> job, for the runtime metric `name`."""
+    return {key: metric.dimensions["job"] for key, metric in metrics.items() if metric.name == name}
+
+
+def check_common(under_test: QueueUnderTest, signal: str) -> None:
+    """Every alarm: its name, the topic on ALARM and on OK, and a description with meaning, runbook and command."""
+    alarm = under_test.alarm(signal)
+    spec = under_test.spec
+    anchor, first = SIGNALS.get(signal, (DURATION_ANCHOR, ("jobctl status {q}",)))
+    assert alarm["AlarmActions"] == alarm["OKActions"] == [under_test.action]
+    assert alarm.get("ActionsEnabled", True) is True
+    description = alarm["AlarmDescription"]
+    assert len(description) <= 1024, "CloudWatch's limit for an alarm description"
+    meaning, _, rest = description.partition(f" Runbook: {RUNBOOK}#{anchor}. First: ")
+    assert rest, f"no runbook anchor #{anchor} in {description!r}"
+    assert spec.name in meaning or signal.startswith("duration-"), meaning
+    for command in first:
+        assert command.format(q=spec.name) in rest.split("; "), rest
+    assert alarm["DatapointsToAlarm"] == alarm["EvaluationPeriods"]
+
+
+def check_oldest_message_age(under_test: QueueUnderTest) -> None:
+    alarm = under_test.alarm("oldest-message-age")
+    metric = single_metric(alarm)
+    assert metric == Metric(
+        "AWS/SQS", "ApproximateAgeOfOldestMessage", {"QueueName": under_test.queue_name()}, "Maximum", MINUTE
+    )
+    assert alarm["Threshold"] == under_test.spec.alarms.oldest_message_age_s
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+    assert f"{under_test.spec.alarms.oldest_message_age_s // MINUTE} min" in alarm["AlarmDescription"]
+
+
+def check_backlog(under_test: QueueUnderTest) -> None:
+    alarm = under_test.alarm("backlog")
+    metric = single_metric(alarm)
+    # Minimum over 5 minutes: the backlog stayed above the threshold the whole time.
+    assert metric == Metric(
+        "AWS/SQS", "ApproximateNumberOfMessagesVisible", {"QueueName": under_test.queue_name()}, "Minimum", 300
+    )
+    assert alarm["Threshold"] == under_test.spec.alarms.backlog
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+
+
+def check_dlq_depth(under_test: QueueUnderTest) -> None:
+    alarm = under_test.alarm("dlq-depth")
+    metric = single_metric(alarm)
+    assert metric == Metric(
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+        {"QueueName": under_test.queue_name(dlq=True)},
+        "Maximum",
+        MINUTE,
+    )
+    assert alarm["Threshold"] == under_test.spec.alarms.dlq_depth
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+    assert "redrive" in alarm["AlarmDescription"]
+
+
+def check_dlq_arrivals(under_test: QueueUnderTest) -> None:
+    alarm = under_test.alarm("dlq-arrivals")
+    expression, metrics = math(alarm)
+    dead = ids_of(metrics, "JobDeadLettered")
+    assert dead.keys() == metrics.keys()
+    assert sorted(dead.values()) == sorted([*under_test.spec.job_names, UNPARSEABLE])
+    for key, job in dead.items():
+        assert metrics[key] == Metric(
+            METRICS_NAMESPACE, "JobDeadLettered", under_test.job_dimensions(job), "Sum", FIVE_MINUTES
+        )
+    # Every job's dead letters count, a job without a datapoint adds nothing, no data is no data.
+    for key in dead:
+        assert evaluate(expression, {other: 2.0 if other == key else None for other in dead}) == 2.0
+    assert evaluate(expression, dict.fromkeys(dead, 1.0)) == len(dead)
+    assert evaluate(expression, dict.fromkeys(dead)) is None
+    assert alarm["Threshold"] == under_test.spec.alarms.dlq_arrivals
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    # The runtime emits nothing when nothing is dead-lettered.
+    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+
+
+def check_failure_rate(under_test: QueueUnderTest) -> None:
+    alarm = under_test.alarm("failure-rate")
+    expression, metrics = math(alarm)
+    succeeded = ids_of(metrics, "JobSucceeded")
+    failed = ids_of(metrics, "JobFailed")
+    assert succeeded.keys() | failed.keys() == metrics.keys()
+    assert sorted(succeeded.values()) == sorted(under_test.spec.job_names)
+    assert sorted(failed.values()) == sorted([*under_test.spec.job_names, UNPARSEABLE])
+    for metric in metrics.values():
+        assert metric == Metric(
+            METRICS_NAMESPACE, metric.name, under_test.job_dimensions(metric.dimensions["job"]), "Sum", FIVE_MINUTES
+        )
+
+    def rate(ok: float | None, bad: float | None, unparseable: float | None = None) -> float | None:
+        values: dict[str, float | None] = dict.fromkeys(metrics)
+        first_ok, first_failed = next(iter(succeeded)), next(k for k, job in failed.items() if job != UNPARSEABLE)
+        (unparseable_id,) = [k for k, job in failed.items() if job == UNPARSEABLE]
+        values.update({first_ok: ok, first_failed: bad, unparseable_id: unparseable})
+        return evaluate(expression, values)
+
+    assert rate(9, 1) == 0.1
+    assert rate(None, 3) == 1.0, "every run failing must still compute (no successes emit no data)"
+    assert rate(0, 0) == 0.0, "no division by zero"
+    assert rate(1, None, 1) == 0.5, "unparseable messages' failures count"
+    assert rate(5, None) is None
+    assert rate(None, None) is None
+    assert alarm["Threshold"] == under_test.spec.alarms.failure_rate
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+
+
+def check_stalled(under_test: QueueUnderTest) -> None:
+    alarm = under_test.alarm("stalled")
+    expression, metrics = math(alarm)
+    queue = {"QueueName": under_test.queue_name()}
+    by_name = {metric.name: key for key, metric in metrics.items()}
+    assert set(by_name) == {"ApproximateNumberOfMessagesVisible", "NumberOfMessagesDeleted"}
+    visible, deleted = by_name["ApproximateNumberOfMessagesVisible"], by_name["NumberOfMessagesDeleted"]
+    assert metrics[visible] == Metric("AWS/SQS", "ApproximateNumberOfMessagesVisible", queue, "Minimum", MINUTE)
+    assert metrics[deleted] == Metric("AWS/SQS", "NumberOfMessagesDeleted", queue, "Sum", MINUTE)
+    assert evaluate(expression, {visible: 5, deleted: 0}) == 1
+    assert evaluate(expression, {visible: 5, deleted: None}) == 1, "no delete datapoint is no delete"
+    assert evaluate(expression, {visible: 5, deleted: 2}) == 0
+    assert evaluate(expression, {visible: 0, deleted: 0}) == 0
+    assert evaluate(expression, {visible: None, deleted: None}) is None
+    assert alarm["Threshold"] == 1
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    # Every minute of stalled_after_s must be stalled.
+    minutes = under_test.spec.alarms.stalled_after_s // MINUTE
+    assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == minutes
+    assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def _check_worker(under_test: QueueUnderTest, signal: str, metric_name: str) -> None:
+    alarm = under_test.alarm(signal)
+    metric = single_metric(alarm)
+    assert metric == Metric("AWS/Lambda", metric_name, {"FunctionName": under_test.function_name()}, "Sum", 300)
+    assert alarm["Threshold"] == 0
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+
+
+def check_worker_errors(under_test: QueueUnderTest) -> None:
+    _check_worker(under_test, "worker-errors", "Errors")
+
+
+def check_worker_throttles(under_test: QueueUnderTest) -> None:
+    _check_worker(under_test, "worker-throttles", "Throttles")
+
+
+def check_duration(under_test: QueueUnderTest, job: str) -> None:
+    spec = under_test.spec
+    alarm = under_test.alarm(f"duration-{job}")
+    metric = single_metric(alarm)
+    assert metric == Metric(METRICS_NAMESPACE, "JobDuration", under_test.job_dimensions(job), "p99", 300)
+    # JobDuration is in milliseconds; the time limit in seconds.
+    assert alarm["Threshold"] == spec.alarms.duration_ratio * spec.time_limit_s(job) * 1000
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+    assert job in alarm["AlarmDescription"]
+
+
+def check_heartbeat_missing(under_test: QueueUnderTest) -> None:
+    spec = under_test.spec
+    alarm = under_test.alarm("heartbeat-missing")
+    metric = single_metric(alarm)
+    assert metric == Metric(
+        METRICS_NAMESPACE,
+        "Heartbeat",
+        under_test.job_dimensions(HEARTBEAT_JOB),
+        "Sum",
+        spec.alarms.heartbeat_missing_after_s,
+    )
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "LessThanThreshold")
+    # Silence is the alarm.
+    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "breaching")
+
+
+def check_signal(under_test: QueueUnderTest, signal: str) -> None:
+    check_common(under_test, signal)
+    if signal.startswith("duration-"):
+        check_duration(under_test, signal.removeprefix("duration-"))
+        return
+    {
+        "oldest-message-age": check_oldest_message_age,
+        "backlog": check_backlog,
+        "dlq-depth": check_dlq_depth,
+        "dlq-arrivals": check_dlq_arrivals,
+        "failure-rate": check_failure_rate,
+        "stalled": check_stalled,
+        "worker-errors": check_worker_errors,
+        "worker-throttles": check_worker_throttles,
+        "heartbeat-missing": check_heartbeat_missing,
+    }[signal](under_test)

@@ -1,0 +1,127 @@
+"""What the dashboard must show for each queue, read from its rendered body. Used on the shared synth and the
+overrides synth."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from functions.catalog import MINUTE, QueueSpec
+from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
+from tests.infra.cfn import Resources, of_type, props, queue_id, render, worker_id
+from tests.infra.metric_math import evaluate
+
+Widget = dict[str, Any]
+
+
+def dashboard_body(resources: Resources) -> dict[str, Any]:
+    (dashboard,) = of_type(resources, "AWS::CloudWatch::Dashboard")
+    body: dict[str, Any] = json.loads(render(props(resources, dashboard)["DashboardBody"]))
+    return body
+
+
+def graph(body: dict[str, Any], title: str) -> Widget:
+    (found,) = [widget for widget in body["widgets"] if widget["properties"].get("title") == title]
+    widget: Widget = found
+    return widget
+
+
+def plain_metrics(widget: Widget) -> Iterator[tuple[str, str, dict[str, str], dict[str, Any]]]:
+    """(namespace, name, dimensions, options) of each metric line (not expressions) of a graph."""
+    for line in widget["properties"]["metrics"]:
+        if isinstance(line[0], str):
+            options = line[-1] if isinstance(line[-1], dict) else {}
+            fields = line[:-1] if isinstance(line[-1], dict) else line
+            dimensions = dict(zip(fields[2::2], fields[3::2], strict=True))
+            yield fields[0], fields[1], dimensions, options
+
+
+def expressions(widget: Widget) -> dict[str, dict[str, Any]]:
+    """Expression lines of a graph, by label."""
+    return {
+        line[0]["label"]: line[0]
+        for line in widget["properties"]["metrics"]
+        if isinstance(line[0], dict) and "expression" in line[0]
+    }
+
+
+def horizontal_lines(widget: Widget) -> dict[str, float]:
+    return {item["label"]: item["value"] for item in widget["properties"].get("annotations", {}).get("horizontal", [])}
+
+
+def check_dashboard_queue(resources: Resources, stack_name: str, spec: QueueSpec) -> None:
+    body = dashboard_body(resources)
+    name = spec.name
+    queue = {"QueueName": f"{queue_id(resources, stack_name, spec)}.QueueName"}
+    dlq = {"QueueName": f"{queue_id(resources, stack_name, spec, dlq=True)}.QueueName"}
+    limits = spec.alarms
+
+    backlog = graph(body, f"{name}: backlog and in flight")
+    assert {(metric, tuple(dims.items())) for _, metric, dims, _ in plain_metrics(backlog)} == {
+        ("ApproximateNumberOfMessagesVisible", tuple(queue.items())),
+        ("ApproximateNumberOfMessagesNotVisible", tuple(queue.items())),
+    }
+    assert horizontal_lines(backlog) == {"backlog alarm": limits.backlog}
+
+    age = graph(body, f"{name}: age of the oldest job (s)")
+    assert [(metric, dims) for _, metric, dims, _ in plain_metrics(age)] == [("ApproximateAgeOfOldestMessage", queue)]
+    assert horizontal_lines(age) == {"age alarm": limits.oldest_message_age_s}
+
+    depth = graph(body, f"{name}: DLQ depth")
+    assert [(metric, dims) for _, metric, dims, _ in plain_metrics(depth)] == [
+        ("ApproximateNumberOfMessagesVisible", dlq)
+    ]
+    assert horizontal_lines(depth) == {"DLQ alarm": limits.dlq_depth}
+
+    runs = graph(body, f"{name}: runs per 5 min (all jobs)")
+    assert set(expressions(runs)) == {"succeeded", "failed", "retried", "dead-lettered"}
+    counted = {(metric, dims["job"]) for namespace, metric, dims, _ in plain_metrics(runs)}
+    for metric in ("JobSucceeded", "JobFailed", "JobRetried", "JobDeadLettered"):
+        assert {(metric, job) for job in spec.job_names} <= counted
+    for namespace, _, dims, options in plain_metrics(runs):
+        assert namespace == METRICS_NAMESPACE
+        assert (dims["queue"], dims["service"], options["stat"]) == (name, SERVICE_NAME, "Sum")
+
+    durations = graph(body, f"{name}: job duration p99 (ms) against the time limit")
+    assert sorted(dims["job"] for _, metric, dims, _ in plain_metrics(durations) if metric == "JobDuration") == sorted(
+        spec.job_names
+    )
+    assert {options["stat"] for *_, options in plain_metrics(durations)} == {"p99"}
+    assert horizontal_lines(durations) == {f"{job} time limit": spec.time_limit_s(job) * 1000 for job in spec.job_names}
+
+    concurrency = graph(body, f"{name}: worker concurrency")
+    assert [(namespace, metric, dims) for namespace, metric, dims, _ in plain_metrics(concurrency)] == [
+        ("AWS/Lambda", "ConcurrentExecutions", {"FunctionName": f"Ref:{worker_id(resources, spec)}"})
+    ]
+    assert horizontal_lines(concurrency) == {"max_concurrency": spec.max_concurrency}
+
+    drain = graph(body, f"{name}: estimated time to drain (s)")
+    check_time_to_drain(drain, queue)
+
+    heartbeats = graph(body, f"{name}: heartbeats")
+    assert [(metric, dims["job"]) for _, metric, dims, _ in plain_metrics(heartbeats)] == [("Heartbeat", "heartbeat")]
+
+
+def check_time_to_drain(widget: Widget, queue: dict[str, str]) -> None:
+    lines = expressions(widget)
+    shown = lines["estimated time to drain (s)"]
+    assert shown.get("visible", True)
+    ids = {options["id"]: metric for _, metric, dims, options in plain_metrics(widget) if dims == queue}
+    helpers = {line["id"]: line["expression"] for line in lines.values() if "id" in line}
+    assert set(ids.values()) == {"ApproximateNumberOfMessagesVisible", "NumberOfMessagesDeleted"}
+    (visible,) = [key for key, metric in ids.items() if metric == "ApproximateNumberOfMessagesVisible"]
+    (deleted,) = [key for key, metric in ids.items() if metric == "NumberOfMessagesDeleted"]
+    period = widget["properties"]["period"]
+    assert period == 5 * MINUTE
+
+    def time_to_drain(backlog: float, deleted_in_period: float | None) -> float | None:
+        values: dict[str, float | None] = {visible: backlog, deleted: deleted_in_period}
+        for key, expression in helpers.items():
+            values[key] = evaluate(expression, values, {deleted: period})
+        return evaluate(shown["expression"], values, {deleted: period})
+
+    assert time_to_drain(600, 300) == 600  # 1 a second
+    assert time_to_drain(600, 0) == 600 / 0.001  # nothing deleted: "practically never", not a division by zero
+    assert time_to_drain(600, None) == 600 / 0.001
+    assert time_to_drain(0, 300) == 0
