@@ -5,73 +5,21 @@ Exit codes: 0 ok, 1 the operation failed or found a problem, 2 bad usage.
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from types import FrameType
-from typing import Any
 
-import boto3
-import botocore.exceptions
 import click
 
-from functions.catalog import CATALOG, UnknownQueueError
-from functions.worker.errors import EnvelopeError
-from jobctl.discovery import DiscoveryError, find_queues
+from functions.catalog import CATALOG
+from jobctl.cli_support import EXIT_FAILED, Options, emit, operator_errors
+from jobctl.discovery import find_queues
 from jobctl.local.engine import DEFAULT_PORT, LocalEngine
 from jobctl.local.fake_invoicing import MODES as INVOICING_MODES
 from jobctl.local.provision import DEFAULT_STACK_NAME
-from jobctl.publisher import JobPublisher, PublishError
-
-EXIT_FAILED = 1
-
-
-@dataclass
-class Options:
-    profile: str | None
-    region: str | None
-    endpoint_url: str | None
-    stack: str
-    output: str
-
-    def client(self, service: str) -> Any:
-        session = boto3.session.Session(profile_name=self.profile, region_name=self.region)
-        return session.client(service, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
-
-
-# Errors an operator can act on: shown as one line, exit 1, never a traceback.
-_OPERATOR_ERRORS: tuple[type[BaseException], ...] = (
-    DiscoveryError,
-    EnvelopeError,
-    PublishError,
-    UnknownQueueError,
-    botocore.exceptions.NoCredentialsError,
-    botocore.exceptions.NoRegionError,
-    botocore.exceptions.ProfileNotFound,
-    botocore.exceptions.EndpointConnectionError,
-    botocore.exceptions.ClientError,
-)
-
-
-@contextmanager
-def operator_errors() -> Iterator[None]:
-    try:
-        yield
-    except _OPERATOR_ERRORS as error:
-        click.echo(f"jobctl: error: {error}", err=True)
-        sys.exit(EXIT_FAILED)
-
-
-def emit(options: Options, payload: dict[str, Any], table: Callable[[], None]) -> None:
-    if options.output == "json":
-        click.echo(json.dumps(payload, indent=2, sort_keys=True, default=str))
-    else:
-        table()
+from jobctl.publisher import JobPublisher
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -170,3 +118,15 @@ def local(options: Options, port: int, concurrency: int | None, invoicing_mode: 
         pass
     engine.stop()
     click.echo("local engine stopped", err=True)
+
+
+def _register() -> None:
+    # Imported here: the command modules import cli_support, never this module.
+    from jobctl.cli_dlq import dlq
+    from jobctl.cli_status import status
+
+    main.add_command(status)
+    main.add_command(dlq)
+
+
+_register()

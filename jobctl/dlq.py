@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -252,14 +253,24 @@ class DeadLetterQueue:
         rate_per_s: float | None = None,
         progress: Callable[[int], None] | None = None,
         target_url: str | None = None,
+        only: set[str] | None = None,
     ) -> MoveReport:
-        """Copy matching messages to the source queue (or `target_url`), then delete each from the DLQ."""
+        """Copy matching messages to the source queue (or `target_url`), then delete each from the DLQ.
+
+        `only`: the message IDs chosen beforehand (a `peek`). Pass it when workers are running: a redriven job
+        that fails again comes back to the DLQ as a new message, and a scan without it would move that one too,
+        and again, for ever."""
         report = MoveReport()
         kept: list[DeadLetter] = []
         throttle = _Throttle(rate_per_s)
+        pending = set(only) if only is not None else None
         try:
             for batch in self._scan():
-                matching = [letter for letter in batch if chosen.matches(letter)]
+                matching = [
+                    letter
+                    for letter in batch
+                    if chosen.matches(letter) and (pending is None or letter.message_id in pending)
+                ]
                 room = None if limit is None else max(0, limit - report.matched)
                 selected = matching[:room] if room is not None else matching
                 kept.extend(letter for letter in batch if letter not in selected)
@@ -269,6 +280,10 @@ class DeadLetterQueue:
                     moved = self._copy_then_delete(selected, target_url or self.source_url, report, kept)
                     if progress:
                         progress(moved)
+                if pending is not None:
+                    pending -= {letter.message_id for letter in selected}
+                    if not pending:
+                        break
                 if limit is not None and report.matched >= limit:
                     break
         finally:
@@ -312,13 +327,20 @@ class DeadLetterQueue:
         archive: IO[str] | None = None,
         limit: int | None = None,
         progress: Callable[[int], None] | None = None,
+        only: set[str] | None = None,
     ) -> list[DeadLetter]:
-        """Delete matching messages, each written to `archive` (JSON Lines, synced) before its deletion."""
+        """Delete matching messages, each written to `archive` (JSON Lines, synced) before its deletion.
+        `only`: the message IDs chosen beforehand, as for `move`."""
         discarded: list[DeadLetter] = []
         kept: list[DeadLetter] = []
+        pending = set(only) if only is not None else None
         try:
             for batch in self._scan():
-                matching = [letter for letter in batch if chosen.matches(letter)]
+                matching = [
+                    letter
+                    for letter in batch
+                    if chosen.matches(letter) and (pending is None or letter.message_id in pending)
+                ]
                 room = None if limit is None else max(0, limit - len(discarded))
                 selected = matching[:room] if room is not None else matching
                 kept.extend(letter for letter in batch if letter not in selected)
@@ -333,6 +355,10 @@ class DeadLetterQueue:
                 discarded.extend(selected)
                 if progress:
                     progress(len(selected))
+                if pending is not None:
+                    pending -= {letter.message_id for letter in selected}
+                    if not pending:
+                        break
                 if limit is not None and len(discarded) >= limit:
                     break
         finally:
@@ -358,12 +384,20 @@ class _Throttle:
             time.sleep(delay)
 
 
+_VARYING = re.compile(r"'[^']*'|\"[^\"]*\"|\d+")
+
+
+def error_pattern(message: str) -> str:
+    """An error message with its quoted values and numbers blanked, so one error's occurrences group together."""
+    return _VARYING.sub("…", message)
+
+
 def group(letters: Iterable[DeadLetter], by: str) -> list[dict[str, Any]]:
     """Group dead letters by error (type and message), job, or day: count, first and last seen, a sample."""
     keyed: dict[tuple[str, ...], list[DeadLetter]] = {}
     for letter in letters:
         if by == "error":
-            key: tuple[str, ...] = (letter.error_type, letter.error_message)
+            key: tuple[str, ...] = (letter.error_type, error_pattern(letter.error_message))
         elif by == "job":
             key = (letter.job,)
         elif by == "day":

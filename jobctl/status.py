@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from functions.catalog import QueueSpec
-from functions.worker.observability import FAILED, SUCCEEDED
+from functions.catalog import HEARTBEAT_JOB, QueueSpec
+from functions.worker.observability import FAILED, HEARTBEAT, SUCCEEDED
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
 from jobctl.discovery import QueueLocation
 
@@ -20,10 +20,6 @@ OLDEST_AGE_METRIC = "ApproximateAgeOfOldestMessage"
 DEFAULT_WINDOW_S = 15 * 60
 # CloudWatch publishes SQS metrics once a minute and may lag: look a few minutes back for the latest age.
 AGE_LOOKBACK_S = 5 * 60
-# Above this share of failed runs in the window, a queue is unhealthy.
-FAILURE_RATE_LIMIT = 0.2
-# A backlog with no successful job for this long means nothing is consuming it.
-STALLED_AFTER_S = 10 * 60
 
 
 @dataclass
@@ -39,6 +35,7 @@ class QueueStatus:
     succeeded: int
     failed: int
     last_success_at: datetime | None
+    last_heartbeat_at: datetime | None
     window_s: int
     problems: list[str] = field(default_factory=list)
 
@@ -66,6 +63,7 @@ class QueueStatus:
             "failure_rate": self.failure_rate,
             "window_s": self.window_s,
             "last_success_at": self.last_success_at.isoformat() if self.last_success_at else None,
+            "last_heartbeat_at": self.last_heartbeat_at.isoformat() if self.last_heartbeat_at else None,
             "healthy": self.healthy,
             "problems": list(self.problems),
         }
@@ -90,34 +88,38 @@ def _job_metric(queue: str, job: str, metric: str) -> dict[str, Any]:
     return {"Namespace": METRICS_NAMESPACE, "MetricName": metric, "Dimensions": dimensions}
 
 
-def _metrics(
-    cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, window_s: int
-) -> tuple[float | None, int, int, datetime | None]:
-    """Oldest age (latest datapoint), failed and succeeded sums over the window, last success time."""
-    queries: list[dict[str, Any]] = [
-        {
-            "Id": "age",
-            "MetricStat": {
-                "Metric": {
-                    "Namespace": SQS_NAMESPACE,
-                    "MetricName": OLDEST_AGE_METRIC,
-                    "Dimensions": [{"Name": "QueueName", "Value": queue_name}],
-                },
-                "Period": 60,
-                "Stat": "Maximum",
-            },
-        }
-    ]
+def _last_positive(result: dict[str, Any]) -> datetime | None:
+    stamps = [s for s, v in zip(result.get("Timestamps", []), result.get("Values", []), strict=False) if v > 0]
+    return max(stamps) if stamps else None
+
+
+@dataclass
+class _Readings:
+    oldest_age_s: float | None
+    succeeded: int
+    failed: int
+    last_success_at: datetime | None
+    last_heartbeat_at: datetime | None
+
+
+def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, window_s: int) -> _Readings:
+    """Oldest age (latest datapoint), failed and succeeded sums over the window, last success and heartbeat."""
+
+    def stat(query_id: str, metric: dict[str, Any], statistic: str) -> dict[str, Any]:
+        return {"Id": query_id, "MetricStat": {"Metric": metric, "Period": 60, "Stat": statistic}}
+
+    age_metric = {
+        "Namespace": SQS_NAMESPACE,
+        "MetricName": OLDEST_AGE_METRIC,
+        "Dimensions": [{"Name": "QueueName", "Value": queue_name}],
+    }
+    queries = [stat("age", age_metric, "Maximum"), stat("hb", _job_metric(spec.name, HEARTBEAT_JOB, HEARTBEAT), "Sum")]
     for index, job in enumerate(spec.job_names):
-        for prefix, metric in (("ok", SUCCEEDED), ("failed", FAILED)):
-            queries.append(
-                {
-                    "Id": f"{prefix}{index}",
-                    "MetricStat": {"Metric": _job_metric(spec.name, job, metric), "Period": 60, "Stat": "Sum"},
-                }
-            )
+        queries.append(stat(f"ok{index}", _job_metric(spec.name, job, SUCCEEDED), "Sum"))
+        queries.append(stat(f"failed{index}", _job_metric(spec.name, job, FAILED), "Sum"))
+    lookback_s = max(window_s, spec.alarms.heartbeat_missing_after_s, spec.alarms.stalled_after_s)
     response = cloudwatch.get_metric_data(
-        MetricDataQueries=queries, StartTime=now - timedelta(seconds=window_s), EndTime=now + timedelta(minutes=1)
+        MetricDataQueries=queries, StartTime=now - timedelta(seconds=lookback_s), EndTime=now + timedelta(minutes=1)
     )
     results = {result["Id"]: result for result in response.get("MetricDataResults", [])}
     age_result = results.get("age", {})
@@ -126,19 +128,27 @@ def _metrics(
         for stamp, value in zip(age_result.get("Timestamps", []), age_result.get("Values", []), strict=False)
         if stamp >= now - timedelta(seconds=AGE_LOOKBACK_S)
     ]
-    oldest_age = max(recent_ages)[1] if recent_ages else None
+    window_start = now - timedelta(seconds=window_s)
     succeeded = failed = 0
     last_success: datetime | None = None
     for query_id, result in results.items():
-        total = int(sum(result.get("Values", [])))
+        in_window = [
+            v for t, v in zip(result.get("Timestamps", []), result.get("Values", []), strict=False) if t >= window_start
+        ]
         if query_id.startswith("ok"):
-            succeeded += total
-            stamps = [s for s, v in zip(result.get("Timestamps", []), result.get("Values", []), strict=False) if v > 0]
-            if stamps and (last_success is None or max(stamps) > last_success):
-                last_success = max(stamps)
+            succeeded += int(sum(in_window))
+            stamp = _last_positive(result)
+            if stamp and (last_success is None or stamp > last_success):
+                last_success = stamp
         elif query_id.startswith("failed"):
-            failed += total
-    return oldest_age, succeeded, failed, last_success
+            failed += int(sum(in_window))
+    return _Readings(
+        oldest_age_s=max(recent_ages)[1] if recent_ages else None,
+        succeeded=succeeded,
+        failed=failed,
+        last_success_at=last_success,
+        last_heartbeat_at=_last_positive(results.get("hb", {})),
+    )
 
 
 def queue_status(
@@ -153,8 +163,9 @@ def queue_status(
     source = _counts(sqs, location.url)
     dead = _counts(sqs, location.dlq_url)
     queue_name = location.url.rstrip("/").rsplit("/", 1)[-1]
-    oldest_age, succeeded, failed, last_success = _metrics(cloudwatch, spec, queue_name, now, window_s)
+    readings = _metrics(cloudwatch, spec, queue_name, now, window_s)
     backlog = source["ApproximateNumberOfMessages"]
+    oldest_age = readings.oldest_age_s
     if oldest_age is None and backlog == 0 and source["ApproximateNumberOfMessagesNotVisible"] == 0:
         oldest_age = 0.0  # nothing waiting: nothing is old
     status = QueueStatus(
@@ -166,9 +177,10 @@ def queue_status(
         delayed=source["ApproximateNumberOfMessagesDelayed"],
         dlq_depth=dead["ApproximateNumberOfMessages"] + dead["ApproximateNumberOfMessagesNotVisible"],
         oldest_age_s=oldest_age,
-        succeeded=succeeded,
-        failed=failed,
-        last_success_at=last_success,
+        succeeded=readings.succeeded,
+        failed=readings.failed,
+        last_success_at=readings.last_success_at,
+        last_heartbeat_at=readings.last_heartbeat_at,
         window_s=window_s,
     )
     status.problems = diagnose(status, spec, now)
@@ -176,18 +188,32 @@ def queue_status(
 
 
 def diagnose(status: QueueStatus, spec: QueueSpec, now: datetime) -> list[str]:
-    """Why a queue is unhealthy, one short sentence per problem; empty when healthy."""
+    """Why a queue is unhealthy, one short sentence per problem (the alarms' signals); empty when healthy."""
+    alarms = spec.alarms
     problems = []
-    limit = spec.alarms.oldest_message_age_s
-    if status.oldest_age_s is not None and status.oldest_age_s > limit:
-        problems.append(f"oldest message has waited {status.oldest_age_s:.0f}s (alarm above {limit}s)")
-    if status.dlq_depth >= spec.alarms.dlq_depth:
+    if status.oldest_age_s is not None and status.oldest_age_s > alarms.oldest_message_age_s:
+        problems.append(
+            f"oldest message has waited {status.oldest_age_s:.0f}s (alarm above {alarms.oldest_message_age_s}s)"
+        )
+    if status.backlog > alarms.backlog:
+        problems.append(f"backlog of {status.backlog} (alarm above {alarms.backlog})")
+    if status.dlq_depth >= alarms.dlq_depth:
         problems.append(f"DLQ holds {status.dlq_depth} message(s): run `jobctl dlq list {spec.name}`")
     rate = status.failure_rate
-    if rate is not None and rate > FAILURE_RATE_LIMIT:
+    if rate is not None and rate > alarms.failure_rate:
         problems.append(f"{rate:.0%} of runs failed in the last {status.window_s // 60} min")
-    idle_since = status.last_success_at
-    stalled = idle_since is None or (now - idle_since).total_seconds() > STALLED_AFTER_S
-    if status.backlog > 0 and status.in_flight == 0 and stalled and (status.oldest_age_s or 0) > STALLED_AFTER_S:
-        problems.append(f"stalled: {status.backlog} waiting and no job done for over {STALLED_AFTER_S // 60} min")
+    quiet_since = status.last_success_at
+    no_recent_success = quiet_since is None or (now - quiet_since).total_seconds() > alarms.stalled_after_s
+    waited_long = status.oldest_age_s is None or status.oldest_age_s > alarms.stalled_after_s
+    if status.backlog > 0 and status.in_flight == 0 and no_recent_success and waited_long:
+        problems.append(
+            f"stalled: {status.backlog} waiting and no job done for over {alarms.stalled_after_s // 60} min "
+            "(event source disabled? concurrency 0? permissions?)"
+        )
+    beat = status.last_heartbeat_at
+    if beat is None or (now - beat).total_seconds() > alarms.heartbeat_missing_after_s:
+        since = f"since {beat.isoformat(timespec='seconds')}" if beat else "in the lookback window"
+        problems.append(
+            f"heartbeat missing: none got through {since} (alarm after {alarms.heartbeat_missing_after_s}s)"
+        )
     return problems

@@ -6,8 +6,9 @@ import json
 import logging
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO
 
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
@@ -34,9 +35,13 @@ class Observability:
     metrics: AmazonCloudWatchEMFProvider
     # Where logs and EMF documents go; None is stdout, which Lambda ships to CloudWatch Logs.
     output: TextIO | None = None
+    # Also handed every EMF document: the local engine forwards them to its CloudWatch, as Lambda's logs would.
+    metrics_sink: Callable[[dict[str, Any]], None] | None = None
 
     @classmethod
-    def create(cls, output: TextIO | None = None) -> Observability:
+    def create(
+        cls, output: TextIO | None = None, metrics_sink: Callable[[dict[str, Any]], None] | None = None
+    ) -> Observability:
         logger = Logger(service=SERVICE_NAME)
         # Powertools shares one handler per service across Logger instances in a process: point it at our output.
         handler = logger.registered_handler
@@ -47,15 +52,20 @@ class Observability:
             tracer=Tracer(service=SERVICE_NAME),
             metrics=AmazonCloudWatchEMFProvider(namespace=METRICS_NAMESPACE, service=SERVICE_NAME),
             output=output,
+            metrics_sink=metrics_sink,
         )
 
     def flush_metrics(self) -> None:
-        if self.output is None:
+        if self.output is None and self.metrics_sink is None:
             self.metrics.flush_metrics()
             return
-        self.output.write(json.dumps(self.metrics.serialize_metric_set(), separators=(",", ":")) + "\n")
-        self.output.flush()
+        document = self.metrics.serialize_metric_set()
+        stream = self.output or sys.stdout
+        stream.write(json.dumps(document, separators=(",", ":")) + "\n")
+        stream.flush()
         self.metrics.clear_metrics()
+        if self.metrics_sink is not None:
+            self.metrics_sink(dict(document))
 
 
 @dataclass

@@ -26,6 +26,8 @@ from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from jobctl.local.emulator import EventSourceMapping, Handler
 from jobctl.local.fake_invoicing import FakeInvoicingApi
+from jobctl.local.heartbeat import HeartbeatCanary
+from jobctl.local.metrics_agent import MetricsAgent
 from jobctl.local.provision import DEFAULT_STACK_NAME, LocalDeployment, provision
 
 log = logging.getLogger("jobctl.local")
@@ -65,6 +67,7 @@ class LocalEngine:
         worker_output: TextIO | None = None,
         invoicing_mode: str = "ok",
         invoicing_port: int = 0,
+        heartbeat_interval_s: float | None = None,
     ) -> None:
         self.port = port or free_port()
         self.host = host
@@ -79,6 +82,10 @@ class LocalEngine:
         self.deployment: LocalDeployment | None = None
         # Serves from start() to stop(); its URL is the deployment's `invoicing_api_url`.
         self.invoicing = FakeInvoicingApi(host=host, port=invoicing_port, mode=invoicing_mode)
+        # The stack's CloudWatch feeds and heartbeat schedule, locally; None until started.
+        self.metrics: MetricsAgent | None = None
+        self.heartbeats: HeartbeatCanary | None = None
+        self._heartbeat_interval_s = heartbeat_interval_s
 
     @property
     def endpoint_url(self) -> str:
@@ -109,6 +116,8 @@ class LocalEngine:
         return self
 
     def _start(self) -> None:
+        # One log line per request to the embedded server helps nobody; its warnings still show.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
         check_port_free(self.host, self.port)
         self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self._server.start()
@@ -118,17 +127,37 @@ class LocalEngine:
         self.deployment = provision(
             self.clients(), catalog=self.catalog, stack_name=self.stack_name, invoicing_api_url=self.invoicing.url
         )
+        self.metrics = MetricsAgent(self.clients()("cloudwatch"), self.deployment.queues, self.region)
+        self.metrics.start()
+        self.heartbeats = HeartbeatCanary(self.clients()("sqs"), self.deployment.queues, self._heartbeat_interval_s)
+        self.heartbeats.start()
         if self._run_workers:
-            for spec in self.catalog:
-                mapping = EventSourceMapping(
-                    queue=self.deployment.queues[spec.name],
-                    sqs_client=self.clients()("sqs"),
-                    handler_factory=lambda name=spec.name: self._worker_handler(name),  # type: ignore[misc]
-                    function_name=f"{self.stack_name}-{spec.name}-worker",
-                    concurrency=self._concurrency,
-                )
-                mapping.start()
-                self.mappings[spec.name] = mapping
+            self.start_workers()
+
+    def start_workers(self) -> None:
+        """Start the event source mappings (again, after stop_workers)."""
+        assert self.deployment is not None
+        for spec in self.catalog:
+            if spec.name in self.mappings:
+                continue
+            mapping = EventSourceMapping(
+                queue=self.deployment.queues[spec.name],
+                sqs_client=self.clients()("sqs"),
+                handler_factory=lambda name=spec.name: self._worker_handler(name),  # type: ignore[misc]
+                function_name=f"{self.stack_name}-{spec.name}-worker",
+                concurrency=self._concurrency,
+            )
+            mapping.start()
+            self.mappings[spec.name] = mapping
+
+    def stop_workers(self, timeout_s: float | None = None) -> None:
+        """Disable every event source mapping (batches in flight finish): what a disabled ESM or a reserved
+        concurrency of 0 does on AWS. The queues, the server and the heartbeat canary keep going."""
+        for mapping in self.mappings.values():
+            mapping.request_stop()
+        for mapping in self.mappings.values():
+            mapping.join(timeout_s)
+        self.mappings.clear()
 
     def _worker_handler(self, queue: str) -> Handler:
         assert self.deployment is not None
@@ -136,16 +165,21 @@ class LocalEngine:
         worker = Worker(
             settings=self.deployment.worker_settings(queue),
             clients=self.clients(),
-            observability=Observability.create(output=self._worker_output),
+            observability=Observability.create(output=self._worker_output, metrics_sink=self._forward_metrics),
         )
         return worker.handle
 
+    def _forward_metrics(self, document: dict[str, Any]) -> None:
+        if self.metrics is not None:
+            self.metrics.record_emf(document)
+
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop polling, let every batch in flight finish, then stop the fake API and the server."""
-        for mapping in self.mappings.values():
-            mapping.request_stop()
-        for mapping in self.mappings.values():
-            mapping.join(timeout_s)
+        self.stop_workers(timeout_s)
+        if self.heartbeats is not None:
+            self.heartbeats.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
         # Before moto: a run cut at its time limit may still wait on the fake API; answered now (503), it can
         # still clean up its idempotency record.
         self.invoicing.stop()

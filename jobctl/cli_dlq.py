@@ -1,0 +1,346 @@
+"""`jobctl dlq list | show | redrive | discard`: the article's redrive procedure, safe and scriptable."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import botocore.exceptions
+import click
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from functions.catalog import CATALOG
+from jobctl.cli_support import EXIT_FAILED, Options, emit, operator_errors, queues_of
+from jobctl.dlq import DeadLetter, DeadLetterQueue, Filter, MoveReport, group, queue_busy, verify
+
+# Error codes an endpoint answers StartMessageMoveTask with when it doesn't implement it (the local engine).
+_UNSUPPORTED = {
+    "InvalidAction",
+    "UnsupportedOperation",
+    "NotImplemented",
+    "InvalidRequest",
+    "UnknownOperationException",
+}
+
+
+def _dlq(options: Options, queue: str) -> tuple[DeadLetterQueue, Any]:
+    [(_, where)] = queues_of(options, queue)
+    sqs = options.client("sqs")
+    return DeadLetterQueue(sqs, where.dlq_url, where.url), where
+
+
+def _filters(error_type: str | None, match: str | None, job: str | None) -> Filter:
+    try:
+        return Filter(error_type=error_type, match=match, job=job)
+    except ValueError as error:  # BadFilterError
+        raise click.UsageError(str(error)) from None
+
+
+def filter_options(command: Any) -> Any:
+    command = click.option("--job", help="Only this job type.")(command)
+    command = click.option("--match", help="Only messages whose error or body contains TEXT (case-insensitive).")(
+        command
+    )
+    command = click.option("--error-type", help="Only this error type, e.g. OrderNotFoundError.")(command)
+    return command
+
+
+@click.group()
+def dlq() -> None:
+    """Triage a queue's dead-letter queue: list, show, redrive, discard."""
+
+
+@dlq.command("list")
+@click.argument("queue")
+@click.option("--group-by", type=click.Choice(["error", "job", "day"]), default="error", show_default=True)
+@click.option("--limit", type=click.IntRange(1), help="Read at most N messages.")
+@click.pass_obj
+def list_(options: Options, queue: str, group_by: str, limit: int | None) -> None:
+    """Group the DLQ's messages by error, job or day (read without consuming)."""
+    with operator_errors():
+        dead, _ = _dlq(options, queue)
+        letters = dead.peek(limit)
+        groups = group(letters, group_by)
+    payload = {"queue": queue, "total": len(letters), "group_by": group_by, "groups": groups}
+
+    def table() -> None:
+        if not letters:
+            click.echo(f"the DLQ of {queue} is empty")
+            return
+        view = Table(title=f"DLQ of {queue}: {len(letters)} message(s) by {group_by}")
+        key_columns = ["error type", "error message"] if group_by == "error" else [group_by]
+        for column in (*key_columns, "count", "jobs", "first seen", "last seen", "sample message"):
+            view.add_column(column)
+        for entry in groups:
+            keys = [entry["error_type"], entry["error_message"][:80]] if group_by == "error" else [entry[group_by]]
+            view.add_row(
+                *keys,
+                str(entry["count"]),
+                ", ".join(entry["jobs"]),
+                entry["first_seen"] or "?",
+                entry["last_seen"] or "?",
+                entry["sample_message_id"],
+            )
+        Console().print(view)
+
+    emit(options, payload, table)
+
+
+@dlq.command()
+@click.argument("queue")
+@click.argument("message_id")
+@click.pass_obj
+def show(options: Options, queue: str, message_id: str) -> None:
+    """One dead-lettered message: payload, attempts, error, traceback, timestamps."""
+    with operator_errors():
+        dead, _ = _dlq(options, queue)
+        letter = dead.find(message_id)
+    if letter is None:
+        click.echo(f"jobctl: error: no message {message_id!r} in the DLQ of {queue!r}", err=True)
+        sys.exit(EXIT_FAILED)
+    details = letter.to_dict()
+
+    def text() -> None:
+        for name in ("message_id", "job", "id", "body", "error_type", "error_message", "failure", "attempts"):
+            click.echo(f"{name:>16}: {details[name]}")
+        for name in ("first_failed_at", "last_failed_at", "source_queue", "attributes"):
+            click.echo(f"{name:>16}: {details[name]}")
+        click.echo("       traceback:")
+        click.echo(details["traceback"] or "(none: moved by SQS redrive, see the worker's logs)")
+
+    emit(options, details, text)
+
+
+def _confirm(question: str, yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise click.UsageError(f"{question} - not confirmed: add --yes to run without a prompt")
+    if not click.confirm(question, default=False):
+        click.echo("nothing done")
+        sys.exit(0)
+
+
+def _check_idempotent(letters: list[DeadLetter], allow: bool) -> None:
+    """Refuse to bulk-redrive jobs that are not safe to run twice, unless explicitly allowed."""
+    unsafe = sorted(
+        {letter.job for letter in letters if letter.job not in CATALOG.job_names or not _idempotent(letter.job)}
+    )
+    if unsafe and not allow:
+        raise click.UsageError(
+            f"not known to be idempotent: {', '.join(unsafe)}; a redrive may run them twice. "
+            "Check them, then add --allow-non-idempotent"
+        )
+
+
+def _idempotent(job: str) -> bool:
+    return CATALOG.queue_for_job(job).job(job).idempotent
+
+
+def _server_side_move(options: Options, dlq_url: str) -> int | None:
+    """StartMessageMoveTask for the whole DLQ; None when the endpoint doesn't have it (the local engine)."""
+    sqs = options.client("sqs")
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    try:
+        handle = sqs.start_message_move_task(SourceArn=dlq_arn)["TaskHandle"]
+    except botocore.exceptions.ClientError as error:
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        # A stand-in endpoint (--endpoint-url) that lacks the action may answer it with a bare 500.
+        if code in _UNSUPPORTED or (options.endpoint_url and code.startswith("5")):
+            return None
+        raise
+    except NotImplementedError:
+        return None
+    try:
+        with Progress(transient=True, disable=options.output == "json") as progress:
+            bar = progress.add_task("moving (server side)", total=None)
+            while True:
+                tasks = sqs.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=1).get("Results", [])
+                task = tasks[0] if tasks else {}
+                moved = int(task.get("ApproximateNumberOfMessagesMoved", 0))
+                progress.update(bar, completed=moved, total=task.get("ApproximateNumberOfMessagesToMove"))
+                if task.get("Status") in {"COMPLETED", "CANCELLED", "FAILED"}:
+                    if task.get("Status") == "FAILED":
+                        raise click.ClickException(f"move task failed: {task.get('FailureReason', 'unknown')}")
+                    return moved
+                time.sleep(2)
+    except KeyboardInterrupt:
+        sqs.cancel_message_move_task(TaskHandle=handle)
+        click.echo("cancelled the move task; messages not yet moved stay in the DLQ", err=True)
+        sys.exit(EXIT_FAILED)
+
+
+@dlq.command()
+@click.argument("queue")
+@filter_options
+@click.option("--limit", type=click.IntRange(1), help="Move at most N messages.")
+@click.option("--rate", type=click.FloatRange(0.1), help="At most N messages a second.")
+@click.option("--all", "move_all", is_flag=True, help="Everything, server side (StartMessageMoveTask).")
+@click.option("--dry-run", is_flag=True, help="Say what would move; move nothing.")
+@click.option("--yes", is_flag=True, help="Don't ask for confirmation.")
+@click.option("--allow-non-idempotent", is_flag=True, help="Redrive jobs the catalog marks not idempotent.")
+@click.option("--verify/--no-verify", default=True, show_default=True, help="Follow the redriven jobs.")
+@click.option("--verify-timeout", type=click.IntRange(1), default=300, show_default=True, help="Seconds.")
+@click.pass_obj
+def redrive(
+    options: Options,
+    queue: str,
+    error_type: str | None,
+    match: str | None,
+    job: str | None,
+    limit: int | None,
+    rate: float | None,
+    move_all: bool,
+    dry_run: bool,
+    yes: bool,
+    allow_non_idempotent: bool,
+    verify: bool,
+    verify_timeout: int,
+) -> None:
+    """Move dead-lettered jobs back to their queue: selectively, rate-limited, crash-safe, then verified."""
+    chosen = _filters(error_type, match, job)
+    if move_all and (not chosen.empty or limit is not None):
+        raise click.UsageError("--all moves everything: leave out --error-type, --match, --job and --limit")
+    with operator_errors():
+        dead, where = _dlq(options, queue)
+        matching = [letter for letter in dead.peek() if chosen.matches(letter)]
+        if limit is not None:
+            matching = matching[:limit]
+        _check_idempotent(matching, allow_non_idempotent)
+        if dry_run or not matching:
+            _report_redrive(options, queue, matching, None, None, dry_run=dry_run, method="none")
+            return
+        _confirm(f"move {len(matching)} message(s) from the DLQ of {queue} back to {queue}?", yes)
+        since = datetime.now(UTC)
+        report: MoveReport | None = None
+        method = "client"
+        if move_all:
+            moved = _server_side_move(options, where.dlq_url)
+            if moved is None:
+                click.echo("this endpoint has no StartMessageMoveTask: moving client side instead", err=True)
+            else:
+                method = "server"
+                report = MoveReport(moved=moved, matched=len(matching), moved_letters=matching)
+        if report is None:
+            with Progress(transient=True, disable=options.output == "json") as progress:
+                bar = progress.add_task(f"moving to {queue}", total=len(matching))
+                report = dead.move(
+                    chosen,
+                    rate_per_s=rate,
+                    progress=lambda n: progress.advance(bar, n),
+                    only={letter.message_id for letter in matching},
+                )
+        checked = None
+        if verify and report.moved:
+            checked = _follow(options, dead, report, since, verify_timeout)
+        _report_redrive(options, queue, matching, report, checked, dry_run=False, method=method)
+    if (report and report.failed) or (checked and (checked.returned_to_dlq or not checked.drained)):
+        sys.exit(EXIT_FAILED)
+
+
+def _follow(options: Options, dead: DeadLetterQueue, report: MoveReport, since: datetime, timeout_s: int) -> Any:
+    with Progress(transient=True, disable=options.output == "json") as progress:
+        progress.add_task(f"verifying: waiting for {report.moved} job(s) to be processed", total=None)
+        return verify(dead._sqs, dead, report.moved_letters, since=since, timeout_s=timeout_s)
+
+
+def _report_redrive(
+    options: Options,
+    queue: str,
+    matching: list[DeadLetter],
+    report: MoveReport | None,
+    checked: Any,
+    dry_run: bool,
+    method: str,
+) -> None:
+    payload: dict[str, Any] = {
+        "queue": queue,
+        "dry_run": dry_run,
+        "matched": len(matching),
+        "moved": report.moved if report else 0,
+        "failed": report.failed if report else [],
+        "method": method,
+        "verified": None if checked is None else checked.drained,
+        "returned_to_dlq": None if checked is None else checked.returned_to_dlq,
+        "returned": [] if checked is None else [letter.to_dict() for letter in checked.returned],
+    }
+    if dry_run:
+        payload["would_move"] = [{"message_id": m.message_id, "job": m.job, "id": m.entity_id} for m in matching]
+
+    def text() -> None:
+        if dry_run:
+            click.echo(f"dry run: {len(matching)} message(s) would move back to {queue}")
+            for letter in matching:
+                click.echo(f"  {letter.message_id}  {letter.job}:{letter.entity_id}  {letter.error_type}")
+            return
+        if not matching:
+            click.echo("no message matches: nothing moved")
+            return
+        assert report is not None
+        click.echo(f"moved {report.moved} of {len(matching)} message(s) back to {queue} ({method} side)")
+        for failure in report.failed:
+            click.echo(f"  not moved: {failure['message_id']}: {failure['error']}")
+        if checked is not None:
+            state = "processed" if checked.drained else f"not all processed after {checked.waited_s:.0f}s"
+            click.echo(f"verified: {state}; {checked.returned_to_dlq} came back to the DLQ")
+            for letter in checked.returned:
+                click.echo(f"  back: {letter.job}:{letter.entity_id}  {letter.error_type}: {letter.error_message}")
+
+    emit(options, payload, text)
+
+
+@dlq.command()
+@click.argument("queue")
+@filter_options
+@click.option("--limit", type=click.IntRange(1), help="Discard at most N messages.")
+@click.option("--archive", type=click.Path(dir_okay=False, path_type=Path), help="Append them to this JSON Lines file.")
+@click.option("--yes", is_flag=True, help="Required: discarding can't be undone.")
+@click.pass_obj
+def discard(
+    options: Options,
+    queue: str,
+    error_type: str | None,
+    match: str | None,
+    job: str | None,
+    limit: int | None,
+    archive: Path | None,
+    yes: bool,
+) -> None:
+    """Delete matching dead letters (the bad-data case), archiving each first when asked."""
+    chosen = _filters(error_type, match, job)
+    if not yes:
+        raise click.UsageError("discard deletes messages for good: add --yes (and --archive FILE to keep a copy)")
+    with operator_errors():
+        dead, _ = _dlq(options, queue)
+        chosen_ids = {letter.message_id for letter in dead.peek() if chosen.matches(letter)}
+        if limit is not None:
+            chosen_ids = set(sorted(chosen_ids)[:limit])
+        if archive is not None:
+            with archive.open("a", encoding="utf-8") as sink:
+                discarded = dead.discard(chosen, archive=sink, only=chosen_ids) if chosen_ids else []
+        else:
+            discarded = dead.discard(chosen, only=chosen_ids) if chosen_ids else []
+        left = queue_busy(dead._sqs, dead.dlq_url)
+    payload = {
+        "queue": queue,
+        "discarded": len(discarded),
+        "archive": str(archive) if archive else None,
+        "messages": [
+            {"message_id": m.message_id, "job": m.job, "id": m.entity_id, "error_type": m.error_type} for m in discarded
+        ],
+        "left_in_dlq": left,
+    }
+
+    def text() -> None:
+        click.echo(f"discarded {len(discarded)} message(s) from the DLQ of {queue}; {left} left")
+        for letter in discarded:
+            click.echo(f"  {letter.message_id}  {letter.job}:{letter.entity_id}  {letter.error_type}")
+        if archive is not None:
+            click.echo(f"archived to {archive}")
+
+    emit(options, payload, text)

@@ -1,0 +1,95 @@
+"""`jobctl status [QUEUE] [--watch]`: the four signals per queue and a health verdict; exit 1 if unhealthy."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import UTC, datetime
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from jobctl.cli_support import EXIT_FAILED, Options, emit, operator_errors, queues_of
+from jobctl.status import DEFAULT_WINDOW_S, QueueStatus, queue_status
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def _ago(moment: datetime | None, now: datetime) -> str:
+    return "never" if moment is None else f"{_age((now - moment).total_seconds())} ago"
+
+
+def _table(statuses: list[QueueStatus], now: datetime) -> Table:
+    table = Table(title=f"queues at {now.isoformat(timespec='seconds')}")
+    for column in (
+        "queue",
+        "backlog",
+        "in flight",
+        "oldest",
+        "DLQ",
+        "failed / runs",
+        "last job done",
+        "heartbeat",
+        "health",
+    ):
+        table.add_column(column)
+    for status in statuses:
+        runs = status.succeeded + status.failed
+        rate = f"{status.failed}/{runs}" + (f" ({status.failure_rate:.0%})" if status.failure_rate is not None else "")
+        health = "[green]healthy[/]" if status.healthy else "[red]" + "; ".join(status.problems) + "[/]"
+        table.add_row(
+            status.name,
+            str(status.backlog),
+            str(status.in_flight),
+            _age(status.oldest_age_s),
+            str(status.dlq_depth),
+            rate,
+            _ago(status.last_success_at, now),
+            _ago(status.last_heartbeat_at, now),
+            health,
+        )
+    return table
+
+
+@click.command()
+@click.argument("queue", required=False)
+@click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
+@click.option("--interval", type=click.IntRange(1, 3600), default=10, show_default=True, help="--watch refresh (s).")
+@click.option(
+    "--window",
+    type=click.IntRange(1, 1440),
+    default=DEFAULT_WINDOW_S // 60,
+    show_default=True,
+    help="Minutes of history for the failure rate.",
+)
+@click.pass_obj
+def status(options: Options, queue: str | None, watch: bool, interval: int, window: int) -> None:
+    """Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue."""
+    console = Console()
+    with operator_errors():
+        targets = queues_of(options, queue)
+        sqs, cloudwatch = options.client("sqs"), options.client("cloudwatch")
+        while True:
+            now = datetime.now(UTC)
+            statuses = [
+                queue_status(sqs, cloudwatch, spec, where, now=now, window_s=window * 60) for spec, where in targets
+            ]
+            healthy = all(s.healthy for s in statuses)
+            payload = {"healthy": healthy, "at": now.isoformat(), "queues": [s.to_dict() for s in statuses]}
+            if watch and options.output == "table":
+                console.clear()
+            table = _table(statuses, now)
+            emit(options, payload, lambda table=table: console.print(table))  # type: ignore[misc]
+            if not watch:
+                break
+            try:
+                time.sleep(interval)
+            except KeyboardInterrupt:
+                break
+    if not healthy:
+        sys.exit(EXIT_FAILED)
