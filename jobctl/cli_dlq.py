@@ -16,7 +16,7 @@ from rich.table import Table
 
 from functions.catalog import CATALOG
 from jobctl.cli_support import EXIT_FAILED, Options, emit, operator_errors, queues_of
-from jobctl.dlq import DeadLetter, DeadLetterQueue, Filter, MoveReport, group, queue_busy, verify
+from jobctl.dlq import BadFilterError, DeadLetter, DeadLetterQueue, Filter, MoveReport, group, queue_busy, verify
 
 # Error codes an endpoint answers StartMessageMoveTask with when it doesn't implement it (the local engine).
 _UNSUPPORTED = {
@@ -37,7 +37,7 @@ def _dlq(options: Options, queue: str) -> tuple[DeadLetterQueue, Any]:
 def _filters(error_type: str | None, match: str | None, job: str | None) -> Filter:
     try:
         return Filter(error_type=error_type, match=match, job=job)
-    except ValueError as error:  # BadFilterError
+    except BadFilterError as error:
         raise click.UsageError(str(error)) from None
 
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from functions.catalog import HEARTBEAT_JOB, QueueSpec
-from functions.worker.observability import FAILED, HEARTBEAT, SUCCEEDED
+from functions.worker.observability import FAILED, HEARTBEAT, SUCCEEDED, UNPARSEABLE_JOB
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
 from jobctl.discovery import QueueLocation
 
@@ -114,7 +114,8 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
         "Dimensions": [{"Name": "QueueName", "Value": queue_name}],
     }
     queries = [stat("age", age_metric, "Maximum"), stat("hb", _job_metric(spec.name, HEARTBEAT_JOB, HEARTBEAT), "Sum")]
-    for index, job in enumerate(spec.job_names):
+    # Malformed messages fail under the runtime's "(unparseable)" job: they count as failed runs too.
+    for index, job in enumerate((*spec.job_names, UNPARSEABLE_JOB)):
         queries.append(stat(f"ok{index}", _job_metric(spec.name, job, SUCCEEDED), "Sum"))
         queries.append(stat(f"failed{index}", _job_metric(spec.name, job, FAILED), "Sum"))
     lookback_s = max(window_s, spec.alarms.heartbeat_missing_after_s, spec.alarms.stalled_after_s)

@@ -38,9 +38,7 @@ class HeartbeatCanary:
         return self._interval_s if self._interval_s is not None else queue.spec.alarms.heartbeat_interval_s
 
     def start(self) -> None:
-        # Like a schedule's rate: the first beat one interval after the start, not at once.
-        now = time.monotonic()
-        self._due = {name: now + self.interval_s(queue) for name, queue in self._queues.items()}
+        # The first beat at once, so a fresh engine is healthy from the start; then one every interval.
         self._thread = threading.Thread(target=self._run, name="heartbeat-canary", daemon=True)
         self._thread.start()
 

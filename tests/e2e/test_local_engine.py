@@ -43,8 +43,8 @@ def test_engine_stats_count_invocations_and_deletes(engine: LocalEngine) -> None
     sqs.send_message(QueueUrl=engine.deployment.queues["orders"].url, MessageBody="garbage")
     assert engine.wait_until_idle(timeout_s=30)
     stats = engine.stats()["orders"]
-    assert stats["records"] == 1
-    assert stats["deleted"] == 1  # dead-lettered by the runtime, so acknowledged
+    assert stats["records"] >= 1  # the garbage, and the heartbeat canary's first beat
+    assert stats["deleted"] == stats["records"]  # the garbage dead-lettered by the runtime, so acknowledged
     assert stats["invocation_errors"] == 0
 
 

@@ -1,0 +1,42 @@
+"""Issue 5 on the local engine: a stopped worker shows as stalled, with its heartbeat missing.
+
+A module of its own: moto's backends are per process, so no other engine may run beside this one.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from jobctl.discovery import find_queues
+from jobctl.local.engine import LocalEngine
+from jobctl.status import queue_status
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_stopped_worker_shows_as_stalled_with_its_heartbeat_missing() -> None:
+    with LocalEngine(port=0, worker_output=io.StringIO()) as running:
+        assert running.deployment is not None
+        clients = running.clients()
+        spec = running.catalog.queue("orders")
+        deadline = time.monotonic() + 20
+        where = find_queues(clients("ssm"), running.stack_name)["orders"]
+        while queue_status(clients("sqs"), clients("cloudwatch"), spec, where).last_heartbeat_at is None:
+            assert time.monotonic() < deadline, "the first heartbeat never got through"
+            time.sleep(0.5)
+        assert queue_status(clients("sqs"), clients("cloudwatch"), spec, where).healthy
+
+        running.stop_workers()  # what a disabled event source or a reserved concurrency of 0 does
+        clients("sqs").send_message(QueueUrl=where.url, MessageBody='{"job":"order_confirmation","id":"1"}')
+        # Read as it will look once the alarms' windows have passed: nothing consumed, no heartbeat since.
+        later = datetime.now(UTC) + timedelta(seconds=spec.alarms.heartbeat_missing_after_s + 60)
+        status = queue_status(clients("sqs"), clients("cloudwatch"), spec, where, now=later)
+
+    assert status.backlog >= 1
+    assert not status.healthy
+    assert any(problem.startswith("stalled") for problem in status.problems)
+    assert any(problem.startswith("heartbeat missing") for problem in status.problems)
