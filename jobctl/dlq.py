@@ -246,6 +246,34 @@ class DeadLetterQueue:
     def find(self, message_id: str) -> DeadLetter | None:
         return next((letter for letter in self.peek() if letter.message_id == message_id), None)
 
+    def _chosen_batches(
+        self, chosen: Filter, limit: int | None, only: set[str] | None, kept: list[DeadLetter]
+    ) -> Iterator[list[DeadLetter]]:
+        """Scan, yielding each batch's chosen messages; the others go to `kept`, for the caller to release.
+
+        `only`: the message IDs chosen beforehand (a `peek`). Pass it when workers are running: a redriven job that
+        fails again comes back to the DLQ as a new message, and a scan without it would take that one too, and
+        again, for ever."""
+        pending = set(only) if only is not None else None
+        taken = 0
+        for batch in self._scan():
+            matching = [
+                letter
+                for letter in batch
+                if chosen.matches(letter) and (pending is None or letter.message_id in pending)
+            ]
+            selected = matching if limit is None else matching[: max(0, limit - taken)]
+            kept.extend(letter for letter in batch if letter not in selected)
+            taken += len(selected)
+            if selected:
+                yield selected
+            if pending is not None:
+                pending -= {letter.message_id for letter in selected}
+                if not pending:
+                    return
+            if limit is not None and taken >= limit:
+                return
+
     def move(
         self,
         chosen: Filter,
@@ -255,37 +283,17 @@ class DeadLetterQueue:
         target_url: str | None = None,
         only: set[str] | None = None,
     ) -> MoveReport:
-        """Copy matching messages to the source queue (or `target_url`), then delete each from the DLQ.
-
-        `only`: the message IDs chosen beforehand (a `peek`). Pass it when workers are running: a redriven job
-        that fails again comes back to the DLQ as a new message, and a scan without it would move that one too,
-        and again, for ever."""
+        """Copy matching messages to the source queue (or `target_url`), then delete each from the DLQ."""
         report = MoveReport()
         kept: list[DeadLetter] = []
         throttle = _Throttle(rate_per_s)
-        pending = set(only) if only is not None else None
         try:
-            for batch in self._scan():
-                matching = [
-                    letter
-                    for letter in batch
-                    if chosen.matches(letter) and (pending is None or letter.message_id in pending)
-                ]
-                room = None if limit is None else max(0, limit - report.matched)
-                selected = matching[:room] if room is not None else matching
-                kept.extend(letter for letter in batch if letter not in selected)
+            for selected in self._chosen_batches(chosen, limit, only, kept):
                 report.matched += len(selected)
-                if selected:
-                    throttle.wait(len(selected))
-                    moved = self._copy_then_delete(selected, target_url or self.source_url, report, kept)
-                    if progress:
-                        progress(moved)
-                if pending is not None:
-                    pending -= {letter.message_id for letter in selected}
-                    if not pending:
-                        break
-                if limit is not None and report.matched >= limit:
-                    break
+                throttle.wait(len(selected))
+                moved = self._copy_then_delete(selected, target_url or self.source_url, report, kept)
+                if progress:
+                    progress(moved)
         finally:
             self.release(kept)
         return report
@@ -329,23 +337,11 @@ class DeadLetterQueue:
         progress: Callable[[int], None] | None = None,
         only: set[str] | None = None,
     ) -> list[DeadLetter]:
-        """Delete matching messages, each written to `archive` (JSON Lines, synced) before its deletion.
-        `only`: the message IDs chosen beforehand, as for `move`."""
+        """Delete matching messages, each written to `archive` (JSON Lines, synced) before its deletion."""
         discarded: list[DeadLetter] = []
         kept: list[DeadLetter] = []
-        pending = set(only) if only is not None else None
         try:
-            for batch in self._scan():
-                matching = [
-                    letter
-                    for letter in batch
-                    if chosen.matches(letter) and (pending is None or letter.message_id in pending)
-                ]
-                room = None if limit is None else max(0, limit - len(discarded))
-                selected = matching[:room] if room is not None else matching
-                kept.extend(letter for letter in batch if letter not in selected)
-                if not selected:
-                    continue
+            for selected in self._chosen_batches(chosen, limit, only, kept):
                 if archive is not None:
                     for letter in selected:
                         archive.write(json.dumps(letter.to_dict(), sort_keys=True) + "\n")
@@ -355,12 +351,6 @@ class DeadLetterQueue:
                 discarded.extend(selected)
                 if progress:
                     progress(len(selected))
-                if pending is not None:
-                    pending -= {letter.message_id for letter in selected}
-                    if not pending:
-                        break
-                if limit is not None and len(discarded) >= limit:
-                    break
         finally:
             self.release(kept)
         return discarded

@@ -137,6 +137,16 @@ class Harness:
         return [line for line in self.log_lines() if "_aws" in line]
 
 
+def envelope(job: str, entity_id: str) -> str:
+    """A job message body, as a publisher in any language would send it."""
+    return json.dumps({"job": job, "id": entity_id})
+
+
+def attributes_of(message: dict[str, Any]) -> dict[str, str]:
+    """A received message's string attributes (the dead-letter evidence) by name."""
+    return {name: value["StringValue"] for name, value in message.get("MessageAttributes", {}).items()}
+
+
 @pytest.fixture
 def harness(clients: ClientFactory) -> Harness:
     return Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)

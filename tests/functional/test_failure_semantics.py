@@ -17,7 +17,7 @@ from functions.worker.clients import ClientFactory
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from jobctl.local.provision import provision
-from tests.functional.conftest import Harness
+from tests.functional.conftest import Harness, attributes_of, envelope
 from tests.functional.sample_jobs import flaky, sleepy
 
 SEED = 20261129
@@ -42,14 +42,6 @@ ORDERED = QueueSpec(
     jobs=(JobSpec(name="ordered_flaky", handler="tests.functional.sample_jobs.flaky"),),
 )
 CATALOG = Catalog(queues=(TESTING, ORDERED))
-
-
-def body(job: str, entity_id: str) -> str:
-    return json.dumps({"job": job, "id": entity_id})
-
-
-def attributes_of(message: dict[str, Any]) -> dict[str, str]:
-    return {name: value["StringValue"] for name, value in message.get("MessageAttributes", {}).items()}
 
 
 @pytest.fixture
@@ -85,7 +77,7 @@ def worker_with(harness: Harness, queue: str, seed: int) -> Worker:
 
 def test_transient_failures_back_off_with_growing_jittered_delays_then_dead_letter(testing: Harness) -> None:
     flaky.FAILURES["1"] = 99
-    testing.send(body("flaky", "1"), queue="testing")
+    testing.send(envelope("flaky", "1"), queue="testing")
     visibility = VisibilityLog(testing.clients)
     worker = worker_with(testing, "testing", SEED)
     for _ in range(TESTING.max_attempts - 1):
@@ -115,7 +107,7 @@ def test_jitter_spreads_the_delays_of_simultaneous_failures(testing: Harness) ->
     # Ten jobs failing at the same moment must not all come back at the same moment.
     for entity_id in map(str, range(10)):
         flaky.FAILURES[entity_id] = 1
-        testing.send(body("flaky", entity_id), queue="testing")
+        testing.send(envelope("flaky", entity_id), queue="testing")
     visibility = VisibilityLog(testing.clients)
     invocation = testing.deliver("testing", worker=worker_with(testing, "testing", SEED))
     assert invocation is not None and len(invocation.failed_ids) == 10
@@ -126,7 +118,7 @@ def test_jitter_spreads_the_delays_of_simultaneous_failures(testing: Harness) ->
 
 def test_a_failed_message_stays_invisible_for_its_backoff(testing: Harness) -> None:
     flaky.FAILURES["1"] = 1
-    testing.send(body("flaky", "1"), queue="testing")
+    testing.send(envelope("flaky", "1"), queue="testing")
     visibility = VisibilityLog(testing.clients)
     # Attempt 1's ceiling is 4 s; this seed draws a delay of at least 1 s.
     testing.deliver("testing", worker=worker_with(testing, "testing", SEED))
@@ -137,7 +129,7 @@ def test_a_failed_message_stays_invisible_for_its_backoff(testing: Harness) -> N
 
 def test_a_hung_downstream_is_cut_at_the_time_limit_while_the_batch_carries_on(testing: Harness) -> None:
     for entity_id in ("a", "hang-1", "b", "c"):
-        testing.send(body("sleepy", entity_id), queue="testing")
+        testing.send(envelope("sleepy", entity_id), queue="testing")
     invocation = testing.deliver("testing")
     assert invocation is not None
     hung = [r["messageId"] for r in invocation.event["Records"] if json.loads(r["body"])["id"] == "hang-1"]
@@ -152,7 +144,7 @@ def test_a_hung_downstream_is_cut_at_the_time_limit_while_the_batch_carries_on(t
 
 def test_records_the_invocation_has_no_time_for_are_requeued_at_once_and_not_counted(testing: Harness) -> None:
     for entity_id in ("1", "2", "3"):
-        testing.send(body("flaky", entity_id), queue="testing")
+        testing.send(envelope("flaky", entity_id), queue="testing")
     # An invocation with 2.5 s left can't fit a 5 s time limit (half the 10 s timeout) plus the settle margin.
     invocation = testing.deliver("testing", timeout_s=2.5)
     assert invocation is not None
@@ -171,7 +163,7 @@ def test_records_the_invocation_has_no_time_for_are_requeued_at_once_and_not_cou
 
 def test_a_deferred_copy_keeps_its_prior_attempts(testing: Harness) -> None:
     flaky.FAILURES["1"] = 99
-    testing.send(body("flaky", "1"), queue="testing")
+    testing.send(envelope("flaky", "1"), queue="testing")
     first = testing.deliver("testing")  # attempt 1 fails
     assert first is not None
     testing.expire_visibility(first, "testing")
@@ -190,7 +182,7 @@ def test_a_deferred_copy_keeps_its_prior_attempts(testing: Harness) -> None:
 def test_a_job_can_override_the_classification(
     testing: Harness, entity_id: str, failed: bool, dead_error: str | None
 ) -> None:
-    testing.send(body("strict", entity_id), queue="testing")
+    testing.send(envelope("strict", entity_id), queue="testing")
     invocation = testing.deliver("testing")
     assert invocation is not None
     assert bool(invocation.failed_ids) is failed
@@ -200,7 +192,7 @@ def test_a_job_can_override_the_classification(
 
 def test_failure_logs_say_job_id_attempt_classification_and_next_delay(testing: Harness) -> None:
     flaky.FAILURES["9"] = 1
-    testing.send(body("flaky", "9"), queue="testing")
+    testing.send(envelope("flaky", "9"), queue="testing")
     testing.deliver("testing", worker=worker_with(testing, "testing", SEED))
     [line] = [line for line in testing.log_lines() if line.get("message") == "job failed; retrying after backoff"]
     assert (line["job"], line["id"], line["attempt"]) == ("flaky", "9", 1)
@@ -217,7 +209,7 @@ def test_fifo_retries_keep_the_order_of_a_message_group(testing: Harness) -> Non
     url = testing.deployment.queues["ordered"].url
     sqs = testing.clients("sqs")
     for entity_id in ("first", "second", "third"):
-        sqs.send_message(QueueUrl=url, MessageBody=body("ordered_flaky", entity_id), MessageGroupId="order-1")
+        sqs.send_message(QueueUrl=url, MessageBody=envelope("ordered_flaky", entity_id), MessageGroupId="order-1")
     flaky.FAILURES["first"] = 1
     visibility = VisibilityLog(testing.clients)
     # When the batch runs, the group stops at the failure: the later two are not run

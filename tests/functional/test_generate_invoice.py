@@ -28,7 +28,7 @@ from functions.worker.runtime import Worker
 from jobctl.local.emulator import Invocation
 from jobctl.local.fake_invoicing import FakeInvoicingApi, render_pdf
 from jobctl.local.provision import provision
-from tests.functional.conftest import Harness
+from tests.functional.conftest import Harness, attributes_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -51,10 +51,6 @@ def key_of(invoice_id: str) -> str:
 
 def body(invoice_id: str) -> str:
     return json.dumps({"job": "generate_invoice", "id": invoice_id})
-
-
-def attributes_of(message: dict[str, Any]) -> dict[str, str]:
-    return {name: value["StringValue"] for name, value in message.get("MessageAttributes", {}).items()}
 
 
 def wait_for_abandoned_runs(timeout_s: float = ABANDONED_RUN_GRACE_S) -> None:

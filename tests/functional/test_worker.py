@@ -6,7 +6,6 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import boto3
 import pytest
@@ -20,7 +19,7 @@ from functions.worker.errors import WorkerConfigError
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from jobctl.local.lambda_events import sqs_record
 from jobctl.local.provision import provision
-from tests.functional.conftest import Harness, lambda_context
+from tests.functional.conftest import Harness, attributes_of, envelope, lambda_context
 from tests.functional.sample_jobs import empty_key, flaky
 
 EVENTS = Path(__file__).parent.parent / "events"
@@ -49,14 +48,6 @@ TEST_CATALOG = Catalog(
         ),
     )
 )
-
-
-def envelope(job: str, entity_id: str) -> str:
-    return json.dumps({"job": job, "id": entity_id})
-
-
-def attributes_of(message: dict[str, Any]) -> dict[str, str]:
-    return {name: value["StringValue"] for name, value in message.get("MessageAttributes", {}).items()}
 
 
 @pytest.fixture
