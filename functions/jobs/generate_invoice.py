@@ -12,6 +12,7 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from functions.jobs.records import load_item
 from functions.worker.envelope import Envelope
 from functions.worker.errors import PermanentError, RecordNotFoundError
 from functions.worker.jobs import JobContext
@@ -66,18 +67,11 @@ def invoice_request(invoice_id: str, invoice: dict[str, Any]) -> dict[str, str]:
 
 
 def run(envelope: Envelope, context: JobContext) -> dict[str, Any]:
-    table = context.resource("invoices_table")
-    response = context.client("dynamodb").get_item(
-        TableName=table, Key={"invoice_id": {"S": envelope.id}}, ConsistentRead=True
-    )
-    invoice = response.get("Item")
-    if invoice is None:
-        raise InvoiceNotFoundError(f"invoice {envelope.id!r} does not exist in table {table!r}")
+    invoice = load_item(context, "invoices_table", "invoice_id", envelope.id, InvoiceNotFoundError)
 
     url = context.resource("invoicing_api_url").rstrip("/") + "/invoices"
     answer = context.http.post(url, json=invoice_request(envelope.id, invoice), headers={"Accept": PDF_CONTENT_TYPE})
-    # HttpResponse.headers is a plain dict, keyed as the server spelled the names.
-    content_type = next((value for name, value in answer.headers.items() if name.lower() == "content-type"), "")
+    content_type = answer.headers.get("Content-Type", "")  # header names are case-insensitive here
     if answer.status not in (200, 201) or not answer.data.startswith(PDF_MAGIC):
         raise InvoicingResponseError(
             f"POST {url} answered {answer.status} with {content_type or 'no content type'} "

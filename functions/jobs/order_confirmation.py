@@ -9,6 +9,7 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from functions.jobs.records import load_item
 from functions.worker.envelope import Envelope
 from functions.worker.errors import PermanentError, RecordNotFoundError
 from functions.worker.jobs import JobContext
@@ -37,13 +38,7 @@ def _total(item: dict[str, Any]) -> str:
 
 
 def run(envelope: Envelope, context: JobContext) -> dict[str, str]:
-    table = context.resource("orders_table")
-    response = context.client("dynamodb").get_item(
-        TableName=table, Key={"order_id": {"S": envelope.id}}, ConsistentRead=True
-    )
-    order = response.get("Item")
-    if order is None:
-        raise OrderNotFoundError(f"order {envelope.id!r} does not exist in table {table!r}")
+    order = load_item(context, "orders_table", "order_id", envelope.id, OrderNotFoundError)
     recipient = _text(order, "email")
     if recipient is None:
         raise OrderDataError(f"order {envelope.id!r} has no e-mail address to confirm to")
