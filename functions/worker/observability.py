@@ -26,6 +26,8 @@ DEFERRED = "JobDeferred"  # handed back unrun (no time left, key busy), per reas
 DURATION = "JobDuration"  # milliseconds of each run that ran the job
 HEARTBEAT = "Heartbeat"  # a heartbeat canary message went through the queue and the worker
 UNPARSEABLE_JOB = "(unparseable)"
+# Values per EMF document, kept below Powertools' and CloudWatch's 100.
+EMF_MAX_VALUES = 99
 
 
 @dataclass
@@ -86,21 +88,28 @@ class BatchTally:
         self.samples.setdefault((job, metric), []).append(value)
 
     def flush(self, observability: Observability, queue: str) -> None:
-        metrics = observability.metrics
         groups = {(job, reason) for job, _, reason in self.counts} | {(job, "") for job, _ in self.samples}
         for job, reason in sorted(groups):
-            metrics.add_dimension(name="queue", value=queue)
-            metrics.add_dimension(name="job", value=job)
-            if reason:
-                metrics.add_dimension(name="reason", value=reason)
-            for (counted_job, metric, counted_reason), count in sorted(self.counts.items()):
-                if (counted_job, counted_reason) == (job, reason):
-                    metrics.add_metric(name=metric, unit=MetricUnit.Count, value=count)
+            entries: list[tuple[str, MetricUnit, float]] = [
+                (metric, MetricUnit.Count, float(count))
+                for (counted_job, metric, counted_reason), count in sorted(self.counts.items())
+                if (counted_job, counted_reason) == (job, reason)
+            ]
             if not reason:
-                for (sampled_job, metric), values in sorted(self.samples.items()):
-                    if sampled_job == job:
-                        for sample in values:
-                            metrics.add_metric(name=metric, unit=MetricUnit.Milliseconds, value=sample)
-            observability.flush_metrics()
+                entries += [
+                    (metric, MetricUnit.Milliseconds, sample)
+                    for (sampled_job, metric), values in sorted(self.samples.items())
+                    if sampled_job == job
+                    for sample in values
+                ]
+            dimensions = {"queue": queue, "job": job, **({"reason": reason} if reason else {})}
+            # An EMF document holds fewer than 100 values per metric (Powertools would otherwise print the
+            # overflow to stdout itself): a large batch's durations go out in several documents.
+            for start in range(0, len(entries), EMF_MAX_VALUES):
+                for name, dimension in dimensions.items():
+                    observability.metrics.add_dimension(name=name, value=dimension)
+                for metric, unit, value in entries[start : start + EMF_MAX_VALUES]:
+                    observability.metrics.add_metric(name=metric, unit=unit, value=value)
+                observability.flush_metrics()
         self.counts.clear()
         self.samples.clear()

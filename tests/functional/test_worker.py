@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -413,3 +414,19 @@ def test_each_run_records_its_duration(harness: Harness) -> None:
     assert all(0 <= ms < 60_000 for ms in doc["JobDuration"])
     units = {m["Name"]: m["Unit"] for m in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
     assert units["JobDuration"] == "Milliseconds"
+
+
+def test_a_large_batch_emits_every_duration_without_overflowing_emf(harness: Harness) -> None:
+    # CloudWatch EMF (and Powertools) take under 100 values per metric in one document; a batch of 150 runs
+    # must still be counted whole, and nothing may escape the handler.
+    event: dict[str, list[dict[str, Any]]] = {"Records": []}
+    template = json.loads((EVENTS / "sqs_order_confirmation_batch.json").read_text())["Records"][1]
+    for index in range(150):
+        record = dict(template, messageId=f"m-{index}", body=envelope("order_confirmation", f"missing-{index}"))
+        event["Records"].append(record)
+    response = harness.worker().handle(event, lambda_context())
+    assert response == {"batchItemFailures": []}
+    documents = [d for d in harness.metrics() if d["job"] == "order_confirmation" and "reason" not in d]
+    assert sum(len(d.get("JobDuration", [])) for d in documents) == 150
+    assert sum(sum(d.get("JobDeadLettered", [])) for d in documents) == 150
+    assert all(len(d.get("JobDuration", [])) < 100 for d in documents)
