@@ -23,7 +23,7 @@ help:
 	@echo "make local   start the local engine (moto server + Lambda SQS emulator) until Ctrl-C"
 	@echo "make synth   synthesize the CloudFormation template offline into cdk.out/"
 	@echo "make deploy  cdk deploy to the account and region of your AWS credentials"
-	@echo "make bench   benchmarks (virtual time, no AWS): a downstream outage under three retry policies"
+	@echo "make bench   benchmarks (no AWS): outage retry policies, DynamoDB writes, cost, import and per-record overhead"
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -56,9 +56,12 @@ test: lint bundle
 demo: $(VENV)/.synced
 	$(BIN)/python -m jobctl.demo
 
-# A benchmark, not a test: prints figures (recorded in docs/benchmarks.md); `python -m bench.outage --help`.
+# Benchmarks, not tests: print figures (recorded in docs/benchmarks.md); `python -m bench.<name> --help`.
 bench: $(VENV)/.synced
 	$(BIN)/python -m bench.outage
+	$(BIN)/python -m bench.writes
+	$(BIN)/python -m bench.cost
+	$(BIN)/python -m bench.overhead
 
 local: $(VENV)/.synced
 	$(BIN)/jobctl local

@@ -1,4 +1,4 @@
-"""`python -m bench`: the outage benchmark (the only one so far)."""
+"""`python -m bench`: the outage benchmark; the others run as `python -m bench.<name>` (see `make bench`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,115 @@
+"""bench.cost's arithmetic on hand-checked inputs, and bench.writes' DynamoDB call counter on a tiny run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import cost, writes
+from functions.catalog import CATALOG, Catalog, JobSpec, QueueSpec
+
+# Round prices so every figure below can be checked by hand.
+PRICES = cost.Prices(
+    sqs_standard_per_million_requests=1.0,
+    sqs_fifo_per_million_requests=2.0,
+    lambda_per_million_requests=1.0,
+    lambda_per_gb_second=0.001,
+    dynamodb_per_million_wru=1.0,
+    dynamodb_per_million_rru=1.0,
+    cloudwatch_per_alarm_month=1.0,
+    cloudwatch_per_metric_month=1.0,
+    cloudwatch_logs_per_gb_ingested=1.0,
+    scheduler_per_million_invocations=0.0,
+)
+ASSUME = cost.Assumptions(
+    duration_ms_per_job=1000.0,
+    overhead_ms_per_invocation=0.0,
+    batch_fill=1.0,
+    retries_per_job=0.0,
+    duplicates_per_job=0.0,
+    message_bytes=1024,
+    log_bytes_per_job=2**30 / cost.MILLION,  # 1 GiB per million jobs
+    platform_log_bytes_per_invocation=0.0,
+    idempotency_writes_per_job=2.0,
+    reads_per_job=1.0,
+    jobs_per_month=1_000_000.0,
+)
+SPEC = QueueSpec(name="q", jobs=(JobSpec(name="j", handler="a.b"),), batch_size=10, memory_mb=1024)
+
+
+def test_each_component_matches_the_hand_computed_figure() -> None:
+    result = cost.queue_cost(SPEC, PRICES, ASSUME)
+    # SQS: 1 send + (1 receive + 1 delete) / 10 = 1.2 requests per job -> 1.2 USD per million at 1 USD/M.
+    assert result.sqs == pytest.approx(1.2)
+    # Lambda: 0.1 invocation per job.
+    assert result.lambda_requests == pytest.approx(0.1)
+    # 1 GB x 1 s per job = 1 GB-s; 1e6 GB-s x 0.001 = 1,000 USD.
+    assert result.lambda_duration == pytest.approx(1000.0)
+    # 2 WRU + 1 RRU per job.
+    assert result.dynamodb == pytest.approx(3.0)
+    assert result.cloudwatch_logs == pytest.approx(1.0)
+    # 9 + 1 alarms, 3 + 10 metrics, one month per million jobs.
+    assert result.cloudwatch_alarms == pytest.approx(10.0)
+    assert result.cloudwatch_metrics == pytest.approx(13.0)
+    # 43,800 min / 5 min = 8,760 heartbeats, each 3 SQS requests (1 USD/M) and 1 invocation (1 USD/M).
+    assert result.heartbeats == pytest.approx(8760 * 4 / cost.MILLION)
+    assert result.total == pytest.approx(1.2 + 0.1 + 1000 + 3 + 1 + 10 + 13 + 8760 * 4 / cost.MILLION)
+
+
+def test_retries_duplicates_fifo_and_volume_change_the_right_components() -> None:
+    spec = QueueSpec(name="q", jobs=SPEC.jobs, batch_size=10, memory_mb=1024, fifo=True)
+    assume = cost.Assumptions(**{**ASSUME.__dict__, "retries_per_job": 1.0, "duplicates_per_job": 0.5})
+    result = cost.queue_cost(spec, PRICES, assume)
+    # 2 attempts: 1 send + 2 x 2 / 10 + 1 ChangeMessageVisibility = 2.4 requests, at the FIFO price of 2.
+    assert result.sqs == pytest.approx(4.8)
+    # 2 attempts x 2 writes + 0.5 conditional checks, 2 reads.
+    assert result.dynamodb == pytest.approx(4.5 + 2.0)
+    busier = cost.queue_cost(SPEC, PRICES, cost.Assumptions(**{**ASSUME.__dict__, "jobs_per_month": 10_000_000.0}))
+    assert busier.cloudwatch_alarms == pytest.approx(1.0)  # fixed costs spread over 10 million jobs
+
+
+def test_a_large_message_is_billed_per_64_kib_chunk() -> None:
+    assume = cost.Assumptions(**{**ASSUME.__dict__, "message_bytes": 64 * 1024 + 1})
+    assert cost.queue_cost(SPEC, PRICES, assume).sqs == pytest.approx(2.2)
+
+
+def test_the_command_prints_every_catalog_queue_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cost.main(["--json", "--lambda-per-gb-second", "0"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [q["queue"] for q in report["queues"]] == list(CATALOG.queue_names)
+    assert all(q["lambda_duration"] == 0 for q in report["queues"])
+    assert cost.estimate(Catalog(queues=(SPEC,)), PRICES, ASSUME)[0].queue == "q"
+
+
+class _Model:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def test_the_counter_counts_calls_by_table_and_operation_and_refused_conditions() -> None:
+    counter = writes.CallCounter()
+    for operation, table, error in (
+        ("PutItem", "idem", None),
+        ("UpdateItem", "idem", None),
+        ("PutItem", "idem", writes.CONDITIONAL_FAILED),
+        ("GetItem", "orders", None),
+    ):
+        context: dict[str, object] = {}
+        counter._before(params={"TableName": table}, model=_Model(operation), context=context)
+        counter._after(parsed={"Error": {"Code": error}} if error else {}, model=_Model(operation), context=context)
+    assert counter.writes("idem") == 3
+    assert counter.conditional_checks("idem") == 1
+    assert counter.reads("idem") == 0
+    assert counter.reads("orders") == 1
+    assert counter.writes() == 3
+
+
+def test_a_tiny_run_of_the_real_worker_meets_the_goal() -> None:
+    new, duplicate = writes.run(jobs=3)
+    assert (new.jobs, new.side_effects, duplicate.side_effects) == (3, 3, 0)
+    assert new.idempotency_writes == 2 * 3
+    assert new.idempotency_conditional_checks == 0
+    assert duplicate.idempotency_writes == duplicate.idempotency_conditional_checks == 3
+    assert duplicate.effective_writes == 0
+    assert new.calls["idempotency PutItem"] == 3
