@@ -6,12 +6,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import App, CfnOutput, Stack, Tags
+from aws_cdk import App, CfnOutput, Stack, Tags, Validations
 from constructs import Construct
 
 from functions.catalog import CATALOG, Catalog
 from functions.worker.settings import SERVICE_NAME
-from infra import monitoring
+from infra import monitoring, nag_suppressions
 from infra.alarm_topic import AlarmTopic, NewAlarmTopic
 from infra.context import StackContext
 from infra.dependencies_layer import DependenciesLayer
@@ -41,6 +41,8 @@ LAYER_DIR = REPO_ROOT / "build" / "layer"
 # Powertools' DynamoDBPersistenceLayer defaults (key_attr, expiry_attr): the worker uses them unchanged.
 IDEMPOTENCY_PARTITION_KEY = "id"
 IDEMPOTENCY_TTL_ATTRIBUTE = "expiration"
+# Context flag (not a stack setting): `make synth CDK_ARGS="-c nag=true"` runs cdk-nag during synth.
+NAG_CONTEXT_KEY = "nag"
 
 
 class JobsStack(Stack):
@@ -182,6 +184,8 @@ class JobsStack(Stack):
             value=self.resources.invoices_bucket.bucket.bucket_name,
             description="S3 bucket of the invoice PDFs generate_invoice stores (invoices/<id>.pdf); kept on delete",
         )
+        # cdk-nag acknowledgements, each with its reason (construct metadata only: the template is unchanged).
+        nag_suppressions.acknowledge(self)
 
 
 def build_app(
@@ -201,6 +205,11 @@ def build_app(
         functions_dir=functions_dir,
         layer_dir=layer_dir,
     )
+    if str(app.node.try_get_context(NAG_CONTEXT_KEY)).lower() == "true":
+        # `-c nag=true`: cdk-nag (a dev dependency, so loaded only on request) checks the synth too.
+        from cdk_nag import AwsSolutionsChecks, ServerlessChecks
+
+        Validations.of(app).add_plugins(AwsSolutionsChecks(app), ServerlessChecks(app))
     return app, stack
 
 

@@ -1,0 +1,143 @@
+"""Security checks on the shared synth: cdk-nag (AwsSolutions, Serverless), cfn-lint, and template-wide IAM rules.
+
+Per-queue checks live beside the resources they check: encryption and TLS-only policies, redrive-allow policies
+(test_queues.py), each worker's exact grants (test_workers.py), the heartbeat roles (test_heartbeat.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+from aws_cdk import Validations
+
+from infra import nag_suppressions
+from tests.infra.cfn import of_type, render
+from tests.infra.conftest import REPO_ROOT, Synth
+
+# cfn-lint warnings allowed in the template, each with why; any other warning, and every error, fails.
+ALLOWED_CFN_LINT_WARNINGS = {
+    # CDK adds DependsOn the role (and its default policy) to every function so the policy exists before the
+    # function is invoked; the role half is also implied by the Role GetAtt. Harmless, and not ours to remove.
+    "W3005": "redundant DependsOn that CDK generates for Lambda functions on their role",
+}
+# The only actions a "*" resource is acceptable for: X-Ray's trace APIs take no resource ARN.
+STAR_ACTIONS = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+# cdk-nag names a GetAtt in a finding's ID by the logical ID; the docs write the construct's role instead.
+_GETATT_ARN = re.compile(r"<\w+\.Arn>")
+_DOCUMENTED_RULE = re.compile(r"^\| `((?:AwsSolutions|Serverless)-[^`]+)` \| ", re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def nag_violations(synth: Synth) -> list[str]:
+    """Unacknowledged findings of both packs, errors and warnings alike, as `rule at path: description`."""
+    from cdk_nag import AwsSolutionsChecks, ServerlessChecks
+
+    found: list[str] = []
+    # validate_scope walks the construct tree the shared synth already prepared: no second synth (~1 s).
+    for pack in (AwsSolutionsChecks(), ServerlessChecks()):
+        report = pack.validate_scope(synth.stack)
+        for violation in report.violations:
+            found.extend(
+                f"{violation.rule_name} ({violation.severity}) at {resource.construct_path}: {violation.description}"
+                for resource in violation.violating_resources
+            )
+    return found
+
+
+@pytest.fixture(scope="module")
+def acknowledged(synth: Synth) -> list[tuple[str, str, str]]:
+    """(rule, construct path, reason) of every acknowledgement in the stack."""
+    prefix = "Annotation::"
+    found: list[tuple[str, str, str]] = []
+    for construct in synth.stack.node.find_all():
+        for entry in construct.node.metadata:
+            if entry.type == Validations.ACKNOWLEDGED_RULES_METADATA_KEY:
+                for key, reason in dict(entry.data).items():
+                    assert key.startswith(prefix), key
+                    found.append((key.removeprefix(prefix), construct.node.path, str(reason)))
+    return found
+
+
+def test_cdk_nag_finds_nothing_unacknowledged(nag_violations: list[str]) -> None:
+    assert nag_violations == []
+
+
+def test_every_acknowledgement_is_documented_with_a_specific_reason(acknowledged: list[tuple[str, str, str]]) -> None:
+    assert acknowledged, "nag_suppressions.acknowledge was not applied"
+    for rule, path, reason in acknowledged:
+        assert rule.startswith(("AwsSolutions-", "Serverless-")), (rule, path)
+        assert len(reason) >= 100, f"{rule} at {path}: say why, specifically ({reason!r})"
+    docs = (REPO_ROOT / "docs" / "infrastructure.md").read_text()
+    documented = {_GETATT_ARN.sub("<bucket ARN>", rule) for rule in _DOCUMENTED_RULE.findall(docs)}
+    assert {_GETATT_ARN.sub("<bucket ARN>", rule) for rule, _, _ in acknowledged} == documented
+
+
+def test_the_invoice_object_wildcard_is_acknowledged_only_for_workers_that_write_invoices(
+    synth: Synth, acknowledged: list[tuple[str, str, str]]
+) -> None:
+    writers = {
+        f"{synth.stack.node.path}/{item.node.id}/ServiceRole/DefaultPolicy/Resource"
+        for item in synth.stack.queues.values()
+        if nag_suppressions.INVOICES_BUCKET in item.spec.resources
+    }
+    assert writers
+    assert {path for rule, path, _ in acknowledged if "/invoices/*" in rule} == writers
+
+
+def test_cfn_lint_finds_no_errors(synth: Synth) -> None:
+    from cfnlint.api import lint_file
+
+    template = synth.assembly_dir / synth.stack.template_file
+    matches = lint_file(template)
+    errors = [f"{match.rule.id} {match.message} ({match.path})" for match in matches if match.rule.id[0] == "E"]
+    warnings = {match.rule.id for match in matches if match.rule.id[0] == "W"}
+
+    assert errors == []
+    assert warnings <= set(ALLOWED_CFN_LINT_WARNINGS), sorted(warnings - set(ALLOWED_CFN_LINT_WARNINGS))
+
+
+def _statements(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    statements = document["Statement"]
+    return list(statements) if isinstance(statements, list) else [statements]
+
+
+def _as_list(value: object) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _identity_policies(synth: Synth) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every identity-based statement in the stack: inline policies, roles' policies, managed policies."""
+    for key, policy in of_type(synth.resources, "AWS::IAM::Policy").items():
+        for statement in _statements(policy["Properties"]["PolicyDocument"]):
+            yield key, statement
+    for key, policy in of_type(synth.resources, "AWS::IAM::ManagedPolicy").items():
+        for statement in _statements(policy["Properties"]["PolicyDocument"]):
+            yield key, statement
+    for key, role in of_type(synth.resources, "AWS::IAM::Role").items():
+        for inline in role["Properties"].get("Policies", []):
+            for statement in _statements(inline["PolicyDocument"]):
+                yield key, statement
+
+
+def test_no_identity_policy_in_the_stack_allows_star_but_for_xray(synth: Synth) -> None:
+    # Stack-wide, not only the workers': a construct added later (or a CDK custom resource) is caught too.
+    statements = list(_identity_policies(synth))
+    assert statements
+    for key, statement in statements:
+        assert statement["Effect"] == "Allow", (key, statement)
+        assert not {"NotAction", "NotResource"} & set(statement), (key, statement)
+        actions = set(_as_list(statement["Action"]))
+        resources = {render(resource) for resource in _as_list(statement["Resource"])}
+        assert not any(action == "*" or action.endswith(":*") for action in actions), (key, statement)
+        if "*" in resources:
+            assert actions <= STAR_ACTIONS, (key, statement)
+
+
+def test_no_role_has_a_managed_policy(synth: Synth) -> None:
+    # AWS-managed policies (AWSLambdaBasicExecutionRole and the like) grant on "*".
+    roles = of_type(synth.resources, "AWS::IAM::Role")
+    assert roles
+    assert {key for key, role in roles.items() if role["Properties"].get("ManagedPolicyArns")} == set()
