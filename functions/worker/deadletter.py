@@ -38,6 +38,24 @@ FAILURE_EXHAUSTED = "retries_exhausted"
 
 MAX_ERROR_MESSAGE_CHARS = 1024
 MAX_TRACEBACK_CHARS = 8192
+# SQS counts the body and every attribute's name, type and value in a message's size; its default limit is
+# 256 KiB. The original fitted its queue's limit: its copy, evidence added, must fit the DLQ's.
+SQS_DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024
+# When the evidence would not fit, the least useful goes first: the traceback is cut, then whole attributes.
+# A body at the very limit leaves no room at all: it is dead-lettered bare (the worker's log line has the error).
+_EVIDENCE_DROP_ORDER = (
+    TRACEBACK,
+    FIRST_FAILED_AT,
+    LAST_FAILED_AT,
+    SOURCE_QUEUE,
+    JOB,
+    ID,
+    ERROR_MESSAGE,
+    ATTEMPTS,
+    FAILURE,
+    ERROR_TYPE,
+    ORIGINAL_ATTRIBUTES,
+)
 
 
 @functools.cache
@@ -117,6 +135,40 @@ def evidence_attributes(evidence: Evidence, record_attributes: dict[str, Any]) -
     return attributes
 
 
+def message_size(body: str, attributes: dict[str, Any]) -> int:
+    """A message's size as SQS counts it; `attributes` in SendMessage's or Lambda's event shape."""
+    size = len(body.encode("utf-8"))
+    for name, attribute in attributes.items():
+        data_type = attribute.get("DataType") or attribute.get("dataType") or ""
+        value = attribute.get("StringValue", attribute.get("stringValue", attribute.get("BinaryValue")))
+        if value is None:
+            value = attribute.get("binaryValue") or ""
+        size += len(name.encode("utf-8")) + len(data_type.encode("utf-8"))
+        size += len(value) if isinstance(value, bytes) else len(str(value).encode("utf-8"))
+    return size
+
+
+def fit_evidence(body: str, attributes: dict[str, dict[str, Any]], limit: int) -> dict[str, dict[str, Any]]:
+    """Evidence cut down so the dead-lettered copy fits `limit`: a body near SQS's limit (hostile input) would
+    otherwise make the send fail, and the message go round until SQS's redrive moved it, without evidence."""
+    over = message_size(body, attributes) - limit
+    if over <= 0:
+        return attributes
+    fitted = dict(attributes)
+    traceback_text = fitted[TRACEBACK]["StringValue"].encode("utf-8")
+    if len(traceback_text) - over >= 64:
+        # Keep the tail (the last frames say most), cut by the excess plus room for the marker.
+        kept = traceback_text[over + 32 :].decode("utf-8", errors="ignore")
+        fitted[TRACEBACK] = _string("...[truncated]..." + kept)
+        if message_size(body, fitted) <= limit:
+            return fitted
+    for name in _EVIDENCE_DROP_ORDER:
+        fitted.pop(name, None)
+        if message_size(body, fitted) <= limit:
+            break
+    return fitted
+
+
 class DeadLetterQueue:
     """Sends failed records to the queue's DLQ (and deferred ones back to their queue). The caller acknowledges
     the original only after the send returns, so a crash in between duplicates a message, never loses one."""
@@ -129,7 +181,11 @@ class DeadLetterQueue:
         request: dict[str, Any] = {
             "QueueUrl": self._dlq_url,
             "MessageBody": body,
-            "MessageAttributes": evidence_attributes(evidence, record.get("messageAttributes") or {}),
+            "MessageAttributes": fit_evidence(
+                body,
+                evidence_attributes(evidence, record.get("messageAttributes") or {}),
+                max(SQS_DEFAULT_MAX_MESSAGE_BYTES, message_size(body, record.get("messageAttributes") or {})),
+            ),
         }
         group_id = (record.get("attributes") or {}).get("MessageGroupId")
         if group_id:  # a FIFO DLQ needs the group; the source message ID makes a resend of this one a no-op
