@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -58,8 +59,8 @@ class DeadLetter:
         packed = evidence.get(deadletter.ORIGINAL_ATTRIBUTES)
         if packed:
             # Evidence is best effort; the body is what matters.
-            with contextlib.suppress(json.JSONDecodeError):
-                publisher.update(json.loads(packed))
+            with contextlib.suppress(json.JSONDecodeError, ValueError, TypeError, AttributeError):
+                publisher.update(_unpacked(json.loads(packed)))
         sent = (message.get("Attributes") or {}).get("SentTimestamp")
         return cls(
             message_id=message["MessageId"],
@@ -121,6 +122,17 @@ class DeadLetter:
             "traceback": self.evidence.get(deadletter.TRACEBACK),
             "attributes": self.publisher_attributes,
         }
+
+
+def _unpacked(packed: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """`jobs.original_attributes` holds binary values as base64 text (JSON has no bytes): bytes again."""
+    restored = {}
+    for name, attribute in packed.items():
+        value = dict(attribute)
+        if isinstance(value.get("BinaryValue"), str):
+            value["BinaryValue"] = base64.b64decode(value["BinaryValue"], validate=True)
+        restored[name] = value
+    return restored
 
 
 def _send_shape(value: dict[str, Any]) -> dict[str, Any]:

@@ -224,3 +224,19 @@ def test_deleting_fails_loudly_when_sqs_refuses(dlq: DeadLetterQueue, monkeypatc
     )
     with pytest.raises(DlqError, match="could not delete 1"):
         dlq.delete(letters[:1])
+
+
+def test_a_redrive_restores_binary_attributes_as_bytes(harness: Harness) -> None:
+    # The runtime packs the publisher's attributes as JSON, binary values as base64 text; the copy a redrive
+    # sends must carry the original bytes again, not their base64 spelling.
+    payload = bytes(range(256))
+    harness.send(
+        json.dumps({"job": "order_confirmation", "id": "9100"}),
+        MessageAttributes={"blob": {"DataType": "Binary", "BinaryValue": payload}},
+    )
+    harness.deliver()
+    local = harness.deployment.queues["orders"]
+    dead = DeadLetterQueue(harness.clients("sqs"), local.dlq_url, local.url, receive_wait_s=0)
+    assert dead.move(Filter(match="9100")).moved == 1
+    [message] = harness.clients("sqs").receive_message(QueueUrl=local.url, MessageAttributeNames=["All"])["Messages"]
+    assert message["MessageAttributes"]["blob"]["BinaryValue"] == payload
