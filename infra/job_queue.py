@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
@@ -60,16 +61,21 @@ class JobQueue(Construct):
         source_arn = Stack.of(self).format_arn(
             service="sqs", resource=queue_name, arn_format=ArnFormat.NO_RESOURCE_NAME
         )
+        # Both queues alike: encrypted, TLS-only, and FIFO together (order per message group; content-based
+        # deduplication drops a re-publish within 5 minutes).
+        common: dict[str, Any] = {
+            "encryption": sqs.QueueEncryption.SQS_MANAGED,
+            "enforce_ssl": True,
+            "fifo": spec.fifo or None,
+            "content_based_deduplication": spec.fifo or None,
+        }
         self.dead_letter_queue = sqs.Queue(
             self,
             "DeadLetterQueue",
             queue_name=physical_queue_name(stack_name, spec.name, dlq=True, fifo=spec.fifo),
             # Longer than the source's: a standard queue's DLQ counts from the original enqueue time.
             retention_period=Duration.seconds(spec.dlq_retention_s),
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            fifo=spec.fifo or None,
-            content_based_deduplication=spec.fifo or None,
+            **common,
             redrive_allow_policy=sqs.RedriveAllowPolicy(
                 redrive_permission=sqs.RedrivePermission.BY_QUEUE,
                 source_queues=[sqs.Queue.from_queue_arn(self, "SourceQueueRef", source_arn)],
@@ -82,11 +88,7 @@ class JobQueue(Construct):
             retention_period=Duration.seconds(spec.retention_s),
             # Lambda's guidance: 6x the function timeout plus the batching window (QueueSpec computes it).
             visibility_timeout=Duration.seconds(spec.visibility_timeout_s),
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            # FIFO: order per message group; content-based deduplication drops a re-publish within 5 minutes.
-            fifo=spec.fifo or None,
-            content_based_deduplication=spec.fifo or None,
+            **common,
             # The safety net for crashes and timeouts; the worker dead-letters with evidence itself.
             dead_letter_queue=sqs.DeadLetterQueue(
                 queue=self.dead_letter_queue,
