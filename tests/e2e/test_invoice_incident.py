@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -27,6 +26,7 @@ import pytest
 from functions.catalog import CATALOG, Catalog
 from jobctl.local.engine import LocalEngine, free_port
 from jobctl.publisher import JobPublisher
+from tests.e2e.processes import cli_env, jobctl_local
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,17 +137,7 @@ def test_a_hanging_invoicing_api_no_longer_stops_the_queue(engine: LocalEngine, 
 
 
 def test_jobctl_local_starts_the_fake_invoicing_api_in_the_mode_asked_and_prints_its_url() -> None:
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_REGION": "us-east-1"}
-    env.pop("AWS_ENDPOINT_URL", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "jobctl", "local", "--port", str(free_port()), "--invoicing-mode", "hang"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
+    with jobctl_local("--port", str(free_port()), "--invoicing-mode", "hang") as process:
         assert process.stdout is not None
         banner = [process.stdout.readline() for _ in range(5)]
         [line] = [line for line in banner if "invoicing API (fake):" in line]
@@ -156,10 +146,6 @@ def test_jobctl_local_starts_the_fake_invoicing_api_in_the_mode_asked_and_prints
             assert json.load(response)["mode"] == "hang"
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 @pytest.mark.parametrize("busy", ["--port", "--invoicing-port"])
@@ -170,7 +156,7 @@ def test_jobctl_local_on_a_busy_port_fails_at_once_in_one_line(busy: str) -> Non
         busy_port = taken.getsockname()[1]
         ports = {"--port": free_port(), "--invoicing-port": free_port(), busy: busy_port}
         args = [arg for option, port in ports.items() for arg in (option, str(port))]
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_REGION": "us-east-1"}
+        env = cli_env()
 
         result = subprocess.run(
             [sys.executable, "-m", "jobctl", "local", *args],

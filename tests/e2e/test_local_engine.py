@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +16,7 @@ from click.testing import CliRunner
 from jobctl.cli import main as jobctl
 from jobctl.demo import run_demo
 from jobctl.local.engine import LocalEngine, free_port
+from tests.e2e.processes import jobctl_local
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,17 +87,7 @@ def test_jobctl_errors_are_one_line_with_the_right_exit_code(
 
 def test_jobctl_local_serves_any_boto3_client_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_REGION": "us-east-1"}
-    env.pop("AWS_ENDPOINT_URL", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "jobctl", "local", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
+    with jobctl_local("--port", str(port)) as process:
         assert process.stdout is not None
         banner = process.stdout.readline()
         assert f"http://127.0.0.1:{port}" in banner, banner
@@ -121,7 +109,3 @@ def test_jobctl_local_serves_any_boto3_client_and_stops_cleanly_on_sigterm(tmp_p
             pytest.fail("the engine's worker never dead-lettered the missing order")
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
