@@ -18,7 +18,6 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,10 +25,9 @@ import pytest
 from functions.catalog import CATALOG, Catalog
 from jobctl.local.engine import LocalEngine, free_port
 from jobctl.publisher import JobPublisher
-from tests.e2e.processes import cli_env, jobctl_local
+from tests.e2e.processes import ROOT, cli_env, jobctl_local
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
-ROOT = Path(__file__).resolve().parents[2]
 
 QUEUE = "invoices"
 INVOICE_IDS = [f"INV-{number}" for number in range(1, 7)]

@@ -19,7 +19,6 @@ from jobctl.local.engine import LocalEngine, free_port
 from tests.e2e.processes import jobctl_local
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
