@@ -16,6 +16,7 @@ import click
 from functions.catalog import CATALOG
 from jobctl.cli_support import EXIT_FAILED, Options, emit, operator_errors
 from jobctl.discovery import find_queues
+from jobctl.local.chaos import ChaosSettings, ChaosSpecError
 from jobctl.local.engine import DEFAULT_PORT, LocalEngine
 from jobctl.local.fake_invoicing import MODES as INVOICING_MODES
 from jobctl.local.provision import DEFAULT_STACK_NAME
@@ -76,8 +77,22 @@ def enqueue(options: Options, queue: str, job: str, entity_id: str, key: str | N
     show_default=True,
     help="Port of the fake invoicing API (0: a free one).",
 )
+@click.option(
+    "--chaos",
+    metavar="SPEC",
+    callback=lambda _ctx, _param, value: _chaos_settings(value),
+    help="Inject faults, e.g. transient=0.2,hang=0.01,crash=0.01,duplicate=0.05[,hang_s=5][,seed=7]: rates per "
+    "downstream call (transient, hang), per record run (crash before the ack), per delivery (duplicate).",
+)
 @click.pass_obj
-def local(options: Options, port: int, concurrency: int | None, invoicing_mode: str, invoicing_port: int) -> None:
+def local(
+    options: Options,
+    port: int,
+    concurrency: int | None,
+    invoicing_mode: str,
+    invoicing_port: int,
+    chaos: ChaosSettings | None,
+) -> None:
     """Run the local engine: moto server + the real workers behind an SQS event source emulator, and a fake of
     the invoicing API that generate_invoice calls."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -96,6 +111,7 @@ def local(options: Options, port: int, concurrency: int | None, invoicing_mode: 
         concurrency=concurrency,
         invoicing_mode=invoicing_mode,
         invoicing_port=invoicing_port,
+        chaos=chaos,
     )
     try:
         engine.start()
@@ -111,6 +127,8 @@ def local(options: Options, port: int, concurrency: int | None, invoicing_mode: 
         f"  invoicing API (fake): {engine.invoicing.url}  mode {invoicing_mode}; "
         f"GET {engine.invoicing.url}/_stats, POST {engine.invoicing.url}/_control"
     )
+    if chaos is not None:
+        click.echo(f"  chaos: {chaos.describe()}")
     click.echo(f"  export AWS_ENDPOINT_URL={engine.endpoint_url} AWS_REGION={engine.region}")
     click.echo("  Ctrl-C stops polling, finishes the batches in flight and exits.", err=False)
     sys.stdout.flush()
@@ -118,6 +136,15 @@ def local(options: Options, port: int, concurrency: int | None, invoicing_mode: 
         pass
     engine.stop()
     click.echo("local engine stopped", err=True)
+
+
+def _chaos_settings(spec: str | None) -> ChaosSettings | None:
+    if spec is None:
+        return None
+    try:
+        return ChaosSettings.parse(spec)
+    except ChaosSpecError as error:
+        raise click.BadParameter(str(error)) from None
 
 
 def _register() -> None:

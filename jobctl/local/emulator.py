@@ -5,6 +5,9 @@ Per queue, `max_concurrency` pollers (Lambda's maximum concurrency). Each long-p
 Lambda SQS event shape and a context counting down from the function timeout, deletes the records that
 succeeded and leaves the failed ones to SQS's visibility timeout and redrive policy - as Lambda does with
 ReportBatchItemFailures. An invocation that raises, or runs past its timeout, deletes nothing.
+
+With a Chaos (jobctl/local/chaos.py) it also delivers some messages twice and crashes some invocations after
+their side effects, before the ack: nothing is deleted and the poller starts a new execution environment.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobctl.local.chaos import Chaos
 from jobctl.local.lambda_events import LocalLambdaContext, sqs_event
 from jobctl.local.provision import LocalQueue
 
@@ -35,6 +39,8 @@ class QueueStats:
     failed_records: int = 0
     invocation_errors: int = 0
     timeouts: int = 0
+    crashes: int = 0
+    duplicates: int = 0
     last_invocation_at: float | None = None
     last_success_at: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -53,6 +59,8 @@ class Invocation:
     raised: bool
     timed_out: bool
     deleted: list[str] = field(default_factory=list)
+    # Injected by chaos: the environment died after the handler's side effects, before the ack.
+    crashed: bool = False
 
     @property
     def failed_ids(self) -> list[str]:
@@ -70,6 +78,7 @@ class EventSourceMapping:
         function_name: str,
         concurrency: int | None = None,
         wait_time_s: int = 1,
+        chaos: Chaos | None = None,
     ) -> None:
         self.queue = queue
         self.stats = QueueStats()
@@ -79,6 +88,7 @@ class EventSourceMapping:
         self._concurrency = concurrency or queue.spec.max_concurrency
         # Short long-polls so that a stop request is noticed within a second or so.
         self._wait_time_s = wait_time_s
+        self._chaos = chaos
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -114,7 +124,19 @@ class EventSourceMapping:
             messages.extend(response.get("Messages", []))
             if not messages or time.monotonic() >= window_ends:
                 break
+        if self._chaos is not None:
+            for message in messages:
+                if self._chaos.duplicate():
+                    self._deliver_again(message)
         return messages
+
+    def _deliver_again(self, message: Mapping[str, Any]) -> None:
+        """SQS's at-least-once delivery, on demand: visible again now, so another receive gets it too."""
+        self._sqs.change_message_visibility(
+            QueueUrl=self.queue.url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+        )
+        with self.stats.lock:
+            self.stats.duplicates += 1
 
     def _poll(self, slot: int) -> None:
         handler = self._handler_factory()
@@ -127,8 +149,8 @@ class EventSourceMapping:
                 log.exception("receive from %s failed; retrying", self.queue.spec.name)
                 time.sleep(1)
                 continue
-            if messages:
-                self._invoke(handler, messages)
+            if messages and self._invoke(handler, messages).crashed:
+                handler = self._handler_factory()  # Lambda replaces an environment that died
 
     def poll_once(self, handler: Handler, timeout_s: float | None = None) -> Invocation | None:
         """Receive one batch and invoke the handler on it, in the caller's thread (tests, step-by-step runs).
@@ -168,6 +190,11 @@ class EventSourceMapping:
         if failed_ids is None or timed_out:
             return invocation  # Lambda deletes nothing from a failed or timed-out invocation.
         done = [message for message in messages if message["MessageId"] not in failed_ids]
+        if self._chaos is not None and self._chaos.crash_after(len(done)):
+            with self.stats.lock:
+                self.stats.crashes += 1
+            invocation.crashed = True
+            return invocation  # died before answering: as a failed invocation, nothing is deleted
         self._delete(done)
         invocation.deleted = [message["MessageId"] for message in done]
         with self.stats.lock:

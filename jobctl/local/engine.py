@@ -4,6 +4,8 @@ a fake of the invoicing API that `generate_invoice` calls.
 with LocalEngine(port=0) as engine:        # or `jobctl local`
     engine.endpoint_url                    # any boto3 program or `aws --endpoint-url` reaches it
     engine.invoicing.set_mode("hang")      # the fake invoicing API (jobctl/local/fake_invoicing.py)
+
+LocalEngine(chaos=ChaosSettings.parse("transient=0.2,crash=0.01")) injects faults (jobctl/local/chaos.py).
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ from typing import Any, TextIO
 
 import boto3
 from botocore.config import Config
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from moto.server import ThreadedMotoServer
+from werkzeug.serving import make_server
 
 from functions.catalog import CATALOG, Catalog
 from functions.worker.clients import ClientFactory
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
+from jobctl.local.chaos import Chaos, ChaosSettings
 from jobctl.local.emulator import EventSourceMapping, Handler
 from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.heartbeat import HeartbeatCanary
@@ -52,6 +57,33 @@ def check_port_free(host: str, port: int) -> None:
         probe.bind((host, port))
 
 
+class _CachingDispatcher(DomainDispatcherApplication):
+    """moto's request dispatcher, remembering which backend serves a host. moto works it out again on every
+    request - listing its package directory and trying hundreds of URL patterns - under a lock all requests
+    share, which made it the engine's bottleneck."""
+
+    def __init__(self) -> None:
+        super().__init__(create_backend_app)
+        self._backends: dict[str | None, Any] = {}
+
+    def get_backend_for_host(self, host: str | None) -> Any:
+        # Called under the dispatcher's lock.
+        if host not in self._backends:
+            self._backends[host] = super().get_backend_for_host(host)
+        return self._backends[host]
+
+
+class _LocalMotoServer(ThreadedMotoServer):
+    """ThreadedMotoServer with the caching dispatcher (the same server otherwise: moto's request handler)."""
+
+    def _server_entry(self) -> None:
+        self._server = make_server(
+            self._ip_address, self._port, _CachingDispatcher(), True, request_handler=MotoRequestHandler
+        )
+        self._server_ready_event.set()
+        self._server.serve_forever()
+
+
 class LocalEngine:
     """Starts moto, provisions the catalog's resources, and runs one event source mapping per queue."""
 
@@ -68,6 +100,7 @@ class LocalEngine:
         invoicing_mode: str = "ok",
         invoicing_port: int = 0,
         heartbeat_interval_s: float | None = None,
+        chaos: ChaosSettings | None = None,
     ) -> None:
         self.port = port or free_port()
         self.host = host
@@ -77,11 +110,13 @@ class LocalEngine:
         self._concurrency = concurrency
         self._run_workers = run_workers
         self._worker_output = worker_output
-        self._server: ThreadedMotoServer | None = None
+        self._server: _LocalMotoServer | None = None
         self.mappings: dict[str, EventSourceMapping] = {}
         self.deployment: LocalDeployment | None = None
+        # Faults injected into the workers' downstream calls and deliveries; None: none.
+        self.chaos = Chaos(chaos) if chaos is not None else None
         # Serves from start() to stop(); its URL is the deployment's `invoicing_api_url`.
-        self.invoicing = FakeInvoicingApi(host=host, port=invoicing_port, mode=invoicing_mode)
+        self.invoicing = FakeInvoicingApi(host=host, port=invoicing_port, mode=invoicing_mode, chaos=self.chaos)
         # The stack's CloudWatch feeds and heartbeat schedule, locally; None until started.
         self.metrics: MetricsAgent | None = None
         self.heartbeats: HeartbeatCanary | None = None
@@ -96,7 +131,7 @@ class LocalEngine:
             region_name=self.region, aws_access_key_id=LOCAL_ACCESS_KEY, aws_secret_access_key=LOCAL_ACCESS_KEY
         )
 
-    def clients(self) -> ClientFactory:
+    def clients(self, session: boto3.session.Session | None = None) -> ClientFactory:
         # No hidden retries against the local server: a failure should show, not be masked.
         # Path-style S3 addressing: a bucket can't be a subdomain of 127.0.0.1.
         config = Config(
@@ -105,7 +140,15 @@ class LocalEngine:
             retries={"mode": "standard", "max_attempts": 2},
             s3={"addressing_style": "path"},
         )
-        return ClientFactory(session=self.session(), endpoint_url=self.endpoint_url, config=config)
+        return ClientFactory(session=session or self.session(), endpoint_url=self.endpoint_url, config=config)
+
+    def _worker_clients(self) -> ClientFactory:
+        """The workers' clients: the engine's, with chaos hooked into their downstream calls."""
+        session = self.session()
+        if self.chaos is not None:
+            # The hooks reach every client made from this session, and no other (the engine's own).
+            self.chaos.register_ses(session.events)
+        return self.clients(session)
 
     def start(self) -> LocalEngine:
         try:
@@ -119,7 +162,7 @@ class LocalEngine:
         # One log line per request to the embedded server helps nobody; its warnings still show.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         check_port_free(self.host, self.port)
-        self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
+        self._server = _LocalMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self._server.start()
         # moto's backends live in this process; an engine always starts from an empty account.
         urllib.request.urlopen(urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")).close()
@@ -146,6 +189,7 @@ class LocalEngine:
                 handler_factory=lambda name=spec.name: self._worker_handler(name),  # type: ignore[misc]
                 function_name=f"{self.stack_name}-{spec.name}-worker",
                 concurrency=self._concurrency,
+                chaos=self.chaos,
             )
             mapping.start()
             self.mappings[spec.name] = mapping
@@ -164,7 +208,7 @@ class LocalEngine:
         # One Worker per poller: each poller is one Lambda execution environment with its own state.
         worker = Worker(
             settings=self.deployment.worker_settings(queue),
-            clients=self.clients(),
+            clients=self._worker_clients(),
             observability=Observability.create(output=self._worker_output, metrics_sink=self._forward_metrics),
         )
         return worker.handle
@@ -180,8 +224,10 @@ class LocalEngine:
             self.heartbeats.stop()
         if self.metrics is not None:
             self.metrics.stop()
-        # Before moto: a run cut at its time limit may still wait on the fake API; answered now (503), it can
-        # still clean up its idempotency record.
+        # Before moto: a run cut at its time limit may still wait on the fake API or an injected hang; answered
+        # now, it can still clean up its idempotency record.
+        if self.chaos is not None:
+            self.chaos.stop()
         self.invoicing.stop()
         if self._server is not None:
             self._server.stop()

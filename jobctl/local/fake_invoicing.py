@@ -30,7 +30,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jobctl.local.chaos import Chaos
 
 MODES = ("ok", "slow", "hang", "503", "429", "422")
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -79,8 +82,12 @@ def render_pdf(invoice_id: str, customer: str, amount: str, currency: str) -> by
 class FakeInvoicingApi:
     """The fake API: `start()` serves on 127.0.0.1 (port 0: a free one), `stop()` returns promptly."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, mode: str = "ok", delay_s: float = 0.0) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, mode: str = "ok", delay_s: float = 0.0, chaos: Chaos | None = None
+    ) -> None:
         self._host = host
+        # Injected faults (`jobctl local --chaos`), on top of the mode: a 503 or a hang for a share of requests.
+        self._chaos = chaos
         self._port = port
         self._lock = threading.Lock()
         # Notified on every mode change and on stop: what slow and hung requests wait on.
@@ -209,9 +216,15 @@ class FakeInvoicingApi:
         if not key:
             return _problem(HTTPStatus.BAD_REQUEST, f"the {IDEMPOTENCY_HEADER} header is required")
         invoice_id = payload.get("invoice_id") if isinstance(payload, dict) else None
+        fault = self._chaos.downstream_fault("invoicing") if self._chaos is not None else None
         with self._changed:
             self._requests[key] += 1
             mode = self._mode_for(invoice_id if isinstance(invoice_id, str) else None)
+            if fault == "transient":
+                mode = "503"
+            delay_s = self._delay_s
+            if fault == "hang" and self._chaos is not None and mode in ("ok", "slow"):
+                mode, delay_s = "slow", self._chaos.settings.hang_s
             if mode in ("503", "429"):
                 headers = {"Retry-After": self._retry_after} if self._retry_after else {}
                 return _problem(HTTPStatus(int(mode)), "try again later", headers)
@@ -229,16 +242,16 @@ class FakeInvoicingApi:
             elif found.payload != payload:
                 return _problem(HTTPStatus.CONFLICT, f"{IDEMPOTENCY_HEADER} {key!r} was used with another payload")
             # The invoice exists from here on: a slow or hung answer is the case an Idempotency-Key is for.
-            if mode in ("slow", "hang") and not self._wait(found.invoice_id, mode):
+            if mode in ("slow", "hang") and not self._wait(found.invoice_id, mode, delay_s):
                 return _problem(HTTPStatus.SERVICE_UNAVAILABLE, "shutting down", {"Retry-After": "1"})
         return HTTPStatus.CREATED, {"Content-Type": "application/pdf"}, found.pdf
 
-    def _wait(self, invoice_id: str, mode: str) -> bool:
+    def _wait(self, invoice_id: str, mode: str, delay_s: float) -> bool:
         """Hold the request (lock held): `slow` for delay_s, `hang` until the mode changes. False on stop."""
         self._waiting += 1
         try:
             if mode == "slow":
-                self._changed.wait_for(lambda: self._stopping, timeout=self._delay_s)
+                self._changed.wait_for(lambda: self._stopping, timeout=delay_s)
             else:
                 self._changed.wait_for(lambda: self._stopping or self._mode_for(invoice_id) != "hang")
             return not self._stopping
