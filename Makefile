@@ -14,11 +14,12 @@ export CDK_DISABLE_VERSION_CHECK := 1
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 CDK := node_modules/.bin/cdk
 
-.PHONY: help dev bundle lint test demo synth deploy diff destroy local clean bench
+.PHONY: help dev bundle lint test demo synth deploy diff destroy local clean bench soak
 
 help:
 	@echo "make demo    run the order-confirmation job end to end on the embedded local engine"
-	@echo "make test    lint (ruff, mypy) and every test: unit, functional, infra, e2e"
+	@echo "make test    lint (ruff, mypy) and every test: unit, functional, infra, e2e (incl. a 2,000-job chaos soak)"
+	@echo "make soak    the chaos soak at 10,000 jobs (SOAK_JOBS=n to change): faults injected, every promise checked"
 	@echo "make dev     install everything (idempotent): .venv from uv.lock, the CDK CLI from package-lock.json"
 	@echo "make local   start the local engine (moto server + Lambda SQS emulator) until Ctrl-C"
 	@echo "make synth   synthesize the CloudFormation template offline into cdk.out/"
@@ -62,6 +63,11 @@ bench: $(VENV)/.synced
 	$(BIN)/python -m bench.writes
 	$(BIN)/python -m bench.cost
 	$(BIN)/python -m bench.overhead
+
+# The chaos soak at full size (make test runs it at 2,000 jobs); `python -m jobctl.soak --help`.
+SOAK_JOBS ?= 10000
+soak: $(VENV)/.synced
+	$(BIN)/python -m jobctl.soak --jobs $(SOAK_JOBS)
 
 local: $(VENV)/.synced
 	$(BIN)/jobctl local
