@@ -132,9 +132,13 @@ class EventSourceMapping:
 
     def _deliver_again(self, message: Mapping[str, Any]) -> None:
         """SQS's at-least-once delivery, on demand: visible again now, so another receive gets it too."""
-        self._sqs.change_message_visibility(
-            QueueUrl=self.queue.url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
-        )
+        try:
+            self._sqs.change_message_visibility(
+                QueueUrl=self.queue.url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+            )
+        except Exception:
+            log.warning("could not deliver a message twice on %s; delivering it once", self.queue.spec.name)
+            return
         with self.stats.lock:
             self.stats.duplicates += 1
 
