@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import io
+import json
+import select
 import signal
+import subprocess
 import time
 from typing import Any
 
@@ -35,21 +38,37 @@ def test_jobctl_local_with_chaos_fails_downstream_calls_and_keeps_the_job() -> N
         )
         url = ssm.get_parameter(Name="/SqsJobs/queues/orders/url")["Parameter"]["Value"]
         sqs.send_message(QueueUrl=url, MessageBody='{"job": "order_confirmation", "id": "77"}')
-        deadline = time.monotonic() + 30
-        names: list[Any] = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
-        while time.monotonic() < deadline:
-            counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
-            if counts["ApproximateNumberOfMessagesNotVisible"] == "1":
-                break  # received, failed, and now waiting out its backoff
-            time.sleep(0.2)
-        else:
-            pytest.fail("the worker never took the job")
+        # The worker logs to the engine's stdout: wait for its account of the failed attempt.
+        failure = _wait_for_log(process, "job failed; retrying after backoff", timeout_s=30)
+        assert failure["job"] == "order_confirmation" and failure["id"] == "77"
+        assert failure["classification"] == "transient" and "Throttling" in failure["error"]
         # Every SES call was throttled: no mail, and the job is neither lost nor dead-lettered.
         assert session.client("ses", endpoint_url=endpoint).get_send_quota()["SentLast24Hours"] == 0
+        names: list[Any] = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+        counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+        assert sum(int(count) for count in counts.values()) == 1  # still there, waiting out its backoff
         dlq = sqs.get_queue_attributes(QueueUrl=url + "-dlq", AttributeNames=names)["Attributes"]
         assert dlq["ApproximateNumberOfMessages"] == "0"
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
+
+
+def _wait_for_log(process: subprocess.Popen[str], message: str, timeout_s: float) -> dict[str, Any]:
+    """The first JSON log line of the process whose message is `message`."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        line = process.stdout.readline()
+        if not line:
+            break  # the process ended
+        if line.startswith("{"):
+            record = json.loads(line)
+            if record.get("message") == message:
+                return dict(record)
+    pytest.fail(f"no {message!r} log line within {timeout_s}s")
 
 
 @pytest.mark.timeout(900)
