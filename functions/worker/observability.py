@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -48,7 +49,10 @@ class Observability:
         # Powertools shares one handler per service across Logger instances in a process: point it at our output.
         handler = logger.registered_handler
         if isinstance(handler, logging.StreamHandler):
-            handler.setStream(output or sys.stdout)
+            # Not setStream(): it flushes the previous stream first, which fails once its owner has closed it
+            # (an earlier local engine's log file in the same process).
+            with handler.lock or contextlib.nullcontext():
+                handler.stream = output or sys.stdout
         return cls(
             logger=logger,
             tracer=Tracer(service=SERVICE_NAME),

@@ -142,9 +142,22 @@ class EventSourceMapping:
         with self.stats.lock:
             self.stats.duplicates += 1
 
+    def _start_environment(self) -> Handler | None:
+        """A new execution environment (a cold start), or None after a second if its init failed: Lambda, too,
+        retries a failed init on the next batch rather than giving up on the queue."""
+        try:
+            return self._handler_factory()
+        except Exception:
+            log.exception("worker init for %s failed; retrying", self.queue.spec.name)
+            self._stop.wait(1)
+            return None
+
     def _poll(self, slot: int) -> None:
-        handler = self._handler_factory()
+        handler = None
         while not self._stop.is_set():
+            if handler is None:
+                handler = self._start_environment()
+                continue
             try:
                 messages = self._receive_batch()
             except Exception:
@@ -154,7 +167,7 @@ class EventSourceMapping:
                 time.sleep(1)
                 continue
             if messages and self._invoke(handler, messages).crashed:
-                handler = self._handler_factory()  # Lambda replaces an environment that died
+                handler = None  # Lambda replaces an environment that died
 
     def poll_once(self, handler: Handler, timeout_s: float | None = None) -> Invocation | None:
         """Receive one batch and invoke the handler on it, in the caller's thread (tests, step-by-step runs).

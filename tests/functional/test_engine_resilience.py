@@ -1,0 +1,57 @@
+"""The emulator and the worker's logging survive what a long-lived local engine process meets."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from functions.worker.observability import Observability
+from jobctl.local.emulator import EventSourceMapping, Handler
+from tests.functional.conftest import Harness, envelope
+
+
+def test_a_worker_init_that_fails_is_retried_and_the_queue_still_drains(harness: Harness) -> None:
+    harness.put_order("601", email="init@example.com")
+    harness.send(envelope("order_confirmation", "601"))
+    attempts: list[int] = []
+
+    def flaky_init() -> Handler:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("cold start failed")
+        return harness.worker().handle
+
+    mapping = EventSourceMapping(
+        queue=harness.deployment.queues["orders"],
+        sqs_client=harness.clients("sqs"),
+        handler_factory=flaky_init,
+        function_name="test-orders-worker",
+        concurrency=1,
+        wait_time_s=0,
+    )
+    mapping.start()
+    try:
+        deadline = time.monotonic() + 20
+        while harness.mails_to("init@example.com") == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        mapping.request_stop()
+        mapping.join(10)
+    assert len(attempts) >= 2
+    assert harness.mails_to("init@example.com") == 1
+
+
+def test_logging_moves_to_a_new_output_after_the_old_one_was_closed(tmp_path: Path) -> None:
+    with (tmp_path / "first.log").open("w", encoding="utf-8") as first:  # an earlier engine's log file
+        Observability.create(output=first).logger.info("to the first")
+    second = io.StringIO()
+
+    Observability.create(output=second).logger.info("to the second")
+
+    lines: list[Mapping[str, Any]] = [json.loads(line) for line in second.getvalue().splitlines()]
+    assert [line["message"] for line in lines] == ["to the second"]
+    assert "to the first" in (tmp_path / "first.log").read_text(encoding="utf-8")
