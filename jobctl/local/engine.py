@@ -34,7 +34,7 @@ from jobctl.local.emulator import EventSourceMapping, Handler
 from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.heartbeat import HeartbeatCanary
 from jobctl.local.metrics_agent import MetricsAgent
-from jobctl.local.moto_sqs_lock import serialize_sqs
+from jobctl.local.moto_locks import serialize_moto
 from jobctl.local.provision import DEFAULT_STACK_NAME, LocalDeployment, provision
 
 log = logging.getLogger("jobctl.local")
@@ -169,7 +169,7 @@ class LocalEngine:
         # One log line per request to the embedded server helps nobody; its warnings still show.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         check_port_free(self.host, self.port)
-        serialize_sqs()  # moto's SQS is not thread-safe, and the pollers are many threads
+        serialize_moto()  # moto's SQS and DynamoDB are not thread-safe, and the pollers are many threads
         self._switch_interval_s = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch_interval_s, GIL_SWITCH_INTERVAL_S))
         self._server = _LocalMotoServer(ip_address=self.host, port=self.port, verbose=False)
