@@ -382,9 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log", type=Path, default=Path(".local-engine/soak-worker.log"), help="worker logs")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
-    # moto's SQS has a race between concurrent receives (a 500 that botocore retries); its tracebacks are noise
-    # here, and a lost or doubled job would show in the checks.
-    logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     plan = SoakPlan(
         jobs=args.jobs,
         seed=args.seed,
