@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
-
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from typing import TYPE_CHECKING, Any
 
 from functions.worker.runtime import Worker, build_worker
 from functions.worker.settings import WorkerSettings
+
+if TYPE_CHECKING:  # annotations only: Powertools' typing module stays out of the cold start
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 _worker: Worker | None = None
 

@@ -21,7 +21,6 @@ from typing import Any
 import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from functions.worker.classify import HTTP_TRANSIENT_STATUSES
 from functions.worker.errors import HttpPermanentError, HttpTransientError
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -57,6 +56,8 @@ def raise_for_status(method: str, url: str, response: HttpResponse) -> HttpRespo
     status = response.status
     if status < 400:
         return response
+    from functions.worker.classify import HTTP_TRANSIENT_STATUSES  # failure path: loaded by the first error
+
     what = f"{method} {url} answered {status}"
     if status >= 500 or status in HTTP_TRANSIENT_STATUSES:
         raise HttpTransientError(what, status=status, retry_after_s=retry_after_s(response.headers.get("Retry-After")))

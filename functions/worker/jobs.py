@@ -5,16 +5,19 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.catalog import JobSpec, QueueSpec
 from functions.worker.clients import ClientFactory
 from functions.worker.envelope import Envelope
 from functions.worker.errors import IdempotencyKeyError, WorkerConfigError
-from functions.worker.http import HttpClient, JobHttp
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from functions.worker.http import HttpClient, JobHttp
 
 JobResult = Mapping[str, Any] | None
 
@@ -31,7 +34,8 @@ class JobContext:
     clients: ClientFactory
     logger: Logger
     lambda_context: LambdaContext
-    http_client: HttpClient
+    # The worker's one HTTP client, built on a job's first request (most jobs make none).
+    http_client_provider: Callable[[], HttpClient]
 
     def resource(self, name: str) -> str:
         try:
@@ -48,8 +52,14 @@ class JobContext:
         return self.lambda_context.get_remaining_time_in_millis()
 
     @property
+    def http_client(self) -> HttpClient:
+        return self.http_client_provider()
+
+    @property
     def http(self) -> JobHttp:
         """The shared HTTP client (10 s connect / 30 s read, no retries), sending this job's Idempotency-Key."""
+        from functions.worker.http import JobHttp  # loaded with the client, by a job's first request
+
         return JobHttp(self.http_client, self.key)
 
 

@@ -24,8 +24,9 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
@@ -45,20 +46,9 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyKeyError as PowertoolsIdempotencyKeyError,
 )
-from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.catalog import HEARTBEAT_JOB
-from functions.worker.backoff import SQS_MAX_VISIBILITY_S, backoff_delay_s
-from functions.worker.classify import Classification, Kind, classify
 from functions.worker.clients import ClientFactory
-from functions.worker.deadletter import (
-    FAILURE_EXHAUSTED,
-    FAILURE_PERMANENT,
-    PRIOR_ATTEMPTS,
-    DeadLetterQueue,
-    Evidence,
-    iso_from_epoch_ms,
-)
 from functions.worker.envelope import Envelope, parse_envelope
 from functions.worker.errors import (
     EnvelopeError,
@@ -66,7 +56,6 @@ from functions.worker.errors import (
     JobInProgressError,
     JobTimeLimitError,
 )
-from functions.worker.http import HttpClient
 from functions.worker.jobs import JobContext, JobResult, LoadedJob, load_jobs
 from functions.worker.observability import (
     DEAD_LETTERED,
@@ -82,6 +71,15 @@ from functions.worker.observability import (
     Observability,
 )
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, WorkerSettings
+
+# Modules only a failure, a hand-back or a job's HTTP call needs are imported there, on first use, not at
+# cold start (docs/benchmarks.md, (a)).
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from functions.worker.classify import Classification
+    from functions.worker.deadletter import DeadLetterQueue
+    from functions.worker.http import HttpClient
 
 # The idempotency payload is {"key": "<business key>"}; Powertools hashes the value under this path.
 _KEY_PATH = "key"
@@ -201,6 +199,10 @@ def _attempt(record: SQSRecord) -> int:
     """Failed or cut runs so far plus this one: receives of this message plus those of its deferred ancestors."""
     receives = int(record.attributes.approximate_receive_count or "1")
     attributes: Mapping[str, Any] = record.raw_event.get("messageAttributes") or {}
+    if not attributes:  # most messages carry none: no dead-letter module loaded just for the name below
+        return receives
+    from functions.worker.deadletter import PRIOR_ATTEMPTS
+
     prior_attribute: Mapping[str, Any] = attributes.get(PRIOR_ATTEMPTS) or {}
     try:
         return receives + max(0, int(prior_attribute.get("stringValue", 0)))
@@ -224,10 +226,10 @@ class Worker:
         self._clients = clients
         self._obs = observability or Observability.create()
         self._rng = rng or random.Random()
-        self._http = http_client or HttpClient()
+        self._http = http_client
+        self._http_lock = threading.Lock()
         self._jobs = load_jobs(self._queue)
         self._sqs = clients("sqs")
-        self._dead_letters = DeadLetterQueue(self._sqs, settings.dlq_url)
         self._time_limiter = TimeLimiter()
         self._idempotency_config = IdempotencyConfig(
             event_key_jmespath=_KEY_PATH,
@@ -246,6 +248,22 @@ class Worker:
         self._lambda_context: LambdaContext | None = None
         self._settled: set[str] = set()
         self.handle = self._obs.logger.inject_lambda_context(self._handle, clear_state=True)
+
+    @cached_property
+    def _dead_letters(self) -> DeadLetterQueue:
+        """Built on the first dead letter or hand-back; a batch that all succeeds never needs it."""
+        from functions.worker.deadletter import DeadLetterQueue
+
+        return DeadLetterQueue(self._sqs, self.settings.dlq_url)
+
+    def _http_client(self) -> HttpClient:
+        """The worker's one HTTP client (one pool), built on a job's first request: most jobs make none."""
+        with self._http_lock:
+            if self._http is None:
+                from functions.worker.http import HttpClient
+
+                self._http = HttpClient()
+            return self._http
 
     @staticmethod
     def _run_execution(*, idempotency: Mapping[str, str], execution: _Execution) -> JobResult:
@@ -306,6 +324,8 @@ class Worker:
                 return self._defer(record, envelope, attempt, limit_s)
             outcome = self._run(job, envelope, record, attempt, limit_s)
         except Exception as error:
+            from functions.worker.classify import classify
+
             if isinstance(error, EnvelopeError) or job is None:
                 classification = classify(error)
             else:
@@ -342,7 +362,7 @@ class Worker:
                 clients=self._clients,
                 logger=self._obs.logger,
                 lambda_context=self._lambda_context,
-                http_client=self._http,
+                http_client_provider=self._http_client,
             ),
         )
         log_keys = self._obs.logger.thread_safe_get_current_keys()
@@ -396,6 +416,9 @@ class Worker:
             # deadline at the latest). Come back after a backoff, without using up an attempt.
             delay_s = min(SQS_MAX_DELAY_S, self._backoff(attempt, classification))
             return self._hand_back(record, envelope, attempt, delay_s, "in_progress", {"error": str(error)[:1024]})
+        from functions.worker.classify import Kind
+        from functions.worker.deadletter import FAILURE_EXHAUSTED, FAILURE_PERMANENT
+
         job_name = envelope.job if envelope else UNPARSEABLE_JOB
         self._tally.add(job_name, FAILED)  # every failed run, whatever happens next
         if classification.kind is Kind.PERMANENT:
@@ -419,6 +442,8 @@ class Worker:
         raise RetryLater(error) from error
 
     def _backoff(self, attempt: int, classification: Classification) -> int:
+        from functions.worker.backoff import SQS_MAX_VISIBILITY_S, backoff_delay_s
+
         delay_s = backoff_delay_s(
             attempt,
             self._queue.backoff_base_s,
@@ -483,6 +508,8 @@ class Worker:
         failure: str,
         classification: Classification,
     ) -> Outcome:
+        from functions.worker.deadletter import Evidence, iso_from_epoch_ms
+
         job_name = envelope.job if envelope else UNPARSEABLE_JOB
         first_receive = record.attributes.approximate_first_receive_timestamp
         evidence = Evidence(
