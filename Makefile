@@ -24,7 +24,7 @@ help:
 	@echo "make local   start the local engine (moto server + Lambda SQS emulator) until Ctrl-C"
 	@echo "make synth   synthesize the CloudFormation template offline into cdk.out/"
 	@echo "make deploy  cdk deploy to the account and region of your AWS credentials"
-	@echo "make bench   benchmarks (no AWS): outage retry policies, DynamoDB writes, cost, import and per-record overhead"
+	@echo "make bench   benchmarks (no AWS): outage retry policies, DynamoDB writes, cost, import and per-record overhead, end-to-end jobs/s on the local engine"
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -63,6 +63,7 @@ bench: $(VENV)/.synced
 	$(BIN)/python -m bench.writes
 	$(BIN)/python -m bench.cost
 	$(BIN)/python -m bench.overhead
+	$(BIN)/python -m bench.throughput
 
 # The chaos soak at full size (make test runs it at 2,000 jobs); `python -m jobctl.soak --help`.
 SOAK_JOBS ?= 10000
