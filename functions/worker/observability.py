@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,9 @@ from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import Ama
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
 
 # Metric names (EMF, dimensions: service, queue, job).
+# Serializes Logger set-up (see Observability.create).
+_LOGGER_SETUP = threading.Lock()
+
 SUCCEEDED = "JobSucceeded"
 DUPLICATE = "JobDuplicate"
 FAILED = "JobFailed"  # every failed run: retried or dead-lettered
@@ -45,14 +49,17 @@ class Observability:
     def create(
         cls, output: TextIO | None = None, metrics_sink: Callable[[dict[str, Any]], None] | None = None
     ) -> Observability:
-        logger = Logger(service=SERVICE_NAME)
-        # Powertools shares one handler per service across Logger instances in a process: point it at our output.
-        handler = logger.registered_handler
-        if isinstance(handler, logging.StreamHandler):
-            # Not setStream(): it flushes the previous stream first, which fails once its owner has closed it
-            # (an earlier local engine's log file in the same process).
-            with handler.lock or contextlib.nullcontext():
-                handler.stream = output or sys.stdout
+        # Powertools registers one handler and formatter per service, process-wide, and not thread-safely: the
+        # local engine's pollers building workers at once got duplicate handlers or a None formatter.
+        with _LOGGER_SETUP:
+            logger = Logger(service=SERVICE_NAME)
+            # Shared by every Logger of the service in this process: point it at our output.
+            handler = logger.registered_handler
+            if isinstance(handler, logging.StreamHandler):
+                # Not setStream(): it flushes the previous stream first, which fails once its owner has closed
+                # it (an earlier local engine's log file in the same process).
+                with handler.lock or contextlib.nullcontext():
+                    handler.stream = output or sys.stdout
         return cls(
             logger=logger,
             tracer=Tracer(service=SERVICE_NAME),

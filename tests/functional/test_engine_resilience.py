@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import Any
 
 from functions.worker.observability import Observability
 from jobctl.local.emulator import EventSourceMapping, Handler
+from tests.e2e.processes import ROOT
 from tests.functional.conftest import Harness, envelope
 
 
@@ -55,3 +58,34 @@ def test_logging_moves_to_a_new_output_after_the_old_one_was_closed(tmp_path: Pa
     lines: list[Mapping[str, Any]] = [json.loads(line) for line in second.getvalue().splitlines()]
     assert [line["message"] for line in lines] == ["to the second"]
     assert "to the first" in (tmp_path / "first.log").read_text(encoding="utf-8")
+
+
+# Run in a fresh interpreter: Powertools registers its handler on the first Logger of a process, the racy moment.
+_SET_UP_AT_ONCE = """
+import io, json, sys, threading
+sys.setswitchinterval(1e-6)  # switch threads as often as possible: the race shows
+from functions.worker.observability import Observability
+start, errors, built, output = threading.Barrier(8), [], [], io.StringIO()
+def build():
+    start.wait()
+    try:
+        built.append(Observability.create(output=output))
+    except Exception as error:
+        errors.append(repr(error))
+threads = [threading.Thread(target=build) for _ in range(8)]
+[thread.start() for thread in threads]
+[thread.join() for thread in threads]
+built[0].logger.info("once")
+print(json.dumps({"errors": errors, "lines": output.getvalue().splitlines()}))
+"""
+
+
+def test_workers_set_up_logging_at_once_without_errors_or_doubled_lines() -> None:
+    # The engine's pollers each build a worker at start-up, at the same moment.
+    for _ in range(3):
+        run = subprocess.run(
+            [sys.executable, "-c", _SET_UP_AT_ONCE], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+        result = json.loads(run.stdout.strip().splitlines()[-1])
+        assert result["errors"] == []
+        assert [json.loads(line)["message"] for line in result["lines"]] == ["once"]
