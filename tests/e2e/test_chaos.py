@@ -46,7 +46,8 @@ def test_jobctl_local_with_chaos_fails_downstream_calls_and_keeps_the_job() -> N
         assert session.client("ses", endpoint_url=endpoint).get_send_quota()["SentLast24Hours"] == 0
         names: list[Any] = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
         counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
-        assert sum(int(count) for count in counts.values()) == 1  # still there, waiting out its backoff
+        # Still there, waiting out its backoff (the heartbeat canary's first beat may be there too).
+        assert sum(int(count) for count in counts.values()) >= 1
         dlq = sqs.get_queue_attributes(QueueUrl=url + "-dlq", AttributeNames=names)["Attributes"]
         assert dlq["ApproximateNumberOfMessages"] == "0"
         process.send_signal(signal.SIGTERM)

@@ -22,6 +22,7 @@ from functions.catalog import CATALOG, Catalog
 from functions.worker.clients import ClientFactory
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
+from jobctl.local.chaos import Chaos
 from jobctl.local.emulator import EventSourceMapping, Invocation
 from jobctl.local.lambda_events import LocalLambdaContext
 from jobctl.local.provision import LocalDeployment, provision
@@ -64,7 +65,7 @@ class Harness:
             observability=Observability.create(output=self.output),
         )
 
-    def mapping(self, queue: str = "orders") -> EventSourceMapping:
+    def mapping(self, queue: str = "orders", chaos: Chaos | None = None) -> EventSourceMapping:
         return EventSourceMapping(
             queue=self.deployment.queues[queue],
             sqs_client=self.clients("sqs"),
@@ -72,6 +73,7 @@ class Harness:
             function_name=f"test-{queue}-worker",
             concurrency=1,
             wait_time_s=0,
+            chaos=chaos,
         )
 
     def send(self, body: str, queue: str = "orders", **extra: Any) -> str:

@@ -7,22 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from jobctl.local.chaos import Chaos, ChaosSettings
-from jobctl.local.emulator import EventSourceMapping, Invocation
+from jobctl.local.emulator import Invocation
 from tests.functional.conftest import Harness, envelope
 
 BUYER = "buyer@example.com"
-
-
-def chaotic_mapping(harness: Harness, chaos: Chaos, queue: str = "orders") -> EventSourceMapping:
-    return EventSourceMapping(
-        queue=harness.deployment.queues[queue],
-        sqs_client=harness.clients("sqs"),
-        handler_factory=lambda: harness.worker(queue).handle,
-        function_name=f"test-{queue}-worker",
-        concurrency=1,
-        wait_time_s=0,
-        chaos=chaos,
-    )
 
 
 def test_a_crash_after_the_side_effect_deletes_nothing_and_the_redelivery_does_not_repeat_it(
@@ -32,7 +20,7 @@ def test_a_crash_after_the_side_effect_deletes_nothing_and_the_redelivery_does_n
     message_id = harness.send(envelope("order_confirmation", "501"))
     chaos = Chaos(ChaosSettings(crash=1.0))
 
-    crashed = chaotic_mapping(harness, chaos).poll_once(harness.worker().handle)
+    crashed = harness.mapping(chaos=chaos).poll_once(harness.worker().handle)
 
     assert crashed is not None and crashed.crashed
     assert crashed.deleted == []  # never acked
@@ -61,7 +49,7 @@ def test_a_duplicate_delivery_is_the_same_message_again_and_runs_the_job_once(ha
         twins.append(harness.deliver())
         return worker.handle(event, context)
 
-    first = chaotic_mapping(harness, chaos).poll_once(first_copy)
+    first = harness.mapping(chaos=chaos).poll_once(first_copy)
 
     assert first is not None and len(twins) == 1 and twins[0] is not None
     twin = twins[0]
@@ -79,7 +67,7 @@ def test_without_chaos_the_mapping_injects_nothing(harness: Harness) -> None:
     harness.send(envelope("order_confirmation", "503"))
     chaos = Chaos(ChaosSettings())
 
-    invocation = chaotic_mapping(harness, chaos).poll_once(harness.worker().handle)
+    invocation = harness.mapping(chaos=chaos).poll_once(harness.worker().handle)
 
     assert invocation is not None and not invocation.crashed and len(invocation.deleted) == 1
     assert chaos.injected() == {}
