@@ -35,7 +35,7 @@ from typing import Any, TextIO
 from functions.catalog import CATALOG, Catalog
 from functions.worker.deadletter import ERROR_MESSAGE, ERROR_TYPE, FAILURE, FAILURE_PERMANENT
 from jobctl.local.chaos import ChaosSettings
-from jobctl.local.engine import LocalEngine
+from jobctl.local.engine import WAITING, LocalEngine
 from jobctl.publisher import JobPublisher
 
 ORDER_JOB = "order_confirmation"
@@ -250,20 +250,6 @@ def _seed(engine: LocalEngine, jobs: Sequence[SoakJob]) -> None:
                 pending = dynamodb.batch_write_item(RequestItems=pending).get("UnprocessedItems") or {}
 
 
-_WAITING = "ApproximateNumberOfMessages"
-_UNSETTLED = (_WAITING, "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed")
-
-
-def _counts(engine: LocalEngine, sqs: Any) -> dict[str, dict[str, int]]:
-    """Per source queue: messages waiting, in flight or invisible (running, a backoff, a crash), delayed."""
-    assert engine.deployment is not None
-    counts = {}
-    for name, queue in engine.deployment.queues.items():
-        attributes = sqs.get_queue_attributes(QueueUrl=queue.url, AttributeNames=list(_UNSETTLED))["Attributes"]
-        counts[name] = {attribute: int(attributes.get(attribute, "0")) for attribute in _UNSETTLED}
-    return counts
-
-
 def _unsettled(counts: Mapping[str, Mapping[str, int]]) -> int:
     return sum(sum(queue.values()) for queue in counts.values())
 
@@ -278,8 +264,8 @@ def _publish_in_waves(engine: LocalEngine, jobs: Sequence[SoakJob], plan: SoakPl
     )
     next_job = 0
     while time.monotonic() < deadline:
-        counts = _counts(engine, sqs)
-        unsettled, waiting = _unsettled(counts), sum(queue[_WAITING] for queue in counts.values())
+        counts = engine.queue_counts()
+        unsettled, waiting = _unsettled(counts), sum(queue[WAITING] for queue in counts.values())
         room = min(plan.window - waiting, plan.backlog - unsettled)
         if next_job < len(jobs) and room > 0:
             wave = jobs[next_job : next_job + room]
@@ -331,9 +317,7 @@ def _observe(engine: LocalEngine, drained: bool) -> Observed:
             item["Key"].removeprefix("invoices/").removesuffix(".pdf") for item in page.get("Contents", [])
         )
     _drain_dead_letters(engine, observed)
-    observed.left_in_queues = {
-        name: sum(queue.values()) for name, queue in _counts(engine, engine.clients()("sqs")).items()
-    }
+    observed.left_in_queues = {name: sum(queue.values()) for name, queue in engine.queue_counts().items()}
     dynamodb = engine.clients()("dynamodb")
     for page in dynamodb.get_paginator("scan").paginate(TableName=engine.deployment.idempotency_table):
         observed.idempotency_records.update(item.get("status", {}).get("S", "?") for item in page["Items"])
@@ -351,12 +335,13 @@ def run_soak(plan: SoakPlan, worker_output: TextIO | None = None) -> SoakReport:
         drained = _publish_in_waves(engine, jobs, plan, deadline=started + plan.timeout_s)
         # Runs cut at their time limit may still be finishing (a hang ends after hang_s): let them, then stop.
         time.sleep(chaos.hang_s + 0.5)
+        mappings = dict(engine.mappings)  # stop_workers() forgets them; their counts are the report's
         engine.stop_workers()
         elapsed_s = time.monotonic() - started
         observed = _observe(engine, drained)
         assert engine.chaos is not None
         injected = engine.chaos.injected()
-        stats = {name: mapping.stats.snapshot() for name, mapping in engine.mappings.items()}
+        stats = {name: mapping.stats.snapshot() for name, mapping in mappings.items()}
     return SoakReport(
         plan=plan,
         chaos=chaos,

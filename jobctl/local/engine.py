@@ -44,6 +44,9 @@ DEFAULT_PORT = 4566
 # CPython's default 5 ms GIL switch interval each reply waits behind busy threads (the convoy effect), which
 # halved the engine's throughput. A 1 ms interval gives it back.
 GIL_SWITCH_INTERVAL_S = 0.001
+# A queue's messages not yet settled: waiting, in flight or invisible (running, a backoff, a crash), delayed.
+WAITING = "ApproximateNumberOfMessages"
+UNSETTLED_ATTRIBUTES = (WAITING, "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed")
 DEFAULT_REGION = "us-east-1"
 # moto accepts any credentials; these make the engine work on a machine that has none.
 LOCAL_ACCESS_KEY = "local"
@@ -128,6 +131,7 @@ class LocalEngine:
         self.heartbeats: HeartbeatCanary | None = None
         self._heartbeat_interval_s = heartbeat_interval_s
         self._switch_interval_s: float | None = None  # the interpreter's, while the engine runs
+        self._sqs: Any = None  # the engine's own SQS client for reading queue counts; made once started
 
     @property
     def endpoint_url(self) -> str:
@@ -180,6 +184,7 @@ class LocalEngine:
         self.deployment = provision(
             self.clients(), catalog=self.catalog, stack_name=self.stack_name, invoicing_api_url=self.invoicing.url
         )
+        self._sqs = self.clients()("sqs")
         self.metrics = MetricsAgent(self.clients()("cloudwatch"), self.deployment.queues, self.region)
         self.metrics.start()
         self.heartbeats = HeartbeatCanary(self.clients()("sqs"), self.deployment.queues, self._heartbeat_interval_s)
@@ -266,26 +271,25 @@ class LocalEngine:
             for m in backend.sent_messages
         ]
 
+    def queue_counts(self) -> dict[str, dict[str, int]]:
+        """Per source queue, its messages by UNSETTLED_ATTRIBUTES."""
+        assert self.deployment is not None and self._sqs is not None
+        counts = {}
+        for name, queue in self.deployment.queues.items():
+            attributes: Mapping[str, str] = self._sqs.get_queue_attributes(
+                QueueUrl=queue.url, AttributeNames=list(UNSETTLED_ATTRIBUTES)
+            )["Attributes"]
+            counts[name] = {attribute: int(attributes.get(attribute, "0")) for attribute in UNSETTLED_ATTRIBUTES}
+        return counts
+
     def wait_until_idle(self, timeout_s: float = 60.0, poll_s: float = 0.2) -> bool:
         """True once every source queue is empty and nothing is in flight, False on timeout."""
         deadline = time.monotonic() + timeout_s
-        sqs = self.clients()("sqs")
-        assert self.deployment is not None
         while time.monotonic() < deadline:
-            if all(_queue_empty(sqs, queue.url) for queue in self.deployment.queues.values()):
+            if not any(sum(counts.values()) for counts in self.queue_counts().values()):
                 return True
             time.sleep(poll_s)
         return False
-
-
-def _queue_empty(sqs: Any, url: str) -> bool:
-    names = [
-        "ApproximateNumberOfMessages",
-        "ApproximateNumberOfMessagesNotVisible",
-        "ApproximateNumberOfMessagesDelayed",
-    ]
-    attributes: Mapping[str, str] = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
-    return all(int(attributes.get(name, "0")) == 0 for name in names)
 
 
 @contextmanager

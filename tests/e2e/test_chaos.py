@@ -84,6 +84,10 @@ def test_chaos_soak_keeps_every_promise() -> None:
     # The faults really happened, each kind, in both downstreams.
     for fault in ("transient.ses", "transient.invoicing", "crash", "duplicate"):
         assert report.injected.get(fault, 0) > 0, (fault, report.injected)
+    # The event source's own counts agree with what chaos injected.
+    assert set(report.engine_stats) == {"orders", "invoices"}
+    assert sum(stats["crashes"] for stats in report.engine_stats.values()) == report.injected["crash"]
+    assert sum(stats["duplicates"] for stats in report.engine_stats.values()) <= report.injected["duplicate"]
     broken = sum(job.permanent for job in report.jobs)
     assert broken > 0 and report.dead_lettered == broken
     assert isinstance(report.chaos, ChaosSettings) and report.chaos.seed == 2026
