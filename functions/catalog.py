@@ -28,6 +28,13 @@ ESM_MAX_CONCURRENCY = 1000
 SQS_MAX_BATCH_SIZE = 10_000
 SQS_MAX_BATCH_WITHOUT_WINDOW = 10
 ESM_MAX_BATCHING_WINDOW_S = 5 * MINUTE
+# Time a record needs inside the invocation beyond its job's time limit, to be settled after a cut run
+# (dead-letter with evidence, change its visibility).
+SETTLE_MARGIN_S = 2
+# What an invocation uses before its first record can start: the runtime's start and the batch's parse. A job's
+# time limit plus the settle margin plus this must fit the function timeout, or even a fresh invocation would
+# hand the record back unrun.
+INVOCATION_START_S = 1
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _HANDLER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -165,11 +172,19 @@ class QueueSpec:
 
     @property
     def default_time_limit_s(self) -> int:
-        return max(1, self.function_timeout_s // 2)
+        """Half the function timeout (a hung call never uses up the invocation), within what it can serve."""
+        return max(1, min(self.function_timeout_s // 2, self.max_time_limit_s))
+
+    @property
+    def max_time_limit_s(self) -> int:
+        """The longest time limit a fresh invocation can serve: the function timeout less the settle margin and
+        the invocation's start."""
+        return self.function_timeout_s - SETTLE_MARGIN_S - INVOCATION_START_S
 
     def time_limit_s(self, job: str) -> int:
         """The time limit of one run of `job` on this queue."""
-        return self.job(job).time_limit_s or self.default_time_limit_s
+        limit_s = self.job(job).time_limit_s
+        return self.default_time_limit_s if limit_s is None else limit_s
 
     def job(self, name: str) -> JobSpec:
         for job in self.jobs:
@@ -235,11 +250,7 @@ class QueueSpec:
                 found.append(f"{where}: job name {job.name!r} must match {_NAME.pattern}")
             if not _HANDLER.fullmatch(job.handler):
                 found.append(f"{where}: job {job.name!r} handler {job.handler!r} is not a dotted module path")
-            if job.time_limit_s is not None and not 1 <= job.time_limit_s < self.function_timeout_s:
-                found.append(
-                    f"{where}: job {job.name!r} time_limit_s {job.time_limit_s} must be at least 1 and below "
-                    f"function_timeout_s ({self.function_timeout_s})"
-                )
+            found += self._time_limit_problems(where, job)
             for resource in job.resources:
                 if resource not in RESOURCES:
                     found.append(
@@ -247,6 +258,24 @@ class QueueSpec:
                         f"known: {', '.join(sorted(RESOURCES))}"
                     )
         return found
+
+    def _time_limit_problems(self, where: str, job: JobSpec) -> list[str]:
+        # A limit the invocation can't fit would have every record handed back unrun, for ever.
+        limit_s = self.time_limit_s(job.name)
+        label = f"time_limit_s {job.time_limit_s}" if job.time_limit_s is not None else f"default time limit {limit_s}"
+        overhead = f"the {SETTLE_MARGIN_S} s settle margin and {INVOCATION_START_S} s for the invocation's start"
+        if self.max_time_limit_s < 1:
+            return [
+                f"{where}: function_timeout_s {self.function_timeout_s} leaves no room for job {job.name!r}: a "
+                f"run needs at least 1 s plus {overhead} (function_timeout_s >= "
+                f"{1 + SETTLE_MARGIN_S + INVOCATION_START_S})"
+            ]
+        if not 1 <= limit_s <= self.max_time_limit_s:
+            return [
+                f"{where}: job {job.name!r} {label} must be between 1 and {self.max_time_limit_s} "
+                f"(function_timeout_s {self.function_timeout_s} less {overhead})"
+            ]
+        return []
 
 
 @dataclass(frozen=True)

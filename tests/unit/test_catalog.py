@@ -16,9 +16,11 @@ from functions.catalog import (
     ESM_MAX_BATCHING_WINDOW_S,
     ESM_MAX_CONCURRENCY,
     ESM_MIN_CONCURRENCY,
+    INVOCATION_START_S,
     LAMBDA_MAX_TIMEOUT_S,
     MINUTE,
     RESOURCES,
+    SETTLE_MARGIN_S,
     SQS_MAX_BATCH_SIZE,
     SQS_MAX_RECEIVE_COUNT,
     SQS_MAX_RETENTION_S,
@@ -142,7 +144,7 @@ def test_job_defaults() -> None:
 
 @pytest.mark.parametrize(
     ("timeout", "window", "visibility"),
-    [(60, 0, 360), (1, 0, 6), (30, 5, 185), (LAMBDA_MAX_TIMEOUT_S, ESM_MAX_BATCHING_WINDOW_S, 5700)],
+    [(60, 0, 360), (4, 0, 24), (30, 5, 185), (LAMBDA_MAX_TIMEOUT_S, ESM_MAX_BATCHING_WINDOW_S, 5700)],
 )
 def test_visibility_timeout_is_six_times_the_function_timeout_plus_the_window(
     timeout: int, window: int, visibility: int
@@ -194,6 +196,10 @@ def test_specs_are_immutable() -> None:
         ({"alarms": AlarmThresholds(oldest_message_age_s=59)}, "alarms.oldest_message_age_s"),
         ({"alarms": AlarmThresholds(dlq_depth=0)}, "alarms.dlq_depth"),
         ({"jobs": ()}, "needs at least one job"),
+        # A limit that leaves no room for the settle margin would have every record handed back unrun for ever.
+        ({"jobs": (JobSpec(name="send_mail", handler="functions.jobs.x", time_limit_s=58),)}, "between 1 and 57"),
+        ({"jobs": (JobSpec(name="send_mail", handler="functions.jobs.x", time_limit_s=0),)}, "time_limit_s 0"),
+        ({"function_timeout_s": 3}, "function_timeout_s >= 4"),
     ],
     ids=lambda value: re.sub(r"\W+", "-", str(value))[:40] if isinstance(value, dict) else None,
 )
@@ -211,8 +217,9 @@ def test_each_rule_violation_is_a_catalog_error_naming_the_problem(changes: dict
     [
         {"max_attempts": 1},
         {"max_attempts": SQS_MAX_RECEIVE_COUNT},
-        {"function_timeout_s": 1},
+        {"function_timeout_s": 1 + SETTLE_MARGIN_S + INVOCATION_START_S},
         {"function_timeout_s": LAMBDA_MAX_TIMEOUT_S},
+        {"jobs": (JobSpec(name="send_mail", handler="functions.jobs.x", time_limit_s=57),)},
         {"memory_mb": 128},
         {"memory_mb": 10_240},
         {"batch_size": 1},
