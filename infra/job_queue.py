@@ -20,6 +20,7 @@ from functions.worker.settings import (
     ENV_IDEMPOTENCY_TABLE,
     ENV_QUEUE_NAME,
     ENV_QUEUE_URL,
+    ENV_RUNTIME_ROLE_ID,
     METRICS_NAMESPACE,
     SERVICE_NAME,
     resource_env_name,
@@ -103,6 +104,7 @@ class JobQueue(Construct):
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
             description=f"Worker of the {spec.name} job queue",
         )
+        self.role = role
         log_group = logs.LogGroup(
             self,
             "LogGroup",
@@ -117,6 +119,8 @@ class JobQueue(Construct):
             ENV_QUEUE_URL: self.queue.queue_url,
             ENV_DLQ_URL: self.dead_letter_queue.queue_url,
             ENV_IDEMPOTENCY_TABLE: idempotency_table.table_name,
+            # SQS names this role's ID as the SenderId of what the worker sends: its own bookkeeping.
+            ENV_RUNTIME_ROLE_ID: role.role_id,
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
         }

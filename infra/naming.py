@@ -15,8 +15,11 @@ _SQS_NAME = re.compile(r"[A-Za-z0-9_-]+(\.fifo)?")
 QUEUE_URL = "url"
 DLQ_URL = "dlq-url"
 QUEUE_ARN = "arn"
-QUEUE_ENDPOINT_KEYS = (QUEUE_URL, DLQ_URL, QUEUE_ARN)
-_OUTPUT_SUFFIX = {QUEUE_URL: "QueueUrl", DLQ_URL: "DlqUrl", QUEUE_ARN: "QueueArn"}
+# The unique ID of the queue's worker role: SQS names it as the SenderId of what the runtime sends, so jobctl
+# can tell the runtime's evidence from attributes a producer set (functions/worker/provenance.py).
+WORKER_ROLE_ID = "worker-role-id"
+QUEUE_ENDPOINT_KEYS = (QUEUE_URL, DLQ_URL, QUEUE_ARN, WORKER_ROLE_ID)
+_OUTPUT_SUFFIX = {QUEUE_URL: "QueueUrl", DLQ_URL: "DlqUrl", QUEUE_ARN: "QueueArn", WORKER_ROLE_ID: "WorkerRoleId"}
 
 # Stack outputs that are not per queue.
 ALARM_TOPIC_ARN_OUTPUT = "AlarmTopicArn"
@@ -36,6 +39,7 @@ STALLED = "stalled"
 WORKER_ERRORS = "worker-errors"
 WORKER_THROTTLES = "worker-throttles"
 HEARTBEAT_MISSING = "heartbeat-missing"
+RUNTIME_FAULTS = "runtime-faults"
 # One signal per queue, in this order, then one duration signal per job (`duration_signal`).
 QUEUE_SIGNALS = (
     OLDEST_MESSAGE_AGE,
@@ -47,6 +51,7 @@ QUEUE_SIGNALS = (
     WORKER_ERRORS,
     WORKER_THROTTLES,
     HEARTBEAT_MISSING,
+    RUNTIME_FAULTS,
 )
 
 
@@ -62,14 +67,14 @@ def physical_queue_name(stack_name: str, queue_name: str, dlq: bool = False, fif
 
 
 def parameter_name(stack_name: str, queue_name: str, key: str) -> str:
-    """The SSM parameter holding a queue's URL, DLQ URL or ARN: `/<stack_name>/queues/<queue>/<key>`."""
+    """The SSM parameter holding a queue's URL, DLQ URL, ARN or worker role ID: `/<stack_name>/queues/<queue>/<key>`."""
     if key not in QUEUE_ENDPOINT_KEYS:
         raise ValueError(f"unknown queue parameter {key!r}; known: {', '.join(QUEUE_ENDPOINT_KEYS)}")
     return f"/{stack_name}/queues/{queue_name}/{key}"
 
 
 def output_key(queue_name: str, key: str) -> str:
-    """The stack output holding a queue's URL, DLQ URL or ARN, e.g. `OrdersQueueUrl`, `OrdersDlqUrl`."""
+    """The stack output holding a queue's URL, DLQ URL, ARN or worker role ID, e.g. `OrdersQueueUrl`."""
     if key not in QUEUE_ENDPOINT_KEYS:
         raise ValueError(f"unknown queue output {key!r}; known: {', '.join(QUEUE_ENDPOINT_KEYS)}")
     return pascal_case(queue_name) + _OUTPUT_SUFFIX[key]

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 from aws_cdk import CfnOutput
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, output_key, parameter_name, pascal_case
+from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, output_key, parameter_name, pascal_case
 
-_MEANING = {QUEUE_URL: "URL of", DLQ_URL: "dead-letter queue URL of", QUEUE_ARN: "ARN of"}
+_MEANING = {
+    QUEUE_URL: "URL of",
+    DLQ_URL: "dead-letter queue URL of",
+    QUEUE_ARN: "ARN of",
+    WORKER_ROLE_ID: "unique ID of the worker role (the SenderId of the runtime's own messages) of",
+}
 
 
 class QueueEndpoints(Construct):
-    """For each of URL, DLQ URL and ARN: an SSM parameter `/<stack>/queues/<queue>/<key>` and an output.
+    """For each of URL, DLQ URL, ARN and worker role ID: an SSM parameter `/<stack>/queues/<queue>/<key>` and an
+    output.
 
     SSM serves other stacks and services (no CloudFormation export to lock the queue in place); the
     outputs serve people and `jobctl`. Both names come from `infra.naming`.
@@ -28,12 +35,14 @@ class QueueEndpoints(Construct):
         queue_name: str,
         queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
+        worker_role: iam.Role,
     ) -> None:
         super().__init__(scope, construct_id)
         values = {
             QUEUE_URL: queue.queue_url,
             DLQ_URL: dead_letter_queue.queue_url,
             QUEUE_ARN: queue.queue_arn,
+            WORKER_ROLE_ID: worker_role.role_id,
         }
         self.parameters: dict[str, ssm.StringParameter] = {}
         for key, value in values.items():

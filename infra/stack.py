@@ -129,6 +129,7 @@ class JobsStack(Stack):
                 queue_name=spec.name,
                 queue=job_queue.queue,
                 dead_letter_queue=job_queue.dead_letter_queue,
+                worker_role=job_queue.role,
             )
             self.queues[spec.name] = job_queue
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,21 @@ from rich.progress import Progress
 from rich.table import Table
 
 from functions.catalog import CATALOG
+from functions.worker.provenance import Provenance
 from jobctl.cli_support import EXIT_FAILED, Options, emit, operator_errors, queues_of
-from jobctl.dlq import BadFilterError, DeadLetter, DeadLetterQueue, Filter, MoveReport, group, queue_busy, verify
+from jobctl.dlq import (
+    BadFilterError,
+    BadRateError,
+    DeadLetter,
+    DeadLetterQueue,
+    Filter,
+    MoveReport,
+    MoveTasks,
+    MoveTaskStatus,
+    group,
+    queue_busy,
+    verify,
+)
 
 # Error codes an endpoint answers StartMessageMoveTask with when it doesn't implement it (the local engine).
 _UNSUPPORTED = {
@@ -31,7 +43,14 @@ _UNSUPPORTED = {
 def _dlq(options: Options, queue: str) -> tuple[DeadLetterQueue, Any]:
     [(_, where)] = queues_of(options, queue)
     sqs = options.client("sqs")
-    return DeadLetterQueue(sqs, where.dlq_url, where.url), where
+    # Evidence counts only on what the queue's worker role sent (functions/worker/provenance.py).
+    return DeadLetterQueue(sqs, where.dlq_url, where.url, Provenance.of([where.worker_role_id])), where
+
+
+def _move_tasks(options: Options, where: Any) -> MoveTasks:
+    sqs = options.client("sqs")
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=where.dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return MoveTasks(sqs, dlq_arn=dlq_arn, destination_arn=where.arn)
 
 
 def _filters(error_type: str | None, match: str | None, job: str | None) -> Filter:
@@ -142,12 +161,11 @@ def _idempotent(job: str) -> bool:
     return CATALOG.queue_for_job(job).job(job).idempotent
 
 
-def _server_side_move(options: Options, dlq_url: str) -> int | None:
-    """StartMessageMoveTask for the whole DLQ; None when the endpoint doesn't have it (the local engine)."""
-    sqs = options.client("sqs")
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+def _server_side_move(options: Options, tasks: MoveTasks, rate: int | None) -> int | None:
+    """StartMessageMoveTask of the whole DLQ into its source queue, followed to its end; None when the endpoint
+    doesn't have it (the local engine)."""
     try:
-        handle = sqs.start_message_move_task(SourceArn=dlq_arn)["TaskHandle"]
+        tasks.start(rate)
     except botocore.exceptions.ClientError as error:
         code = str(error.response.get("Error", {}).get("Code", ""))
         # A stand-in endpoint (--endpoint-url) that lacks the action may answer it with a bare 500.
@@ -159,18 +177,13 @@ def _server_side_move(options: Options, dlq_url: str) -> int | None:
     try:
         with Progress(transient=True, disable=options.output == "json") as progress:
             bar = progress.add_task("moving (server side)", total=None)
-            while True:
-                tasks = sqs.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=1).get("Results", [])
-                task = tasks[0] if tasks else {}
-                moved = int(task.get("ApproximateNumberOfMessagesMoved", 0))
-                progress.update(bar, completed=moved, total=task.get("ApproximateNumberOfMessagesToMove"))
-                if task.get("Status") in {"COMPLETED", "CANCELLED", "FAILED"}:
-                    if task.get("Status") == "FAILED":
-                        raise click.ClickException(f"move task failed: {task.get('FailureReason', 'unknown')}")
-                    return moved
-                time.sleep(2)
+
+            def show(task: MoveTaskStatus) -> None:
+                progress.update(bar, completed=task.moved, total=task.to_move)
+
+            return tasks.follow(show).moved
     except KeyboardInterrupt:
-        sqs.cancel_message_move_task(TaskHandle=handle)
+        tasks.cancel()
         click.echo("cancelled the move task; messages not yet moved stay in the DLQ", err=True)
         sys.exit(EXIT_FAILED)
 
@@ -179,8 +192,11 @@ def _server_side_move(options: Options, dlq_url: str) -> int | None:
 @click.argument("queue")
 @filter_options
 @click.option("--limit", type=click.IntRange(1), help="Move at most N messages.")
-@click.option("--rate", type=click.FloatRange(0.1), help="At most N messages a second.")
+@click.option(
+    "--rate", type=click.FloatRange(0.1), help="At most N messages a second (with --all: a whole number, 1-500)."
+)
 @click.option("--all", "move_all", is_flag=True, help="Everything, server side (StartMessageMoveTask).")
+@click.option("--cancel", is_flag=True, help="Cancel the running server-side move task (--all) of this DLQ.")
 @click.option("--dry-run", is_flag=True, help="Say what would move; move nothing.")
 @click.option("--yes", is_flag=True, help="Don't ask for confirmation.")
 @click.option("--allow-non-idempotent", is_flag=True, help="Redrive jobs the catalog marks not idempotent.")
@@ -196,6 +212,7 @@ def redrive(
     limit: int | None,
     rate: float | None,
     move_all: bool,
+    cancel: bool,
     dry_run: bool,
     yes: bool,
     allow_non_idempotent: bool,
@@ -204,8 +221,15 @@ def redrive(
 ) -> None:
     """Move dead-lettered jobs back to their queue: selectively, rate-limited, crash-safe, then verified."""
     chosen = _filters(error_type, match, job)
+    if cancel:
+        _cancel(options, queue)
+        return
     if move_all and (not chosen.empty or limit is not None):
         raise click.UsageError("--all moves everything: leave out --error-type, --match, --job and --limit")
+    try:
+        task_rate = MoveTasks.check_rate(rate) if move_all else None
+    except BadRateError as error:
+        raise click.UsageError(str(error)) from None
     with operator_errors():
         dead, where = _dlq(options, queue)
         matching = [letter for letter in dead.peek() if chosen.matches(letter)]
@@ -220,7 +244,7 @@ def redrive(
         report: MoveReport | None = None
         method = "client"
         if move_all:
-            moved = _server_side_move(options, where.dlq_url)
+            moved = _server_side_move(options, _move_tasks(options, where), task_rate)
             if moved is None:
                 click.echo("this endpoint has no StartMessageMoveTask: moving client side instead", err=True)
             else:
@@ -241,6 +265,19 @@ def redrive(
         _report_redrive(options, queue, matching, report, checked, dry_run=False, method=method)
     if (report and report.failed) or (checked and (checked.returned_to_dlq or not checked.drained)):
         sys.exit(EXIT_FAILED)
+
+
+def _cancel(options: Options, queue: str) -> None:
+    with operator_errors():
+        [(_, where)] = queues_of(options, queue)
+        task = _move_tasks(options, where).cancel()
+    emit(
+        options,
+        {"queue": queue, "cancelled": True, "moved": task.moved, "to_move": task.to_move},
+        lambda: click.echo(
+            f"cancelled the move task of the DLQ of {queue} after {task.moved} message(s); the rest stay in the DLQ"
+        ),
+    )
 
 
 def _follow(options: Options, dead: DeadLetterQueue, report: MoveReport, since: datetime, timeout_s: int) -> Any:

@@ -5,12 +5,13 @@
 - Moving never loses: a message is deleted from the DLQ only after its copy was accepted by the target queue.
   A crash in between leaves a duplicate, harmless because jobs are idempotent on their business key.
 - Discarding with an archive writes (and fsyncs) the JSON Lines record before the message is deleted.
+- Evidence is what the runtime itself attached: `jobs.*` attributes count only on messages the queue's worker
+  role sent (their SenderId); on any other message they are the producer's attributes, shown and redriven as
+  such (functions/worker/provenance.py).
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import json
 import os
 import re
@@ -21,11 +22,16 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from functions.worker import deadletter
+from functions.worker.provenance import Attributes, MessageAttributes, Provenance, from_received, pack
 
 SQS_BATCH_MAX = 10
 # Long enough to scan a large DLQ in one pass; if jobctl dies, messages reappear after this.
 SCAN_VISIBILITY_S = 300
-NO_EVIDENCE = "(no evidence: moved by SQS redrive)"
+NO_EVIDENCE = "(no evidence: not dead-lettered by the runtime)"
+# SQS's range for a move task's MaxNumberOfMessagesPerSecond.
+MOVE_TASK_MAX_RATE = 500
+# A move task's final states (before them: RUNNING, CANCELLING).
+MOVE_TASK_FINAL = ("COMPLETED", "CANCELLED", "FAILED")
 
 
 class DlqError(Exception):
@@ -36,39 +42,48 @@ class BadFilterError(DlqError):
     """A filter option is not usable."""
 
 
+class BadRateError(DlqError):
+    """A rate that SQS's move task can't take."""
+
+
+class MoveTaskFailedError(DlqError):
+    """SQS's move task ended FAILED; the message carries its FailureReason."""
+
+
+class NoMoveTaskError(DlqError):
+    """No move task of this DLQ is running (nothing to cancel or follow)."""
+
+
 @dataclass(frozen=True)
 class DeadLetter:
-    """One message in a DLQ, with its evidence (empty when SQS's redrive policy moved it) and its own attributes."""
+    """One message in a DLQ: its evidence (only when the runtime dead-lettered it: a message SQS's redrive policy
+    moved, or anything else sent to the DLQ, has none) and its producer's own attributes."""
 
     message_id: str
     receipt_handle: str
     body: str
     sent_at: datetime | None
     evidence: dict[str, str]
-    publisher_attributes: dict[str, dict[str, Any]]
+    publisher_attributes: Attributes
+    # A FIFO DLQ's message group: a redrive sends the message back in the same group.
+    group_id: str | None = None
 
     @classmethod
-    def from_message(cls, message: dict[str, Any]) -> DeadLetter:
-        attributes: dict[str, dict[str, Any]] = message.get("MessageAttributes") or {}
-        evidence = {
-            name: str(value.get("StringValue", ""))
-            for name, value in attributes.items()
-            if name.startswith(deadletter.ATTRIBUTE_PREFIX)
-        }
-        publisher = deadletter.publisher_attributes(attributes)
-        packed = evidence.get(deadletter.ORIGINAL_ATTRIBUTES)
-        if packed:
-            # Evidence is best effort; the body is what matters.
-            with contextlib.suppress(json.JSONDecodeError, ValueError, TypeError, AttributeError):
-                publisher.update(_unpacked(json.loads(packed)))
-        sent = (message.get("Attributes") or {}).get("SentTimestamp")
+    def from_message(cls, message: dict[str, Any], provenance: Provenance) -> DeadLetter:
+        system = message.get("Attributes") or {}
+        attributes = MessageAttributes.split(
+            from_received(message.get("MessageAttributes") or {}),
+            sent_by_runtime=provenance.sent_by_runtime(system.get("SenderId")),
+        )
+        sent = system.get("SentTimestamp")
         return cls(
             message_id=message["MessageId"],
             receipt_handle=message["ReceiptHandle"],
             body=message["Body"],
             sent_at=datetime.fromtimestamp(int(sent) / 1000, tz=UTC) if sent else None,
-            evidence=evidence,
-            publisher_attributes={name: _send_shape(value) for name, value in publisher.items()},
+            evidence=attributes.bookkeeping,
+            publisher_attributes=attributes.producer,
+            group_id=system.get("MessageGroupId"),
         )
 
     def _envelope_field(self, name: str) -> str | None:
@@ -120,28 +135,10 @@ class DeadLetter:
             "last_failed_at": self.failed_at.isoformat() if self.failed_at else None,
             "source_queue": self.evidence.get(deadletter.SOURCE_QUEUE),
             "traceback": self.evidence.get(deadletter.TRACEBACK),
-            "attributes": self.publisher_attributes,
+            # JSON-ready: binary values as base64 text, as the runtime packs them.
+            "attributes": json.loads(pack(self.publisher_attributes)),
+            "group_id": self.group_id,
         }
-
-
-def _unpacked(packed: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """`jobs.original_attributes` holds binary values as base64 text (JSON has no bytes): bytes again."""
-    restored = {}
-    for name, attribute in packed.items():
-        value = dict(attribute)
-        if isinstance(value.get("BinaryValue"), str):
-            value["BinaryValue"] = base64.b64decode(value["BinaryValue"], validate=True)
-        restored[name] = value
-    return restored
-
-
-def _send_shape(value: dict[str, Any]) -> dict[str, Any]:
-    """Keep only what SendMessage accepts of a message attribute."""
-    shaped = {"DataType": value.get("DataType", "String")}
-    for key in ("StringValue", "BinaryValue"):
-        if key in value and value[key] is not None:
-            shaped[key] = value[key]
-    return shaped
 
 
 @dataclass(frozen=True)
@@ -183,19 +180,22 @@ class MoveReport:
 
 
 class DeadLetterQueue:
-    """One catalog queue's DLQ and the source queue it redrives to."""
+    """One catalog queue's DLQ and the source queue it redrives to. `provenance` says whose messages carry the
+    runtime's evidence (the queue's worker role); without it, none does."""
 
     def __init__(
         self,
         sqs: Any,
         dlq_url: str,
         source_url: str,
+        provenance: Provenance | None = None,
         scan_visibility_s: int = SCAN_VISIBILITY_S,
         receive_wait_s: int = 1,
     ) -> None:
         self._sqs = sqs
         self.dlq_url = dlq_url
         self.source_url = source_url
+        self.provenance = provenance or Provenance.of(())
         self._visibility = scan_visibility_s
         self._wait_s = receive_wait_s
 
@@ -214,7 +214,7 @@ class DeadLetterQueue:
             MessageAttributeNames=["All"],
             MessageSystemAttributeNames=["All"],
         )
-        return [DeadLetter.from_message(message) for message in response.get("Messages", [])]
+        return [DeadLetter.from_message(message, self.provenance) for message in response.get("Messages", [])]
 
     def _scan(self, limit: int | None = None) -> Iterator[list[DeadLetter]]:
         """Batches of messages, each received once per scan; the caller must release or delete every one."""
@@ -313,14 +313,9 @@ class DeadLetterQueue:
     def _copy_then_delete(
         self, letters: list[DeadLetter], target_url: str, report: MoveReport, kept: list[DeadLetter]
     ) -> int:
-        entries = [
-            {"Id": str(i), "MessageBody": letter.body, "MessageAttributes": letter.publisher_attributes}
-            for i, letter in enumerate(letters)
-        ]
-        for entry in entries:
-            if not entry["MessageAttributes"]:
-                del entry["MessageAttributes"]
-        sent = self._sqs.send_message_batch(QueueUrl=target_url, Entries=entries)
+        sent = self._sqs.send_message_batch(
+            QueueUrl=target_url, Entries=[_redrive_entry(str(i), letter) for i, letter in enumerate(letters)]
+        )
         copied = [letters[int(item["Id"])] for item in sent.get("Successful", [])]
         for failure in sent.get("Failed", []):
             letter = letters[int(failure["Id"])]
@@ -366,6 +361,111 @@ class DeadLetterQueue:
         finally:
             self.release(kept)
         return discarded
+
+
+@dataclass(frozen=True)
+class MoveTaskStatus:
+    """One ListMessageMoveTasks entry."""
+
+    status: str
+    moved: int
+    to_move: int | None
+    failure_reason: str | None
+    handle: str | None
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> MoveTaskStatus:
+        to_move = entry.get("ApproximateNumberOfMessagesToMove")
+        return cls(
+            status=str(entry.get("Status", "")),
+            moved=int(entry.get("ApproximateNumberOfMessagesMoved", 0)),
+            to_move=int(to_move) if to_move is not None else None,
+            failure_reason=entry.get("FailureReason"),
+            handle=entry.get("TaskHandle"),
+        )
+
+    @property
+    def final(self) -> bool:
+        return self.status in MOVE_TASK_FINAL
+
+
+class MoveTasks:
+    """SQS's own redrive of one DLQ: StartMessageMoveTask, always naming the destination.
+
+    The runtime dead-letters with SendMessage (that is how its evidence travels), so SQS never recorded a source
+    queue for those messages: a task without DestinationArn - which is also what the console's "Redrive to
+    source queue(s)" starts - has nowhere to send them. The destination here is the queue's own source queue."""
+
+    def __init__(self, sqs: Any, dlq_arn: str, destination_arn: str) -> None:
+        self._sqs = sqs
+        self.dlq_arn = dlq_arn
+        self.destination_arn = destination_arn
+
+    @staticmethod
+    def check_rate(rate_per_s: float | None) -> int | None:
+        """SQS takes a whole number of messages a second, 1 to 500."""
+        if rate_per_s is None:
+            return None
+        if rate_per_s != int(rate_per_s) or not 1 <= rate_per_s <= MOVE_TASK_MAX_RATE:
+            raise BadRateError(
+                f"--rate {rate_per_s:g} can't be a move task's rate: SQS takes a whole number of messages a second "
+                f"from 1 to {MOVE_TASK_MAX_RATE}"
+            )
+        return int(rate_per_s)
+
+    def start(self, rate_per_s: int | None = None) -> str:
+        request: dict[str, Any] = {"SourceArn": self.dlq_arn, "DestinationArn": self.destination_arn}
+        if rate_per_s is not None:
+            request["MaxNumberOfMessagesPerSecond"] = rate_per_s
+        return str(self._sqs.start_message_move_task(**request)["TaskHandle"])
+
+    def latest(self) -> MoveTaskStatus | None:
+        """The DLQ's most recent move task (one at a time may run)."""
+        entries = self._sqs.list_message_move_tasks(SourceArn=self.dlq_arn, MaxResults=1).get("Results", [])
+        return MoveTaskStatus.from_entry(entries[0]) if entries else None
+
+    def follow(
+        self,
+        on_progress: Callable[[MoveTaskStatus], None] | None = None,
+        poll_s: float = 2.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> MoveTaskStatus:
+        """Poll the latest task until it ends; raise MoveTaskFailedError with SQS's reason if it failed."""
+        while True:
+            task = self.latest()
+            if task is None:
+                raise NoMoveTaskError(f"no move task found for {self.dlq_arn}")
+            if on_progress is not None:
+                on_progress(task)
+            if task.final:
+                if task.status == "FAILED":
+                    raise MoveTaskFailedError(
+                        f"the move task failed after moving {task.moved} message(s): "
+                        f"{task.failure_reason or 'SQS gave no reason'}"
+                    )
+                return task
+            sleep(poll_s)
+
+    def cancel(self) -> MoveTaskStatus:
+        """Cancel the running task; messages it has not moved yet stay in the DLQ."""
+        task = self.latest()
+        if task is None or task.status != "RUNNING" or not task.handle:
+            state = f"the latest is {task.status}" if task else "there is none"
+            raise NoMoveTaskError(f"no move task is running for {self.dlq_arn} ({state})")
+        self._sqs.cancel_message_move_task(TaskHandle=task.handle)
+        return task
+
+
+def _redrive_entry(entry_id: str, letter: DeadLetter) -> dict[str, Any]:
+    """SendMessageBatch's entry for a dead letter going back: its body and producer's attributes, and on a FIFO
+    queue its message group, deduplicated on its DLQ message ID so that a retried redrive of it is a no-op."""
+    entry: dict[str, Any] = {"Id": entry_id, "MessageBody": letter.body}
+    if letter.publisher_attributes:
+        entry["MessageAttributes"] = letter.publisher_attributes
+    if letter.group_id:
+        entry["MessageGroupId"] = letter.group_id
+        entry["MessageDeduplicationId"] = letter.message_id
+    return entry
 
 
 class _Throttle:

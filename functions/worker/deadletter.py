@@ -1,22 +1,29 @@
 """Dead-lettering with evidence: the failed message, byte for byte, plus why and when it failed.
 
 SQS allows 10 message attributes. The evidence takes up to 10 `jobs.*` attributes; when the original message
-carried attributes of its own, they travel as one JSON attribute, `jobs.original_attributes`, in place of
-`jobs.job` and `jobs.id` (both are in the body anyway), so a redrive can restore the message exactly.
+carried attributes of its producer, they travel as one JSON attribute, `jobs.original_attributes`, in place of
+`jobs.job` and `jobs.id` (both are in the body anyway), so a redrive can restore the message exactly. Which
+attributes are the producer's is decided by who sent the message (functions/worker/provenance.py).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from functions.worker.envelope import Envelope
+from functions.worker.provenance import (
+    ORIGINAL_ATTRIBUTES,
+    PRIOR_ATTEMPTS,
+    RUNTIME_PREFIX,
+    Attributes,
+    MessageAttributes,
+)
 
-ATTRIBUTE_PREFIX = "jobs."
+ATTRIBUTE_PREFIX = RUNTIME_PREFIX
 ERROR_TYPE = "jobs.error_type"
 ERROR_MESSAGE = "jobs.error_message"
 TRACEBACK = "jobs.traceback"
@@ -27,10 +34,6 @@ LAST_FAILED_AT = "jobs.last_failed_at"
 SOURCE_QUEUE = "jobs.source_queue"
 JOB = "jobs.job"
 ID = "jobs.id"
-ORIGINAL_ATTRIBUTES = "jobs.original_attributes"
-# On a copy requeued unrun (deferred for lack of time): the runs its ancestors used, so the copy's fresh
-# receive count doesn't reset the attempt count.
-PRIOR_ATTEMPTS = "jobs.prior_attempts"
 
 # Why a message was dead-lettered.
 FAILURE_PERMANENT = "permanent"
@@ -96,26 +99,9 @@ def _string(value: str) -> dict[str, str]:
     return {"DataType": "String", "StringValue": value}
 
 
-def original_attributes_for_send(record_attributes: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Lambda's event shape of message attributes (camelCase) turned back into SendMessage's shape."""
-    converted: dict[str, dict[str, Any]] = {}
-    for name, attribute in record_attributes.items():
-        data_type = attribute.get("dataType", "String")
-        if data_type.startswith("Binary"):
-            converted[name] = {"DataType": data_type, "BinaryValue": attribute.get("binaryValue")}
-        else:
-            converted[name] = {"DataType": data_type, "StringValue": attribute.get("stringValue")}
-    return converted
-
-
-def publisher_attributes(record_attributes: dict[str, Any]) -> dict[str, Any]:
-    """The message's own attributes, without any `jobs.*` the runtime added on an earlier pass."""
-    return {name: value for name, value in record_attributes.items() if not name.startswith(ATTRIBUTE_PREFIX)}
-
-
-def evidence_attributes(evidence: Evidence, record_attributes: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    # A redriven message still carries the evidence of its previous failure: replaced, not nested.
-    record_attributes = publisher_attributes(record_attributes)
+def evidence_attributes(evidence: Evidence, producer: Attributes) -> dict[str, dict[str, Any]]:
+    """The dead letter's attributes: the evidence, and the producer's own attributes packed (or, when it set none,
+    the job and ID). Evidence of an earlier failure is never carried over: it is replaced."""
     attributes: dict[str, dict[str, Any]] = {
         ERROR_TYPE: _string(_sqs_text(evidence.error_type, 256)),
         ERROR_MESSAGE: _string(_sqs_text(evidence.error_message or "(no message)", MAX_ERROR_MESSAGE_CHARS)),
@@ -126,9 +112,9 @@ def evidence_attributes(evidence: Evidence, record_attributes: dict[str, Any]) -
         LAST_FAILED_AT: _string(evidence.last_failed_at),
         SOURCE_QUEUE: _string(evidence.source_queue),
     }
-    if record_attributes:
-        originals = json.dumps(original_attributes_for_send(record_attributes), separators=(",", ":"))
-        attributes[ORIGINAL_ATTRIBUTES] = _string(originals)
+    packed = MessageAttributes(bookkeeping={}, producer=producer).packed_producer()
+    if packed:
+        attributes.update(packed)
     elif evidence.envelope is not None:
         attributes[JOB] = _string(evidence.envelope.job)
         attributes[ID] = _string(evidence.envelope.id)
@@ -177,13 +163,14 @@ class DeadLetterQueue:
         self._sqs = sqs_client
         self._dlq_url = dlq_url
 
-    def send(self, body: str, evidence: Evidence, record: dict[str, Any]) -> str:
+    def send(self, body: str, evidence: Evidence, record: dict[str, Any], attributes: MessageAttributes) -> str:
+        """Dead-letter `record` (a Lambda SQS record) whose attributes, split by sender, are `attributes`."""
         request: dict[str, Any] = {
             "QueueUrl": self._dlq_url,
             "MessageBody": body,
             "MessageAttributes": fit_evidence(
                 body,
-                evidence_attributes(evidence, record.get("messageAttributes") or {}),
+                evidence_attributes(evidence, attributes.producer),
                 max(SQS_DEFAULT_MAX_MESSAGE_BYTES, message_size(body, record.get("messageAttributes") or {})),
             ),
         }
@@ -194,12 +181,12 @@ class DeadLetterQueue:
         response = self._sqs.send_message(**request)
         return str(response["MessageId"])
 
-    def requeue(self, queue_url: str, body: str, record: dict[str, Any], prior: int, delay_s: int = 0) -> str:
-        """Send an unrun copy of `record` back to its (standard) queue, due in `delay_s`, remembering `prior`
-        runs."""
-        attributes = original_attributes_for_send(publisher_attributes(record.get("messageAttributes") or {}))
-        attributes[PRIOR_ATTEMPTS] = {"DataType": "Number", "StringValue": str(max(0, prior))}
+    def requeue(self, queue_url: str, body: str, attributes: MessageAttributes, prior: int, delay_s: int = 0) -> str:
+        """Send an unrun copy of a record back to its (standard) queue, due in `delay_s`, remembering `prior`
+        runs; the producer's attributes go with it, packed."""
+        sent = attributes.packed_producer()
+        sent[PRIOR_ATTEMPTS] = {"DataType": "Number", "StringValue": str(max(0, prior))}
         response = self._sqs.send_message(
-            QueueUrl=queue_url, MessageBody=body, MessageAttributes=attributes, DelaySeconds=delay_s
+            QueueUrl=queue_url, MessageBody=body, MessageAttributes=sent, DelaySeconds=delay_s
         )
         return str(response["MessageId"])

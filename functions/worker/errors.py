@@ -63,6 +63,21 @@ class JobTimeLimitError(TransientError):
     """A run went past its job's time limit and was cut; the rest of the batch carries on."""
 
 
+class TimeLimitInterrupt(BaseException):
+    """Raised inside a job's own code at its time limit. A BaseException, so that a job's `except Exception`
+    can't swallow it; the runtime turns it into JobTimeLimitError once it leaves the job."""
+
+
+class TimeLimitUnservableError(PermanentError):
+    """The function's timeout leaves no room for the job's time limit plus the settle margin: no invocation
+    could ever run the record, so it is dead-lettered instead of being handed back for ever."""
+
+
+class RuntimeInfrastructureError(TransientError):
+    """The runtime's own AWS resources failed it (the idempotency table, the DLQ, its queue): a deployment or
+    service problem, not the job's fault. Retried and alarmed, never dead-lettered as the job's failure."""
+
+
 class HttpError(JobError):
     """An HTTP call a job made failed; `status` is the response status, or None when there was no response."""
 

@@ -64,8 +64,9 @@ class JobContext:
 
 
 def default_idempotency_key(envelope: Envelope) -> str:
-    """The business key: `<job>:<id>`, never the message ID (a redrive gives the message a new one)."""
-    return f"{envelope.job}:{envelope.id}"
+    """The business key within the job: the entity ID, never the message ID (a redrive gives the message a new
+    one). The runtime prefixes the job: `<job>:<id>`."""
+    return envelope.id
 
 
 ErrorTypes = tuple[type[BaseException], ...]
@@ -81,13 +82,15 @@ class LoadedJob:
     transient_errors: ErrorTypes = ()
 
     def idempotency_key(self, envelope: Envelope) -> str:
-        """The publisher's explicit key if it sent one, else the job's own key, else `<job>:<id>`."""
+        """`<job>:<key>`, where the key is the publisher's explicit one if it sent one, else the job's own
+        (`idempotency_key(envelope)` in its module), else the entity ID. Namespaced by the job, so two jobs given
+        the same key never mistake each other's work for their own."""
         key = envelope.key if envelope.key is not None else self.key_function(envelope)
         if not isinstance(key, str) or not key.strip():
             raise IdempotencyKeyError(
                 f"job {self.spec.name!r} produced idempotency key {key!r}; it must be a non-blank string"
             )
-        return key
+        return f"{self.spec.name}:{key}"
 
 
 def load_jobs(queue: QueueSpec) -> dict[str, LoadedJob]:

@@ -30,6 +30,10 @@ DEAD_LETTERED = "JobDeadLettered"  # also per reason: permanent, retries_exhaust
 DEFERRED = "JobDeferred"  # handed back unrun (no time left, key busy), per reason
 DURATION = "JobDuration"  # milliseconds of each run that ran the job
 HEARTBEAT = "Heartbeat"  # a heartbeat canary message went through the queue and the worker
+# The runtime's own AWS resources failed it (idempotency table, DLQ, its queue), per reason; counted under the
+# pseudo-job RUNTIME_JOB, since the fault is the deployment's, not a job's.
+RUNTIME_FAULT = "RuntimeFault"
+RUNTIME_JOB = "(runtime)"
 UNPARSEABLE_JOB = "(unparseable)"
 # Values per EMF document, kept below Powertools' and CloudWatch's 100.
 EMF_MAX_VALUES = 99

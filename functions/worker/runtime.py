@@ -42,12 +42,13 @@ from aws_lambda_powertools.utilities.idempotency import (
 )
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
+    IdempotencyPersistenceLayerError,
 )
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyKeyError as PowertoolsIdempotencyKeyError,
 )
 
-from functions.catalog import HEARTBEAT_JOB
+from functions.catalog import HEARTBEAT_JOB, SETTLE_MARGIN_S
 from functions.worker.clients import ClientFactory
 from functions.worker.envelope import Envelope, parse_envelope
 from functions.worker.errors import (
@@ -55,6 +56,9 @@ from functions.worker.errors import (
     IdempotencyKeyError,
     JobInProgressError,
     JobTimeLimitError,
+    RuntimeInfrastructureError,
+    TimeLimitInterrupt,
+    TimeLimitUnservableError,
 )
 from functions.worker.jobs import JobContext, JobResult, LoadedJob, load_jobs
 from functions.worker.observability import (
@@ -65,11 +69,14 @@ from functions.worker.observability import (
     FAILED,
     HEARTBEAT,
     RETRIED,
+    RUNTIME_FAULT,
+    RUNTIME_JOB,
     SUCCEEDED,
     UNPARSEABLE_JOB,
     BatchTally,
     Observability,
 )
+from functions.worker.provenance import PRIOR_ATTEMPTS, MessageAttributes, Provenance, from_event
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, WorkerSettings
 
 # Modules only a failure, a hand-back or a job's HTTP call needs are imported there, on first use, not at
@@ -84,8 +91,8 @@ if TYPE_CHECKING:
 # The idempotency payload is {"key": "<business key>"}; Powertools hashes the value under this path.
 _KEY_PATH = "key"
 _RECORD_LOG_KEYS = ("job", "id", "message_id", "attempt", "idempotency_key")
-# Time a record needs beyond its job's time limit to be settled (dead-letter, visibility change).
-SETTLE_MARGIN_S = 2.0
+# After a job's first interruption at its time limit, how often it is interrupted again if it catches it.
+INTERRUPT_AGAIN_EVERY_S = 1.0
 # SQS's longest DelaySeconds for a message.
 SQS_MAX_DELAY_S = 900
 # How long a record waits for a twin holding its key before it is handed back, and how often it looks.
@@ -93,6 +100,16 @@ IN_PROGRESS_PATIENCE_S = 2.0
 IN_PROGRESS_POLL_S = 0.2
 
 T = TypeVar("T")
+
+
+# Errors the runtime raises about a record: classified by the runtime's rules alone, never the job's overrides.
+_RUNTIME_ERRORS = (
+    EnvelopeError,
+    IdempotencyKeyError,
+    JobInProgressError,
+    RuntimeInfrastructureError,
+    TimeLimitUnservableError,
+)
 
 
 class Outcome(Enum):
@@ -111,6 +128,24 @@ class RetryLater(Exception):
         self.cause = cause
 
 
+def _run_job(job: LoadedJob, envelope: Envelope, context: JobContext) -> JobResult:
+    """The one frame the job's code runs under: the time limit interrupts only code below it."""
+    return job.run(envelope, context)
+
+
+def _inside_job(frame: FrameType | None) -> bool:
+    """True when `frame` is the job's own code (or something it called): strictly below `_run_job`'s frame.
+
+    In `_run_job` itself the job has either not started or already returned; there the interruption waits for
+    its next tick, so a run that finished is never reported as timed out."""
+    current = frame
+    while current is not None:
+        if current.f_code is _run_job.__code__:
+            return current is not frame
+        current = current.f_back
+    return False
+
+
 @dataclass
 class _Execution:
     """One run of a job; `ran` tells a fresh run from a result replayed by the idempotency layer."""
@@ -123,40 +158,57 @@ class _Execution:
     ran: bool = False
     started: float = 0.0
     finished: float | None = None
+    # Times the job was interrupted at its limit (more than once only if it caught the interruption).
+    interruptions: int = 0
 
     def __call__(self) -> JobResult:
         self.ran = True
         self.started = time.monotonic()
         try:
-            with _alarm(self.interrupt_after_s) if self.interrupt_after_s else nullcontext():
-                result = self.job.run(self.context.envelope, self.context)
+            with self._time_limit() if self.interrupt_after_s else nullcontext():
+                result = _run_job(self.job, self.context.envelope, self.context)
+        except TimeLimitInterrupt:
+            # An Exception from here on: the idempotency layer releases the key only for those.
+            raise JobTimeLimitError(
+                f"run went past its time limit of {self.interrupt_after_s:g}s and was interrupted"
+            ) from None
         finally:
             self.finished = time.monotonic()
+        if self.interruptions:
+            self.context.logger.warning(
+                "job caught its time-limit interruption and finished late; its result stands",
+                extra={"interruptions": self.interruptions, "elapsed_ms": self.elapsed_ms()},
+            )
         return dict(result) if result is not None else None
+
+    @contextmanager
+    def _time_limit(self) -> Iterator[None]:
+        """Interrupt the job's code after `interrupt_after_s` with TimeLimitInterrupt (main thread only), and again
+        every INTERRUPT_AGAIN_EVERY_S while it keeps running.
+
+        A signal reaches Python code blocked in a socket read too, so a hung call is really stopped: the run's
+        exception goes up through the idempotency layer, which releases the key, and nothing keeps running
+        behind the worker. `except Exception` in the job can't swallow it (it is a BaseException)."""
+        limit_s = self.interrupt_after_s
+        assert limit_s is not None
+
+        def on_alarm(_signum: int, frame: FrameType | None) -> None:
+            if not _inside_job(frame):
+                return
+            self.interruptions += 1
+            raise TimeLimitInterrupt(f"time limit of {limit_s:g}s reached")
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, limit_s, INTERRUPT_AGAIN_EVERY_S)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
     def elapsed_ms(self) -> float:
         """How long the job's own code ran (so far, for a run that was cut and is still going)."""
         return round(((self.finished or time.monotonic()) - self.started) * 1000, 3)
-
-
-@contextmanager
-def _alarm(limit_s: float) -> Iterator[None]:
-    """Interrupt the code in this block after `limit_s` seconds with JobTimeLimitError (main thread only).
-
-    A signal reaches Python code blocked in a socket read too, so a hung call is really stopped: its exception
-    goes up through the idempotency layer, which releases the key, and nothing keeps running behind the worker.
-    """
-
-    def on_alarm(_signum: int, _frame: FrameType | None) -> None:
-        raise JobTimeLimitError(f"run went past its time limit of {limit_s:g}s and was interrupted")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, limit_s)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _can_interrupt() -> bool:
@@ -189,25 +241,32 @@ class TimeLimiter:
         try:
             return future.result(timeout=limit_s)
         except FutureTimeoutError:
+            if future.done():  # finished at the very limit: a finished run is never reported as timed out
+                return future.result()
             self._executor.shutdown(wait=False)
             self._executor = None
             self._abandoned[key] = future
             raise JobTimeLimitError(f"run went past its time limit of {limit_s:g}s and was cut") from None
 
 
-def _attempt(record: SQSRecord) -> int:
-    """Failed or cut runs so far plus this one: receives of this message plus those of its deferred ancestors."""
-    receives = int(record.attributes.approximate_receive_count or "1")
-    attributes: Mapping[str, Any] = record.raw_event.get("messageAttributes") or {}
-    if not attributes:  # most messages carry none: no dead-letter module loaded just for the name below
-        return receives
-    from functions.worker.deadletter import PRIOR_ATTEMPTS
+@dataclass(frozen=True)
+class _Delivery:
+    """One record as the runtime reads it: its attributes split by sender, and which attempt this is."""
 
-    prior_attribute: Mapping[str, Any] = attributes.get(PRIOR_ATTEMPTS) or {}
+    record: SQSRecord
+    attributes: MessageAttributes
+    # Failed or cut runs so far plus this one: receives of this message plus those of its deferred ancestors.
+    attempt: int
+
+
+_NO_ATTRIBUTES = MessageAttributes(bookkeeping={}, producer={})
+
+
+def _prior_attempts(attributes: MessageAttributes) -> int:
     try:
-        return receives + max(0, int(prior_attribute.get("stringValue", 0)))
-    except (TypeError, ValueError):
-        return receives
+        return max(0, int(attributes.bookkeeping.get(PRIOR_ATTEMPTS, "0")))
+    except ValueError:
+        return 0
 
 
 class Worker:
@@ -244,8 +303,12 @@ class Worker:
             config=self._idempotency_config,
             key_prefix=IDEMPOTENCY_KEY_PREFIX,
         )
+        # Whose `jobs.*` attributes count: messages this worker's own role sent (functions/worker/provenance.py).
+        self._provenance = Provenance.of([settings.runtime_role_id])
         self._tally = BatchTally()
         self._lambda_context: LambdaContext | None = None
+        # The whole invocation's time, read at its start: what any invocation of this function can give a record.
+        self._budget_s = 0.0
         self._settled: set[str] = set()
         self.handle = self._obs.logger.inject_lambda_context(self._handle, clear_state=True)
 
@@ -281,6 +344,7 @@ class Worker:
     def _handle(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
         self._idempotency_config.register_lambda_context(context)
         self._lambda_context = context
+        self._budget_s = self._remaining_s()
         self._settled = set()
         try:
             response = process_partial_response(
@@ -300,17 +364,28 @@ class Worker:
             if record["messageId"] in failed and record["messageId"] not in self._settled:
                 self._change_visibility(record["receiptHandle"], 0)
 
+    def _delivery(self, record: SQSRecord) -> _Delivery:
+        receives = int(record.attributes.approximate_receive_count or "1")
+        raw: Mapping[str, Any] = record.raw_event.get("messageAttributes") or {}
+        if not raw:  # most messages carry none
+            return _Delivery(record=record, attributes=_NO_ATTRIBUTES, attempt=receives)
+        attributes = MessageAttributes.split(
+            from_event(raw), self._provenance.sent_by_runtime(record.attributes.sender_id)
+        )
+        return _Delivery(record=record, attributes=attributes, attempt=receives + _prior_attempts(attributes))
+
     def _process_record(self, record: SQSRecord) -> Outcome:
         self._settled.add(record.message_id)
-        attempt = _attempt(record)
+        delivery = self._delivery(record)
         logger = self._obs.logger
-        logger.thread_safe_append_keys(message_id=record.message_id, attempt=attempt)
+        logger.thread_safe_append_keys(message_id=record.message_id, attempt=delivery.attempt)
         try:
-            return self._settle(record, attempt)
+            return self._settle(delivery)
         finally:
             logger.thread_safe_remove_keys(_RECORD_LOG_KEYS)
 
-    def _settle(self, record: SQSRecord, attempt: int) -> Outcome:
+    def _settle(self, delivery: _Delivery) -> Outcome:
+        record = delivery.record
         envelope: Envelope | None = None
         job: LoadedJob | None = None
         try:
@@ -320,17 +395,24 @@ class Worker:
                 return self._heartbeat(record)
             job = self._jobs[envelope.job]
             limit_s = self._queue.time_limit_s(envelope.job)
+            if self._budget_s < limit_s + SETTLE_MARGIN_S:
+                # No invocation of this function will ever have more: handing it back would go on for ever.
+                raise TimeLimitUnservableError(
+                    f"the function's invocations last {self._budget_s:.1f}s; job {envelope.job!r} needs its "
+                    f"{limit_s:g}s time limit plus the {SETTLE_MARGIN_S}s settle margin: raise the function "
+                    "timeout or lower the job's time_limit_s"
+                )
             if self._remaining_s() < limit_s + SETTLE_MARGIN_S:
-                return self._defer(record, envelope, attempt, limit_s)
-            outcome = self._run(job, envelope, record, attempt, limit_s)
+                return self._defer(delivery, envelope, limit_s)
+            outcome = self._run(job, envelope, delivery, limit_s)
         except Exception as error:
             from functions.worker.classify import classify
 
-            if isinstance(error, EnvelopeError) or job is None:
-                classification = classify(error)
+            if isinstance(error, _RUNTIME_ERRORS) or job is None:
+                classification = classify(error)  # the job's overrides are for the job's own errors
             else:
                 classification = classify(error, job.permanent_errors, job.transient_errors)
-            return self._fail(record, envelope, error, classification, attempt)
+            return self._fail(delivery, envelope, error, classification)
         self._tally.add(envelope.job, SUCCEEDED if outcome is Outcome.SUCCEEDED else DUPLICATE)
         self._obs.logger.info("job done" if outcome is Outcome.SUCCEEDED else "duplicate skipped")
         return outcome
@@ -347,7 +429,7 @@ class Worker:
         assert self._lambda_context is not None
         return self._lambda_context.get_remaining_time_in_millis() / 1000
 
-    def _run(self, job: LoadedJob, envelope: Envelope, record: SQSRecord, attempt: int, limit_s: float) -> Outcome:
+    def _run(self, job: LoadedJob, envelope: Envelope, delivery: _Delivery, limit_s: float) -> Outcome:
         key = job.idempotency_key(envelope)
         self._obs.logger.thread_safe_append_keys(idempotency_key=key)
         assert self._lambda_context is not None
@@ -356,8 +438,8 @@ class Worker:
             context=JobContext(
                 envelope=envelope,
                 key=key,
-                attempt=attempt,
-                message_id=record.message_id,
+                attempt=delivery.attempt,
+                message_id=delivery.record.message_id,
                 resources=self.settings.resources,
                 clients=self._clients,
                 logger=self._obs.logger,
@@ -402,31 +484,34 @@ class Worker:
                 time.sleep(IN_PROGRESS_POLL_S)
             except PowertoolsIdempotencyKeyError as error:
                 raise IdempotencyKeyError(str(error)) from error
+            except IdempotencyPersistenceLayerError as error:
+                # The idempotency table failed the runtime (permissions, throttling, an outage), not the job.
+                raise RuntimeInfrastructureError(f"idempotency store: {error}") from error
 
     def _fail(
-        self,
-        record: SQSRecord,
-        envelope: Envelope | None,
-        error: BaseException,
-        classification: Classification,
-        attempt: int,
+        self, delivery: _Delivery, envelope: Envelope | None, error: BaseException, classification: Classification
     ) -> Outcome:
-        if isinstance(error, JobInProgressError) and envelope is not None:
-            # Not a failed run: another one holds the key (a crashed one holds it until its invocation's
-            # deadline at the latest). Come back after a backoff, without using up an attempt.
+        attempt = delivery.attempt
+        if isinstance(error, JobInProgressError | RuntimeInfrastructureError) and envelope is not None:
+            # Not a failed run of the job: another run holds the key (a crashed one holds it until its
+            # invocation's deadline at the latest), or the runtime's own resources failed it. Come back after a
+            # backoff, without using up an attempt.
+            reason = "in_progress" if isinstance(error, JobInProgressError) else "runtime_fault"
+            if reason == "runtime_fault":
+                self._runtime_fault("idempotency_store")
             delay_s = min(SQS_MAX_DELAY_S, self._backoff(attempt, classification))
-            return self._hand_back(record, envelope, attempt, delay_s, "in_progress", {"error": str(error)[:1024]})
+            return self._hand_back(delivery, envelope, delay_s, reason, {"error": str(error)[:1024]})
         from functions.worker.classify import Kind
         from functions.worker.deadletter import FAILURE_EXHAUSTED, FAILURE_PERMANENT
 
         job_name = envelope.job if envelope else UNPARSEABLE_JOB
         self._tally.add(job_name, FAILED)  # every failed run, whatever happens next
         if classification.kind is Kind.PERMANENT:
-            return self._dead_letter(record, envelope, error, attempt, FAILURE_PERMANENT, classification)
+            return self._dead_letter(delivery, envelope, error, FAILURE_PERMANENT, classification)
         if attempt >= self._queue.max_attempts:
-            return self._dead_letter(record, envelope, error, attempt, FAILURE_EXHAUSTED, classification)
+            return self._dead_letter(delivery, envelope, error, FAILURE_EXHAUSTED, classification)
         delay_s = self._backoff(attempt, classification)
-        self._change_visibility(record.receipt_handle, delay_s)
+        self._change_visibility(delivery.record.receipt_handle, delay_s)
         self._obs.logger.warning(
             "job failed; retrying after backoff",
             extra={
@@ -441,7 +526,11 @@ class Worker:
         self._tally.add(job_name, RETRIED)
         raise RetryLater(error) from error
 
-    def _backoff(self, attempt: int, classification: Classification) -> int:
+    def _runtime_fault(self, reason: str) -> None:
+        """Count a failure of the runtime's own AWS resources: the runtime-faults alarm pages on it."""
+        self._tally.add(RUNTIME_JOB, RUNTIME_FAULT, reason=reason)
+
+    def _backoff(self, attempt: int, classification: Classification | None = None) -> int:
         from functions.worker.backoff import SQS_MAX_VISIBILITY_S, backoff_delay_s
 
         delay_s = backoff_delay_s(
@@ -449,7 +538,7 @@ class Worker:
             self._queue.backoff_base_s,
             self._queue.backoff_cap_s,
             self._rng,
-            floor_s=classification.retry_after_s,
+            floor_s=classification.retry_after_s if classification else None,
         )
         # A visibility timeout counts from now and may not reach past 12 h from this receive.
         return min(delay_s, SQS_MAX_VISIBILITY_S - self._queue.function_timeout_s)
@@ -461,21 +550,16 @@ class Worker:
             )
         except Exception:
             # The message keeps the queue's visibility timeout: retried later than planned, never lost.
+            self._runtime_fault("visibility_change")
             self._obs.logger.exception("could not change the message's visibility; the queue's timeout applies")
 
-    def _defer(self, record: SQSRecord, envelope: Envelope, attempt: int, limit_s: float) -> Outcome:
+    def _defer(self, delivery: _Delivery, envelope: Envelope, limit_s: float) -> Outcome:
         """Too little time left to run this record within its limit: hand it back now, unrun."""
         details = {"remaining_s": round(self._remaining_s(), 3), "time_limit_s": limit_s}
-        return self._hand_back(record, envelope, attempt, 0, "no_time", details)
+        return self._hand_back(delivery, envelope, 0, "no_time", details)
 
     def _hand_back(
-        self,
-        record: SQSRecord,
-        envelope: Envelope,
-        attempt: int,
-        delay_s: int,
-        reason: str,
-        details: Mapping[str, Any],
+        self, delivery: _Delivery, envelope: Envelope, delay_s: int, reason: str, details: Mapping[str, Any]
     ) -> Outcome:
         """Return a record that was not run to its queue, due in `delay_s`, without using up an attempt.
 
@@ -483,14 +567,20 @@ class Worker:
         the copy can't be sent): the message itself, made visible in `delay_s`; its order is kept, the receive
         counts.
         """
+        record = delivery.record
         self._tally.add(envelope.job, DEFERRED, reason=reason)
         extra = {**details, "reason": reason, "next_delay_s": delay_s}
         if not self._queue.fifo:
             try:
                 self._dead_letters.requeue(
-                    self.settings.queue_url, record.body, record.raw_event, prior=attempt - 1, delay_s=delay_s
+                    self.settings.queue_url,
+                    record.body,
+                    delivery.attributes,
+                    prior=delivery.attempt - 1,
+                    delay_s=delay_s,
                 )
             except Exception:
+                self._runtime_fault("requeue")
                 self._obs.logger.exception("could not requeue a record handed back; changing its visibility instead")
             else:
                 self._obs.logger.info("handed back unrun; requeued", extra=extra)
@@ -501,15 +591,15 @@ class Worker:
 
     def _dead_letter(
         self,
-        record: SQSRecord,
+        delivery: _Delivery,
         envelope: Envelope | None,
         error: BaseException,
-        attempt: int,
         failure: str,
         classification: Classification,
     ) -> Outcome:
         from functions.worker.deadletter import Evidence, iso_from_epoch_ms
 
+        record = delivery.record
         job_name = envelope.job if envelope else UNPARSEABLE_JOB
         first_receive = record.attributes.approximate_first_receive_timestamp
         evidence = Evidence(
@@ -517,17 +607,20 @@ class Worker:
             error_message=str(error),
             traceback="".join(traceback.format_exception(error)),
             failure=failure,
-            attempts=attempt,
+            attempts=delivery.attempt,
             first_failed_at=iso_from_epoch_ms(int(first_receive)) if first_receive else "",
             last_failed_at=iso_from_epoch_ms(time.time() * 1000),
             source_queue=record.event_source_arn or "",
             envelope=envelope,
         )
         try:
-            dead_letter_id = self._dead_letters.send(record.body, evidence, record.raw_event)
+            dead_letter_id = self._dead_letters.send(record.body, evidence, record.raw_event, delivery.attributes)
         except Exception as send_error:
-            # The original stays on the queue; SQS's redrive policy is the safety net.
-            self._obs.logger.exception("could not dead-letter the record; leaving it to SQS redrive")
+            # The DLQ refused it (permissions, KMS, an outage): the runtime's fault, not the job's. The original
+            # stays on the queue and comes back after a backoff; SQS's redrive policy is the last safety net.
+            self._runtime_fault("dead_letter_send")
+            self._obs.logger.exception("could not dead-letter the record; it stays on its queue")
+            self._change_visibility(record.receipt_handle, self._backoff(delivery.attempt))
             raise RetryLater(send_error) from error
         self._obs.logger.error(
             "job dead-lettered",

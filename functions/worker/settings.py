@@ -15,6 +15,9 @@ ENV_QUEUE_NAME = "JOBS_QUEUE_NAME"
 ENV_QUEUE_URL = "JOBS_QUEUE_URL"
 ENV_DLQ_URL = "JOBS_DLQ_URL"
 ENV_IDEMPOTENCY_TABLE = "JOBS_IDEMPOTENCY_TABLE"
+# The unique ID (AROA...) of the worker's own IAM role: messages it sent carry it in their SenderId, and only
+# their `jobs.*` attributes are the runtime's bookkeeping (functions/worker/provenance.py).
+ENV_RUNTIME_ROLE_ID = "JOBS_RUNTIME_ROLE_ID"
 # One variable per resource a queue's jobs need: JOBS_RESOURCE_ORDERS_TABLE, JOBS_RESOURCE_MAIL_SENDER, ...
 RESOURCE_ENV_PREFIX = "JOBS_RESOURCE_"
 
@@ -36,13 +39,14 @@ class WorkerSettings:
     queue_url: str
     dlq_url: str
     idempotency_table: str
+    runtime_role_id: str
     resources: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], catalog: Catalog = CATALOG) -> WorkerSettings:
         """Build from the Lambda environment; one WorkerConfigError lists every missing or bad variable."""
         problems: list[str] = []
-        required = (ENV_QUEUE_NAME, ENV_QUEUE_URL, ENV_DLQ_URL, ENV_IDEMPOTENCY_TABLE)
+        required = (ENV_QUEUE_NAME, ENV_QUEUE_URL, ENV_DLQ_URL, ENV_IDEMPOTENCY_TABLE, ENV_RUNTIME_ROLE_ID)
         values = {name: environ.get(name, "").strip() for name in required}
         problems += [f"{name} is not set" for name, value in values.items() if not value]
         queue: QueueSpec | None = None
@@ -65,6 +69,7 @@ class WorkerSettings:
             queue_url=values[ENV_QUEUE_URL],
             dlq_url=values[ENV_DLQ_URL],
             idempotency_table=values[ENV_IDEMPOTENCY_TABLE],
+            runtime_role_id=values[ENV_RUNTIME_ROLE_ID],
             resources=resources,
         )
 
@@ -75,6 +80,7 @@ class WorkerSettings:
             ENV_QUEUE_URL: self.queue_url,
             ENV_DLQ_URL: self.dlq_url,
             ENV_IDEMPOTENCY_TABLE: self.idempotency_table,
+            ENV_RUNTIME_ROLE_ID: self.runtime_role_id,
         }
         environ.update({resource_env_name(name): value for name, value in self.resources.items()})
         return environ

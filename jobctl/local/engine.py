@@ -35,6 +35,7 @@ from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.heartbeat import HeartbeatCanary
 from jobctl.local.metrics_agent import MetricsAgent
 from jobctl.local.moto_locks import serialize_moto
+from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import DEFAULT_STACK_NAME, LocalDeployment, provision
 
 log = logging.getLogger("jobctl.local")
@@ -153,9 +154,11 @@ class LocalEngine:
         )
         return ClientFactory(session=session or self.session(), endpoint_url=self.endpoint_url, config=config)
 
-    def _worker_clients(self) -> ClientFactory:
-        """The workers' clients: the engine's, with chaos hooked into their downstream calls."""
-        session = self.session()
+    def _worker_clients(self, queue: str) -> ClientFactory:
+        """A worker's clients: on credentials of its queue's worker role (as Lambda runs it), with chaos hooked
+        into their downstream calls."""
+        assert self.deployment is not None
+        session = self.deployment.worker_session(self.clients()("sts"), queue, self._function_name(queue))
         if self.chaos is not None:
             # The hooks reach every client made from this session, and no other (the engine's own).
             self.chaos.register_ses(session.events)
@@ -174,6 +177,7 @@ class LocalEngine:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         check_port_free(self.host, self.port)
         serialize_moto()  # moto's SQS and DynamoDB are not thread-safe, and the pollers are many threads
+        record_senders()  # SenderId names the IAM identity that sent a message, as on AWS
         self._switch_interval_s = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch_interval_s, GIL_SWITCH_INTERVAL_S))
         self._server = _LocalMotoServer(ip_address=self.host, port=self.port, verbose=False)
@@ -202,7 +206,7 @@ class LocalEngine:
                 queue=self.deployment.queues[spec.name],
                 sqs_client=self.clients()("sqs"),
                 handler_factory=lambda name=spec.name: self._worker_handler(name),  # type: ignore[misc]
-                function_name=f"{self.stack_name}-{spec.name}-worker",
+                function_name=self._function_name(spec.name),
                 concurrency=self._concurrency,
                 chaos=self.chaos,
             )
@@ -218,12 +222,15 @@ class LocalEngine:
             mapping.join(timeout_s)
         self.mappings.clear()
 
+    def _function_name(self, queue: str) -> str:
+        return f"{self.stack_name}-{queue}-worker"
+
     def _worker_handler(self, queue: str) -> Handler:
         assert self.deployment is not None
         # One Worker per poller: each poller is one Lambda execution environment with its own state.
         worker = Worker(
             settings=self.deployment.worker_settings(queue),
-            clients=self._worker_clients(),
+            clients=self._worker_clients(queue),
             observability=Observability.create(output=self._worker_output, metrics_sink=self._forward_metrics),
         )
         return worker.handle

@@ -1,6 +1,6 @@
 """Creates, on any SQS/DynamoDB/SES/S3 endpoint (the local moto server, or moto's mock_aws in tests), the same
-queues, DLQs, tables, bucket and SES identity the CDK stack creates, with the same settings, from the same
-catalog."""
+queues, DLQs, tables, bucket, SES identity and worker roles the CDK stack creates, with the same settings, from
+the same catalog."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import boto3
+
 from functions.catalog import CATALOG, Catalog, QueueSpec
 from functions.worker.settings import WorkerSettings
-from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, parameter_name, physical_queue_name
+from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, parameter_name, physical_queue_name
 
 DEFAULT_STACK_NAME = "SqsJobs"
 DEFAULT_MAIL_SENDER = "jobs@example.com"
@@ -29,11 +31,22 @@ BUCKET_PUBLIC_ACCESS_BLOCK = {
     "RestrictPublicBuckets": True,
 }
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
+# Who may assume a worker role: Lambda, as in the stack.
+_LAMBDA_TRUST = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ],
+    }
+)
 
 
-def queue_parameters(stack_name: str, queue: str, url: str, dlq_url: str, arn: str) -> dict[str, str]:
+def queue_parameters(
+    stack_name: str, queue: str, url: str, dlq_url: str, arn: str, worker_role_id: str
+) -> dict[str, str]:
     """The SSM parameters through which publishers and jobctl find a queue, as the stack writes them."""
-    values = {QUEUE_URL: url, DLQ_URL: dlq_url, QUEUE_ARN: arn}
+    values = {QUEUE_URL: url, DLQ_URL: dlq_url, QUEUE_ARN: arn, WORKER_ROLE_ID: worker_role_id}
     return {parameter_name(stack_name, queue, key): value for key, value in values.items()}
 
 
@@ -67,6 +80,9 @@ class LocalQueue:
     arn: str
     dlq_url: str
     dlq_arn: str
+    # The worker's IAM role: workers run on credentials from AssumeRole of it, as Lambda runs them.
+    worker_role_arn: str
+    worker_role_id: str
 
 
 @dataclass(frozen=True)
@@ -86,8 +102,32 @@ class LocalDeployment:
             queue_url=local.url,
             dlq_url=local.dlq_url,
             idempotency_table=self.idempotency_table,
+            runtime_role_id=local.worker_role_id,
             resources={name: self.resources[name] for name in local.spec.resources},
         )
+
+    def worker_session(self, sts_client: Any, queue: str, session_name: str) -> boto3.session.Session:
+        """A session on credentials of the queue's worker role, as Lambda gives its function: what the worker
+        sends then carries the role's ID as SenderId."""
+        credentials = sts_client.assume_role(
+            RoleArn=self.queues[queue].worker_role_arn, RoleSessionName=session_name[:64]
+        )["Credentials"]
+        return boto3.session.Session(
+            aws_access_key_id=credentials["AccessKeyId"],
+            aws_secret_access_key=credentials["SecretAccessKey"],
+            aws_session_token=credentials["SessionToken"],
+            region_name=self.region,
+        )
+
+
+def _worker_role(iam: Any, stack_name: str, queue: str) -> tuple[str, str]:
+    """The queue's worker role (ARN, unique ID), created or found."""
+    name = f"{stack_name}-{queue}-worker"[:64]
+    try:
+        role = iam.create_role(RoleName=name, AssumeRolePolicyDocument=_LAMBDA_TRUST)["Role"]
+    except iam.exceptions.EntityAlreadyExistsException:
+        role = iam.get_role(RoleName=name)["Role"]
+    return str(role["Arn"]), str(role["RoleId"])
 
 
 def _create_table(dynamodb: Any, name: str, key: str, ttl_attribute: str | None = None) -> None:
@@ -140,6 +180,7 @@ def provision(
 ) -> LocalDeployment:
     """Create (or find) every resource of the stack. Idempotent: a second call returns the same deployment."""
     sqs = client("sqs")
+    iam = client("iam")
     queues: dict[str, LocalQueue] = {}
     for spec in catalog:
         source_name = physical_queue_name(stack_name, spec.name, fifo=spec.fifo)
@@ -152,7 +193,16 @@ def provision(
         sqs.set_queue_attributes(QueueUrl=dlq_url, Attributes=dlq_attributes(spec, source_arn))
         url = sqs.create_queue(QueueName=source_name, Attributes=fifo_attributes(spec))["QueueUrl"]
         sqs.set_queue_attributes(QueueUrl=url, Attributes=queue_attributes(spec, dlq_arn))
-        queues[spec.name] = LocalQueue(spec=spec, url=url, arn=source_arn, dlq_url=dlq_url, dlq_arn=dlq_arn)
+        role_arn, role_id = _worker_role(iam, stack_name, spec.name)
+        queues[spec.name] = LocalQueue(
+            spec=spec,
+            url=url,
+            arn=source_arn,
+            dlq_url=dlq_url,
+            dlq_arn=dlq_arn,
+            worker_role_arn=role_arn,
+            worker_role_id=role_id,
+        )
 
     dynamodb = client("dynamodb")
     idempotency_table = f"{stack_name}-idempotency"
@@ -168,7 +218,10 @@ def provision(
     client("ses").verify_email_identity(EmailAddress=mail_sender)
     ssm = client("ssm")
     for local in queues.values():
-        for name, value in queue_parameters(stack_name, local.spec.name, local.url, local.dlq_url, local.arn).items():
+        parameters = queue_parameters(
+            stack_name, local.spec.name, local.url, local.dlq_url, local.arn, local.worker_role_id
+        )
+        for name, value in parameters.items():
             ssm.put_parameter(Name=name, Value=value, Type="String", Overwrite=True)
     return LocalDeployment(
         stack_name=stack_name,

@@ -25,6 +25,7 @@ from functions.worker.runtime import Worker
 from jobctl.local.chaos import Chaos
 from jobctl.local.emulator import EventSourceMapping, Invocation
 from jobctl.local.lambda_events import LocalLambdaContext
+from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import LocalDeployment, provision
 
 REGION = "us-east-1"
@@ -45,6 +46,7 @@ def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def clients(aws_credentials: None) -> Iterator[ClientFactory]:
+    record_senders()  # SenderId names who sent a message, as on AWS: the worker's role, or the test (a producer)
     with mock_aws():
         yield ClientFactory(session=boto3.session.Session(region_name=REGION))
 
@@ -57,11 +59,20 @@ class Harness:
     deployment: LocalDeployment
     catalog: Catalog
     output: io.StringIO = field(default_factory=io.StringIO)
+    _worker_clients: dict[str, ClientFactory] = field(default_factory=dict)
+
+    def worker_clients(self, queue: str = "orders") -> ClientFactory:
+        """The queue's worker's clients: on its role's credentials, as Lambda runs it (the harness's own
+        `clients` are a producer's)."""
+        if queue not in self._worker_clients:
+            session = self.deployment.worker_session(self.clients("sts"), queue, f"test-{queue}-worker")
+            self._worker_clients[queue] = ClientFactory(session=session)
+        return self._worker_clients[queue]
 
     def worker(self, queue: str = "orders") -> Worker:
         return Worker(
             settings=self.deployment.worker_settings(queue),
-            clients=self.clients,
+            clients=self.worker_clients(queue),
             observability=Observability.create(output=self.output),
         )
 
@@ -103,6 +114,16 @@ class Harness:
             AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
         )["Attributes"]
         return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+    def peek(self, queue: str = "orders") -> dict[str, Any]:
+        """The one message waiting on a source queue, with its attributes, left there (visible again at once)."""
+        sqs = self.clients("sqs")
+        url = self.deployment.queues[queue].url
+        [message] = sqs.receive_message(
+            QueueUrl=url, MessageAttributeNames=["All"], MessageSystemAttributeNames=["All"]
+        )["Messages"]
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+        return dict(message)
 
     def dead_letters(self, queue: str = "orders") -> list[dict[str, Any]]:
         sqs = self.clients("sqs")

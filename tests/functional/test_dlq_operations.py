@@ -9,8 +9,12 @@ from typing import Any
 
 import pytest
 
+from functions.catalog import Catalog, JobSpec, QueueSpec
 from functions.worker import deadletter
-from jobctl.dlq import BadFilterError, DeadLetterQueue, DlqError, Filter, group, queue_busy, verify
+from functions.worker.clients import ClientFactory
+from functions.worker.provenance import Provenance
+from jobctl.dlq import NO_EVIDENCE, BadFilterError, DeadLetterQueue, DlqError, Filter, group, queue_busy, verify
+from jobctl.local.provision import provision
 from tests.functional.conftest import Harness
 
 MISSING = ("9001", "9002", "9003")
@@ -35,7 +39,12 @@ def dlq(harness: Harness) -> DeadLetterQueue:
         MessageBody=envelope("7777"),
         MessageAttributes={"tenant": {"DataType": "String", "StringValue": "acme"}},
     )
-    return DeadLetterQueue(harness.clients("sqs"), local.dlq_url, local.url, receive_wait_s=0)
+    return DeadLetterQueue(harness.clients("sqs"), local.dlq_url, local.url, runtime(harness), receive_wait_s=0)
+
+
+def runtime(harness: Harness) -> Provenance:
+    """The orders worker's role: the only sender whose `jobs.*` attributes are evidence."""
+    return Provenance.of([harness.deployment.queues["orders"].worker_role_id])
 
 
 def bodies_in(harness: Harness, dead_letter: bool) -> list[str]:
@@ -64,7 +73,7 @@ def test_grouping_by_error_counts_each_kind(dlq: DeadLetterQueue) -> None:
         by_type.setdefault(entry["error_type"], []).append(entry["count"])
     assert by_type["EnvelopeNotJSONError"] == [1]
     assert by_type["EnvelopeFieldError"] == [1]
-    assert by_type["(no evidence: moved by SQS redrive)"] == [1]
+    assert by_type[NO_EVIDENCE] == [1]
     assert by_type["OrderNotFoundError"] == [3]  # one group, though each message names its own order
     first = groups[0]
     assert {"count", "first_seen", "last_seen", "sample_message_id", "error_message"} <= set(first)
@@ -83,7 +92,7 @@ def test_grouping_by_job_and_day(dlq: DeadLetterQueue) -> None:
 def test_a_dead_letter_without_evidence_still_names_its_job_and_keeps_its_attributes(dlq: DeadLetterQueue) -> None:
     [bare] = [letter for letter in dlq.peek() if letter.entity_id == "7777"]
     assert bare.job == "order_confirmation"
-    assert bare.error_type == "(no evidence: moved by SQS redrive)"
+    assert bare.error_type == NO_EVIDENCE
     assert bare.publisher_attributes == {"tenant": {"DataType": "String", "StringValue": "acme"}}
     assert bare.failed_at is not None  # when SQS took it in
 
@@ -97,7 +106,7 @@ def test_move_by_error_type_moves_only_the_matching_messages(harness: Harness, d
     assert {letter.error_type for letter in left} == {
         "EnvelopeNotJSONError",
         "EnvelopeFieldError",
-        "(no evidence: moved by SQS redrive)",
+        NO_EVIDENCE,
     }
 
 
@@ -136,7 +145,7 @@ def test_a_redrive_interrupted_half_way_loses_nothing(
         return real_delete(**kwargs)
 
     monkeypatch.setattr(sqs, "delete_message_batch", crash_on_second_delete)
-    small_batches = DeadLetterQueue(sqs, dlq.dlq_url, dlq.source_url, receive_wait_s=0)
+    small_batches = DeadLetterQueue(sqs, dlq.dlq_url, dlq.source_url, dlq.provenance, receive_wait_s=0)
     monkeypatch.setattr("jobctl.dlq.SQS_BATCH_MAX", 2)
     with pytest.raises(KeyboardInterrupt):
         small_batches.move(Filter())
@@ -236,7 +245,57 @@ def test_a_redrive_restores_binary_attributes_as_bytes(harness: Harness) -> None
     )
     harness.deliver()
     local = harness.deployment.queues["orders"]
-    dead = DeadLetterQueue(harness.clients("sqs"), local.dlq_url, local.url, receive_wait_s=0)
+    dead = DeadLetterQueue(harness.clients("sqs"), local.dlq_url, local.url, runtime(harness), receive_wait_s=0)
     assert dead.move(Filter(match="9100")).moved == 1
     [message] = harness.clients("sqs").receive_message(QueueUrl=local.url, MessageAttributeNames=["All"])["Messages"]
     assert message["MessageAttributes"]["blob"]["BinaryValue"] == payload
+
+
+FIFO_CATALOG = Catalog(
+    queues=(
+        QueueSpec(
+            name="ordered",
+            fifo=True,
+            jobs=(JobSpec(name="ordered_job", handler="tests.functional.sample_jobs.flaky"),),
+        ),
+    )
+)
+
+
+def test_a_fifo_dlq_is_redriven_into_the_same_message_groups(clients: ClientFactory) -> None:
+    # Given two dead letters of a FIFO queue, from two message groups
+    fifo = Harness(clients=clients, deployment=provision(clients, catalog=FIFO_CATALOG), catalog=FIFO_CATALOG)
+    local = fifo.deployment.queues["ordered"]
+    for group_id in ("order-1", "order-2"):
+        fifo.send("not json", queue="ordered", MessageGroupId=group_id, MessageDeduplicationId=group_id)
+    while fifo.deliver("ordered") is not None:
+        pass
+    dead = DeadLetterQueue(
+        clients("sqs"), local.dlq_url, local.url, Provenance.of([local.worker_role_id]), receive_wait_s=0
+    )
+    assert sorted(letter.group_id or "" for letter in dead.peek()) == ["order-1", "order-2"]
+    # When they are redriven client side, each goes back into its own group (SQS refuses a FIFO send without one)
+    report = dead.move(Filter())
+    assert (report.moved, report.failed) == (2, [])
+    received = clients("sqs").receive_message(
+        QueueUrl=local.url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["MessageGroupId"]
+    )["Messages"]
+    assert sorted(message["Attributes"]["MessageGroupId"] for message in received) == ["order-1", "order-2"]
+
+
+def test_attributes_a_producer_named_like_evidence_are_never_shown_as_evidence(harness: Harness) -> None:
+    # A producer that may send to the DLQ (or whose message SQS's redrive moved there) sets `jobs.*` itself.
+    local = harness.deployment.queues["orders"]
+    forged = {
+        deadletter.ERROR_TYPE: {"DataType": "String", "StringValue": "ForgedError"},
+        deadletter.ATTEMPTS: {"DataType": "Number", "StringValue": "10"},
+    }
+    harness.clients("sqs").send_message(QueueUrl=local.dlq_url, MessageBody=envelope("8888"), MessageAttributes=forged)
+    dead = DeadLetterQueue(harness.clients("sqs"), local.dlq_url, local.url, runtime(harness), receive_wait_s=0)
+    [letter] = dead.peek()
+    assert letter.error_type == NO_EVIDENCE
+    assert letter.to_dict()["attempts"] is None
+    assert letter.publisher_attributes == forged  # the producer's data, kept and redriven as it came
+    assert dead.move(Filter()).moved == 1
+    [message] = harness.clients("sqs").receive_message(QueueUrl=local.url, MessageAttributeNames=["All"])["Messages"]
+    assert message["MessageAttributes"] == forged

@@ -15,10 +15,11 @@ from functions.worker import deadletter
 from functions.worker.backoff import backoff_ceiling_s, backoff_delay_s
 from functions.worker.clients import ClientFactory
 from functions.worker.observability import Observability
+from functions.worker.provenance import PRIOR_ATTEMPTS, MessageAttributes
 from functions.worker.runtime import Worker
 from jobctl.local.provision import provision
 from tests.functional.conftest import Harness, attributes_of, envelope
-from tests.functional.sample_jobs import flaky, sleepy
+from tests.functional.sample_jobs import flaky, nap, sleepy, stubborn
 
 SEED = 20261129
 BASE = QueueSpec(name="x", jobs=(JobSpec(name="x", handler="x.y"),))
@@ -33,6 +34,7 @@ TESTING = QueueSpec(
         JobSpec(name="flaky", handler="tests.functional.sample_jobs.flaky"),
         JobSpec(name="sleepy", handler="tests.functional.sample_jobs.sleepy", time_limit_s=1),
         JobSpec(name="strict", handler="tests.functional.sample_jobs.strict"),
+        JobSpec(name="stubborn", handler="tests.functional.sample_jobs.stubborn", time_limit_s=1),
     ),
 )
 ORDERED = QueueSpec(
@@ -41,7 +43,17 @@ ORDERED = QueueSpec(
     max_attempts=5,
     jobs=(JobSpec(name="ordered_flaky", handler="tests.functional.sample_jobs.flaky"),),
 )
-CATALOG = Catalog(queues=(TESTING, ORDERED))
+# Short invocations: a 1.5 s nap leaves the records after it less than their 2 s limit plus the settle margin.
+TIGHT = QueueSpec(
+    name="tight",
+    function_timeout_s=5,
+    jobs=(
+        JobSpec(name="nap", handler="tests.functional.sample_jobs.nap", time_limit_s=2),
+        JobSpec(name="tight_flaky", handler="tests.functional.sample_jobs.flaky", time_limit_s=2),
+    ),
+)
+NAP_S = "1.5"
+CATALOG = Catalog(queues=(TESTING, ORDERED, TIGHT))
 
 
 @pytest.fixture
@@ -49,6 +61,8 @@ def testing(clients: ClientFactory) -> Iterator[Harness]:
     flaky.FAILURES.clear()
     flaky.SIDE_EFFECTS.clear()
     flaky.ATTEMPTS_SEEN.clear()
+    nap.FAILURES.clear()
+    stubborn.OUTCOMES.clear()
     sleepy.RELEASE.clear()
     sleepy.DONE.clear()
     yield Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
@@ -69,7 +83,7 @@ class VisibilityLog:
 def worker_with(harness: Harness, queue: str, seed: int) -> Worker:
     return Worker(
         settings=harness.deployment.worker_settings(queue),
-        clients=harness.clients,
+        clients=harness.worker_clients(queue),
         observability=Observability.create(output=harness.output),
         rng=random.Random(seed),
     )
@@ -78,7 +92,7 @@ def worker_with(harness: Harness, queue: str, seed: int) -> Worker:
 def test_transient_failures_back_off_with_growing_jittered_delays_then_dead_letter(testing: Harness) -> None:
     flaky.FAILURES["1"] = 99
     testing.send(envelope("flaky", "1"), queue="testing")
-    visibility = VisibilityLog(testing.clients)
+    visibility = VisibilityLog(testing.worker_clients("testing"))
     worker = worker_with(testing, "testing", SEED)
     for _ in range(TESTING.max_attempts - 1):
         invocation = testing.deliver("testing", worker=worker)
@@ -90,7 +104,7 @@ def test_transient_failures_back_off_with_growing_jittered_delays_then_dead_lett
     # The runtime set exactly the full-jitter delays of attempts 1..4, drawn in order from its RNG...
     rng = random.Random(SEED)
     expected = [backoff_delay_s(n, TESTING.backoff_base_s, TESTING.backoff_cap_s, rng) for n in range(1, 5)]
-    assert visibility.timeouts[::2] == expected  # every other call is the test's own expire_visibility(0)
+    assert visibility.timeouts == expected
     # ...each within its ceiling, and the ceilings double: 4, 8, 16, 32.
     ceilings = [backoff_ceiling_s(n, TESTING.backoff_base_s, TESTING.backoff_cap_s) for n in range(1, 5)]
     assert ceilings == [4, 8, 16, 32]
@@ -108,7 +122,7 @@ def test_jitter_spreads_the_delays_of_simultaneous_failures(testing: Harness) ->
     for entity_id in map(str, range(10)):
         flaky.FAILURES[entity_id] = 1
         testing.send(envelope("flaky", entity_id), queue="testing")
-    visibility = VisibilityLog(testing.clients)
+    visibility = VisibilityLog(testing.worker_clients("testing"))
     invocation = testing.deliver("testing", worker=worker_with(testing, "testing", SEED))
     assert invocation is not None and len(invocation.failed_ids) == 10
     assert len(visibility.timeouts) == 10
@@ -119,7 +133,7 @@ def test_jitter_spreads_the_delays_of_simultaneous_failures(testing: Harness) ->
 def test_a_failed_message_stays_invisible_for_its_backoff(testing: Harness) -> None:
     flaky.FAILURES["1"] = 1
     testing.send(envelope("flaky", "1"), queue="testing")
-    visibility = VisibilityLog(testing.clients)
+    visibility = VisibilityLog(testing.worker_clients("testing"))
     # Attempt 1's ceiling is 4 s; this seed draws a delay of at least 1 s.
     testing.deliver("testing", worker=worker_with(testing, "testing", SEED))
     assert visibility.timeouts[0] >= 1
@@ -142,34 +156,111 @@ def test_a_hung_downstream_is_cut_at_the_time_limit_while_the_batch_carries_on(t
     assert cut["attempt"] == 1
 
 
-def test_records_the_invocation_has_no_time_for_are_requeued_at_once_and_not_counted(testing: Harness) -> None:
+def test_a_job_that_catches_exception_cannot_swallow_its_time_limit(testing: Harness) -> None:
+    testing.send(envelope("stubborn", "except-exception"), queue="testing")
+    invocation = testing.deliver("testing")
+    assert invocation is not None and len(invocation.failed_ids) == 1  # cut, and retried later
+    assert stubborn.OUTCOMES == []  # neither swallowed nor run on past its limit
+    [cut] = [line for line in testing.log_lines() if line.get("error_type") == "JobTimeLimitError"]
+    assert cut["classification"] == "transient"
+
+
+def test_a_job_that_catches_the_interruption_and_keeps_hanging_is_interrupted_again(testing: Harness) -> None:
+    testing.send(envelope("stubborn", "catch-then-hang"), queue="testing")
+    invocation = testing.deliver("testing")
+    assert invocation is not None and len(invocation.failed_ids) == 1
+    assert stubborn.OUTCOMES == ["caught"]
+
+
+def test_a_run_that_finished_is_never_reported_as_timed_out(testing: Harness) -> None:
+    # It caught its interruption, but then finished: its work is done, so its result stands.
+    testing.send(envelope("stubborn", "catch-then-finish"), queue="testing")
+    invocation = testing.deliver("testing")
+    assert invocation is not None and invocation.failed_ids == []
+    assert stubborn.OUTCOMES == ["caught", "finished"]
+    assert not [line for line in testing.log_lines() if line.get("error_type") == "JobTimeLimitError"]
+    [late] = [line for line in testing.log_lines() if "finished late" in line.get("message", "")]
+    assert late["interruptions"] == 1
+
+
+def test_records_the_invocation_has_no_time_left_for_are_requeued_at_once_and_not_counted(testing: Harness) -> None:
+    # A nap uses up the invocation: the records after it can't fit their 2 s limit plus the settle margin.
+    testing.send(envelope("nap", NAP_S), queue="tight")
     for entity_id in ("1", "2", "3"):
-        testing.send(envelope("flaky", entity_id), queue="testing")
-    # An invocation with 2.5 s left can't fit a 5 s time limit (half the 10 s timeout) plus the settle margin.
-    invocation = testing.deliver("testing", timeout_s=2.5)
+        testing.send(envelope("tight_flaky", entity_id), queue="tight")
+    invocation = testing.deliver("tight")
     assert invocation is not None
     assert invocation.failed_ids == []  # originals acknowledged...
     assert flaky.ATTEMPTS_SEEN == []  # ...unrun...
-    assert testing.queue_counts("testing") == (3, 0)  # ...and their copies visible again at once
+    assert testing.queue_counts("tight") == (3, 0)  # ...and their copies visible again at once
     deferred = [line for line in testing.log_lines() if line.get("reason") == "no_time" and "message" in line]
     assert len(deferred) == 3
     assert {line["message"] for line in deferred} == {"handed back unrun; requeued"}
     # Delivered again with time to spare: they run, and the deferral didn't use up an attempt.
-    again = testing.deliver("testing")
+    again = testing.deliver("tight")
     assert again is not None and again.failed_ids == []
     assert sorted(flaky.SIDE_EFFECTS) == ["1", "2", "3"]
     assert flaky.ATTEMPTS_SEEN == [1, 1, 1]
 
 
 def test_a_deferred_copy_keeps_its_prior_attempts(testing: Harness) -> None:
-    flaky.FAILURES["1"] = 99
-    testing.send(envelope("flaky", "1"), queue="testing")
-    first = testing.deliver("testing")  # attempt 1 fails
-    assert first is not None
-    testing.expire_visibility(first, "testing")
-    testing.deliver("testing", timeout_s=2.5)  # attempt 2 deferred: requeued with 1 prior attempt
-    testing.deliver("testing")  # runs as attempt 2, not 1
+    nap.FAILURES[NAP_S] = 1
+    flaky.FAILURES["1"] = 1
+    testing.send(envelope("nap", NAP_S), queue="tight")
+    testing.send(envelope("tight_flaky", "1"), queue="tight")
+    first = testing.deliver("tight")  # attempt 1 of both fails
+    assert first is not None and len(first.failed_ids) == 2
+    testing.expire_visibility(first, "tight")
+    testing.deliver("tight")  # the nap runs; "1" has no time left: requeued, carrying its 1 prior attempt...
+    testing.deliver("tight")  # ...so it runs as attempt 2, not 1
     assert flaky.ATTEMPTS_SEEN == [1, 2]
+    assert flaky.SIDE_EFFECTS["1"] == 1
+
+
+def test_a_producer_cannot_forge_the_attempt_count(testing: Harness) -> None:
+    # A producer sets the runtime's own attribute on a valid job whose downstream fails transiently once.
+    flaky.FAILURES["1"] = 1
+    testing.send(
+        envelope("flaky", "1"),
+        queue="testing",
+        MessageAttributes={PRIOR_ATTEMPTS: {"DataType": "Number", "StringValue": str(TESTING.max_attempts - 1)}},
+    )
+    first = testing.deliver("testing")
+    # It is the job's first attempt, retried with backoff; not "retries exhausted" after a single run.
+    assert first is not None and len(first.failed_ids) == 1
+    assert testing.dead_letters("testing") == []
+    testing.expire_visibility(first, "testing")
+    testing.deliver("testing")
+    assert flaky.ATTEMPTS_SEEN == [1, 2]
+    assert flaky.SIDE_EFFECTS["1"] == 1
+
+
+def test_the_runtimes_own_copy_is_trusted_because_its_role_sent_it(testing: Harness) -> None:
+    # The same attribute on a copy the worker's role sent (what a hand-back does) does count.
+    copy = MessageAttributes.split({}, sent_by_runtime=True)
+    queue = testing.deployment.queues["testing"]
+    deadletter.DeadLetterQueue(testing.worker_clients("testing")("sqs"), queue.dlq_url).requeue(
+        queue.url, envelope("flaky", "1"), copy, prior=2
+    )
+    message = testing.peek("testing")
+    assert message["Attributes"]["SenderId"].split(":")[0] == queue.worker_role_id
+    testing.deliver("testing")
+    assert flaky.ATTEMPTS_SEEN == [2 + 2]  # 2 prior runs, and this is its second receive (the peek was one)
+
+
+def test_a_record_no_invocation_could_give_its_time_limit_is_dead_lettered_not_handed_back(testing: Harness) -> None:
+    # The function's invocations last 2.5 s (its timeout was lowered outside the catalog): a 5 s limit plus the
+    # settle margin can never fit, so handing the record back would go on for ever.
+    testing.send(envelope("flaky", "1"), queue="testing")
+    invocation = testing.deliver("testing", timeout_s=2.5)
+    assert invocation is not None and invocation.failed_ids == []
+    assert flaky.ATTEMPTS_SEEN == []
+    assert testing.queue_counts("testing") == (0, 0)
+    [dead] = testing.dead_letters("testing")
+    evidence = attributes_of(dead)
+    assert evidence[deadletter.ERROR_TYPE] == "TimeLimitUnservableError"
+    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_PERMANENT
+    assert "raise the function timeout" in evidence[deadletter.ERROR_MESSAGE]
 
 
 @pytest.mark.parametrize(
@@ -211,7 +302,7 @@ def test_fifo_retries_keep_the_order_of_a_message_group(testing: Harness) -> Non
     for entity_id in ("first", "second", "third"):
         sqs.send_message(QueueUrl=url, MessageBody=envelope("ordered_flaky", entity_id), MessageGroupId="order-1")
     flaky.FAILURES["first"] = 1
-    visibility = VisibilityLog(testing.clients)
+    visibility = VisibilityLog(testing.worker_clients("ordered"))
     # When the batch runs, the group stops at the failure: the later two are not run
     invocation = testing.deliver("ordered", worker=worker_with(testing, "ordered", SEED))
     assert invocation is not None

@@ -117,7 +117,9 @@ def visibility_log(harness: Harness) -> list[int]:
     def record(params: dict[str, Any], **_: Any) -> None:
         timeouts.append(params["VisibilityTimeout"])
 
-    harness.clients("sqs").meta.events.register("provide-client-params.sqs.ChangeMessageVisibility", record)
+    harness.worker_clients(QUEUE)("sqs").meta.events.register(
+        "provide-client-params.sqs.ChangeMessageVisibility", record
+    )
     return timeouts
 
 
@@ -307,7 +309,7 @@ def test_a_lost_answer_is_retried_with_the_same_key_and_creates_nothing_new(
     api.set_mode("slow", delay_s=1.5)
     worker = Worker(
         settings=invoicing.deployment.worker_settings(QUEUE),
-        clients=invoicing.clients,
+        clients=invoicing.worker_clients(QUEUE),
         observability=Observability.create(output=invoicing.output),
         http_client=HttpClient(read_timeout_s=0.3),
     )

@@ -14,6 +14,7 @@ import pytest
 
 from functions.worker import deadletter
 from functions.worker import errors as worker_errors
+from functions.worker.provenance import ORIGINAL_ATTRIBUTES
 from tests.functional.conftest import Harness, attributes_of, envelope
 from tests.functional.hostile_corpus import CORPUS, SQS_MAX_MESSAGE_BYTES, HostileCase
 
@@ -86,10 +87,11 @@ def test_hostile_message_is_dead_lettered_once_while_good_records_of_its_batch_s
     # Real SQS counts the attributes in its 256 KiB limit (moto checks the body only): the copy must fit.
     assert _sqs_size(dead) <= SQS_MAX_MESSAGE_BYTES
 
-    # The publisher's own attributes travel with it for a redrive; stale or forged `jobs.*` ones do not.
-    own = {name: value for name, value in case.attributes.items() if not name.startswith(deadletter.ATTRIBUTE_PREFIX)}
+    # Every attribute the producer set travels with it for a redrive, packed: `jobs.*` names included, as the
+    # producer's data (they changed nothing the runtime counted: one attempt, its own evidence).
+    own = case.attributes
     if own:
-        originals = json.loads(evidence[deadletter.ORIGINAL_ATTRIBUTES])
+        originals = json.loads(evidence[ORIGINAL_ATTRIBUTES])
         assert set(originals) == set(own)
         for name, value in own.items():
             if "BinaryValue" in value:
@@ -97,7 +99,7 @@ def test_hostile_message_is_dead_lettered_once_while_good_records_of_its_batch_s
             else:
                 assert originals[name] == value
     else:
-        assert deadletter.ORIGINAL_ATTRIBUTES not in evidence
+        assert ORIGINAL_ATTRIBUTES not in evidence
 
 
 def test_a_body_at_the_size_limit_is_dead_lettered_bare_rather_than_left_to_go_round(harness: Harness) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,9 @@ from functions.catalog import Catalog, JobSpec, QueueSpec
 from functions.worker import deadletter
 from functions.worker.clients import ClientFactory
 from functions.worker.errors import WorkerConfigError
+from functions.worker.observability import RUNTIME_JOB, Observability
+from functions.worker.provenance import ORIGINAL_ATTRIBUTES, MessageAttributes
+from functions.worker.runtime import Worker
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from jobctl.local.lambda_events import sqs_record
 from jobctl.local.provision import provision
@@ -136,25 +140,59 @@ def test_missing_order_is_dead_lettered_after_one_attempt_with_evidence(harness:
     assert harness.mails_to("buyer@example.com") == 0
 
 
-def test_publisher_attributes_are_kept_and_stale_evidence_replaced(harness: Harness) -> None:
-    # A message redriven from the DLQ still carries its old evidence, beside the publisher's own attribute.
+def test_a_producers_attributes_are_kept_whole_even_when_named_like_evidence(harness: Harness) -> None:
+    # A producer may set any attribute, `jobs.*` too: it is its data, never the runtime's evidence.
     body = envelope("order_confirmation", "9999")
     harness.send(
         body,
         MessageAttributes={
             "tenant": {"DataType": "String", "StringValue": "acme"},
-            deadletter.ERROR_TYPE: {"DataType": "String", "StringValue": "OldError"},
+            deadletter.ERROR_TYPE: {"DataType": "String", "StringValue": "ForgedError"},
         },
     )
     harness.deliver()
     [dead] = harness.dead_letters()
     evidence = attributes_of(dead)
     assert evidence[deadletter.ERROR_TYPE] == "OrderNotFoundError"
-    assert json.loads(evidence[deadletter.ORIGINAL_ATTRIBUTES]) == {
-        "tenant": {"DataType": "String", "StringValue": "acme"}
+    assert json.loads(evidence[ORIGINAL_ATTRIBUTES]) == {
+        "tenant": {"DataType": "String", "StringValue": "acme"},
+        deadletter.ERROR_TYPE: {"DataType": "String", "StringValue": "ForgedError"},
     }
     assert len(evidence) <= 10  # SQS's limit on message attributes
     assert deadletter.JOB not in evidence  # in the body; its slot carries the originals
+
+
+def test_a_dead_letter_redriven_as_is_has_its_old_evidence_replaced_and_its_producers_attributes_kept(
+    harness: Harness,
+) -> None:
+    # SQS's own redrive moves a dead letter back whole: the runtime's evidence (sent by the worker's role) and
+    # the producer's attributes packed beside it. On its next failure the old evidence is replaced, and the
+    # producer's attributes are unpacked and packed again, not nested.
+    dead_letters = deadletter.DeadLetterQueue(
+        harness.worker_clients("orders")("sqs"), harness.deployment.queues["orders"].url
+    )
+    dead_letters.send(
+        envelope("order_confirmation", "9999"),
+        deadletter.Evidence(
+            error_type="OldError",
+            error_message="old",
+            traceback="",
+            failure=deadletter.FAILURE_PERMANENT,
+            attempts=3,
+            first_failed_at="",
+            last_failed_at="",
+            source_queue="",
+            envelope=None,
+        ),
+        {},
+        MessageAttributes.split({"tenant": {"DataType": "String", "StringValue": "acme"}}, sent_by_runtime=False),
+    )
+    harness.deliver()
+    [dead] = harness.dead_letters()
+    evidence = attributes_of(dead)
+    assert evidence[deadletter.ERROR_TYPE] == "OrderNotFoundError"
+    assert evidence[deadletter.ATTEMPTS] == "1"
+    assert json.loads(evidence[ORIGINAL_ATTRIBUTES]) == {"tenant": {"DataType": "String", "StringValue": "acme"}}
 
 
 @pytest.mark.parametrize(
@@ -267,6 +305,14 @@ def test_job_defined_key_is_used(testing: Harness) -> None:
     assert empty_key.RUNS == ["1"]  # same key "t-1": the second is a duplicate
 
 
+def test_a_publisher_key_belongs_to_its_job_so_two_jobs_sharing_it_both_run(testing: Harness) -> None:
+    testing.send(json.dumps({"job": "flaky", "id": "9", "key": "shared"}), queue="testing")
+    testing.send(json.dumps({"job": "empty_key", "id": "2", "key": "shared"}), queue="testing")
+    testing.deliver("testing")
+    assert flaky.SIDE_EFFECTS["9"] == 1
+    assert empty_key.RUNS == ["2"]
+
+
 def test_publisher_key_overrides_the_default(testing: Harness) -> None:
     testing.send(json.dumps({"job": "flaky", "id": "9", "key": "k-1"}), queue="testing")
     testing.send(json.dumps({"job": "flaky", "id": "10", "key": "k-1"}), queue="testing")
@@ -297,7 +343,7 @@ def test_job_in_progress_elsewhere_is_handed_back_for_later_not_run_and_not_coun
     assert handed_back["attempt"] == 1
 
 
-def test_dead_letter_send_failure_leaves_the_record_for_sqs_redrive(
+def test_a_dead_letter_send_failure_is_the_runtimes_fault_the_record_stays_and_comes_back(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     harness.send(envelope("order_confirmation", "9999"))
@@ -306,7 +352,43 @@ def test_dead_letter_send_failure_leaves_the_record_for_sqs_redrive(
     monkeypatch.setattr(worker, "_dead_letters", deadletter.DeadLetterQueue(broken("sqs"), "https://invalid/none"))
     invocation = harness.deliver(worker=worker)
     assert invocation is not None and len(invocation.failed_ids) == 1
-    assert harness.queue_counts() == (0, 1)  # not lost: back after its visibility timeout
+    assert harness.queue_counts() == (0, 1)  # not lost: back after a backoff
+    assert runtime_faults(harness) == {"dead_letter_send": 1}
+
+
+def test_a_failing_idempotency_table_is_the_runtimes_fault_not_the_jobs(testing: Harness) -> None:
+    # Given a worker whose idempotency table is out of reach (a wrong name, a missing grant: a 4xx from AWS)
+    testing.send(envelope("flaky", "1"), queue="testing")
+    settings = replace(testing.deployment.worker_settings("testing"), idempotency_table="no-such-table")
+    worker = Worker(
+        settings=settings,
+        clients=testing.worker_clients("testing"),
+        observability=Observability.create(output=testing.output),
+    )
+    # When the record is delivered, the job doesn't run, nor is it dead-lettered or charged an attempt:
+    invocation = testing.deliver("testing", worker=worker)
+    assert invocation is not None and invocation.failed_ids == []
+    assert flaky.ATTEMPTS_SEEN == []
+    assert testing.dead_letters("testing") == []
+    # an unrun copy comes back after a backoff, and the runtime-faults alarm's metric counts it
+    url = testing.deployment.queues["testing"].url
+    attributes = testing.clients("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"
+    assert runtime_faults(testing) == {"idempotency_store": 1}
+    [handed_back] = [
+        line for line in testing.log_lines() if line.get("reason") == "runtime_fault" and "message" in line
+    ]
+    assert "no-such-table" in handed_back["error"] or "ResourceNotFound" in handed_back["error"]
+    assert handed_back["attempt"] == 1
+
+
+def runtime_faults(harness: Harness) -> dict[str, int]:
+    """The RuntimeFault counts the worker emitted, by reason."""
+    return {
+        doc["reason"]: int(sum(doc["RuntimeFault"]))
+        for doc in harness.metrics()
+        if doc.get("job") == RUNTIME_JOB and "reason" in doc
+    }
 
 
 def test_logs_carry_job_id_message_id_and_attempt(harness: Harness) -> None:

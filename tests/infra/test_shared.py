@@ -22,11 +22,12 @@ from infra.naming import (
     QUEUE_ARN,
     QUEUE_ENDPOINT_KEYS,
     QUEUE_URL,
+    WORKER_ROLE_ID,
     output_key,
     parameter_name,
 )
 from infra.stack import IDEMPOTENCY_PARTITION_KEY, IDEMPOTENCY_TTL_ATTRIBUTE
-from tests.infra.cfn import find_one, of_type, props, queue_id, render
+from tests.infra.cfn import find_one, of_type, props, queue_id, render, role_id, worker_id
 from tests.infra.conftest import Synth
 
 QUEUES = pytest.mark.parametrize("spec", CATALOG.queues, ids=lambda spec: spec.name)
@@ -185,10 +186,13 @@ def test_queue_outputs_and_parameters_for_publishers(synth: Synth, spec: QueueSp
     stack_name = synth.context.stack_name
     queue = queue_id(synth.resources, stack_name, spec)
     dlq = queue_id(synth.resources, stack_name, spec, dlq=True)
+    worker_role = role_id(synth.resources, worker_id(synth.resources, spec))
     expected = {
         QUEUE_URL: {"Ref": queue},
         DLQ_URL: {"Ref": dlq},
         QUEUE_ARN: {"Fn::GetAtt": [queue, "Arn"]},
+        # The worker role's unique ID: jobctl trusts evidence only on messages that role sent.
+        WORKER_ROLE_ID: {"Fn::GetAtt": [worker_role, "RoleId"]},
     }
     assert set(expected) == set(QUEUE_ENDPOINT_KEYS)
 
@@ -205,7 +209,7 @@ def test_queue_outputs_and_parameters_for_publishers(synth: Synth, spec: QueueSp
 def test_parameter_names_follow_the_documented_pattern(synth: Synth) -> None:
     names = {props(synth.resources, key)["Name"] for key in of_type(synth.resources, "AWS::SSM::Parameter")}
     stack_name = synth.context.stack_name
-    keys = ("url", "dlq-url", "arn")
+    keys = ("url", "dlq-url", "arn", "worker-role-id")
     assert names == {f"/{stack_name}/queues/{spec.name}/{key}" for spec in CATALOG for key in keys}
 
 

@@ -12,6 +12,7 @@ from functions.worker.settings import (
     ENV_IDEMPOTENCY_TABLE,
     ENV_QUEUE_NAME,
     ENV_QUEUE_URL,
+    ENV_RUNTIME_ROLE_ID,
     METRICS_NAMESPACE,
     SERVICE_NAME,
     resource_env_name,
@@ -111,6 +112,8 @@ def test_worker_environment_names_its_queue_dlq_table_and_resources(synth: Synth
         ENV_QUEUE_URL: {"Ref": queue_id(synth.resources, stack_name, spec)},
         ENV_DLQ_URL: {"Ref": queue_id(synth.resources, stack_name, spec, dlq=True)},
         ENV_IDEMPOTENCY_TABLE: {"Ref": _table_id(synth, "id")},
+        # Its own role: what SQS names as the SenderId of the runtime's messages.
+        ENV_RUNTIME_ROLE_ID: {"Fn::GetAtt": [role_id(synth.resources, worker_id(synth.resources, spec)), "RoleId"]},
         "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
         "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
         **{resource_env_name(resource): _resource_value(synth, resource) for resource in spec.resources},

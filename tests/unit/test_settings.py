@@ -11,6 +11,7 @@ from functions.worker.settings import (
     ENV_IDEMPOTENCY_TABLE,
     ENV_QUEUE_NAME,
     ENV_QUEUE_URL,
+    ENV_RUNTIME_ROLE_ID,
     RESOURCE_ENV_PREFIX,
     WorkerSettings,
     resource_env_name,
@@ -18,7 +19,7 @@ from functions.worker.settings import (
 
 QUEUE_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
 DLQ_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq"
-REQUIRED = (ENV_QUEUE_NAME, ENV_QUEUE_URL, ENV_DLQ_URL, ENV_IDEMPOTENCY_TABLE)
+REQUIRED = (ENV_QUEUE_NAME, ENV_QUEUE_URL, ENV_DLQ_URL, ENV_IDEMPOTENCY_TABLE, ENV_RUNTIME_ROLE_ID)
 
 
 def orders_environ() -> dict[str, str]:
@@ -28,6 +29,7 @@ def orders_environ() -> dict[str, str]:
         ENV_QUEUE_URL: QUEUE_URL,
         ENV_DLQ_URL: DLQ_URL,
         ENV_IDEMPOTENCY_TABLE: "jobs-idempotency",
+        ENV_RUNTIME_ROLE_ID: "AROAEXAMPLEWORKERROLE",
         "JOBS_RESOURCE_ORDERS_TABLE": "orders",
         "JOBS_RESOURCE_MAIL_SENDER": "shop@example.com",
     }
@@ -168,6 +170,7 @@ def test_to_environ_round_trip_with_another_catalog(two_queues: Catalog) -> None
         queue_url="http://localhost:5000/images",
         dlq_url="http://localhost:5000/images-dlq",
         idempotency_table="idem",
+        runtime_role_id="AROAEXAMPLEIMAGES",
         resources={"orders_table": "orders-local"},
     )
 
