@@ -15,8 +15,9 @@ from functions.worker import deadletter
 from functions.worker.backoff import backoff_ceiling_s, backoff_delay_s
 from functions.worker.clients import ClientFactory
 from functions.worker.observability import Observability
-from functions.worker.provenance import PRIOR_ATTEMPTS, MessageAttributes
+from functions.worker.provenance import PRIOR_ATTEMPTS, MessageAttributes, Provenance
 from functions.worker.runtime import Worker
+from jobctl.dlq import DeadLetterQueue, Filter
 from jobctl.local.provision import provision
 from tests.functional.conftest import Harness, attributes_of, envelope
 from tests.functional.sample_jobs import flaky, nap, sleepy, stubborn
@@ -336,3 +337,24 @@ def test_defaults_allow_a_long_outage_before_dead_lettering() -> None:
     assert sum(ceilings) / 2 > 3 * 120
     assert sum(ceilings) <= BASE.alarms.oldest_message_age_s + BASE.backoff_cap_s
     assert replace(BASE, backoff_cap_s=BASE.backoff_base_s).problems() == []
+
+
+def test_a_producers_binary_attribute_survives_a_hand_back_a_dead_letter_and_a_redrive(testing: Harness) -> None:
+    payload = bytes(range(256))
+    testing.send(envelope("nap", NAP_S), queue="tight")
+    testing.send(
+        envelope("tight_flaky", "reject-1"),
+        queue="tight",
+        MessageAttributes={"blob": {"DataType": "Binary", "BinaryValue": payload}},
+    )
+    testing.deliver("tight")  # the nap uses up the invocation: "reject-1" is handed back as a copy
+    testing.deliver("tight")  # the copy runs and is rejected: dead-lettered, its producer's attributes packed
+    local = testing.deployment.queues["tight"]
+    dead = DeadLetterQueue(
+        testing.clients("sqs"), local.dlq_url, local.url, Provenance.of([local.worker_role_id]), receive_wait_s=0
+    )
+    [letter] = dead.peek()
+    assert letter.error_type == "RejectedByDownstreamError"
+    assert dead.move(Filter()).moved == 1
+    message = testing.peek("tight")
+    assert message["MessageAttributes"]["blob"]["BinaryValue"] == payload
