@@ -19,11 +19,24 @@ ALARM_EMAIL = "alarm_email"
 RETAIN_DATA = "retain_data"
 INVOICING_API_URL = "invoicing_api_url"
 ALARM_TOPIC_ARN = "alarm_topic_arn"
-CONTEXT_KEYS = (STACK_NAME, MAIL_SENDER, ALARM_EMAIL, RETAIN_DATA, INVOICING_API_URL, ALARM_TOPIC_ARN)
+CREATE_MAIL_IDENTITY = "create_mail_identity"
+MAIL_SANDBOX_RECIPIENTS = "mail_sandbox_recipients"
+CONTEXT_KEYS = (
+    STACK_NAME,
+    MAIL_SENDER,
+    ALARM_EMAIL,
+    RETAIN_DATA,
+    INVOICING_API_URL,
+    ALARM_TOPIC_ARN,
+    CREATE_MAIL_IDENTITY,
+    MAIL_SANDBOX_RECIPIENTS,
+)
 
 # CloudFormation's stack-name rule.
 _STACK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+# An SES identity: an e-mail address, or a domain.
+_DOMAIN = re.compile(r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}")
 # An SNS topic ARN: partition, region, 12-digit account, topic name (SNS's name rule; FIFO checked apart).
 _TOPIC_ARN = re.compile(r"arn:aws(-[a-z]+)*:sns:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?")
 _TRUE = ("true", "1", "yes")
@@ -49,6 +62,12 @@ class StackContext:
     invoicing_api_url: str
     # An existing SNS topic every alarm notifies instead of one the stack creates; None: the stack's own topic.
     alarm_topic_arn: str | None = None
+    # Create the SES identity of mail_sender in the stack. Off by default: CloudFormation fails the whole deploy
+    # when the identity already exists in the account (verified by hand, by another stack, or as its domain).
+    create_mail_identity: bool = False
+    # In the SES sandbox SES authorizes a send against each recipient's identity too: the verified recipients
+    # (addresses or domains) the worker's grant must also name. Empty once the account has production access.
+    mail_sandbox_recipients: tuple[str, ...] = ()
 
     @property
     def mail_sender_domain(self) -> str:
@@ -98,6 +117,8 @@ class StackContext:
                     "creates a topic and subscribes that address"
                 )
         retain_data = _flag(get(RETAIN_DATA), RETAIN_DATA, problems)
+        create_mail_identity = _flag(get(CREATE_MAIL_IDENTITY), CREATE_MAIL_IDENTITY, problems)
+        recipients = _identities(get(MAIL_SANDBOX_RECIPIENTS), MAIL_SANDBOX_RECIPIENTS, problems)
         invoicing_api_url = text(INVOICING_API_URL, required=True)
         if invoicing_api_url:
             invoicing_api_url = _https_url(invoicing_api_url, INVOICING_API_URL, problems)
@@ -110,6 +131,8 @@ class StackContext:
             retain_data=retain_data,
             invoicing_api_url=invoicing_api_url,
             alarm_topic_arn=alarm_topic_arn or None,
+            create_mail_identity=create_mail_identity,
+            mail_sandbox_recipients=recipients,
         )
 
 
@@ -141,6 +164,26 @@ def _https_url(value: str, key: str, problems: list[str]) -> str:
     elif any(char.isspace() for char in value):
         problems.append(f"{key} {value!r} must not contain whitespace")
     return value.rstrip("/")
+
+
+def _identities(value: object, key: str, problems: list[str]) -> tuple[str, ...]:
+    """SES identities from a JSON list (cdk.json) or a comma-separated string (`-c key=a@x.com,example.org`)."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        items: list[object] = [item.strip() for item in value.split(",")]
+    elif isinstance(value, list):
+        items = list(value)
+    else:
+        problems.append(f"{key} must be a list of addresses or domains, or a comma-separated string, not {value!r}")
+        return ()
+    found: list[str] = []
+    for item in items:
+        if not isinstance(item, str) or not (_EMAIL.fullmatch(item) or _DOMAIN.fullmatch(item)):
+            problems.append(f"{key}: {item!r} is not an e-mail address or a domain")
+        elif item not in found:
+            found.append(item)
+    return tuple(found)
 
 
 def _flag(value: object, key: str, problems: list[str]) -> bool:

@@ -7,7 +7,7 @@ catalog means adding one entry to `provided` below; synth fails with a clear mes
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from aws_cdk import ArnFormat, RemovalPolicy, Stack
@@ -80,18 +80,33 @@ class InvoicesBucket(Construct):
 
 class JobResources(Construct):
     """The example jobs' resources: the orders table and the SES identity mail is sent from (order_confirmation);
-    the invoices table, the invoices bucket and the invoicing API's URL (generate_invoice)."""
+    the invoices table, the invoices bucket and the invoicing API's URL (generate_invoice).
+
+    The SES identity is created only with `create_mail_identity`: CloudFormation can't adopt one that already
+    exists, and the deploy would fail. `mail_sandbox_recipients` are the verified recipients the worker may send
+    to while the account is in the SES sandbox, where SES authorizes against each recipient's identity too."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, mail_sender: str, invoicing_api_url: str, retain: bool
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        mail_sender: str,
+        invoicing_api_url: str,
+        retain: bool,
+        create_mail_identity: bool = False,
+        mail_sandbox_recipients: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         orders = SecureTable(self, "OrdersTable", partition_key=ORDERS_PARTITION_KEY, retain=retain)
         self.orders_table = orders.table
-        # Creating the identity sends AWS's verification mail to the address; SES refuses to send until
-        # it is confirmed (and, in the SES sandbox, until each recipient is verified too).
-        self.mail_identity = ses.EmailIdentity(self, "MailSender", identity=ses.Identity.email(mail_sender))
+        self.mail_identity: ses.EmailIdentity | None = None
+        if create_mail_identity:
+            # Creating the identity sends AWS's verification mail to the address; SES refuses to send until
+            # it is confirmed (and, in the SES sandbox, until each recipient is verified too).
+            self.mail_identity = ses.EmailIdentity(self, "MailSender", identity=ses.Identity.email(mail_sender))
         self._mail_sender = mail_sender
+        self._sandbox_recipients = tuple(mail_sandbox_recipients)
         invoices = SecureTable(self, "InvoicesTable", partition_key=INVOICES_PARTITION_KEY, retain=retain)
         self.invoices_table = invoices.table
         self.invoices_bucket = InvoicesBucket(self, "InvoicesBucket")
@@ -120,7 +135,8 @@ class JobResources(Construct):
 
     def _grant_send_mail(self, grantee: iam.IGrantable) -> iam.Grant:
         # SES authorizes SendEmail against the identity that verified the sender: the address itself, or
-        # its domain when the domain is the verified identity. Both are named; nothing else is.
+        # its domain when the domain is the verified identity. Both are named, and in the sandbox the verified
+        # recipients; nothing else is.
         stack = Stack.of(self)
         identities = [
             stack.format_arn(
@@ -129,7 +145,7 @@ class JobResources(Construct):
                 resource_name=name,
                 arn_format=ArnFormat.SLASH_RESOURCE_NAME,
             )
-            for name in (self._mail_sender, self._mail_sender.rpartition("@")[2])
+            for name in (self._mail_sender, self._mail_sender.rpartition("@")[2], *self._sandbox_recipients)
         ]
         return iam.Grant.add_to_principal(
             grantee=grantee, actions=["ses:SendEmail", "ses:SendRawEmail"], resource_arns=identities

@@ -87,6 +87,8 @@ class JobsStack(Stack):
             mail_sender=context.mail_sender,
             invoicing_api_url=context.invoicing_api_url,
             retain=retain,
+            create_mail_identity=context.create_mail_identity,
+            mail_sandbox_recipients=context.mail_sandbox_recipients,
         )
         if context.alarm_topic_arn:
             alarm_topic = AlarmTopic(self, "AlarmTopic", existing_topic_arn=context.alarm_topic_arn)

@@ -57,6 +57,42 @@ def test_the_invoices_bucket_outlives_the_stack_whatever_retain_data_says(retain
     assert {table["DeletionPolicy"] for table in tables} == {"Retain" if retain else "Delete"}
 
 
+def test_the_mail_identity_is_created_only_when_asked() -> None:
+    stack = _stack()
+    JobResources(
+        stack,
+        "Resources",
+        mail_sender="jobs@example.com",
+        invoicing_api_url=API_URL,
+        retain=False,
+        create_mail_identity=True,
+    )
+
+    Template.from_stack(stack).has_resource_properties("AWS::SES::EmailIdentity", {"EmailIdentity": "jobs@example.com"})
+
+
+def test_in_the_ses_sandbox_the_grant_names_the_verified_recipients_too() -> None:
+    # There SES authorizes SendEmail against each recipient's identity as well as the sender's.
+    stack = _stack()
+    role = iam.Role(stack, "Worker", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    resources = JobResources(
+        stack,
+        "Resources",
+        mail_sender="jobs@example.com",
+        invoicing_api_url=API_URL,
+        retain=False,
+        mail_sandbox_recipients=("qa@example.org", "example.net"),
+    )
+    resources.provided["mail_sender"].grant(role)
+    template = Template.from_stack(stack)
+
+    [policy] = template.find_resources("AWS::IAM::Policy").values()
+    [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
+    named = {json.dumps(resource).split("identity/")[1].rstrip('"]}') for resource in statement["Resource"]}
+    assert named == {"jobs@example.com", "example.com", "qa@example.org", "example.net"}
+    assert sorted(statement["Action"]) == ["ses:SendEmail", "ses:SendRawEmail"]
+
+
 def test_alarm_email_gets_an_email_subscription() -> None:
     stack = _stack()
     AlarmTopic(stack, "Alarms", new=NewAlarmTopic(alarm_name_prefix="Test-", email="ops@example.com", retain=False))

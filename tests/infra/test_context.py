@@ -16,6 +16,8 @@ GOOD: dict[str, object] = {
     "retain_data": False,
     "invoicing_api_url": "https://invoicing.example.com",
     "alarm_topic_arn": "",
+    "create_mail_identity": False,
+    "mail_sandbox_recipients": [],
 }
 TOPIC_ARN = "arn:aws:sns:eu-west-1:123456789012:oncall-alarms"
 
@@ -35,6 +37,30 @@ def test_cdk_json_holds_a_default_for_every_key(cdk_context: dict[str, Any]) -> 
 @pytest.mark.parametrize(("raw", "expected"), [(True, True), ("true", True), ("False", False), ("0", False)])
 def test_retain_data_accepts_json_booleans_and_command_line_strings(raw: object, expected: bool) -> None:
     assert StackContext.parse({**GOOD, "retain_data": raw}.get).retain_data is expected
+
+
+def test_creating_the_mail_identity_is_a_choice_off_by_default() -> None:
+    assert StackContext.parse(GOOD.get).create_mail_identity is False
+    assert StackContext.parse({**GOOD, "create_mail_identity": "true"}.get).create_mail_identity is True
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ([], ()),
+        ("", ()),
+        (["qa@example.org", "example.net"], ("qa@example.org", "example.net")),
+        ("qa@example.org, example.net,qa@example.org", ("qa@example.org", "example.net")),
+    ],
+)
+def test_sandbox_recipients_come_as_a_list_or_a_comma_separated_string(raw: object, expected: tuple[str, ...]) -> None:
+    assert StackContext.parse({**GOOD, "mail_sandbox_recipients": raw}.get).mail_sandbox_recipients == expected
+
+
+@pytest.mark.parametrize("raw", ["not an address", ["ok@example.org", 7], {"a": 1}, "a@b.c,,"])
+def test_a_bad_sandbox_recipient_is_named(raw: object) -> None:
+    with pytest.raises(ContextError, match="mail_sandbox_recipients"):
+        StackContext.parse({**GOOD, "mail_sandbox_recipients": raw}.get)
 
 
 def test_alarm_email_is_optional() -> None:
