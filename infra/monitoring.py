@@ -24,6 +24,8 @@ from functions.worker.observability import (
     FAILED,
     HEARTBEAT,
     RETRIED,
+    RUNTIME_FAULT,
+    RUNTIME_JOB,
     SUCCEEDED,
     UNPARSEABLE_JOB,
 )
@@ -200,6 +202,11 @@ def duration_threshold_ms(spec: QueueSpec, job: str) -> float:
 
 def time_limit_ms(spec: QueueSpec, job: str) -> int:
     return spec.time_limit_s(job) * 1000
+
+
+def runtime_faults(spec: QueueSpec) -> cloudwatch.Metric:
+    """Failures of the runtime's own AWS resources (idempotency table, DLQ, its queue), per 5 minutes."""
+    return job_metric(spec.name, RUNTIME_JOB, RUNTIME_FAULT, label="runtime faults")
 
 
 def heartbeats(spec: QueueSpec, period: Duration | None = None) -> cloudwatch.Metric:

@@ -26,6 +26,7 @@ from infra.naming import (
     FAILURE_RATE,
     HEARTBEAT_MISSING,
     OLDEST_MESSAGE_AGE,
+    RUNTIME_FAULTS,
     STALLED,
     WORKER_ERRORS,
     WORKER_THROTTLES,
@@ -236,6 +237,24 @@ class QueueAlarms(Construct):
                 "worker is down."
             ),
             anchor="heartbeat-missing",
+            first=[status],
+        )
+
+        # The runtime's own resources failing it: an IAM or KMS slip on the idempotency table, the DLQ or the
+        # queue. Jobs wait (handed back, not charged an attempt) instead of being dead-lettered as their fault.
+        self._alarm(
+            RUNTIME_FAULTS,
+            metric=monitoring.runtime_faults(spec),
+            threshold=1,
+            comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            # The runtime emits nothing while its resources answer.
+            missing=Missing.NOT_BREACHING,
+            meaning=(
+                f"The {name} worker's own AWS resources failed it in 5 min (RuntimeFault, by reason: "
+                "idempotency_store, dead_letter_send, requeue, visibility_change): permissions, KMS or an outage. "
+                "Jobs are handed back and wait; none is dead-lettered for it."
+            ),
+            anchor="runtime-faults",
             first=[status],
         )
 

@@ -32,6 +32,7 @@ SIGNALS: dict[str, tuple[str, tuple[str, ...]]] = {
     "worker-errors": ("worker-errors-or-throttles", ("jobctl status {q}",)),
     "worker-throttles": ("worker-errors-or-throttles", ("jobctl status {q}",)),
     "heartbeat-missing": ("heartbeat-missing", ("jobctl status {q}",)),
+    "runtime-faults": ("runtime-faults", ("jobctl status {q}",)),
 }
 DURATION_ANCHOR = "jobs-near-their-time-limit"
 
@@ -293,6 +294,15 @@ def check_heartbeat_missing(under_test: QueueUnderTest) -> None:
     assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "breaching")
 
 
+def check_runtime_faults(under_test: QueueUnderTest) -> None:
+    alarm = under_test.alarm("runtime-faults")
+    metric = single_metric(alarm)
+    assert metric == Metric(METRICS_NAMESPACE, "RuntimeFault", under_test.job_dimensions("(runtime)"), "Sum", 300)
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    # The runtime emits nothing while its resources answer.
+    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+
+
 def check_signal(under_test: QueueUnderTest, signal: str) -> None:
     check_common(under_test, signal)
     if signal.startswith("duration-"):
@@ -308,4 +318,5 @@ def check_signal(under_test: QueueUnderTest, signal: str) -> None:
         "worker-errors": check_worker_errors,
         "worker-throttles": check_worker_throttles,
         "heartbeat-missing": check_heartbeat_missing,
+        "runtime-faults": check_runtime_faults,
     }[signal](under_test)
