@@ -14,11 +14,21 @@ export CDK_DISABLE_VERSION_CHECK := 1
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 CDK := node_modules/.bin/cdk
 
-.PHONY: help dev bundle lint test demo synth deploy diff destroy local clean bench soak
+# The deploy rehearsal's LocalStack runs from its own locked environment (rehearsal/), on Python 3.13.
+REHEARSAL_VENV := .venv-rehearsal
+# pyenv's 3.13 where there is one (its shims answer only for the selected version); else uv finds a python3.13
+# on PATH or downloads one.
+REHEARSAL_PYTHON ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.13.*/bin/python3.13)),3.13)
+# Context for the rehearsal's synth, e.g. REHEARSAL_CDK_ARGS="-c key=value".
+REHEARSAL_CDK_ARGS ?=
+export REHEARSAL_CDK_ARGS
+
+.PHONY: help dev bundle lint test rehearse demo synth deploy diff destroy local clean bench soak
 
 help:
 	@echo "make demo    run the order-confirmation job end to end on the embedded local engine"
-	@echo "make test    lint (ruff, mypy) and every test: unit, functional, infra, e2e (incl. a 2,000-job chaos soak)"
+	@echo "make test    lint (ruff, mypy) and every test: unit, functional, infra, e2e (incl. a 2,000-job chaos soak), rehearsal"
+	@echo "make rehearse  deploy the stack to LocalStack with the CDK CLI and run jobctl's procedure against it"
 	@echo "make soak    the chaos soak at 10,000 jobs (SOAK_JOBS=n to change): faults injected, every promise checked"
 	@echo "make dev     install everything (idempotent): .venv from uv.lock, the CDK CLI from package-lock.json"
 	@echo "make local   start the local engine (moto server + Lambda SQS emulator) until Ctrl-C"
@@ -32,6 +42,11 @@ $(UV):
 
 $(VENV)/.synced: uv.lock pyproject.toml | $(UV)
 	$(UV) sync --locked --quiet
+	touch $@
+
+$(REHEARSAL_VENV)/.synced: rehearsal/uv.lock rehearsal/pyproject.toml | $(UV)
+	UV_PROJECT_ENVIRONMENT=$(CURDIR)/$(REHEARSAL_VENV) $(UV) sync --locked --quiet --project rehearsal \
+		--python $(REHEARSAL_PYTHON)
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -53,6 +68,12 @@ lint: $(VENV)/.synced
 
 test: lint bundle
 	$(BIN)/pytest
+	$(MAKE) --no-print-directory rehearse
+
+# The deploy rehearsal (tests/rehearsal), in its own pytest run: LocalStack started once, the app deployed to it
+# by the CDK CLI (synth, bootstrap, deploy), then jobctl's status, list, redrive and discard against the stack.
+rehearse: dev bundle $(REHEARSAL_VENV)/.synced
+	$(BIN)/pytest tests/rehearsal
 
 demo: $(VENV)/.synced
 	$(BIN)/python -m jobctl.demo
@@ -86,4 +107,4 @@ destroy: dev
 	$(CDK) destroy $(CDK_ARGS)
 
 clean:
-	rm -rf $(VENV) $(TOOLS) node_modules cdk.out build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(REHEARSAL_VENV) $(TOOLS) node_modules cdk.out build .mypy_cache .ruff_cache .pytest_cache

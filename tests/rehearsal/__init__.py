@@ -1,0 +1,1 @@
+"""The deploy rehearsal on LocalStack (`make rehearse`)."""
