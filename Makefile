@@ -14,22 +14,24 @@ export CDK_DISABLE_VERSION_CHECK := 1
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 CDK := node_modules/.bin/cdk
 
-# The deploy rehearsal's LocalStack runs from its own locked environment (rehearsal/), on Python 3.13.
+# The worker runs on Lambda's python3.13, and so does everything here (.venv), so the tests run the deployed
+# runtime's version. pyenv's 3.13 where there is one (its shims answer only for the selected version); else uv
+# finds a python3.13 on PATH or downloads one.
+LAMBDA_PYTHON ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.13.*/bin/python3.13)),3.13)
+# The deploy rehearsal's LocalStack runs from its own locked environment (rehearsal/), on the same Python.
 REHEARSAL_VENV := .venv-rehearsal
-# pyenv's 3.13 where there is one (its shims answer only for the selected version); else uv finds a python3.13
-# on PATH or downloads one.
-REHEARSAL_PYTHON ?= $(or $(lastword $(wildcard $(HOME)/.pyenv/versions/3.13.*/bin/python3.13)),3.13)
 # Context for the rehearsal's synth, e.g. REHEARSAL_CDK_ARGS="-c key=value".
 REHEARSAL_CDK_ARGS ?=
 export REHEARSAL_CDK_ARGS
 
-.PHONY: help dev bundle lint test rehearse demo synth deploy diff destroy local clean bench soak
+.PHONY: help dev bundle wheel lint test rehearse demo synth deploy diff destroy local clean bench soak
 
 help:
 	@echo "make demo    run the order-confirmation job end to end on the embedded local engine"
 	@echo "make test    lint (ruff, mypy) and every test: unit, functional, infra, e2e (incl. a 2,000-job chaos soak), rehearsal"
 	@echo "make rehearse  deploy the stack to LocalStack with the CDK CLI and run jobctl's procedure against it"
 	@echo "make soak    the chaos soak at 10,000 jobs (SOAK_JOBS=n to change): faults injected, every promise checked"
+	@echo "make wheel   build the publisher's wheel (sqs_jobs: JobPublisher and the job contract, needs only boto3) into dist/"
 	@echo "make dev     install everything (idempotent): .venv from uv.lock, the CDK CLI from package-lock.json"
 	@echo "make local   start the local engine (moto server + Lambda SQS emulator) until Ctrl-C"
 	@echo "make synth   synthesize the CloudFormation template offline into cdk.out/"
@@ -40,13 +42,13 @@ $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-$(VENV)/.synced: uv.lock pyproject.toml | $(UV)
-	$(UV) sync --locked --quiet
+$(VENV)/.synced: uv.lock pyproject.toml lib/pyproject.toml | $(UV)
+	$(UV) sync --locked --quiet --python $(LAMBDA_PYTHON)
 	touch $@
 
 $(REHEARSAL_VENV)/.synced: rehearsal/uv.lock rehearsal/pyproject.toml | $(UV)
 	UV_PROJECT_ENVIRONMENT=$(CURDIR)/$(REHEARSAL_VENV) $(UV) sync --locked --quiet --project rehearsal \
-		--python $(REHEARSAL_PYTHON)
+		--python $(LAMBDA_PYTHON)
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -55,11 +57,16 @@ node_modules/.installed: package.json package-lock.json
 
 dev: $(VENV)/.synced node_modules/.installed
 
-# The worker's dependencies (Powertools + X-Ray SDK) vendored for Lambda from uv.lock, without Docker.
+# The worker's dependencies (Powertools) vendored for Lambda from uv.lock, without Docker, compiled to bytecode.
 bundle: build/layer/.built
-build/layer/.built: uv.lock scripts/bundle_layer.sh | $(UV)
-	bash scripts/bundle_layer.sh $(UV) build/layer
+build/layer/.built: uv.lock scripts/bundle_layer.sh | $(VENV)/.synced
+	bash scripts/bundle_layer.sh $(UV) $(BIN)/python build/layer
 	touch $@
+
+# The publisher's distribution (lib/: sqs_jobs, needs only boto3), for services to install.
+wheel: | $(UV)
+	$(UV) build --package sqs-jobs --wheel --out-dir dist --quiet
+	@ls dist/sqs_jobs-*.whl
 
 lint: $(VENV)/.synced
 	$(BIN)/ruff check .
@@ -107,4 +114,4 @@ destroy: dev
 	$(CDK) destroy $(CDK_ARGS)
 
 clean:
-	rm -rf $(VENV) $(REHEARSAL_VENV) $(TOOLS) node_modules cdk.out build .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(REHEARSAL_VENV) $(TOOLS) node_modules cdk.out build dist .mypy_cache .ruff_cache .pytest_cache

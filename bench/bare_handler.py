@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.idempotency import (
@@ -24,7 +24,6 @@ def build(table: str, dynamodb: Any, output: TextIO) -> Callable[[dict[str, Any]
     if isinstance(logger.registered_handler, logging.StreamHandler):
         logger.registered_handler.setStream(output)
     Metrics(namespace="Bare", service="bare")
-    Tracer(service="bare")
     processor = BatchProcessor(event_type=EventType.SQS)
     config = IdempotencyConfig(event_key_jmespath="id")
     persistence = DynamoDBPersistenceLayer(table_name=table, boto3_client=dynamodb)

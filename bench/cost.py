@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from functions.catalog import CATALOG, Catalog, QueueSpec
+from sqs_jobs.catalog import CATALOG, Catalog, QueueSpec
 
 PRICES_AS_OF = "2026-11-29"
 MILLION = 1_000_000

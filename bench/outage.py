@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
-from functions.catalog import QueueSpec
 from functions.worker.backoff import SQS_MAX_VISIBILITY_S, backoff_delay_s
+from sqs_jobs.catalog import QueueSpec
 
 # The catalog's defaults, as every queue that sets nothing gets them (the shipped `orders` queue does).
 DEFAULTS = QueueSpec(name="outage_bench", jobs=())

@@ -98,12 +98,12 @@ def per_record_us(records: int, rounds: int) -> dict[str, list[float]]:
     from moto import mock_aws
 
     from bench import bare_handler
-    from functions.catalog import Catalog, JobSpec, QueueSpec
     from functions.worker.clients import ClientFactory
     from functions.worker.observability import Observability
     from functions.worker.runtime import Worker
     from jobctl.local.lambda_events import LocalLambdaContext
     from jobctl.local.provision import provision
+    from sqs_jobs.catalog import Catalog, JobSpec, QueueSpec
 
     catalog = Catalog(queues=(QueueSpec(name="bench", jobs=(JobSpec(name="noop", handler="bench.noop_job"),)),))
     timings: dict[str, list[float]] = {"bare Powertools": [], "this runtime": []}

@@ -421,14 +421,14 @@ def _side_effects(engine: Any, job: str) -> Callable[[], int]:
 
 
 def _queue_of(job: str) -> str:
-    from functions.catalog import CATALOG
+    from sqs_jobs.catalog import CATALOG
 
     return CATALOG.queue_for_job(job).name
 
 
 def run_engine(job: str, jobs: int, backlog: int, stall_s: float) -> RunResult:
     from jobctl.local.engine import LocalEngine
-    from jobctl.publisher import JobPublisher
+    from sqs_jobs.publisher import JobPublisher
 
     queue_name = _queue_of(job)
     ids = _entity_ids(job, jobs)
@@ -555,10 +555,10 @@ class RawConsumer:
 
 def run_raw(job: str, jobs: int, backlog: int, pollers: int, stall_s: float) -> RunResult:
     """The same messages through moto alone: send, receive, delete; no worker."""
-    from functions.catalog import CATALOG
     from jobctl.local.engine import LocalEngine
     from jobctl.local.provision import dlq_attributes, queue_attributes
-    from jobctl.publisher import JobPublisher
+    from sqs_jobs.catalog import CATALOG
+    from sqs_jobs.publisher import JobPublisher
 
     spec = CATALOG.queue_for_job(job)
     ids = _entity_ids(job, jobs)

@@ -147,12 +147,12 @@ def run(jobs: int = 100) -> list[PhaseResult]:
     import boto3
     from moto import mock_aws
 
-    from functions.catalog import CATALOG
     from functions.worker.clients import ClientFactory
     from functions.worker.observability import Observability
     from functions.worker.runtime import Worker
     from jobctl.local.emulator import EventSourceMapping
     from jobctl.local.provision import provision
+    from sqs_jobs.catalog import CATALOG
 
     with _fake_credentials(), mock_aws():
         clients = ClientFactory(session=boto3.session.Session(region_name=REGION))

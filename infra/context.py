@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from functions.catalog import CATALOG, Catalog
 from infra.naming import physical_queue_name
+from sqs_jobs.catalog import CATALOG, Catalog
 
 STACK_NAME = "stack_name"
 MAIL_SENDER = "mail_sender"

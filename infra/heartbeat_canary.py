@@ -16,9 +16,9 @@ from aws_cdk import aws_scheduler_targets as targets
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from functions.catalog import HEARTBEAT_JOB, QueueSpec
 from infra import monitoring
 from infra.naming import pascal_case
+from sqs_jobs.catalog import HEARTBEAT_JOB, QueueSpec
 
 SCHEDULER = "scheduler.amazonaws.com"
 # FIFO queues need a message group; the heartbeats of a queue are one group of their own.

@@ -14,7 +14,6 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from functions.catalog import QueueSpec
 from functions.worker.settings import (
     ENV_DLQ_URL,
     ENV_IDEMPOTENCY_TABLE,
@@ -28,6 +27,7 @@ from functions.worker.settings import (
 from infra.job_resources import MissingResourceError, ProvidedResource
 from infra.naming import physical_queue_name
 from infra.worker_code import ARCHITECTURE, HANDLER, RUNTIME
+from sqs_jobs.catalog import QueueSpec
 
 # Outlives the DLQ's 14 days, so the logs of any dead-lettered job are still there when it is looked at.
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH

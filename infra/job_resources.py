@@ -1,4 +1,4 @@
-"""What the stack provides for each resource a job may need (`functions.catalog.RESOURCES`).
+"""What the stack provides for each resource a job may need (`sqs_jobs.catalog.RESOURCES`).
 
 Each resource is created here once and handed to a worker as the value of its environment variable
 (`resource_env_name(name)`) plus a grant of exactly what the job does with it. Adding a resource to the
@@ -16,9 +16,9 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ses as ses
 from constructs import Construct
 
-from functions.catalog import RESOURCES
 from functions.jobs.generate_invoice import KEY_PREFIX as INVOICE_KEY_PREFIX
 from infra.secure_table import SecureTable
+from sqs_jobs.catalog import RESOURCES
 
 ORDERS_PARTITION_KEY = "order_id"
 INVOICES_PARTITION_KEY = "invoice_id"

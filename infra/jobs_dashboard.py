@@ -15,8 +15,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from functions.catalog import QueueSpec
 from infra import monitoring
+from sqs_jobs.catalog import QueueSpec
 
 WIDTH = 6  # four graphs to a row of 24
 HEIGHT = 6

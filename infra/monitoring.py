@@ -17,7 +17,6 @@ from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sqs as sqs
 
-from functions.catalog import HEARTBEAT_JOB, MINUTE, QueueSpec
 from functions.worker.observability import (
     DEAD_LETTERED,
     DURATION,
@@ -30,6 +29,7 @@ from functions.worker.observability import (
     UNPARSEABLE_JOB,
 )
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
+from sqs_jobs.catalog import HEARTBEAT_JOB, MINUTE, QueueSpec
 
 ONE_MINUTE = Duration.minutes(1)
 # The window of the runtime's counts and durations: enough runs to say something, short enough to page soon.

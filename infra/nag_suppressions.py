@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from infra.job_queue import JobQueue
     from infra.stack import JobsStack
 
-# The catalog's name for the bucket resource (functions.catalog.RESOURCES).
+# The catalog's name for the bucket resource (sqs_jobs.catalog.RESOURCES).
 INVOICES_BUCKET = "invoices_bucket"
 
 XRAY_STAR = (
@@ -40,6 +40,11 @@ SYNCHRONOUS_WORKER = (
     "The worker is invoked only by its SQS event source mapping, which invokes synchronously; a function's "
     "dead-letter target applies to asynchronous invocations only. Failed records go to the queue's own DLQ "
     "(redrive policy after max_attempts), or the worker dead-letters them itself with evidence."
+)
+TESTED_RUNTIME = (
+    "python3.13, not the newest runtime: the worker runs on the Python version its tests run on (make test runs "
+    "everything on 3.13; no 3.14 interpreter can be installed where the tests run), and its bytecode is compiled "
+    "for that version. Move both together: infra/worker_code.py RUNTIME and the Makefile's LAMBDA_PYTHON."
 )
 SQS_ESM_DESTINATION = (
     "Lambda supports an on-failure destination only for stream and Kafka event sources, not for SQS; for SQS "
@@ -67,6 +72,8 @@ def _acknowledge_queue(job_queue: JobQueue, bucket_arn_token: str) -> None:
         _ack(policy, f"AwsSolutions-IAM5[Resource::{bucket_arn_token}/invoices/*]", INVOICE_OBJECTS)
     _ack(job_queue.dead_letter_queue.node.default_child, "Serverless-SQSRedrivePolicy", DLQ_WITHOUT_DLQ)
     _ack(job_queue.function.node.default_child, "Serverless-LambdaDLQ", SYNCHRONOUS_WORKER)
+    _ack(job_queue.function.node.default_child, "AwsSolutions-L1", TESTED_RUNTIME)
+    _ack(job_queue.function.node.default_child, "Serverless-LambdaLatestVersion", TESTED_RUNTIME)
     mapping = next(child for child in job_queue.function.node.children if child.node.id.startswith("SqsEventSource"))
     _ack(mapping.node.default_child, "Serverless-LambdaEventSourceMappingDestination", SQS_ESM_DESTINATION)
 

@@ -17,7 +17,6 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from functions.catalog import QueueSpec
 from infra import monitoring
 from infra.naming import (
     BACKLOG,
@@ -35,6 +34,7 @@ from infra.naming import (
     pascal_case,
     physical_queue_name,
 )
+from sqs_jobs.catalog import QueueSpec
 
 # SQS publishes its metrics every minute; a longer period would delay the page by as much.
 PERIOD = Duration.minutes(1)

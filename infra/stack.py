@@ -9,7 +9,6 @@ from typing import Any
 from aws_cdk import App, CfnOutput, Stack, Tags, Validations
 from constructs import Construct
 
-from functions.catalog import CATALOG, Catalog
 from functions.worker.settings import SERVICE_NAME
 from infra import monitoring, nag_suppressions
 from infra.alarm_topic import AlarmTopic, NewAlarmTopic
@@ -33,9 +32,11 @@ from infra.queue_alarms import QueueAlarms
 from infra.queue_endpoints import QueueEndpoints
 from infra.secure_table import SecureTable
 from infra.worker_code import worker_code
+from sqs_jobs.catalog import CATALOG, Catalog
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-FUNCTIONS_DIR = REPO_ROOT / "functions"
+# The worker's code: its runtime and jobs, and the job contract it shares with publishers.
+CODE_DIRS = (REPO_ROOT / "functions", REPO_ROOT / "lib" / "sqs_jobs")
 LAYER_DIR = REPO_ROOT / "build" / "layer"
 
 # Powertools' DynamoDBPersistenceLayer defaults (key_attr, expiry_attr): the worker uses them unchanged.
@@ -55,7 +56,7 @@ class JobsStack(Stack):
         *,
         context: StackContext,
         catalog: Catalog = CATALOG,
-        functions_dir: Path = FUNCTIONS_DIR,
+        code_dirs: tuple[Path, ...] = CODE_DIRS,
         layer_dir: Path = LAYER_DIR,
     ) -> None:
         # No env=: environment-agnostic, so synth needs no account lookup and no credentials.
@@ -72,7 +73,7 @@ class JobsStack(Stack):
         # First: without the bundled layer nothing else is worth building.
         shown = _shown(layer_dir)
         dependencies = DependenciesLayer(self, "Dependencies", directory=layer_dir, display_name=shown)
-        code = worker_code(functions_dir)
+        code = worker_code(code_dirs)
 
         self.idempotency_table = SecureTable(
             self,
@@ -195,7 +196,7 @@ def build_app(
     context: Mapping[str, Any] | None = None,
     *,
     catalog: Catalog = CATALOG,
-    functions_dir: Path = FUNCTIONS_DIR,
+    code_dirs: tuple[Path, ...] = CODE_DIRS,
     layer_dir: Path = LAYER_DIR,
 ) -> tuple[App, JobsStack]:
     """The app and its one stack. `context` adds to what the CDK CLI passes (cdk.json, `-c key=value`)."""
@@ -205,7 +206,7 @@ def build_app(
         app,
         context=settings,
         catalog=catalog,
-        functions_dir=functions_dir,
+        code_dirs=code_dirs,
         layer_dir=layer_dir,
     )
     if str(app.node.try_get_context(NAG_CONTEXT_KEY)).lower() == "true":

@@ -13,14 +13,14 @@ from types import FrameType
 
 import click
 
-from functions.catalog import CATALOG
 from jobctl.cli_support import EXIT_FAILED, Options, emit, operator_errors
 from jobctl.discovery import find_queues
 from jobctl.local.chaos import ChaosSettings, ChaosSpecError
 from jobctl.local.engine import DEFAULT_PORT, LocalEngine
 from jobctl.local.fake_invoicing import MODES as INVOICING_MODES
 from jobctl.local.provision import DEFAULT_STACK_NAME
-from jobctl.publisher import JobPublisher
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.publisher import JobPublisher
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -13,7 +13,6 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from functions.catalog import CATALOG
 from functions.worker.provenance import Provenance
 from jobctl.cli_support import EXIT_FAILED, Options, emit, operator_errors, queues_of
 from jobctl.dlq import (
@@ -29,6 +28,7 @@ from jobctl.dlq import (
     queue_busy,
     verify,
 )
+from sqs_jobs.catalog import CATALOG
 
 # Error codes an endpoint answers StartMessageMoveTask with when it doesn't implement it (the local engine).
 _UNSUPPORTED = {

@@ -13,11 +13,11 @@ import boto3
 import botocore.exceptions
 import click
 
-from functions.catalog import CATALOG, QueueSpec, UnknownQueueError
 from functions.worker.errors import EnvelopeError
 from jobctl.discovery import DiscoveryError, QueueLocation, find_queues
 from jobctl.dlq import DlqError
-from jobctl.publisher import PublishError
+from sqs_jobs.catalog import CATALOG, QueueSpec, UnknownQueueError
+from sqs_jobs.publisher import PublishError
 
 EXIT_FAILED = 1
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from functions.worker.errors import EnvelopeError
 from jobctl.local.engine import LocalEngine
-from jobctl.publisher import JobPublisher
+from sqs_jobs.publisher import JobPublisher
 
 ORDERS = {
     "1001": {"email": "aiko@example.com", "customer_name": "Aiko", "total": "42.00", "currency": "EUR"},

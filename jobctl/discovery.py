@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from functions.catalog import CATALOG, Catalog
 from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, parameter_name
+from sqs_jobs.catalog import CATALOG, Catalog
 
 
 class DiscoveryError(Exception):

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from functions.catalog import CATALOG, Catalog
 from functions.worker.deadletter import ERROR_MESSAGE, ERROR_TYPE, FAILURE, FAILURE_PERMANENT
 from jobctl.local.chaos import ChaosSettings
 from jobctl.local.engine import WAITING, LocalEngine
-from jobctl.publisher import JobPublisher
+from sqs_jobs.catalog import CATALOG, Catalog
+from sqs_jobs.publisher import JobPublisher
 
 ORDER_JOB = "order_confirmation"
 INVOICE_JOB = "generate_invoice"

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from functions.catalog import HEARTBEAT_JOB, QueueSpec
 from functions.worker.observability import FAILED, HEARTBEAT, SUCCEEDED, UNPARSEABLE_JOB
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
 from jobctl.discovery import QueueLocation
+from sqs_jobs.catalog import HEARTBEAT_JOB, QueueSpec
 
 SQS_NAMESPACE = "AWS/SQS"
 OLDEST_AGE_METRIC = "ApproximateAgeOfOldestMessage"

@@ -13,9 +13,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from functions.jobs.records import load_item
-from functions.worker.envelope import Envelope
 from functions.worker.errors import PermanentError, RecordNotFoundError
 from functions.worker.jobs import JobContext
+from sqs_jobs.envelope import Envelope
 
 PDF_MAGIC = b"%PDF"
 PDF_CONTENT_TYPE = "application/pdf"

@@ -10,9 +10,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from functions.jobs.records import load_item
-from functions.worker.envelope import Envelope
 from functions.worker.errors import PermanentError, RecordNotFoundError
 from functions.worker.jobs import JobContext
+from sqs_jobs.envelope import Envelope
 
 
 class OrderNotFoundError(RecordNotFoundError):

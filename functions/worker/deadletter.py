@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from functions.worker.envelope import Envelope
 from functions.worker.provenance import (
     ORIGINAL_ATTRIBUTES,
     PRIOR_ATTEMPTS,
@@ -22,6 +21,7 @@ from functions.worker.provenance import (
     Attributes,
     MessageAttributes,
 )
+from sqs_jobs.envelope import Envelope
 
 ATTRIBUTE_PREFIX = RUNTIME_PREFIX
 ERROR_TYPE = "jobs.error_type"

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
-from functions.catalog import JobSpec, QueueSpec
 from functions.worker.clients import ClientFactory
-from functions.worker.envelope import Envelope
 from functions.worker.errors import IdempotencyKeyError, WorkerConfigError
+from sqs_jobs.catalog import JobSpec, QueueSpec
+from sqs_jobs.envelope import Envelope
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext

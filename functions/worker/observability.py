@@ -1,4 +1,9 @@
-"""Logger, tracer and per-job metrics, built when a worker is built (never at import time)."""
+"""Logger and per-job metrics, built when a worker is built (never at import time).
+
+No tracer: the X-Ray SDK that Powertools' Tracer drives is in maintenance mode (end of support 25 February
+2027), and a Tracer that traced nothing only cost cold-start time. Lambda's own active tracing still records
+each invocation; what a job did is in its log lines and metrics, keyed by job and ID (docs/architecture.md).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 
@@ -42,7 +47,6 @@ EMF_MAX_VALUES = 99
 @dataclass
 class Observability:
     logger: Logger
-    tracer: Tracer
     metrics: AmazonCloudWatchEMFProvider
     # Where logs and EMF documents go; None is stdout, which Lambda ships to CloudWatch Logs.
     output: TextIO | None = None
@@ -66,7 +70,6 @@ class Observability:
                     handler.stream = output or sys.stdout
         return cls(
             logger=logger,
-            tracer=Tracer(service=SERVICE_NAME),
             metrics=AmazonCloudWatchEMFProvider(namespace=METRICS_NAMESPACE, service=SERVICE_NAME),
             output=output,
             metrics_sink=metrics_sink,

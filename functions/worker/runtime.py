@@ -48,9 +48,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyKeyError as PowertoolsIdempotencyKeyError,
 )
 
-from functions.catalog import HEARTBEAT_JOB, SETTLE_MARGIN_S
 from functions.worker.clients import ClientFactory
-from functions.worker.envelope import Envelope, parse_envelope
 from functions.worker.errors import (
     EnvelopeError,
     IdempotencyKeyError,
@@ -78,6 +76,8 @@ from functions.worker.observability import (
 )
 from functions.worker.provenance import PRIOR_ATTEMPTS, MessageAttributes, Provenance, from_event
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, WorkerSettings
+from sqs_jobs.catalog import HEARTBEAT_JOB, SETTLE_MARGIN_S
+from sqs_jobs.envelope import Envelope, parse_envelope
 
 # Modules only a failure, a hand-back or a job's HTTP call needs are imported there, on first use, not at
 # cold start (docs/benchmarks.md, (a)).

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from functions.catalog import CATALOG, RESOURCES, Catalog, QueueSpec, UnknownQueueError
 from functions.worker.errors import WorkerConfigError
+from sqs_jobs.catalog import CATALOG, RESOURCES, Catalog, QueueSpec, UnknownQueueError
 
 ENV_QUEUE_NAME = "JOBS_QUEUE_NAME"
 ENV_QUEUE_URL = "JOBS_QUEUE_URL"

@@ -25,7 +25,6 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoReque
 from moto.server import ThreadedMotoServer
 from werkzeug.serving import make_server
 
-from functions.catalog import CATALOG, Catalog
 from functions.worker.clients import ClientFactory
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
@@ -37,6 +36,7 @@ from jobctl.local.metrics_agent import MetricsAgent
 from jobctl.local.moto_locks import serialize_moto
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import DEFAULT_STACK_NAME, LocalDeployment, provision
+from sqs_jobs.catalog import CATALOG, Catalog
 
 log = logging.getLogger("jobctl.local")
 

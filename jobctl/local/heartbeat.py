@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from functions.catalog import HEARTBEAT_JOB
 from jobctl.local.provision import LocalQueue
+from sqs_jobs.catalog import HEARTBEAT_JOB
 
 log = logging.getLogger("jobctl.local")
 

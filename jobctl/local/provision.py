@@ -13,9 +13,9 @@ from typing import Any
 
 import boto3
 
-from functions.catalog import CATALOG, Catalog, QueueSpec
 from functions.worker.settings import WorkerSettings
 from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, parameter_name, physical_queue_name
+from sqs_jobs.catalog import CATALOG, Catalog, QueueSpec
 
 DEFAULT_STACK_NAME = "SqsJobs"
 DEFAULT_MAIL_SENDER = "jobs@example.com"

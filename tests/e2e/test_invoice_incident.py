@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from functions.catalog import CATALOG, Catalog
 from jobctl.local.engine import LocalEngine, free_port
-from jobctl.publisher import JobPublisher
+from sqs_jobs.catalog import CATALOG, Catalog
+from sqs_jobs.publisher import JobPublisher
 from tests.e2e.processes import ROOT, cli_env, jobctl_local
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]

@@ -18,7 +18,6 @@ import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from moto import mock_aws
 
-from functions.catalog import CATALOG, Catalog
 from functions.worker.clients import ClientFactory
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
@@ -27,6 +26,7 @@ from jobctl.local.emulator import EventSourceMapping, Invocation
 from jobctl.local.lambda_events import LocalLambdaContext
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import LocalDeployment, provision
+from sqs_jobs.catalog import CATALOG, Catalog
 
 REGION = "us-east-1"
 

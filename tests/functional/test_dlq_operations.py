@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from functions.catalog import Catalog, JobSpec, QueueSpec
 from functions.worker import deadletter
 from functions.worker.clients import ClientFactory
 from functions.worker.provenance import Provenance
 from jobctl.dlq import NO_EVIDENCE, BadFilterError, DeadLetterQueue, DlqError, Filter, group, queue_busy, verify
 from jobctl.local.provision import provision
+from sqs_jobs.catalog import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness
 
 MISSING = ("9001", "9002", "9003")

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from functions.catalog import Catalog, JobSpec, QueueSpec
 from functions.worker import deadletter
 from functions.worker.backoff import backoff_ceiling_s, backoff_delay_s
 from functions.worker.clients import ClientFactory
@@ -19,6 +18,7 @@ from functions.worker.provenance import PRIOR_ATTEMPTS, MessageAttributes, Prove
 from functions.worker.runtime import Worker
 from jobctl.dlq import DeadLetterQueue, Filter
 from jobctl.local.provision import provision
+from sqs_jobs.catalog import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope
 from tests.functional.sample_jobs import flaky, nap, sleepy, stubborn
 

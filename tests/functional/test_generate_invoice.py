@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from functions.catalog import CATALOG, Catalog
 from functions.jobs.generate_invoice import pdf_key
 from functions.worker import deadletter
 from functions.worker.backoff import backoff_ceiling_s
@@ -28,6 +27,7 @@ from functions.worker.runtime import Worker
 from jobctl.local.emulator import Invocation
 from jobctl.local.fake_invoicing import FakeInvoicingApi, render_pdf
 from jobctl.local.provision import provision
+from sqs_jobs.catalog import CATALOG, Catalog
 from tests.functional.conftest import Harness, attributes_of
 
 pytestmark = pytest.mark.timeout(60)

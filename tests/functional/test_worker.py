@@ -14,7 +14,6 @@ import pytest
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig
 
 from functions import entry
-from functions.catalog import Catalog, JobSpec, QueueSpec
 from functions.worker import deadletter
 from functions.worker.clients import ClientFactory
 from functions.worker.errors import WorkerConfigError
@@ -24,6 +23,7 @@ from functions.worker.runtime import Worker
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from jobctl.local.lambda_events import sqs_record
 from jobctl.local.provision import provision
+from sqs_jobs.catalog import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope, lambda_context
 from tests.functional.sample_jobs import empty_key, flaky
 

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from functions.catalog import HEARTBEAT_JOB, MINUTE, QueueSpec
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
 from infra.naming import alarm_name
+from sqs_jobs.catalog import HEARTBEAT_JOB, MINUTE, QueueSpec
 from tests.infra.cfn import Resources, find_one, props, queue_id, render, worker_id
 from tests.infra.metric_math import evaluate
 

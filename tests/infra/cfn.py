@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from functions.catalog import QueueSpec
 from functions.worker.settings import ENV_QUEUE_NAME
 from infra.naming import physical_queue_name
+from sqs_jobs.catalog import QueueSpec
 
 Resources = Mapping[str, Mapping[str, Any]]
 Permission = tuple[str, str]

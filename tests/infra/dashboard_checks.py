@@ -7,8 +7,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from functions.catalog import MINUTE, QueueSpec
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
+from sqs_jobs.catalog import MINUTE, QueueSpec
 from tests.infra.cfn import Resources, of_type, props, queue_id, render, worker_id
 from tests.infra.metric_math import evaluate
 

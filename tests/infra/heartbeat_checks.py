@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from functions.catalog import HEARTBEAT_JOB, MINUTE, QueueSpec
-from functions.worker.envelope import parse_envelope
+from sqs_jobs.catalog import HEARTBEAT_JOB, MINUTE, QueueSpec
+from sqs_jobs.envelope import parse_envelope
 from tests.infra.cfn import Resources, find_one, of_type, permissions, props, queue_id, render, role_statements
 
 # What EventBridge Scheduler replaces with the time the schedule fired (ISO 8601, UTC).

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from functions.catalog import CATALOG, MINUTE, AlarmThresholds, QueueSpec
 from infra.naming import alarm_name
+from sqs_jobs.catalog import CATALOG, MINUTE, AlarmThresholds, QueueSpec
 from tests.infra.alarm_checks import SIGNALS, QueueUnderTest, check_signal, signals, single_metric
 from tests.infra.cfn import of_type, props
 from tests.infra.conftest import REPO_ROOT, Synth

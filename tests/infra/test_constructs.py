@@ -16,13 +16,13 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.assertions import Template
 
-from functions.catalog import CATALOG, RESOURCES
 from infra.alarm_topic import AlarmTopic, NewAlarmTopic
 from infra.dependencies_layer import DependenciesLayer, LayerMissingError
 from infra.job_queue import JobQueue
 from infra.job_resources import JobResources, MissingResourceError
 from infra.secure_table import SecureTable
 from infra.stack import build_app
+from sqs_jobs.catalog import CATALOG, RESOURCES
 from tests.infra.cfn import of_type, permissions, role_statements
 from tests.infra.conftest import REPO_ROOT
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.catalog import CATALOG, QueueSpec
 from infra.naming import DASHBOARD_OUTPUT
+from sqs_jobs.catalog import CATALOG, QueueSpec
 from tests.infra.cfn import of_type, props, render
 from tests.infra.conftest import Synth
 from tests.infra.dashboard_checks import check_dashboard_queue, dashboard_body

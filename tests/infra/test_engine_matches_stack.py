@@ -14,7 +14,6 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from functions.catalog import CATALOG, RESOURCES, QueueSpec
 from jobctl.local.provision import (
     DEFAULT_MAIL_SENDER,
     DEFAULT_STACK_NAME,
@@ -23,6 +22,7 @@ from jobctl.local.provision import (
     dlq_attributes,
     provision,
 )
+from sqs_jobs.catalog import CATALOG, RESOURCES, QueueSpec
 from tests.infra.cfn import find_one, of_type, props, queue_id, worker_id
 from tests.infra.conftest import Synth
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from functions.catalog import CATALOG, QueueSpec
+from sqs_jobs.catalog import CATALOG, QueueSpec
 from tests.infra.cfn import of_type
 from tests.infra.conftest import Synth
 from tests.infra.heartbeat_checks import check_heartbeat_canary

@@ -13,13 +13,13 @@ from aws_cdk import App, Stack
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 
-from functions.catalog import MINUTE, AlarmThresholds, Catalog, JobSpec, QueueSpec
 from infra.alarm_topic import AlarmTopic, NewAlarmTopic
 from infra.context import ContextError
 from infra.heartbeat_canary import HeartbeatCanary
 from infra.monitoring import MonitoringError
 from infra.naming import ALARM_TOPIC_ARN_OUTPUT
 from infra.stack import build_app
+from sqs_jobs.catalog import MINUTE, AlarmThresholds, Catalog, JobSpec, QueueSpec
 from tests.infra.alarm_checks import QueueUnderTest, check_signal, signals, single_metric
 from tests.infra.cfn import of_type, props
 from tests.infra.dashboard_checks import check_dashboard_queue

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.catalog import CATALOG, DAY, QueueSpec
 from infra.naming import physical_queue_name
+from sqs_jobs.catalog import CATALOG, DAY, QueueSpec
 from tests.infra.cfn import of_type, props, queue_id, render
 from tests.infra.conftest import Synth
 

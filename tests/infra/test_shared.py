@@ -11,7 +11,6 @@ from aws_cdk import Token
 from aws_cdk.assertions import Match, Template
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
-from functions.catalog import CATALOG, QueueSpec
 from infra.naming import (
     ALARM_TOPIC_ARN_OUTPUT,
     DLQ_URL,
@@ -27,6 +26,7 @@ from infra.naming import (
     parameter_name,
 )
 from infra.stack import IDEMPOTENCY_PARTITION_KEY, IDEMPOTENCY_TTL_ATTRIBUTE
+from sqs_jobs.catalog import CATALOG, QueueSpec
 from tests.infra.cfn import find_one, of_type, props, queue_id, render, role_id, worker_id
 from tests.infra.conftest import Synth
 
@@ -176,7 +176,7 @@ def test_dependencies_layer_matches_the_workers_and_the_tested_powertools(synth:
     (layer,) = of_type(synth.resources, "AWS::Lambda::LayerVersion")
     properties = props(synth.resources, layer)
 
-    assert properties["CompatibleRuntimes"] == ["python3.14"]
+    assert properties["CompatibleRuntimes"] == ["python3.13"]
     assert properties["CompatibleArchitectures"] == ["arm64"]
     # The layer vendors uv.lock's versions: the same Powertools these tests import.
     assert f"aws-lambda-powertools=={version('aws-lambda-powertools')}" in properties["Description"].split()

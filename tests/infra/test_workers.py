@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from functions.catalog import CATALOG, RESOURCES, QueueSpec
 from functions.worker.settings import (
     ENV_DLQ_URL,
     ENV_IDEMPOTENCY_TABLE,
@@ -17,6 +19,7 @@ from functions.worker.settings import (
     SERVICE_NAME,
     resource_env_name,
 )
+from sqs_jobs.catalog import CATALOG, RESOURCES, QueueSpec
 from tests.infra.cfn import (
     Permission,
     find_one,
@@ -94,7 +97,8 @@ def test_one_worker_per_catalog_queue(synth: Synth) -> None:
 def test_worker_runtime_architecture_handler_and_limits(synth: Synth, spec: QueueSpec) -> None:
     function = props(synth.resources, worker_id(synth.resources, spec))
 
-    assert function["Runtime"] == "python3.14"
+    # The version make test runs on (Makefile LAMBDA_PYTHON): the tested runtime is the deployed runtime.
+    assert function["Runtime"] == f"python{sys.version_info.major}.{sys.version_info.minor}" == "python3.13"
     assert function["Architectures"] == ["arm64"]
     assert function["Handler"] == "functions.entry.handler"
     assert function["Timeout"] == spec.function_timeout_s
@@ -217,16 +221,45 @@ def test_worker_sends_messages_only_to_its_dlq_and_its_own_queue(synth: Synth, s
     assert {resource for action, resource in granted if action == "sqs:SendMessage"} == {f"{dlq}.Arn", f"{queue}.Arn"}
 
 
-def test_code_asset_ships_only_the_functions_package(synth: Synth) -> None:
+def test_code_asset_ships_the_worker_and_the_contract_precompiled_for_the_runtime(synth: Synth) -> None:
     functions = of_type(synth.resources, "AWS::Lambda::Function")
     keys = {props(synth.resources, key)["Code"]["S3Key"] for key in functions}
     assert len(keys) == 1, "every worker runs the same code asset"
     # The zip's content is staged in the cloud assembly as asset.<hash>, zipped at publish time.
     asset = synth.assembly_dir / f"asset.{keys.pop().removesuffix('.zip')}"
 
-    assert [path.name for path in asset.iterdir()] == ["functions"]
+    assert sorted(path.name for path in asset.iterdir()) == ["functions", "sqs_jobs"]
     shipped = {str(path.relative_to(asset)) for path in asset.rglob("*")}
-    assert {"functions/__init__.py", "functions/catalog.py", "functions/entry.py"} <= shipped
+    assert {"functions/__init__.py", "functions/entry.py", "sqs_jobs/catalog.py", "sqs_jobs/envelope.py"} <= shipped
     assert "functions/worker/settings.py" in shipped
-    stray = [path for path in shipped if "__pycache__" in path or path.endswith(".pyc") or "/tests" in path]
-    assert not stray
+    assert not [path for path in shipped if "/tests" in path or path.endswith("conftest.py")]
+    # Bytecode for every module, for the runtime's Python only, hash-based (zipping can't invalidate it).
+    sources = sorted(asset.rglob("*.py"))
+    for source in sources:
+        [compiled] = (source.parent / "__pycache__").glob(f"{source.stem}.*.pyc")
+        assert compiled.name == f"{source.stem}.{sys.implementation.cache_tag}.pyc"
+        assert pyc_flags(compiled) == UNCHECKED_HASH
+    assert len(list(asset.rglob("*.pyc"))) == len(sources)
+
+
+def test_the_layer_ships_bytecode_for_the_runtime_too(synth: Synth) -> None:
+    [layer] = of_type(synth.resources, "AWS::Lambda::LayerVersion")
+    asset = synth.assembly_dir / f"asset.{props(synth.resources, layer)['Content']['S3Key'].removesuffix('.zip')}"
+    sources = sorted((asset / "python").rglob("*.py"))
+    assert sources
+    tags = {compiled.name.split(".")[-2] for compiled in (asset / "python").rglob("*.pyc")}
+    assert tags == {sys.implementation.cache_tag}
+    for source in sources:
+        [compiled] = (source.parent / "__pycache__").glob(f"{source.stem}.*.pyc")
+        assert pyc_flags(compiled) == UNCHECKED_HASH
+
+
+# PEP 552: a .pyc's second word holds its flags; bit 0 hash-based, bit 1 check the source. Unchecked: 0b01.
+UNCHECKED_HASH = 0b01
+
+
+def pyc_flags(path: Path) -> int:
+    with path.open("rb") as compiled:
+        header = compiled.read(8)
+    assert header[:4] == importlib.util.MAGIC_NUMBER, f"{path} was compiled by another Python"
+    return int.from_bytes(header[4:8], "little")

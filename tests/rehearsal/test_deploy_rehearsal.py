@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
-from functions.catalog import CATALOG
 from functions.worker.deadletter import FAILURE_PERMANENT, DeadLetterQueue, Evidence, iso_from_epoch_ms
-from functions.worker.envelope import parse_envelope
 from functions.worker.provenance import MessageAttributes, Provenance, from_event, pack
 from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, output_key
 from jobctl.dlq import NO_EVIDENCE, MoveTasks, queue_busy
 from jobctl.local.lambda_events import sqs_record
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.envelope import parse_envelope
 from tests.rehearsal.cdk_deploy import Deployment
 
 QUEUE = "orders"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bench import cost, writes
-from functions.catalog import CATALOG, Catalog, JobSpec, QueueSpec
+from sqs_jobs.catalog import CATALOG, Catalog, JobSpec, QueueSpec
 
 # Round prices so every figure below can be checked by hand.
 PRICES = cost.Prices(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from functions.catalog import (
+from sqs_jobs.catalog import (
     CATALOG,
     DAY,
     ESM_MAX_BATCHING_WINDOW_S,

@@ -13,18 +13,6 @@ from typing import Any, cast
 import pytest
 from jsonschema import Draft202012Validator
 
-from functions.catalog import CATALOG
-from functions.worker import envelope as envelope_module
-from functions.worker.envelope import (
-    MAX_ENVELOPE_BYTES,
-    MAX_EXTRA_FIELDS,
-    MAX_EXTRA_STRING_CHARS,
-    MAX_ID_CHARS,
-    RESERVED_FIELDS,
-    Envelope,
-    build_envelope,
-    parse_envelope,
-)
 from functions.worker.errors import (
     EnvelopeError,
     EnvelopeFieldError,
@@ -33,6 +21,18 @@ from functions.worker.errors import (
     EnvelopeTooLargeError,
     PermanentError,
     UnknownJobError,
+)
+from sqs_jobs import envelope as envelope_module
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.envelope import (
+    MAX_ENVELOPE_BYTES,
+    MAX_EXTRA_FIELDS,
+    MAX_EXTRA_STRING_CHARS,
+    MAX_ID_CHARS,
+    RESERVED_FIELDS,
+    Envelope,
+    build_envelope,
+    parse_envelope,
 )
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "envelope.schema.json"

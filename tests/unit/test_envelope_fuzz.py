@@ -15,8 +15,9 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from functions.catalog import CATALOG
-from functions.worker.envelope import (
+from functions.worker.errors import EnvelopeError, EnvelopeNotObjectError, EnvelopeTooLargeError
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.envelope import (
     MAX_ENVELOPE_BYTES,
     MAX_EXTRA_FIELDS,
     MAX_EXTRA_STRING_CHARS,
@@ -27,7 +28,6 @@ from functions.worker.envelope import (
     build_envelope,
     parse_envelope,
 )
-from functions.worker.errors import EnvelopeError, EnvelopeNotObjectError, EnvelopeTooLargeError
 
 ACCEPTED = CATALOG.job_names
 JOB_NAMES = sorted(ACCEPTED)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from functions.catalog import CATALOG, RESOURCES
 from functions.jobs.generate_invoice import InvoiceDataError, invoice_request, pdf_key
 from functions.worker.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S
+from sqs_jobs.catalog import CATALOG, RESOURCES
 
 
 def test_the_shipped_catalog_has_the_invoice_queue_set_for_the_incident() -> None:

@@ -25,8 +25,8 @@ from bench.outage import (
     standard_policies,
     sweep,
 )
-from functions.catalog import QueueSpec
 from functions.worker.backoff import backoff_delay_s
+from sqs_jobs.catalog import QueueSpec
 
 # 0.25 s is exact in binary floating point: receive times land exactly where the tests expect them.
 FAIL_S = 0.25

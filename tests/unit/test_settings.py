@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from functions.catalog import CATALOG, Catalog, JobSpec, QueueSpec
 from functions.worker.errors import PermanentError, TransientError, WorkerConfigError
 from functions.worker.settings import (
     ENV_DLQ_URL,
@@ -16,6 +15,7 @@ from functions.worker.settings import (
     WorkerSettings,
     resource_env_name,
 )
+from sqs_jobs.catalog import CATALOG, Catalog, JobSpec, QueueSpec
 
 QUEUE_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
 DLQ_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq"

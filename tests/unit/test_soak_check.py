@@ -117,7 +117,7 @@ def test_the_plan_is_the_same_for_the_same_seed_and_has_what_was_asked() -> None
 
 
 def test_the_soak_catalog_compresses_time_and_keeps_the_rest() -> None:
-    from functions.catalog import CATALOG
+    from sqs_jobs.catalog import CATALOG
 
     compressed = soak_catalog()
     for original, soak in zip(CATALOG, compressed, strict=True):

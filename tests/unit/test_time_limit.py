@@ -6,10 +6,10 @@ import sys
 from types import FrameType
 from typing import Any, cast
 
-from functions.catalog import JobSpec
-from functions.worker.envelope import Envelope
 from functions.worker.jobs import JobContext, LoadedJob
 from functions.worker.runtime import _inside_job, _run_job
+from sqs_jobs.catalog import JobSpec
+from sqs_jobs.envelope import Envelope
 
 
 def test_only_frames_below_the_jobs_entry_count_as_the_job() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from functions.worker.envelope import Envelope
 from functions.worker.errors import PermanentError
 from functions.worker.jobs import JobContext
+from sqs_jobs.envelope import Envelope
 
 FAILURES: Counter[str] = Counter()
 SIDE_EFFECTS: Counter[str] = Counter()

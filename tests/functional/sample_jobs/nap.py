@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from functions.worker.envelope import Envelope
 from functions.worker.jobs import JobContext
+from sqs_jobs.envelope import Envelope
 
 FAILURES: Counter[str] = Counter()
 

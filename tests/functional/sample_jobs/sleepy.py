@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from functions.worker.envelope import Envelope
 from functions.worker.jobs import JobContext
+from sqs_jobs.envelope import Envelope
 
 RELEASE = threading.Event()
 DONE: list[str] = []

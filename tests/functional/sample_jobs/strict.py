@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from functions.worker.envelope import Envelope
 from functions.worker.jobs import JobContext
+from sqs_jobs.envelope import Envelope
 
 PERMANENT_ERRORS = (ValueError,)
 TRANSIENT_ERRORS = (LookupError,)

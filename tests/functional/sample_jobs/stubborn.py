@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from functions.worker.envelope import Envelope
 from functions.worker.errors import TimeLimitInterrupt
 from functions.worker.jobs import JobContext
+from sqs_jobs.envelope import Envelope
 
 OUTCOMES: list[str] = []
 

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from functions.catalog import CATALOG, Catalog
-from functions.worker.envelope import Envelope, Scalar, build_envelope
+from sqs_jobs.catalog import CATALOG, Catalog
+from sqs_jobs.envelope import Envelope, Scalar, build_envelope
 
 SQS_BATCH_MAX = 10
 # SQS's limit for DelaySeconds on a message.

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from functions.worker.errors import (
+from sqs_jobs.errors import (
     EnvelopeFieldError,
     EnvelopeNotJSONError,
     EnvelopeNotObjectError,
