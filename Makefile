@@ -36,7 +36,7 @@ help:
 	@echo "make local   start the local engine (moto server + Lambda SQS emulator) until Ctrl-C"
 	@echo "make synth   synthesize the CloudFormation template offline into cdk.out/"
 	@echo "make deploy  cdk deploy to the account and region of your AWS credentials"
-	@echo "make bench   benchmarks (no AWS): outage retry policies, DynamoDB writes, cost, import and per-record overhead, end-to-end jobs/s on the local engine"
+	@echo "make bench   benchmarks (no AWS): outage retry policies, DynamoDB writes, cost, import and per-record overhead, cold import of the deployed assets with and without bytecode, end-to-end jobs/s on the local engine"
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -86,11 +86,12 @@ demo: $(VENV)/.synced
 	$(BIN)/python -m jobctl.demo
 
 # Benchmarks, not tests: print figures (recorded in docs/benchmarks.md); `python -m bench.<name> --help`.
-bench: $(VENV)/.synced
+bench: $(VENV)/.synced bundle
 	$(BIN)/python -m bench.outage
 	$(BIN)/python -m bench.writes
 	$(BIN)/python -m bench.cost
 	$(BIN)/python -m bench.overhead
+	$(BIN)/python -m bench.cold_start
 	$(BIN)/python -m bench.throughput
 
 # The chaos soak at full size (make test runs it at 2,000 jobs); `python -m jobctl.soak --help`.
