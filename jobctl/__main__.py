@@ -2,4 +2,5 @@
 
 from jobctl.cli import main
 
-main()
+# Named as the installed script, so help reads `jobctl` and completion uses _JOBCTL_COMPLETE.
+main(prog_name="jobctl")

@@ -7,14 +7,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import botocore.exceptions
 import click
-from rich.console import Console
-from rich.progress import Progress
-from rich.table import Table
 
 from functions.worker.provenance import Provenance
-from jobctl.cli_support import EXIT_FAILED, Options, emit, operator_errors, queues_of
+from jobctl.cli_globals import JobctlGroup, complete_queue
+from jobctl.cli_support import EXIT_FAILED, EXIT_OK, Options, emit, fail, operator_errors, progress_bar, queues_of
 from jobctl.dlq import (
     BadFilterError,
     BadRateError,
@@ -25,10 +22,10 @@ from jobctl.dlq import (
     MoveTasks,
     MoveTaskStatus,
     group,
+    not_idempotent,
     queue_busy,
     verify,
 )
-from sqs_jobs.catalog import CATALOG
 
 # Error codes an endpoint answers StartMessageMoveTask with when it doesn't implement it (the local engine).
 _UNSUPPORTED = {
@@ -44,7 +41,25 @@ def _dlq(options: Options, queue: str) -> tuple[DeadLetterQueue, Any]:
     [(_, where)] = queues_of(options, queue)
     sqs = options.client("sqs")
     # Evidence counts only on what the queue's worker role sent (functions/worker/provenance.py).
-    return DeadLetterQueue(sqs, where.dlq_url, where.url, Provenance.of([where.worker_role_id])), where
+    dead = DeadLetterQueue(sqs, where.dlq_url, where.url, Provenance.of([where.worker_role_id]))
+    return dead, where
+
+
+def _scan(options: Options, dead: DeadLetterQueue, queue: str, limit: int | None = None) -> list[DeadLetter]:
+    """Every message of the DLQ (up to `limit`), read without consuming, with progress against its depth."""
+    if not options.show_progress:
+        return dead.peek(limit)
+    depth = dead.depth()  # an estimate (SQS's approximate count), asked only when progress is shown
+    total = min(depth, limit) if limit is not None else depth
+    with progress_bar(options, f"reading the DLQ of {queue}", total=total or None) as bar:
+        seen = 0
+
+        def received(count: int) -> None:
+            nonlocal seen
+            seen += count
+            bar.update(seen, total=max(seen, total) if total else None)
+
+        return dead.peek(limit, progress=received)
 
 
 def _move_tasks(options: Options, where: Any) -> MoveTasks:
@@ -69,13 +84,13 @@ def filter_options(command: Any) -> Any:
     return command
 
 
-@click.group()
+@click.group(cls=JobctlGroup)
 def dlq() -> None:
     """Triage a queue's dead-letter queue: list, show, redrive, discard."""
 
 
 @dlq.command("list")
-@click.argument("queue")
+@click.argument("queue", shell_complete=complete_queue)
 @click.option("--group-by", type=click.Choice(["error", "job", "day"]), default="error", show_default=True)
 @click.option("--limit", type=click.IntRange(1), help="Read at most N messages.")
 @click.pass_obj
@@ -83,11 +98,14 @@ def list_(options: Options, queue: str, group_by: str, limit: int | None) -> Non
     """Group the DLQ's messages by error, job or day (read without consuming)."""
     with operator_errors():
         dead, _ = _dlq(options, queue)
-        letters = dead.peek(limit)
+        letters = _scan(options, dead, queue, limit)
         groups = group(letters, group_by)
     payload = {"queue": queue, "total": len(letters), "group_by": group_by, "groups": groups}
 
     def table() -> None:
+        from rich.console import Console
+        from rich.table import Table
+
         if not letters:
             click.echo(f"the DLQ of {queue} is empty")
             return
@@ -111,17 +129,17 @@ def list_(options: Options, queue: str, group_by: str, limit: int | None) -> Non
 
 
 @dlq.command()
-@click.argument("queue")
+@click.argument("queue", shell_complete=complete_queue)
 @click.argument("message_id")
 @click.pass_obj
 def show(options: Options, queue: str, message_id: str) -> None:
     """One dead-lettered message: payload, attempts, error, traceback, timestamps."""
     with operator_errors():
         dead, _ = _dlq(options, queue)
-        letter = dead.find(message_id)
+        letter = next((item for item in _scan(options, dead, queue) if item.message_id == message_id), None)
     if letter is None:
-        click.echo(f"jobctl: error: no message {message_id!r} in the DLQ of {queue!r}", err=True)
-        sys.exit(EXIT_FAILED)
+        # The command ran and the message isn't there (redriven, discarded, or a wrong ID): a finding.
+        fail(f"no message {message_id!r} in the DLQ of {queue!r}", EXIT_FAILED)
     details = letter.to_dict()
 
     def text() -> None:
@@ -142,14 +160,12 @@ def _confirm(question: str, yes: bool) -> None:
         raise click.UsageError(f"{question} - not confirmed: add --yes to run without a prompt")
     if not click.confirm(question, default=False):
         click.echo("nothing done")
-        sys.exit(0)
+        sys.exit(EXIT_OK)
 
 
 def _check_idempotent(letters: list[DeadLetter], allow: bool) -> None:
     """Refuse to bulk-redrive jobs that are not safe to run twice, unless explicitly allowed."""
-    unsafe = sorted(
-        {letter.job for letter in letters if letter.job not in CATALOG.job_names or not _idempotent(letter.job)}
-    )
+    unsafe = not_idempotent(letters)
     if unsafe and not allow:
         raise click.UsageError(
             f"not known to be idempotent: {', '.join(unsafe)}; a redrive may run them twice. "
@@ -157,13 +173,11 @@ def _check_idempotent(letters: list[DeadLetter], allow: bool) -> None:
         )
 
 
-def _idempotent(job: str) -> bool:
-    return CATALOG.queue_for_job(job).job(job).idempotent
-
-
 def _server_side_move(options: Options, tasks: MoveTasks, rate: int | None) -> int | None:
     """StartMessageMoveTask of the whole DLQ into its source queue, followed to its end; None when the endpoint
     doesn't have it (the local engine)."""
+    import botocore.exceptions  # loaded already: the client that `tasks` holds imported it
+
     try:
         tasks.start(rate)
     except botocore.exceptions.ClientError as error:
@@ -175,11 +189,10 @@ def _server_side_move(options: Options, tasks: MoveTasks, rate: int | None) -> i
     except NotImplementedError:
         return None
     try:
-        with Progress(transient=True, disable=options.output == "json") as progress:
-            bar = progress.add_task("moving (server side)", total=None)
+        with progress_bar(options, "moving (server side)") as bar:
 
             def show(task: MoveTaskStatus) -> None:
-                progress.update(bar, completed=task.moved, total=task.to_move)
+                bar.update(task.moved, total=task.to_move)
 
             return tasks.follow(show).moved
     except KeyboardInterrupt:
@@ -189,7 +202,7 @@ def _server_side_move(options: Options, tasks: MoveTasks, rate: int | None) -> i
 
 
 @dlq.command()
-@click.argument("queue")
+@click.argument("queue", shell_complete=complete_queue)
 @filter_options
 @click.option("--limit", type=click.IntRange(1), help="Move at most N messages.")
 @click.option(
@@ -232,7 +245,7 @@ def redrive(
         raise click.UsageError(str(error)) from None
     with operator_errors():
         dead, where = _dlq(options, queue)
-        matching = [letter for letter in dead.peek() if chosen.matches(letter)]
+        matching = [letter for letter in _scan(options, dead, queue) if chosen.matches(letter)]
         if limit is not None:
             matching = matching[:limit]
         _check_idempotent(matching, allow_non_idempotent)
@@ -251,12 +264,11 @@ def redrive(
                 method = "server"
                 report = MoveReport(moved=moved, matched=len(matching), moved_letters=matching)
         if report is None:
-            with Progress(transient=True, disable=options.output == "json") as progress:
-                bar = progress.add_task(f"moving to {queue}", total=len(matching))
+            with progress_bar(options, f"moving to {queue}", total=len(matching)) as bar:
                 report = dead.move(
                     chosen,
                     rate_per_s=rate,
-                    progress=lambda n: progress.advance(bar, n),
+                    progress=bar.advance,
                     only={letter.message_id for letter in matching},
                 )
         checked = None
@@ -281,8 +293,7 @@ def _cancel(options: Options, queue: str) -> None:
 
 
 def _follow(options: Options, dead: DeadLetterQueue, report: MoveReport, since: datetime, timeout_s: int) -> Any:
-    with Progress(transient=True, disable=options.output == "json") as progress:
-        progress.add_task(f"verifying: waiting for {report.moved} job(s) to be processed", total=None)
+    with progress_bar(options, f"verifying: waiting for {report.moved} job(s) to be processed"):
         return verify(dead._sqs, dead, report.moved_letters, since=since, timeout_s=timeout_s)
 
 
@@ -332,7 +343,7 @@ def _report_redrive(
 
 
 @dlq.command()
-@click.argument("queue")
+@click.argument("queue", shell_complete=complete_queue)
 @filter_options
 @click.option("--limit", type=click.IntRange(1), help="Discard at most N messages.")
 @click.option("--archive", type=click.Path(dir_okay=False, path_type=Path), help="Append them to this JSON Lines file.")
@@ -354,14 +365,17 @@ def discard(
         raise click.UsageError("discard deletes messages for good: add --yes (and --archive FILE to keep a copy)")
     with operator_errors():
         dead, _ = _dlq(options, queue)
-        chosen_ids = {letter.message_id for letter in dead.peek() if chosen.matches(letter)}
+        chosen_ids = {letter.message_id for letter in _scan(options, dead, queue) if chosen.matches(letter)}
         if limit is not None:
             chosen_ids = set(sorted(chosen_ids)[:limit])
-        if archive is not None:
-            with archive.open("a", encoding="utf-8") as sink:
-                discarded = dead.discard(chosen, archive=sink, only=chosen_ids) if chosen_ids else []
-        else:
-            discarded = dead.discard(chosen, only=chosen_ids) if chosen_ids else []
+        with progress_bar(options, f"discarding from the DLQ of {queue}", total=len(chosen_ids)) as bar:
+            if archive is not None:
+                with archive.open("a", encoding="utf-8") as sink:
+                    discarded = (
+                        dead.discard(chosen, archive=sink, only=chosen_ids, progress=bar.advance) if chosen_ids else []
+                    )
+            else:
+                discarded = dead.discard(chosen, only=chosen_ids, progress=bar.advance) if chosen_ids else []
         left = queue_busy(dead._sqs, dead.dlq_url)
     payload = {
         "queue": queue,

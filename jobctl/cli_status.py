@@ -1,4 +1,5 @@
-"""`jobctl status [QUEUE] [--watch]`: the four signals per queue and a health verdict; exit 1 if unhealthy."""
+"""`jobctl status [QUEUE] [--watch]`: the four signals per queue and a health verdict; exit 1 if unhealthy, 3 if
+the status could not be read."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from jobctl.cli_globals import JobctlCommand, complete_queue
 from jobctl.cli_support import EXIT_FAILED, Options, emit, operator_errors, queues_of
 from jobctl.status import DEFAULT_WINDOW_S, QueueStatus, queue_status
 
@@ -56,8 +58,8 @@ def _table(statuses: list[QueueStatus], now: datetime) -> Table:
     return table
 
 
-@click.command()
-@click.argument("queue", required=False)
+@click.command(cls=JobctlCommand)
+@click.argument("queue", required=False, shell_complete=complete_queue)
 @click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
 @click.option("--interval", type=click.IntRange(1, 3600), default=10, show_default=True, help="--watch refresh (s).")
 @click.option(
@@ -69,7 +71,9 @@ def _table(statuses: list[QueueStatus], now: datetime) -> Table:
 )
 @click.pass_obj
 def status(options: Options, queue: str | None, watch: bool, interval: int, window: int) -> None:
-    """Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue."""
+    """Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue.
+
+    Exit 0 when every queue is healthy, 1 when one is not, 3 when the status could not be read."""
     console = Console()
     with operator_errors():
         targets = queues_of(options, queue)

@@ -1,69 +1,107 @@
-"""What every jobctl command shares: the AWS-CLI-like options, one-line errors, table or JSON output."""
+"""What jobctl's commands share beyond the global options: errors as one line with the exit code of their type,
+the queues a command works on. Imports no boto3: Options.client does, when a command first calls AWS.
+"""
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Callable, Iterator
+import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from typing import NoReturn
 
-import boto3
-import botocore.exceptions
 import click
 
-from functions.worker.errors import EnvelopeError
-from jobctl.discovery import DiscoveryError, QueueLocation, find_queues
-from jobctl.dlq import DlqError
-from sqs_jobs.catalog import CATALOG, QueueSpec, UnknownQueueError
-from sqs_jobs.publisher import PublishError
-
-EXIT_FAILED = 1
-
-
-@dataclass
-class Options:
-    profile: str | None
-    region: str | None
-    endpoint_url: str | None
-    stack: str
-    output: str
-
-    def client(self, service: str) -> Any:
-        session = boto3.session.Session(profile_name=self.profile, region_name=self.region)
-        return session.client(service, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
-
-
-# Errors an operator can act on: shown as one line, exit 1, never a traceback.
-_OPERATOR_ERRORS: tuple[type[BaseException], ...] = (
-    DiscoveryError,
-    DlqError,
-    EnvelopeError,
-    PublishError,
-    UnknownQueueError,
-    botocore.exceptions.NoCredentialsError,
-    botocore.exceptions.NoRegionError,
-    botocore.exceptions.ProfileNotFound,
-    botocore.exceptions.EndpointConnectionError,
-    botocore.exceptions.ClientError,
+from jobctl.cli_globals import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    EndpointError,
+    Options,
 )
+from jobctl.cli_output import emit, progress_bar
+from jobctl.discovery import DiscoveryError, QueueLocation, find_queues
+from jobctl.dlq import BadFilterError, BadRateError, DlqError
+from sqs_jobs.catalog import CATALOG, QueueSpec, UnknownQueueError
+from sqs_jobs.errors import EnvelopeError
+from sqs_jobs.publisher import InvalidDelayError, PublishError, QueueNotConfiguredError
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "Options",
+    "emit",
+    "exit_code_for",
+    "fail",
+    "operator_errors",
+    "progress_bar",
+    "queues_of",
+]
+
+# Errors an operator can act on, by type, most specific first: shown as one line, never a traceback.
+_USAGE_ERRORS: tuple[type[BaseException], ...] = (
+    UnknownQueueError,
+    EnvelopeError,  # the job or ID given can't make a valid envelope (includes UnknownJobError)
+    InvalidDelayError,
+    BadFilterError,
+    BadRateError,
+)
+_UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (DiscoveryError, QueueNotConfiguredError, EndpointError)
+_FAILED_ERRORS: tuple[type[BaseException], ...] = (DlqError, PublishError)
+
+
+def exit_code_for(error: BaseException) -> int | None:
+    """The exit code an error means, or None for a bug (left to show its traceback)."""
+    if isinstance(error, _USAGE_ERRORS):
+        return EXIT_USAGE
+    if isinstance(error, _UNREACHABLE_ERRORS):
+        return EXIT_UNREACHABLE
+    if isinstance(error, _FAILED_ERRORS):
+        return EXIT_FAILED
+    # Without an AWS call botocore was never imported, and the error can't be one of its.
+    botocore_errors = sys.modules.get("botocore.exceptions")
+    if botocore_errors is not None:
+        if isinstance(error, botocore_errors.ParamValidationError):
+            return EXIT_USAGE
+        # Credentials, region, profile, endpoint, connection, throttling, access denied, any service error.
+        if isinstance(error, botocore_errors.BotoCoreError | botocore_errors.ClientError):
+            return EXIT_UNREACHABLE
+    return None
+
+
+def _message(error: BaseException) -> str:
+    # A KeyError's str() is its repr (quoted): show its message as written.
+    if isinstance(error, KeyError) and len(error.args) == 1 and isinstance(error.args[0], str):
+        return error.args[0]
+    return str(error)
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    """One line on stderr, then exit with `code`."""
+    click.echo(f"jobctl: error: {message}", err=True)
+    sys.exit(code)
 
 
 @contextmanager
 def operator_errors() -> Iterator[None]:
+    """Errors an operator can act on as one line and their exit code (docs/jobctl.md), never a traceback."""
     try:
         yield
-    except _OPERATOR_ERRORS as error:
-        click.echo(f"jobctl: error: {error}", err=True)
-        sys.exit(EXIT_FAILED)
+    except Exception as error:
+        code = exit_code_for(error)
+        if code is None:
+            raise
+        if _debugging():
+            traceback.print_exc(file=sys.stderr)
+        fail(_message(error), code)
 
 
-def emit(options: Options, payload: dict[str, Any], table: Callable[[], None]) -> None:
-    if options.output == "json":
-        click.echo(json.dumps(payload, indent=2, sort_keys=True, default=str))
-    else:
-        table()
+def _debugging() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and isinstance(ctx.find_root().obj, Options) and ctx.find_root().obj.debug
 
 
 def queues_of(options: Options, queue: str | None = None) -> list[tuple[QueueSpec, QueueLocation]]:

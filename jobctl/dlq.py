@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from functions.worker import deadletter
 from functions.worker.provenance import Attributes, MessageAttributes, Provenance, from_received, pack
+from sqs_jobs.catalog import CATALOG, Catalog
 
 SQS_BATCH_MAX = 10
 # Long enough to scan a large DLQ in one pass; if jobctl dies, messages reappear after this.
@@ -245,12 +246,15 @@ class DeadLetterQueue:
                 ],
             )
 
-    def peek(self, limit: int | None = None) -> list[DeadLetter]:
-        """Every message (up to `limit`) without consuming any: all are visible again when this returns."""
+    def peek(self, limit: int | None = None, progress: Callable[[int], None] | None = None) -> list[DeadLetter]:
+        """Every message (up to `limit`) without consuming any: all are visible again when this returns.
+        `progress` is told the size of each batch received."""
         letters: list[DeadLetter] = []
         try:
             for batch in self._scan(limit):
                 letters.extend(batch)
+                if progress is not None:
+                    progress(len(batch))
         finally:
             self.release(letters)
         return letters[:limit] if limit is not None else letters
@@ -486,6 +490,23 @@ class _Throttle:
             time.sleep(delay)
 
 
+def not_idempotent(letters: Iterable[DeadLetter], catalog: Catalog = CATALOG) -> list[str]:
+    """The jobs among `letters` a redrive may run twice: marked not idempotent in the catalog, or unknown to it."""
+    unsafe = set()
+    for letter in letters:
+        try:
+            if not catalog.queue_for_job(letter.job).job(letter.job).idempotent:
+                unsafe.add(letter.job)
+        except KeyError:
+            unsafe.add(letter.job)
+    return sorted(unsafe)
+
+
+def group_key(letter: DeadLetter) -> tuple[str, str]:
+    """The error group a dead letter belongs to: its error type and its message with the varying parts blanked."""
+    return (letter.error_type, error_pattern(letter.error_message))
+
+
 _VARYING = re.compile(r"'[^']*'|\"[^\"]*\"|\d+")
 
 
@@ -499,7 +520,7 @@ def group(letters: Iterable[DeadLetter], by: str) -> list[dict[str, Any]]:
     keyed: dict[tuple[str, ...], list[DeadLetter]] = {}
     for letter in letters:
         if by == "error":
-            key: tuple[str, ...] = (letter.error_type, error_pattern(letter.error_message))
+            key: tuple[str, ...] = group_key(letter)
         elif by == "job":
             key = (letter.job,)
         elif by == "day":

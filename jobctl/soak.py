@@ -15,6 +15,8 @@ keep at most `window` messages waiting and `backlog` messages unsettled (waiting
 invisible after a crash).
 
     python -m jobctl.soak --jobs 10000           # `make soak` runs 10,000; `make test` runs 2,000
+
+Progress (jobs published and settled) goes to stderr when it is a terminal, or with --progress.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import re
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -55,6 +58,8 @@ SOAK_BACKOFF_BASE_S = 1
 SOAK_BACKOFF_CAP_S = 2
 _SUBJECT_ID = re.compile(r"^Your order (.+) is confirmed$")
 _BATCH_WRITE_MAX = 25
+# Told (published, settled) as the soak goes: settled jobs are done or dead-lettered.
+SoakProgress = Callable[[int, int], None]
 
 
 def soak_catalog(catalog: Catalog = CATALOG) -> Catalog:
@@ -254,7 +259,13 @@ def _unsettled(counts: Mapping[str, Mapping[str, int]]) -> int:
     return sum(sum(queue.values()) for queue in counts.values())
 
 
-def _publish_in_waves(engine: LocalEngine, jobs: Sequence[SoakJob], plan: SoakPlan, deadline: float) -> bool:
+def _publish_in_waves(
+    engine: LocalEngine,
+    jobs: Sequence[SoakJob],
+    plan: SoakPlan,
+    deadline: float,
+    progress: SoakProgress | None = None,
+) -> bool:
     assert engine.deployment is not None
     sqs = engine.clients()("sqs")
     publisher = JobPublisher(
@@ -266,6 +277,8 @@ def _publish_in_waves(engine: LocalEngine, jobs: Sequence[SoakJob], plan: SoakPl
     while time.monotonic() < deadline:
         counts = engine.queue_counts()
         unsettled, waiting = _unsettled(counts), sum(queue[WAITING] for queue in counts.values())
+        if progress is not None:
+            progress(next_job, max(0, next_job - unsettled))
         room = min(plan.window - waiting, plan.backlog - unsettled)
         if next_job < len(jobs) and room > 0:
             wave = jobs[next_job : next_job + room]
@@ -324,15 +337,15 @@ def _observe(engine: LocalEngine, drained: bool) -> Observed:
     return observed
 
 
-def run_soak(plan: SoakPlan, worker_output: TextIO | None = None) -> SoakReport:
-    """Run the soak on a fresh local engine and check what happened."""
+def run_soak(plan: SoakPlan, worker_output: TextIO | None = None, progress: SoakProgress | None = None) -> SoakReport:
+    """Run the soak on a fresh local engine and check what happened; `progress` is told how far it got."""
     jobs = plan.build_jobs()
     chaos = replace(plan.chaos, seed=plan.chaos.seed if plan.chaos.seed is not None else plan.seed)
     started = time.monotonic()
     engine = LocalEngine(port=0, catalog=soak_catalog(), chaos=chaos, worker_output=worker_output)
     with engine:
         _seed(engine, jobs)
-        drained = _publish_in_waves(engine, jobs, plan, deadline=started + plan.timeout_s)
+        drained = _publish_in_waves(engine, jobs, plan, deadline=started + plan.timeout_s, progress=progress)
         # Runs cut at their time limit may still be finishing (a hang ends after hang_s): let them, then stop.
         time.sleep(chaos.hang_s + 0.5)
         mappings = dict(engine.mappings)  # stop_workers() forgets them; their counts are the report's
@@ -365,6 +378,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--chaos", type=ChaosSettings.parse, default=DEFAULT_CHAOS, help="as jobctl local --chaos")
     parser.add_argument("--permanent", type=float, default=DEFAULT_PERMANENT, help="share of jobs with broken data")
     parser.add_argument("--log", type=Path, default=Path(".local-engine/soak-worker.log"), help="worker logs")
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress on stderr (default: when stderr is a terminal)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -378,11 +397,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args.log.parent.mkdir(parents=True, exist_ok=True)
     print(f"soak: {plan.jobs} jobs, seed {plan.seed}; worker logs in {args.log}", flush=True)
-    with args.log.open("w", encoding="utf-8") as log:
-        report = run_soak(plan, worker_output=log)
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    with args.log.open("w", encoding="utf-8") as log, _progress(show, plan.jobs) as progress:
+        report = run_soak(plan, worker_output=log, progress=progress)
     for line in report.lines():
         print(line)
     return 0 if report.passed else 1
+
+
+@contextmanager
+def _progress(show: bool, total: int) -> Iterator[SoakProgress | None]:
+    """jobctl's progress display (stderr; stdout keeps the report), or None."""
+    if not show:
+        yield None
+        return
+    from jobctl.cli_output import live_progress
+
+    with live_progress(force=True) as display:
+        task = display.add_task("soak: jobs settled", total=total)
+
+        def update(published: int, settled: int) -> None:
+            display.update(task, completed=settled, description=f"soak: {published} published, jobs settled")
+
+        yield update
 
 
 if __name__ == "__main__":

@@ -110,9 +110,9 @@ def test_bad_usage_exits_2_with_one_clear_line(engine: LocalEngine, args: list[s
     assert "Traceback" not in result.output
 
 
-def test_unknown_queue_exits_1(engine: LocalEngine) -> None:
+def test_unknown_queue_is_bad_usage(engine: LocalEngine) -> None:
     result = run(engine, "dlq", "list", "nosuch")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "unknown queue 'nosuch'" in result.output
 
 

@@ -67,10 +67,12 @@ def test_jobctl_enqueue_publishes_through_the_stack_parameters(engine: LocalEngi
 @pytest.mark.parametrize(
     ("args", "exit_code", "needle"),
     [
-        (["enqueue", "nosuch", "order_confirmation", "1"], 1, "unknown queue 'nosuch'"),
+        (["enqueue", "nosuch", "order_confirmation", "1"], 2, "unknown queue 'nosuch'"),
         (["enqueue", "orders", "send_fax", "1"], 2, "accepted: order_confirmation"),
-        (["enqueue", "orders", "order_confirmation", ""], 1, "field 'id' is empty"),
-        (["--stack", "Nope", "enqueue", "orders", "order_confirmation", "1"], 1, "no SSM parameter /Nope/queues"),
+        (["enqueue", "orders", "order_confirmation", ""], 2, "field 'id' is empty"),
+        # Could not check: the stack isn't there.
+        (["--stack", "Nope", "enqueue", "orders", "order_confirmation", "1"], 3, "no SSM parameter /Nope/queues"),
+        (["enqueue", "orders", "order_confirmation", "1", "--stack", "Nope"], 3, "no SSM parameter /Nope/queues"),
         (["enqueue", "orders"], 2, "Missing argument"),
     ],
 )

@@ -1,0 +1,103 @@
+"""`jobctl local`: the local engine in the foreground (imports moto: loaded only when this command runs)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+
+import click
+
+from jobctl.cli_globals import JobctlCommand
+from jobctl.cli_support import Options, fail
+from jobctl.local.chaos import ChaosSettings, ChaosSpecError
+from jobctl.local.engine import DEFAULT_PORT, LocalEngine
+from jobctl.local.fake_invoicing import MODES as INVOICING_MODES
+
+
+def _chaos_settings(spec: str | None) -> ChaosSettings | None:
+    if spec is None:
+        return None
+    try:
+        return ChaosSettings.parse(spec)
+    except ChaosSpecError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+@click.command(cls=JobctlCommand)
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 64), help="Pollers per queue (default: the catalog's).")
+@click.option(
+    "--invoicing-mode",
+    type=click.Choice(INVOICING_MODES),
+    default="ok",
+    show_default=True,
+    help="Start the fake invoicing API in this mode (change it later with POST <url>/_control).",
+)
+@click.option(
+    "--invoicing-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Port of the fake invoicing API (0: a free one).",
+)
+@click.option(
+    "--chaos",
+    metavar="SPEC",
+    callback=lambda _ctx, _param, value: _chaos_settings(value),
+    help="Inject faults, e.g. transient=0.2,hang=0.01,crash=0.01,duplicate=0.05[,hang_s=5][,seed=7]: rates per "
+    "downstream call (transient, hang), per record run (crash before the ack), per delivery (duplicate).",
+)
+@click.pass_obj
+def local(
+    options: Options,
+    port: int,
+    concurrency: int | None,
+    invoicing_mode: str,
+    invoicing_port: int,
+    chaos: ChaosSettings | None,
+) -> None:
+    """Run the local engine: moto server + the real workers behind an SQS event source emulator, and a fake of
+    the invoicing API that generate_invoice calls."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        click.echo(f"\n{signal.Signals(signum).name}: no new batches; finishing the batches in flight...", err=True)
+        stop.set()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    engine = LocalEngine(
+        port=port,
+        stack_name=options.stack,
+        concurrency=concurrency,
+        invoicing_mode=invoicing_mode,
+        invoicing_port=invoicing_port,
+        chaos=chaos,
+    )
+    try:
+        engine.start()
+    except OSError as error:
+        ports = f"port {port}" + (f" or {invoicing_port}" if invoicing_port else "")
+        fail(f"cannot start the local engine on {ports}: {error.strerror}")
+    assert engine.deployment is not None
+    click.echo(f"local engine ready at {engine.endpoint_url} (region {engine.region}, stack {engine.stack_name})")
+    for name, queue in engine.deployment.queues.items():
+        click.echo(f"  queue {name}: {queue.url}  (DLQ {queue.dlq_url})")
+    click.echo(
+        f"  invoicing API (fake): {engine.invoicing.url}  mode {invoicing_mode}; "
+        f"GET {engine.invoicing.url}/_stats, POST {engine.invoicing.url}/_control"
+    )
+    if chaos is not None:
+        click.echo(f"  chaos: {chaos.describe()}")
+    click.echo(f"  export AWS_ENDPOINT_URL={engine.endpoint_url} AWS_REGION={engine.region}")
+    click.echo("  Ctrl-C stops polling, finishes the batches in flight and exits.", err=False)
+    sys.stdout.flush()
+    while not stop.wait(0.5):  # a timed wait keeps the main thread responsive to signals
+        pass
+    engine.stop()
+    click.echo("local engine stopped", err=True)
