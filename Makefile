@@ -24,11 +24,11 @@ REHEARSAL_VENV := .venv-rehearsal
 REHEARSAL_CDK_ARGS ?=
 export REHEARSAL_CDK_ARGS
 
-.PHONY: help dev bundle wheel lint test rehearse demo synth deploy diff destroy local clean bench soak
+.PHONY: help dev bundle wheel screenshots lint test rehearse demo synth deploy diff destroy local clean bench soak
 
 help:
 	@echo "make demo    run the order-confirmation job end to end on the embedded local engine"
-	@echo "make test    lint (ruff, mypy) and every test: unit, functional, infra, e2e (incl. a 2,000-job chaos soak), rehearsal"
+	@echo "make test    lint (ruff, mypy) and every test: unit, functional, infra, e2e (incl. a 2,000-job chaos soak), the console in a browser, rehearsal"
 	@echo "make rehearse  deploy the stack to LocalStack with the CDK CLI and run jobctl's procedure against it"
 	@echo "make soak    the chaos soak at 10,000 jobs (SOAK_JOBS=n to change): faults injected, every promise checked"
 	@echo "make wheel   build the publisher's wheel (sqs_jobs: JobPublisher and the job contract, needs only boto3) into dist/"
@@ -55,13 +55,26 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-dev: $(VENV)/.synced node_modules/.installed
+# The console's browser test (tests/browser) drives Debian's chromium through Playwright; Playwright's own
+# browser download is not used (it is unreachable from CI). Installed with apt-get (as root, else with sudo).
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "make: install Chromium at $(CHROMIUM) for the console's browser test" >&2; exit 1; }
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null
+
+dev: $(VENV)/.synced node_modules/.installed $(CHROMIUM)
 
 # The worker's dependencies (Powertools) vendored for Lambda from uv.lock, without Docker, compiled to bytecode.
 bundle: build/layer/.built
 build/layer/.built: uv.lock scripts/bundle_layer.sh | $(VENV)/.synced
 	bash scripts/bundle_layer.sh $(UV) $(BIN)/python build/layer
 	touch $@
+
+# The console's README screenshots (docs/images/), rendered by the browser tests' chromium on the local engine.
+screenshots: $(VENV)/.synced $(CHROMIUM)
+	$(BIN)/python -m scripts.console_screenshots
 
 # The publisher's distribution (lib/: sqs_jobs, needs only boto3), for services to install.
 wheel: | $(UV)
@@ -73,7 +86,7 @@ lint: $(VENV)/.synced
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 
-test: lint bundle
+test: lint bundle $(CHROMIUM)
 	$(BIN)/pytest
 	$(MAKE) --no-print-directory rehearse
 
@@ -92,8 +105,8 @@ bench: $(VENV)/.synced bundle
 	$(BIN)/python -m bench.cost
 	$(BIN)/python -m bench.overhead
 	$(BIN)/python -m bench.cold_start
-	$(BIN)/python -m bench.cli_startup
 	$(BIN)/python -m bench.throughput
+	$(BIN)/python -m bench.cli_startup
 
 # The chaos soak at full size (make test runs it at 2,000 jobs); `python -m jobctl.soak --help`.
 SOAK_JOBS ?= 10000

@@ -15,12 +15,20 @@ from jobctl.cli_globals import EXIT_CODES_HELP, LazyCommand, LazyGroup, print_ve
 
 # The short help is the first sentence of the command's docstring (a unit test keeps them equal).
 COMMANDS = {
+    "console": LazyCommand(
+        "jobctl.cli_console:console",
+        "Serve the operator console: queues, dead letters, redrive, discard, pause, in the browser.",
+    ),
     "dlq": LazyCommand("jobctl.cli_dlq:dlq", "Triage a queue's dead-letter queue: list, show, redrive, discard."),
     "enqueue": LazyCommand("jobctl.cli_enqueue:enqueue", 'Publish one job to QUEUE: {"job": JOB, "id": ID}.'),
+    "job": LazyCommand("jobctl.cli_job:job", "Look up one job by its name and ID."),
     "local": LazyCommand(
         "jobctl.cli_local:local",
         "Run the local engine: moto server + the real workers behind an SQS event source emulator, and a fake of "
         "the invoicing API that generate_invoice calls.",
+    ),
+    "queue": LazyCommand(
+        "jobctl.cli_queue:queue", "Pause or resume a queue's worker: jobs wait in the queue, nothing is lost."
     ),
     "status": LazyCommand(
         "jobctl.cli_status:status",

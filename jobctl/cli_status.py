@@ -77,11 +77,12 @@ def status(options: Options, queue: str | None, watch: bool, interval: int, wind
     console = Console()
     with operator_errors():
         targets = queues_of(options, queue)
-        sqs, cloudwatch = options.client("sqs"), options.client("cloudwatch")
+        sqs, cloudwatch, lambda_client = options.client("sqs"), options.client("cloudwatch"), options.client("lambda")
         while True:
             now = datetime.now(UTC)
             statuses = [
-                queue_status(sqs, cloudwatch, spec, where, now=now, window_s=window * 60) for spec, where in targets
+                queue_status(sqs, cloudwatch, spec, where, now=now, window_s=window * 60, lambda_client=lambda_client)
+                for spec, where in targets
             ]
             healthy = all(s.healthy for s in statuses)
             payload = {"healthy": healthy, "at": now.isoformat(), "queues": [s.to_dict() for s in statuses]}

@@ -21,8 +21,11 @@ from jobctl.cli_globals import (
     Options,
 )
 from jobctl.cli_output import emit, progress_bar
+from jobctl.console.security import ConsoleBindError
 from jobctl.discovery import DiscoveryError, QueueLocation, find_queues
 from jobctl.dlq import BadFilterError, BadRateError, DlqError
+from jobctl.job_lookup import JobLookupError
+from jobctl.queue_control import QueueControlError
 from sqs_jobs.catalog import CATALOG, QueueSpec, UnknownQueueError
 from sqs_jobs.errors import EnvelopeError
 from sqs_jobs.publisher import InvalidDelayError, PublishError, QueueNotConfiguredError
@@ -48,8 +51,15 @@ _USAGE_ERRORS: tuple[type[BaseException], ...] = (
     InvalidDelayError,
     BadFilterError,
     BadRateError,
+    ConsoleBindError,
 )
-_UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (DiscoveryError, QueueNotConfiguredError, EndpointError)
+_UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (
+    DiscoveryError,
+    QueueNotConfiguredError,
+    EndpointError,
+    QueueControlError,  # no event source mapping reads the queue: the stack's workers can't be found
+    JobLookupError,
+)
 _FAILED_ERRORS: tuple[type[BaseException], ...] = (DlqError, PublishError)
 
 

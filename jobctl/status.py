@@ -9,13 +9,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import botocore.exceptions
+
 from functions.worker.observability import FAILED, HEARTBEAT, SUCCEEDED, UNPARSEABLE_JOB
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
 from jobctl.discovery import QueueLocation
+from jobctl.queue_control import QueueControlError, is_paused
 from sqs_jobs.catalog import HEARTBEAT_JOB, QueueSpec
 
 SQS_NAMESPACE = "AWS/SQS"
 OLDEST_AGE_METRIC = "ApproximateAgeOfOldestMessage"
+VISIBLE_METRIC = "ApproximateNumberOfMessagesVisible"
 # How far back failure rate and liveness look.
 DEFAULT_WINDOW_S = 15 * 60
 # CloudWatch publishes SQS metrics once a minute and may lag: look a few minutes back for the latest age.
@@ -37,6 +41,9 @@ class QueueStatus:
     last_success_at: datetime | None
     last_heartbeat_at: datetime | None
     window_s: int
+    # Whether the worker's event source mapping is disabled (`jobctl queue pause`); None: not read (no Lambda
+    # client given, or the operator may not list event source mappings).
+    paused: bool | None = None
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -64,6 +71,7 @@ class QueueStatus:
             "window_s": self.window_s,
             "last_success_at": self.last_success_at.isoformat() if self.last_success_at else None,
             "last_heartbeat_at": self.last_heartbeat_at.isoformat() if self.last_heartbeat_at else None,
+            "paused": self.paused,
             "healthy": self.healthy,
             "problems": list(self.problems),
         }
@@ -79,7 +87,7 @@ def _counts(sqs: Any, url: str) -> dict[str, int]:
     return {name: int(attributes.get(name, "0")) for name in names}
 
 
-def _job_metric(queue: str, job: str, metric: str) -> dict[str, Any]:
+def job_metric(queue: str, job: str, metric: str) -> dict[str, Any]:
     dimensions = [
         {"Name": "queue", "Value": queue},
         {"Name": "job", "Value": job},
@@ -113,11 +121,11 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
         "MetricName": OLDEST_AGE_METRIC,
         "Dimensions": [{"Name": "QueueName", "Value": queue_name}],
     }
-    queries = [stat("age", age_metric, "Maximum"), stat("hb", _job_metric(spec.name, HEARTBEAT_JOB, HEARTBEAT), "Sum")]
+    queries = [stat("age", age_metric, "Maximum"), stat("hb", job_metric(spec.name, HEARTBEAT_JOB, HEARTBEAT), "Sum")]
     # Malformed messages fail under the runtime's "(unparseable)" job: they count as failed runs too.
     for index, job in enumerate((*spec.job_names, UNPARSEABLE_JOB)):
-        queries.append(stat(f"ok{index}", _job_metric(spec.name, job, SUCCEEDED), "Sum"))
-        queries.append(stat(f"failed{index}", _job_metric(spec.name, job, FAILED), "Sum"))
+        queries.append(stat(f"ok{index}", job_metric(spec.name, job, SUCCEEDED), "Sum"))
+        queries.append(stat(f"failed{index}", job_metric(spec.name, job, FAILED), "Sum"))
     lookback_s = max(window_s, spec.alarms.heartbeat_missing_after_s, spec.alarms.stalled_after_s)
     response = cloudwatch.get_metric_data(
         MetricDataQueries=queries, StartTime=now - timedelta(seconds=lookback_s), EndTime=now + timedelta(minutes=1)
@@ -159,6 +167,7 @@ def queue_status(
     location: QueueLocation,
     now: datetime | None = None,
     window_s: int = DEFAULT_WINDOW_S,
+    lambda_client: Any = None,
 ) -> QueueStatus:
     now = now or datetime.now(UTC)
     source = _counts(sqs, location.url)
@@ -183,15 +192,28 @@ def queue_status(
         last_success_at=readings.last_success_at,
         last_heartbeat_at=readings.last_heartbeat_at,
         window_s=window_s,
+        paused=_paused(lambda_client, location.arn),
     )
     status.problems = diagnose(status, spec, now)
     return status
+
+
+def _paused(lambda_client: Any, queue_arn: str) -> bool | None:
+    if lambda_client is None:
+        return None
+    try:
+        return is_paused(lambda_client, queue_arn)
+    except (QueueControlError, botocore.exceptions.ClientError):
+        # Not knowing whether a queue is paused must not hide the rest of its status.
+        return None
 
 
 def diagnose(status: QueueStatus, spec: QueueSpec, now: datetime) -> list[str]:
     """Why a queue is unhealthy, one short sentence per problem (the alarms' signals); empty when healthy."""
     alarms = spec.alarms
     problems = []
+    if status.paused:
+        problems.append(f"paused: its worker takes no jobs until `jobctl queue resume {spec.name}`")
     if status.oldest_age_s is not None and status.oldest_age_s > alarms.oldest_message_age_s:
         problems.append(
             f"oldest message has waited {status.oldest_age_s:.0f}s (alarm above {alarms.oldest_message_age_s}s)"

@@ -5,6 +5,8 @@ Read once per execution environment, on the first invocation, never at import ti
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -25,6 +27,14 @@ SERVICE_NAME = "sqs-jobs"
 METRICS_NAMESPACE = "SqsJobs"
 # Prefix of idempotency records; independent of the function name, so a renamed function keeps its records.
 IDEMPOTENCY_KEY_PREFIX = "jobs"
+
+
+def idempotency_record_id(idempotency_key: str) -> str:
+    """The idempotency table's partition key for a job key (`<job>:<key>`), as Powertools writes it with this
+    worker's configuration: the prefix, `#`, the MD5 of the key's JSON (tests/functional/test_job_lookup.py
+    checks it against records Powertools wrote)."""
+    digest = hashlib.md5(json.dumps(idempotency_key, sort_keys=True).encode(), usedforsecurity=False)
+    return f"{IDEMPOTENCY_KEY_PREFIX}#{digest.hexdigest()}"
 
 
 def resource_env_name(resource: str) -> str:

@@ -6,6 +6,9 @@ Lambda SQS event shape and a context counting down from the function timeout, de
 succeeded and leaves the failed ones to SQS's visibility timeout and redrive policy - as Lambda does with
 ReportBatchItemFailures. An invocation that raises, or runs past its timeout, deletes nothing.
 
+A disabled mapping (`jobctl queue pause`, UpdateEventSourceMapping Enabled=false through the engine's Lambda API)
+stops receiving within about a second; batches in flight finish. Enabling it again resumes polling.
+
 With a Chaos (jobctl/local/chaos.py) it also delivers some messages twice and crashes some invocations after
 their side effects, before the ack: nothing is deleted and the poller starts a new execution environment.
 """
@@ -22,11 +25,14 @@ from typing import Any
 from jobctl.local.chaos import Chaos
 from jobctl.local.lambda_events import LocalLambdaContext, sqs_event
 from jobctl.local.provision import LocalQueue
+from jobctl.queue_control import is_paused
 
 log = logging.getLogger("jobctl.local")
 
 Handler = Callable[[Mapping[str, Any], Any], Mapping[str, Any]]
 SQS_RECEIVE_MAX = 10
+# How often a paused poller looks again; resuming takes effect within this plus the switch's refresh.
+PAUSED_POLL_S = 0.5
 
 
 @dataclass
@@ -67,6 +73,29 @@ class Invocation:
         return [item["itemIdentifier"] for item in self.response.get("batchItemFailures", [])]
 
 
+class MappingSwitch:
+    """Whether the queue's event source mapping is enabled, read through Lambda's API (where `jobctl queue
+    pause|resume` sets it) at most once per `refresh_s`, shared by the mapping's pollers."""
+
+    def __init__(self, lambda_client: Any, queue_arn: str, refresh_s: float = 1.0) -> None:
+        self._lambda = lambda_client
+        self._queue_arn = queue_arn
+        self._refresh_s = refresh_s
+        self._lock = threading.Lock()
+        self._enabled = True
+        self._read_at = -float("inf")
+
+    def enabled(self) -> bool:
+        with self._lock:
+            if time.monotonic() - self._read_at >= self._refresh_s:
+                self._read_at = time.monotonic()
+                try:
+                    self._enabled = not is_paused(self._lambda, self._queue_arn)
+                except Exception:  # the server going away at stop: keep the last state, stop() ends the loop
+                    log.debug("could not read the mapping state of %s", self._queue_arn, exc_info=True)
+            return self._enabled
+
+
 class EventSourceMapping:
     """Polls one queue and invokes one handler per poller thread (one Lambda execution environment each)."""
 
@@ -79,8 +108,11 @@ class EventSourceMapping:
         concurrency: int | None = None,
         wait_time_s: int = 1,
         chaos: Chaos | None = None,
+        switch: MappingSwitch | None = None,
     ) -> None:
         self.queue = queue
+        # None: always enabled (tests that drive a mapping by hand).
+        self._switch = switch
         self.stats = QueueStats()
         self._sqs = sqs_client
         self._handler_factory = handler_factory
@@ -157,6 +189,9 @@ class EventSourceMapping:
         while not self._stop.is_set():
             if handler is None:
                 handler = self._start_environment()
+                continue
+            if self._switch is not None and not self._switch.enabled():
+                self._stop.wait(PAUSED_POLL_S)  # paused: no receives, as a disabled mapping makes none
                 continue
             try:
                 messages = self._receive_batch()

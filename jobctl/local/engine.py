@@ -29,13 +29,13 @@ from functions.worker.clients import ClientFactory
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from jobctl.local.chaos import Chaos, ChaosSettings
-from jobctl.local.emulator import EventSourceMapping, Handler
+from jobctl.local.emulator import EventSourceMapping, Handler, MappingSwitch
 from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.heartbeat import HeartbeatCanary
 from jobctl.local.metrics_agent import MetricsAgent
 from jobctl.local.moto_locks import serialize_moto
 from jobctl.local.moto_senders import record_senders
-from jobctl.local.provision import DEFAULT_STACK_NAME, LocalDeployment, provision
+from jobctl.local.provision import DEFAULT_STACK_NAME, LocalDeployment, provision, worker_function_name
 from sqs_jobs.catalog import CATALOG, Catalog
 
 log = logging.getLogger("jobctl.local")
@@ -202,9 +202,11 @@ class LocalEngine:
         for spec in self.catalog:
             if spec.name in self.mappings:
                 continue
+            queue = self.deployment.queues[spec.name]
             mapping = EventSourceMapping(
-                queue=self.deployment.queues[spec.name],
+                queue=queue,
                 sqs_client=self.clients()("sqs"),
+                switch=MappingSwitch(self.clients()("lambda"), queue.arn),
                 handler_factory=lambda name=spec.name: self._worker_handler(name),  # type: ignore[misc]
                 function_name=self._function_name(spec.name),
                 concurrency=self._concurrency,
@@ -223,7 +225,7 @@ class LocalEngine:
         self.mappings.clear()
 
     def _function_name(self, queue: str) -> str:
-        return f"{self.stack_name}-{queue}-worker"
+        return worker_function_name(self.stack_name, queue)
 
     def _worker_handler(self, queue: str) -> Handler:
         assert self.deployment is not None

@@ -1,8 +1,9 @@
 """The local engine's stand-in for what CloudWatch gets on AWS, so `jobctl status` reads both the same way.
 
-On AWS, SQS publishes `ApproximateAgeOfOldestMessage` (and friends) every minute, and Lambda turns the worker's
-EMF log lines into metrics. Locally, this agent does both into moto's CloudWatch: it samples the queues held by
-the embedded moto server (same process) and forwards the workers' EMF documents as PutMetricData.
+On AWS, SQS publishes `ApproximateAgeOfOldestMessage`, `ApproximateNumberOfMessagesVisible` (and friends) every
+minute, and Lambda turns the worker's EMF log lines into metrics. Locally, this agent does both into moto's
+CloudWatch: it samples the queues held by the embedded moto server (same process) and forwards the workers' EMF
+documents as PutMetricData.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.sqs.models import sqs_backends
 
 from jobctl.local.provision import LocalQueue
-from jobctl.status import OLDEST_AGE_METRIC, SQS_NAMESPACE
+from jobctl.status import OLDEST_AGE_METRIC, SQS_NAMESPACE, VISIBLE_METRIC
 
 log = logging.getLogger("jobctl.local")
 
@@ -35,6 +36,13 @@ def oldest_age_s(region: str, queue_url: str, now: float | None = None) -> float
     if not sent:
         return 0.0
     return max(0.0, (now if now is not None else time.time()) - min(sent) / 1000)
+
+
+def visible_messages(region: str, queue_url: str) -> int:
+    """Messages a receive could get now from a queue of the in-process moto server."""
+    name = queue_url.rstrip("/").rsplit("/", 1)[-1]
+    queue = sqs_backends[DEFAULT_ACCOUNT_ID][region].queues.get(name)
+    return 0 if queue is None else int(queue.approximate_number_of_messages)
 
 
 def emf_to_metric_data(document: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
@@ -91,18 +99,28 @@ class MetricsAgent:
                 log.exception("metrics agent: sampling failed")
 
     def sample(self) -> None:
-        """Publish each queue's and DLQ's oldest-message age now."""
+        """Publish each queue's and DLQ's oldest-message age and visible messages now."""
         now = datetime.now(UTC)
         entries = []
         for queue in self._queues.values():
             for url in (queue.url, queue.dlq_url):
                 name = url.rstrip("/").rsplit("/", 1)[-1]
+                dimensions = [{"Name": "QueueName", "Value": name}]
                 entries.append(
                     {
                         "MetricName": OLDEST_AGE_METRIC,
-                        "Dimensions": [{"Name": "QueueName", "Value": name}],
+                        "Dimensions": dimensions,
                         "Value": oldest_age_s(self._region, url),
                         "Unit": "Seconds",
+                        "Timestamp": now,
+                    }
+                )
+                entries.append(
+                    {
+                        "MetricName": VISIBLE_METRIC,
+                        "Dimensions": dimensions,
+                        "Value": visible_messages(self._region, url),
+                        "Unit": "Count",
                         "Timestamp": now,
                     }
                 )

@@ -5,8 +5,10 @@ the same catalog."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import boto3
 
 from functions.worker.settings import WorkerSettings
+from infra.asset_staging import RUNTIME_VERSION
 from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, parameter_name, physical_queue_name
 from sqs_jobs.catalog import CATALOG, Catalog, QueueSpec
 
@@ -130,6 +133,57 @@ def _worker_role(iam: Any, stack_name: str, queue: str) -> tuple[str, str]:
     return str(role["Arn"]), str(role["RoleId"])
 
 
+def worker_function_name(stack_name: str, queue: str) -> str:
+    return f"{stack_name}-{queue}-worker"
+
+
+def _placeholder_code() -> bytes:
+    """The local functions' code: never run (the engine runs the worker in-process), but Lambda wants a zip."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("README.txt", "The local engine runs functions.entry in-process; this zip is never run.\n")
+    return buffer.getvalue()
+
+
+def _worker_function(lambda_client: Any, deployment: LocalDeployment, queue: str) -> None:
+    """The queue's worker function and its SQS event source mapping, as the stack declares them, so that
+    `jobctl queue pause|resume` and `jobctl job show` find them through Lambda's API here as on AWS."""
+    local = deployment.queues[queue]
+    name = worker_function_name(deployment.stack_name, queue)
+    environment = {"Variables": deployment.worker_settings(queue).to_environ()}
+    try:
+        lambda_client.get_function(FunctionName=name)
+    except lambda_client.exceptions.ResourceNotFoundException:
+        lambda_client.create_function(
+            FunctionName=name,
+            Runtime="python{}.{}".format(*RUNTIME_VERSION),
+            Role=local.worker_role_arn,
+            Handler="functions.entry.handler",
+            Code={"ZipFile": _placeholder_code()},
+            Timeout=local.spec.function_timeout_s,
+            Environment=environment,
+        )
+    if not lambda_client.list_event_source_mappings(EventSourceArn=local.arn)["EventSourceMappings"]:
+        lambda_client.create_event_source_mapping(
+            EventSourceArn=local.arn,
+            FunctionName=name,
+            BatchSize=local.spec.batch_size,
+            FunctionResponseTypes=["ReportBatchItemFailures"],
+            ScalingConfig={"MaximumConcurrency": local.spec.max_concurrency},
+        )
+
+
+def _detach_moto_sqs_triggers() -> None:
+    """moto invokes a mapped function itself on every SendMessage (in Docker, which doesn't exist here); the
+    engine's emulator is the poller instead. Unhook moto's, in this process, where its backends live."""
+    from moto.sqs.models import sqs_backends
+
+    for account in sqs_backends.values():
+        for backend in account.values():
+            for queue in backend.queues.values():
+                queue.lambda_event_source_mappings.clear()
+
+
 def _create_table(dynamodb: Any, name: str, key: str, ttl_attribute: str | None = None) -> None:
     try:
         dynamodb.create_table(
@@ -223,7 +277,7 @@ def provision(
         )
         for name, value in parameters.items():
             ssm.put_parameter(Name=name, Value=value, Type="String", Overwrite=True)
-    return LocalDeployment(
+    deployment = LocalDeployment(
         stack_name=stack_name,
         region=sqs.meta.region_name,
         queues=queues,
@@ -236,3 +290,8 @@ def provision(
             "invoicing_api_url": invoicing_api_url,
         },
     )
+    lambda_client = client("lambda")
+    for queue in queues:
+        _worker_function(lambda_client, deployment, queue)
+    _detach_moto_sqs_triggers()
+    return deployment

@@ -1,0 +1,191 @@
+"""What the console reads and does, on the same target and with the same operations as the other commands:
+`jobctl.status`, `jobctl.dlq`, `jobctl.queue_control`, `jobctl.job_lookup`. No AWS call happens in a template."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from functions.worker.provenance import Provenance
+from jobctl import queue_control
+from jobctl.console.charts import Series, queue_charts
+from jobctl.console.operations import Operation
+from jobctl.discovery import QueueLocation, find_queues
+from jobctl.dlq import DeadLetter, DeadLetterQueue, Filter, group, group_key, not_idempotent, verify
+from jobctl.job_lookup import JobLookup, find_job, idempotency_table
+from jobctl.status import QueueStatus, queue_status
+from sqs_jobs.catalog import CATALOG, Catalog, QueueSpec
+
+# How long a redrive's verification follows the moved jobs before it reports what it saw.
+VERIFY_TIMEOUT_S = 120
+
+
+def group_id(letter: DeadLetter) -> str:
+    """A short, URL-safe name of a dead letter's error group."""
+    return hashlib.sha256("\x00".join(group_key(letter)).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class QueueOverview:
+    spec: QueueSpec
+    status: QueueStatus
+    chart_start: datetime
+    chart_end: datetime
+    charts: list[Series]
+
+
+@dataclass(frozen=True)
+class DeadLetterGroup:
+    id: str
+    summary: dict[str, Any]
+    letters: list[DeadLetter]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The dead letters an action applies to, as the preview showed them."""
+
+    queue: str
+    letters: list[DeadLetter]
+    not_idempotent: list[str]
+
+    @property
+    def ids(self) -> list[str]:
+        return [letter.message_id for letter in self.letters]
+
+
+class ConsoleBackend:
+    def __init__(self, client: Callable[[str], Any], stack: str, catalog: Catalog = CATALOG) -> None:
+        self._client = client
+        self.stack = stack
+        self.catalog = catalog
+
+    def _locations(self) -> dict[str, QueueLocation]:
+        return find_queues(self._client("ssm"), self.stack, self.catalog)
+
+    def _where(self, queue: str) -> tuple[QueueSpec, QueueLocation]:
+        spec = self.catalog.queue(queue)
+        return spec, self._locations()[spec.name]
+
+    def _dlq(self, where: QueueLocation) -> DeadLetterQueue:
+        # Evidence counts only on what the queue's worker role sent (functions/worker/provenance.py).
+        return DeadLetterQueue(
+            self._client("sqs"), where.dlq_url, where.url, Provenance.of([where.worker_role_id]), receive_wait_s=0
+        )
+
+    # Reading
+
+    def overview(self, now: datetime | None = None) -> list[QueueOverview]:
+        now = now or datetime.now(UTC)
+        sqs, cloudwatch, lambda_client = self._client("sqs"), self._client("cloudwatch"), self._client("lambda")
+        found = []
+        for name, where in self._locations().items():
+            spec = self.catalog.queue(name)
+            status = queue_status(sqs, cloudwatch, spec, where, now=now, lambda_client=lambda_client)
+            start, charts = queue_charts(cloudwatch, spec, _queue_name(where.url), _queue_name(where.dlq_url), now=now)
+            found.append(QueueOverview(spec=spec, status=status, chart_start=start, chart_end=now, charts=charts))
+        return found
+
+    def status(self, queue: str) -> QueueStatus:
+        spec, where = self._where(queue)
+        return queue_status(
+            self._client("sqs"), self._client("cloudwatch"), spec, where, lambda_client=self._client("lambda")
+        )
+
+    def dead_letters(self, queue: str) -> list[DeadLetter]:
+        _, where = self._where(queue)
+        return self._dlq(where).peek()
+
+    def groups(self, letters: list[DeadLetter]) -> list[DeadLetterGroup]:
+        members: dict[str, list[DeadLetter]] = {}
+        for letter in letters:
+            members.setdefault(group_id(letter), []).append(letter)
+        summaries = group(letters, by="error")
+        by_sample = {entry["sample_message_id"]: entry for entry in summaries}
+        found = [
+            DeadLetterGroup(id=gid, summary=by_sample[items[0].message_id], letters=items)
+            for gid, items in members.items()
+        ]
+        return sorted(found, key=lambda item: -len(item.letters))
+
+    def letter(self, queue: str, message_id: str) -> DeadLetter | None:
+        _, where = self._where(queue)
+        return self._dlq(where).find(message_id)
+
+    def find_job(self, queue: str, job: str, entity_id: str, key: str | None) -> JobLookup:
+        spec, where = self._where(queue)
+        return find_job(
+            spec=spec,
+            job=job,
+            entity_id=entity_id,
+            key=key,
+            dynamodb=self._client("dynamodb"),
+            table=idempotency_table(self._client("lambda"), where.arn),
+            dead_letter_queue=self._dlq(where),
+        )
+
+    def select(self, queue: str, *, group: str | None = None, ids: list[str] | None = None) -> Selection:
+        """The dead letters of a group, of explicit message IDs, or (neither) all of them."""
+        letters = self.dead_letters(queue)
+        if group is not None:
+            letters = [letter for letter in letters if group_id(letter) == group]
+        elif ids is not None:
+            wanted = set(ids)
+            letters = [letter for letter in letters if letter.message_id in wanted]
+        return Selection(queue=queue, letters=letters, not_idempotent=not_idempotent(letters, self.catalog))
+
+    # Acting
+
+    def pause(self, queue: str) -> list[queue_control.Mapping]:
+        _, where = self._where(queue)
+        return queue_control.pause(self._client("lambda"), where.arn)
+
+    def resume(self, queue: str) -> list[queue_control.Mapping]:
+        _, where = self._where(queue)
+        return queue_control.resume(self._client("lambda"), where.arn)
+
+    def redrive(self, queue: str, ids: list[str], rate_per_s: float | None, operation: Operation) -> dict[str, Any]:
+        """The CLI's redrive, client side: copy then delete each chosen message, at most `rate_per_s`, then
+        follow the moved jobs and count those that came back to the DLQ."""
+        _, where = self._where(queue)
+        dead = self._dlq(where)
+        since = datetime.now(UTC)
+        operation.enter("moving")
+        report = dead.move(Filter(), rate_per_s=rate_per_s, progress=operation.advance, only=set(ids))
+        checked = None
+        if report.moved:
+            operation.enter("verifying: waiting for the moved jobs to be processed")
+            checked = verify(self._client("sqs"), dead, report.moved_letters, since=since, timeout_s=VERIFY_TIMEOUT_S)
+        return {
+            "moved": report.moved,
+            "asked": len(ids),
+            "failed": report.failed,
+            "verified": None if checked is None else checked.drained,
+            "returned_to_dlq": None if checked is None else checked.returned_to_dlq,
+            "returned": [] if checked is None else [letter.to_dict() for letter in checked.returned],
+            "problem": bool(report.failed) or bool(checked and (checked.returned_to_dlq or not checked.drained)),
+        }
+
+    def discard(self, queue: str, ids: list[str], archive: Path, operation: Operation) -> dict[str, Any]:
+        """Delete the chosen messages, each written to `archive` (JSON Lines, synced to disk) before its deletion,
+        as `jobctl dlq discard --archive` does: the copy exists before the message is gone."""
+        _, where = self._where(queue)
+        operation.enter("discarding")
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        with archive.open("a", encoding="utf-8") as sink:
+            discarded = self._dlq(where).discard(Filter(), archive=sink, progress=operation.advance, only=set(ids))
+        operation.archive = str(archive)
+        return {"discarded": len(discarded), "asked": len(ids), "archive": str(archive), "problem": False}
+
+
+def _queue_name(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, default=str)

@@ -1,0 +1,117 @@
+"""What keeps the console the operator's own: it acts with the operator's AWS rights, so a page elsewhere in
+the browser, or a machine on the network, must not be able to drive it.
+
+- Host check: a request whose Host header is not an address the console serves is refused (403), so a DNS
+  rebinding page (attacker.example resolving to 127.0.0.1) can't read it or post to it.
+- CSRF: every state-changing request is a POST carrying the per-process token that only the console's own pages
+  contain (403 without it); a cross-site Origin is refused as well.
+- Access token: bound to anything but loopback, every request needs the token the command prints (in the URL
+  once, then an HttpOnly, SameSite=Strict cookie); without it, 401.
+- Headers: no framing (clickjacking), a same-origin-only content security policy, no caching, no referrer
+  beyond the console itself.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+ACCESS_COOKIE = "jobctl_console_access"
+CSRF_FIELD = "csrf_token"
+SAFE_METHODS = frozenset({"GET", "HEAD"})
+_LOOPBACK_NAMES = ("localhost",)
+
+
+class ConsoleBindError(ValueError):
+    """The console was asked to listen somewhere it can't do so safely as asked."""
+
+
+def is_loopback(host: str) -> bool:
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+@dataclass
+class Guard:
+    """The checks for one running console, bound to `host`:`port`."""
+
+    host: str
+    port: int
+    extra_hosts: tuple[str, ...] = ()
+    csrf_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    # Required only off loopback; None on loopback.
+    access_token: str | None = None
+
+    @classmethod
+    def for_bind(cls, host: str, port: int, extra_hosts: Iterable[str] = ()) -> Guard:
+        extra = tuple(extra_hosts)
+        if host in ("0.0.0.0", "::") and not extra:
+            raise ConsoleBindError(
+                f"--host {host} listens on every interface, but browsers send the name they used as Host: "
+                "add --allow-host NAME for each name operators will use (e.g. --allow-host console.internal)"
+            )
+        return cls(
+            host=host,
+            port=port,
+            extra_hosts=extra,
+            access_token=None if is_loopback(host) else secrets.token_urlsafe(24),
+        )
+
+    @property
+    def allowed_hosts(self) -> frozenset[str]:
+        names = {self.host, *self.extra_hosts}
+        if is_loopback(self.host):
+            names |= {"127.0.0.1", "localhost", "::1"}
+        names.discard("0.0.0.0")
+        names.discard("::")
+        return frozenset(_host_port(name, self.port).lower() for name in names)
+
+    @property
+    def url(self) -> str:
+        name = self.extra_hosts[0] if self.host in ("0.0.0.0", "::") else self.host
+        base = f"http://{_host_port(name, self.port)}/"
+        return base + (f"?token={self.access_token}" if self.access_token else "")
+
+    def host_allowed(self, host_header: str | None) -> bool:
+        return bool(host_header) and host_header.lower() in self.allowed_hosts  # type: ignore[union-attr]
+
+    def origin_allowed(self, origin: str | None) -> bool:
+        """A POST's Origin, when the browser sends one, must be this console."""
+        if not origin:
+            return True
+        parts = urlsplit(origin)
+        return parts.scheme == "http" and parts.netloc.lower() in self.allowed_hosts
+
+    def csrf_valid(self, submitted: str | None) -> bool:
+        return bool(submitted) and hmac.compare_digest(submitted.encode(), self.csrf_token.encode())  # type: ignore[union-attr]
+
+    def access_valid(self, cookie: str | None, query_token: str | None) -> bool:
+        if self.access_token is None:
+            return True
+        return any(
+            bool(given) and hmac.compare_digest(given.encode(), self.access_token.encode())  # type: ignore[union-attr]
+            for given in (cookie, query_token)
+        )
+
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
+    "script-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    # same-origin, not no-referrer: under no-referrer Chromium sends `Origin: null` with form POSTs.
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}

@@ -1,0 +1,161 @@
+"""`jobctl job show JOB ID`: what became of one job, from the records the runtime keeps.
+
+- The idempotency record (DynamoDB): COMPLETED with when it finished and until when a redelivery is skipped,
+  or INPROGRESS with until when the run holds the key.
+- The DLQ: every dead letter of that job and ID, with its evidence.
+Neither: it hasn't run yet (still in the queue, or delayed), it failed and waits for its next attempt (a failure
+releases the key), or its record expired. The source queue is not searched: receiving would hide its messages
+from the worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from functions.worker.settings import ENV_IDEMPOTENCY_TABLE, idempotency_record_id
+from jobctl.dlq import DeadLetter, DeadLetterQueue
+from jobctl.queue_control import QueueControlError, mappings
+from sqs_jobs.catalog import QueueSpec
+from sqs_jobs.envelope import Envelope, build_envelope
+
+COMPLETED = "completed"
+IN_PROGRESS = "in progress"
+DEAD_LETTERED = "dead-lettered"
+NOT_FOUND = "not found"
+
+
+class JobLookupError(Exception):
+    """The job's records could not be located."""
+
+
+@dataclass(frozen=True)
+class IdempotencyRecord:
+    status: str  # Powertools': COMPLETED or INPROGRESS
+    remembered_until: datetime
+    # When the run finished: the record's expiry less the queue's idempotency expiry (Powertools stores no
+    # completion time; it sets the expiry when it saves the result).
+    completed_at: datetime | None
+    in_progress_until: datetime | None
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any], expiry_s: int) -> IdempotencyRecord:
+        remembered_until = datetime.fromtimestamp(int(item["expiration"]["N"]), tz=UTC)
+        status = item["status"]["S"]
+        in_progress = item.get("in_progress_expiration", {}).get("N")
+        return cls(
+            status=status,
+            remembered_until=remembered_until,
+            completed_at=remembered_until - timedelta(seconds=expiry_s) if status == "COMPLETED" else None,
+            in_progress_until=datetime.fromtimestamp(int(in_progress) / 1000, tz=UTC) if in_progress else None,
+        )
+
+
+@dataclass(frozen=True)
+class JobLookup:
+    queue: str
+    job: str
+    entity_id: str
+    idempotency_key: str
+    record: IdempotencyRecord | None
+    dead_letters: list[DeadLetter]
+    looked_at: datetime
+
+    @property
+    def verdict(self) -> str:
+        if self.dead_letters:
+            return DEAD_LETTERED
+        record = self.record
+        if record is not None and record.remembered_until > self.looked_at:
+            if record.status == "COMPLETED":
+                return COMPLETED
+            if record.in_progress_until is None or record.in_progress_until > self.looked_at:
+                return IN_PROGRESS
+        return NOT_FOUND
+
+    def explanation(self) -> str:
+        record = self.record
+        if self.verdict == DEAD_LETTERED:
+            return f"{len(self.dead_letters)} dead letter(s) in the DLQ: triage with `jobctl dlq show {self.queue} ID`"
+        if self.verdict == COMPLETED and record is not None:
+            return f"completed; a redelivery is skipped until {record.remembered_until.isoformat()}"
+        if self.verdict == IN_PROGRESS and record is not None:
+            until = record.in_progress_until.isoformat() if record.in_progress_until else "its invocation ends"
+            return f"running now; the run holds the key until {until}"
+        if record is not None:
+            return "its record has expired (or its run ended without settling): a delivery would run it again"
+        return (
+            "no record: not run yet (in the queue or delayed), failed and waiting for its next attempt, or its "
+            "record expired"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        record = self.record
+        return {
+            "queue": self.queue,
+            "job": self.job,
+            "id": self.entity_id,
+            "idempotency_key": self.idempotency_key,
+            "verdict": self.verdict,
+            "explanation": self.explanation(),
+            "record": None
+            if record is None
+            else {
+                "status": record.status,
+                "completed_at": record.completed_at,
+                "remembered_until": record.remembered_until,
+                "in_progress_until": record.in_progress_until,
+            },
+            "dead_letters": [letter.to_dict() for letter in self.dead_letters],
+        }
+
+
+def idempotency_table(lambda_client: Any, queue_arn: str) -> str:
+    """The idempotency table the queue's worker uses, from its function's environment."""
+    try:
+        function_arn = mappings(lambda_client, queue_arn)[0].function_arn
+    except QueueControlError as error:
+        raise JobLookupError(str(error)) from None
+    configuration = lambda_client.get_function_configuration(FunctionName=function_arn)
+    table = configuration.get("Environment", {}).get("Variables", {}).get(ENV_IDEMPOTENCY_TABLE)
+    if not table:
+        raise JobLookupError(f"the worker {function_arn} has no {ENV_IDEMPOTENCY_TABLE} in its environment")
+    return str(table)
+
+
+def job_key(spec: QueueSpec, job: str, entity_id: str, key: str | None) -> str:
+    """The job's idempotency key as the worker computes it: the publisher's key, else the job's own key
+    function on an envelope of just the job and ID, else the ID."""
+    # Imported here: loading the jobs imports their modules and Powertools, which only this lookup needs.
+    from functions.worker.jobs import load_jobs
+
+    envelope: Envelope = build_envelope(job, entity_id, spec.job_names, key=key)
+    return load_jobs(spec)[job].idempotency_key(envelope)
+
+
+def find_job(
+    *,
+    spec: QueueSpec,
+    job: str,
+    entity_id: str,
+    key: str | None,
+    dynamodb: Any,
+    table: str,
+    dead_letter_queue: DeadLetterQueue,
+    now: datetime | None = None,
+) -> JobLookup:
+    idempotency_key = job_key(spec, job, entity_id, key)
+    record_key = {"id": {"S": idempotency_record_id(idempotency_key)}}
+    item = dynamodb.get_item(TableName=table, Key=record_key, ConsistentRead=True)
+    record = IdempotencyRecord.from_item(item["Item"], spec.idempotency_expiry_s) if "Item" in item else None
+    letters = [letter for letter in dead_letter_queue.peek() if letter.job == job and letter.entity_id == entity_id]
+    return JobLookup(
+        queue=spec.name,
+        job=job,
+        entity_id=entity_id,
+        idempotency_key=idempotency_key,
+        record=record,
+        dead_letters=letters,
+        looked_at=now or datetime.now(UTC),
+    )

@@ -1,0 +1,126 @@
+"""`jobctl queue pause|resume`, `jobctl job show` and `jobctl console` on the local engine, as an operator runs them."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from jobctl.cli import main as jobctl
+from jobctl.local.engine import LocalEngine
+from tests.e2e.processes import ROOT, cli_env
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[LocalEngine]:
+    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600) as running:
+        yield running
+
+
+def run(engine: LocalEngine, *args: str) -> Result:
+    env = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_REGION": engine.region}
+    return CliRunner().invoke(jobctl, [*args, "--endpoint-url", engine.endpoint_url], env=env)
+
+
+def as_json(result: Result) -> Any:
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.stdout)
+
+
+def test_pause_shows_in_status_and_resume_clears_it(engine: LocalEngine) -> None:
+    paused = run(engine, "queue", "pause", "orders", "--output", "json")
+    assert paused.exit_code == 0, paused.output
+    assert as_json(paused) == {
+        "queue": "orders",
+        "paused": True,
+        "mappings": [
+            {
+                "uuid": json.loads(paused.stdout)["mappings"][0]["uuid"],
+                "function": "SqsJobs-orders-worker",
+                "state": "Disabled",
+            }
+        ],
+    }
+    status = run(engine, "status", "orders", "--output", "json")
+    assert status.exit_code == 1  # a paused queue is a finding
+    [orders] = as_json(status)["queues"]
+    assert orders["paused"] is True
+    assert "paused: its worker takes no jobs until `jobctl queue resume orders`" in orders["problems"]
+
+    resumed = run(engine, "queue", "resume", "orders")
+    assert resumed.exit_code == 0 and "resumed orders (SqsJobs-orders-worker: Enabled)" in resumed.stdout
+    assert as_json(run(engine, "status", "orders", "--output", "json"))["queues"][0]["paused"] is False
+
+
+def test_job_show_finds_a_completed_and_a_dead_lettered_job(engine: LocalEngine) -> None:
+    assert engine.deployment is not None
+    clients = engine.clients()
+    clients("dynamodb").put_item(
+        TableName=engine.deployment.resources["orders_table"],
+        Item={"order_id": {"S": "71"}, "email": {"S": "b@example.com"}},
+    )
+    url = engine.deployment.queues["orders"].url
+    for order_id in ("71", "72"):  # 72 doesn't exist: dead-lettered
+        clients("sqs").send_message(QueueUrl=url, MessageBody=json.dumps({"job": "order_confirmation", "id": order_id}))
+    assert engine.wait_until_idle(timeout_s=30)
+
+    done = run(engine, "job", "show", "order_confirmation", "71", "--output", "json")
+    assert done.exit_code == 0, done.output
+    assert as_json(done)["verdict"] == "completed" and as_json(done)["record"]["status"] == "COMPLETED"
+
+    dead = run(engine, "job", "show", "order_confirmation", "72")
+    assert dead.exit_code == 0, dead.output
+    assert "order_confirmation:72 on orders: dead-lettered" in dead.stdout and "OrderNotFoundError" in dead.stdout
+
+    text = run(engine, "job", "show", "order_confirmation", "73", "--output", "text", "--query", "verdict")
+    assert text.stdout.strip() == "not found"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [
+        (["job", "show", "no_such_job", "1"], 2, "unknown job 'no_such_job'; accepted: "),
+        (["queue", "pause", "nope"], 2, "unknown queue"),
+        (["console", "--host", "0.0.0.0"], 2, "add --allow-host NAME"),
+    ],
+)
+def test_bad_usage_exits_2_with_one_line(engine: LocalEngine, args: list[str], code: int, needle: str) -> None:
+    result = run(engine, *args)
+    assert result.exit_code == code, result.output
+    assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_jobctl_console_serves_the_overview_until_interrupted(engine: LocalEngine) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jobctl", "--endpoint-url", engine.endpoint_url, "console", "--port", "0"],
+        cwd=ROOT,
+        env={**cli_env(), "AWS_REGION": engine.region},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        match = re.search(r"(http://127\.0\.0\.1:\d+/)", first)
+        assert match, first
+        with urllib.request.urlopen(match.group(1), timeout=30) as page:
+            body = page.read().decode()
+        assert page.status == 200 and 'data-queue="orders"' in body and 'data-queue="invoices"' in body
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -1,0 +1,126 @@
+"""The console refuses what a foreign page or a stranger on the network could send it, over real HTTP."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit
+
+import pytest
+
+from jobctl.console.security import ACCESS_COOKIE, CSRF_FIELD
+from jobctl.console.server import ConsoleServer
+from jobctl.local.engine import LocalEngine
+from jobctl.queue_control import is_paused
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[LocalEngine]:
+    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600) as running:
+        yield running
+
+
+@pytest.fixture
+def console(engine: LocalEngine, tmp_path: Path) -> Iterator[ConsoleServer]:
+    with ConsoleServer(engine.clients(), engine.stack_name, port=0, archive_dir=tmp_path) as server:
+        yield server
+
+
+def _request(
+    console: ConsoleServer,
+    method: str,
+    path: str,
+    form: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+) -> http.client.HTTPResponse:
+    port = console.guard.port
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    sent = {"Host": f"127.0.0.1:{port}", **(headers or {})}
+    body = None
+    if form is not None:
+        body = urlencode(form)
+        sent["Content-Type"] = "application/x-www-form-urlencoded"
+    connection.request(method, path, body=body, headers=sent)
+    response = connection.getresponse()
+    response.read()
+    return response
+
+
+def _csrf_token(console: ConsoleServer) -> str:
+    port = console.guard.port
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    connection.request("GET", "/queues/orders/pause", headers={"Host": f"127.0.0.1:{port}"})
+    page = connection.getresponse().read().decode()
+    match = re.search(rf'name="{CSRF_FIELD}" value="([^"]+)"', page)
+    assert match, "the confirmation page carries no CSRF token"
+    return match.group(1)
+
+
+def _orders_paused(engine: LocalEngine) -> bool:
+    assert engine.deployment is not None
+    return is_paused(engine.clients()("lambda"), engine.deployment.queues["orders"].arn)
+
+
+def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(
+    engine: LocalEngine, console: ConsoleServer
+) -> None:
+    assert _request(console, "POST", "/queues/orders/pause", form={}).status == 403
+    assert _request(console, "POST", "/queues/orders/pause", form={CSRF_FIELD: "guessed"}).status == 403
+    assert not _orders_paused(engine)
+
+
+def test_a_post_from_another_origin_is_refused_even_with_the_token(engine: LocalEngine, console: ConsoleServer) -> None:
+    token = _csrf_token(console)
+    response = _request(
+        console, "POST", "/queues/orders/pause", form={CSRF_FIELD: token}, headers={"Origin": "http://evil.example"}
+    )
+    assert response.status == 403
+    assert not _orders_paused(engine)
+
+
+def test_a_post_with_the_token_from_the_console_acts(engine: LocalEngine, console: ConsoleServer) -> None:
+    token = _csrf_token(console)
+    origin = f"http://127.0.0.1:{console.guard.port}"
+    paused = _request(console, "POST", "/queues/orders/pause", form={CSRF_FIELD: token}, headers={"Origin": origin})
+    assert paused.status == 303 and paused.headers["Location"].endswith("/queues/orders")
+    assert _orders_paused(engine)
+    assert _request(console, "POST", "/queues/orders/resume", form={CSRF_FIELD: token}).status == 303
+    assert not _orders_paused(engine)
+
+
+def test_a_foreign_host_header_is_refused(console: ConsoleServer) -> None:
+    # DNS rebinding: evil.example resolves to 127.0.0.1, and the browser sends its own name as Host.
+    response = _request(console, "GET", "/", headers={"Host": f"evil.example:{console.guard.port}"})
+    assert response.status == 403
+    assert _request(console, "GET", "/", headers={"Host": f"localhost:{console.guard.port}"}).status == 200
+
+
+def test_pages_forbid_framing_and_caching(console: ConsoleServer) -> None:
+    response = _request(console, "GET", "/")
+    assert response.status == 200
+    assert response.headers["X-Frame-Options"] == "DENY"
+    assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+    assert response.headers["Cache-Control"] == "no-store"
+
+
+def test_off_loopback_every_request_needs_the_printed_token(engine: LocalEngine, tmp_path: Path) -> None:
+    with ConsoleServer(
+        engine.clients(), engine.stack_name, host="0.0.0.0", port=0, allow_hosts=["console.test"], archive_dir=tmp_path
+    ) as console:
+        token = console.guard.access_token
+        assert token and f"?token={token}" in console.url and urlsplit(console.url).hostname == "console.test"
+        port = console.guard.port
+        host = {"Host": f"console.test:{port}"}
+        assert _request(console, "GET", "/", headers=host).status == 401
+        assert _request(console, "GET", "/?token=wrong", headers=host).status == 401
+        first = _request(console, "GET", f"/?token={token}", headers=host)
+        assert first.status == 200
+        cookie = first.headers["Set-Cookie"]
+        assert cookie.startswith(f"{ACCESS_COOKIE}={token}") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert _request(console, "GET", "/", headers={**host, "Cookie": f"{ACCESS_COOKIE}={token}"}).status == 200
+        assert _request(console, "GET", "/", headers={"Host": f"127.0.0.1:{port}"}).status == 403  # not its name

@@ -1,0 +1,124 @@
+"""`jobctl job show` and `jobctl queue pause|resume` on the worker's real records, in moto."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from functions.worker.provenance import Provenance
+from jobctl.dlq import DeadLetterQueue
+from jobctl.job_lookup import (
+    COMPLETED,
+    DEAD_LETTERED,
+    IN_PROGRESS,
+    NOT_FOUND,
+    JobLookup,
+    find_job,
+    idempotency_table,
+)
+from jobctl.queue_control import NoMappingError, is_paused, mappings, pause, resume
+from sqs_jobs.errors import UnknownJobError
+from tests.functional.conftest import Harness, envelope
+
+
+def _lookup(
+    harness: Harness, job: str, entity_id: str, key: str | None = None, now: datetime | None = None
+) -> JobLookup:
+    local = harness.deployment.queues["orders"]
+    dead = DeadLetterQueue(
+        harness.clients("sqs"), local.dlq_url, local.url, Provenance.of([local.worker_role_id]), receive_wait_s=0
+    )
+    return find_job(
+        spec=local.spec,
+        job=job,
+        entity_id=entity_id,
+        key=key,
+        dynamodb=harness.clients("dynamodb"),
+        table=idempotency_table(harness.clients("lambda"), local.arn),
+        dead_letter_queue=dead,
+        now=now,
+    )
+
+
+def test_a_completed_job_is_found_by_the_record_powertools_wrote(harness: Harness) -> None:
+    harness.put_order("1001")
+    harness.send(envelope("order_confirmation", "1001"))
+    before = datetime.now(UTC)
+    harness.deliver()
+
+    found = _lookup(harness, "order_confirmation", "1001")
+
+    assert found.verdict == COMPLETED
+    assert found.idempotency_key == "order_confirmation:1001"
+    assert found.record is not None and found.record.completed_at is not None
+    assert before - timedelta(seconds=2) <= found.record.completed_at <= datetime.now(UTC) + timedelta(seconds=2)
+    expiry = harness.deployment.queues["orders"].spec.idempotency_expiry_s
+    assert found.record.remembered_until - found.record.completed_at == timedelta(seconds=expiry)
+    assert found.to_dict()["verdict"] == "completed"
+    # Once the record's expiry has passed it no longer protects against a redelivery.
+    later = _lookup(harness, "order_confirmation", "1001", now=found.record.remembered_until + timedelta(seconds=1))
+    assert later.verdict == NOT_FOUND and "expired" in later.explanation()
+
+
+def test_a_publisher_key_is_what_the_record_is_found_by(harness: Harness) -> None:
+    harness.put_order("1002")
+    harness.send('{"job": "order_confirmation", "id": "1002", "key": "checkout-7"}')
+    harness.deliver()
+    assert _lookup(harness, "order_confirmation", "1002").verdict == NOT_FOUND
+    assert _lookup(harness, "order_confirmation", "1002", key="checkout-7").verdict == COMPLETED
+
+
+def test_a_dead_lettered_job_is_found_in_the_dlq_with_its_evidence(harness: Harness) -> None:
+    harness.send(envelope("order_confirmation", "404"))  # no such order: a permanent failure
+    harness.deliver()
+
+    found = _lookup(harness, "order_confirmation", "404")
+
+    assert found.verdict == DEAD_LETTERED
+    [letter] = found.dead_letters
+    assert letter.error_type == "OrderNotFoundError"
+    assert harness.queue_counts(dead_letter=True) == (1, 0)  # looked at, not consumed
+
+
+def test_an_unknown_job_is_not_found_and_an_unknown_name_is_refused(harness: Harness) -> None:
+    assert _lookup(harness, "order_confirmation", "never-sent").verdict == NOT_FOUND
+    with pytest.raises(UnknownJobError, match="unknown job type 'no_such_job'"):
+        _lookup(harness, "no_such_job", "1")
+
+
+def test_in_progress_is_read_from_an_in_progress_record(harness: Harness) -> None:
+    from functions.worker.settings import idempotency_record_id
+
+    local = harness.deployment.queues["orders"]
+    now = datetime.now(UTC)
+    harness.clients("dynamodb").put_item(
+        TableName=harness.deployment.idempotency_table,
+        Item={
+            "id": {"S": idempotency_record_id("order_confirmation:55")},
+            "status": {"S": "INPROGRESS"},
+            "expiration": {"N": str(int(now.timestamp()) + local.spec.idempotency_expiry_s)},
+            "in_progress_expiration": {"N": str(int((now.timestamp() + 30) * 1000))},
+        },
+    )
+    assert _lookup(harness, "order_confirmation", "55", now=now).verdict == IN_PROGRESS
+    assert _lookup(harness, "order_confirmation", "55", now=now + timedelta(seconds=31)).verdict == NOT_FOUND
+
+
+def test_pause_and_resume_flip_the_queues_event_source_mapping(harness: Harness) -> None:
+    lambda_client = harness.clients("lambda")
+    arn = harness.deployment.queues["orders"].arn
+    [mapping] = mappings(lambda_client, arn)
+    assert mapping.function_name == "SqsJobs-orders-worker" and not mapping.paused
+
+    assert [item.paused for item in pause(lambda_client, arn)] == [True]
+    assert is_paused(lambda_client, arn)
+    assert is_paused(lambda_client, harness.deployment.queues["invoices"].arn) is False  # only that queue
+    pause(lambda_client, arn)  # idempotent
+    assert [item.paused for item in resume(lambda_client, arn)] == [False]
+    assert not is_paused(lambda_client, arn)
+
+
+def test_a_queue_without_a_mapping_is_a_typed_error(harness: Harness) -> None:
+    with pytest.raises(NoMappingError, match="no Lambda event source mapping reads"):
+        pause(harness.clients("lambda"), "arn:aws:sqs:us-east-1:123456789012:elsewhere")
