@@ -25,7 +25,17 @@ from functions.worker.settings import (
     resource_env_name,
 )
 from infra.job_resources import MissingResourceError, ProvidedResource
-from infra.naming import physical_queue_name
+from infra.job_schedules import JobSchedules
+from infra.naming import (
+    QUEUE_ARN,
+    QUEUE_URL,
+    SCHEDULE_GROUP,
+    SCHEDULER_ROLE_ARN,
+    SCHEDULES_DLQ_ARN,
+    parameter_name,
+    physical_queue_name,
+    schedules_parameter_name,
+)
 from infra.worker_code import ARCHITECTURE, HANDLER, RUNTIME
 from sqs_jobs.catalog import QueueSpec
 
@@ -33,10 +43,15 @@ from sqs_jobs.catalog import QueueSpec
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 # What the worker does with the idempotency table (Powertools' DynamoDBPersistenceLayer), nothing more.
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+# The SSM parameters a publisher reads (JobPublisher.from_stack): the queue's URL and ARN, the role the scheduler
+# sends a delayed job with, and the stack's schedule group and schedules DLQ.
+PUBLISHER_QUEUE_PARAMETERS = (QUEUE_URL, QUEUE_ARN, SCHEDULER_ROLE_ARN)
+PUBLISHER_SCHEDULES_PARAMETERS = (SCHEDULE_GROUP, SCHEDULES_DLQ_ARN)
 
 
 class JobQueue(Construct):
-    """`queue` -> `function` (through `event_source`), with `dead_letter_queue` keeping what fails.
+    """`queue` -> `function` (through `event_source`), with `dead_letter_queue` keeping what fails, and
+    `scheduler_role`, the role the stack's scheduler (`schedules`) sends the queue's scheduled and delayed jobs with.
 
     Every setting comes from the catalog's QueueSpec; the queues' physical names from `infra.naming`.
     """
@@ -52,10 +67,13 @@ class JobQueue(Construct):
         layers: Sequence[lambda_.ILayerVersion],
         idempotency_table: dynamodb.ITable,
         resources: Mapping[str, ProvidedResource],
+        schedules: JobSchedules,
         retain_logs: bool,
     ) -> None:
         super().__init__(scope, construct_id)
         self.spec = spec
+        self._stack_name = stack_name
+        self._schedules = schedules
         queue_name = physical_queue_name(stack_name, spec.name, fifo=spec.fifo)
         # The DLQ names its one allowed source by ARN, built from the source's name: a reference to the
         # source queue would be a cycle, since the source's redrive policy references the DLQ.
@@ -163,10 +181,30 @@ class JobQueue(Construct):
         idempotency_table.grant(self.function, *IDEMPOTENCY_ACTIONS)
         for item in needed.values():
             item.grant(self.function)
+        # The queue's recurring schedules, and the role they and delayed jobs are sent with.
+        self.scheduler_role = schedules.add_queue(spec, self.queue)
 
     def grant_publish(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Let `grantee` enqueue jobs: SendMessage, GetQueueUrl, GetQueueAttributes on this queue only."""
-        return self.queue.grant_send_messages(grantee)
+        """Let `grantee` enqueue jobs: SendMessage, GetQueueUrl, GetQueueAttributes on this queue only; delay them
+        beyond 15 minutes (one-time schedules in the stack's group, sent with this queue's scheduler role); and read
+        the SSM parameters that say where all that is."""
+        scheduling = self._schedules.grant_one_time_schedules(grantee, self.spec.name)
+        stack = Stack.of(self)
+        names = [parameter_name(self._stack_name, self.spec.name, key) for key in PUBLISHER_QUEUE_PARAMETERS] + [
+            schedules_parameter_name(self._stack_name, key) for key in PUBLISHER_SCHEDULES_PARAMETERS
+        ]
+        parameters = [
+            stack.format_arn(
+                service="ssm",
+                resource="parameter",
+                # The names start with "/", which the ARN's "parameter/" already holds.
+                resource_name=name.removeprefix("/"),
+                arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+            )
+            for name in names
+        ]
+        reading = iam.Grant.add_to_principal(grantee=grantee, actions=["ssm:GetParameters"], resource_arns=parameters)
+        return self.queue.grant_send_messages(grantee).combine(scheduling).combine(reading)
 
 
 def _provided(resources: Mapping[str, ProvidedResource], name: str, spec: QueueSpec) -> ProvidedResource:

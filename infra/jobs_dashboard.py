@@ -1,4 +1,4 @@
-"""The stack's CloudWatch dashboard: every alarm's state, then one row of graphs per queue.
+"""The stack's CloudWatch dashboard: every alarm's state, one row of graphs per queue, then the job schedules.
 
 The graphs use the same metric definitions as the alarms (`infra.monitoring`), with the alarm thresholds and
 limits drawn as horizontal lines.
@@ -32,6 +32,14 @@ class DashboardQueue:
     function: lambda_.IFunction
 
 
+@dataclass(frozen=True)
+class DashboardSchedules:
+    """What the dashboard graphs of the stack's job schedules (infra/job_schedules.py)."""
+
+    dead_letter_queue: sqs.IQueue
+    group_name: str
+
+
 class JobsDashboard(Construct):
     """`dashboard`, named `<stack_name>-<region>` (dashboards are global to an account: the region keeps two
     deployments of the stack apart)."""
@@ -43,6 +51,7 @@ class JobsDashboard(Construct):
         *,
         stack_name: str,
         queues: Sequence[DashboardQueue],
+        schedules: DashboardSchedules,
         alarms: Sequence[cloudwatch.IAlarm],
     ) -> None:
         super().__init__(scope, construct_id)
@@ -63,6 +72,40 @@ class JobsDashboard(Construct):
         )
         for queue in queues:
             self._queue_rows(queue)
+        self._schedule_row(schedules)
+
+    def _schedule_row(self, item: DashboardSchedules) -> None:
+        self.dashboard.add_widgets(
+            cloudwatch.TextWidget(
+                markdown="## Job schedules\nRecurring catalog schedules and delayed jobs (EventBridge Scheduler).",
+                width=24,
+                height=2,
+            )
+        )
+        self.dashboard.add_widgets(
+            _graph(
+                "schedules: failed deliveries (the alarm's sum)",
+                [monitoring.scheduled_delivery_failures(item.dead_letter_queue, item.group_name)],
+                [cloudwatch.HorizontalAnnotation(value=1, label="failed deliveries alarm")],
+            ),
+            _graph(
+                "schedules: sends attempted and refused",
+                [
+                    monitoring.scheduler_metric(item.group_name, "InvocationAttemptCount", label="attempts"),
+                    monitoring.scheduler_metric(item.group_name, "TargetErrorCount", label="target errors"),
+                ],
+                [],
+            ),
+            _graph(
+                "schedules: DLQ depth",
+                [
+                    item.dead_letter_queue.metric_approximate_number_of_messages_visible(
+                        statistic="Maximum", label="DLQ depth"
+                    )
+                ],
+                [],
+            ),
+        )
 
     def _queue_rows(self, item: DashboardQueue) -> None:
         spec, limits = item.spec, item.spec.alarms

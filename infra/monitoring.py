@@ -217,3 +217,42 @@ def heartbeats(spec: QueueSpec, period: Duration | None = None) -> cloudwatch.Me
         HEARTBEAT,
         period=period or Duration.seconds(spec.alarms.heartbeat_missing_after_s),
     )
+
+
+# EventBridge Scheduler's metrics of a schedule group (namespace AWS/Scheduler, dimension ScheduleGroup), each
+# reported only when it is not zero: a failed send to the target (retried), and what became of one given up on.
+SCHEDULER_NAMESPACE = "AWS/Scheduler"
+SCHEDULER_FAILURE_METRICS = {
+    "errors": "TargetErrorCount",
+    "dead": "InvocationsSentToDeadLetterCount",
+    "undeadlettered": "InvocationsFailedToBeSentToDeadLetterCount",
+    "dropped": "InvocationDroppedCount",
+}
+
+
+def scheduler_metric(group_name: str, metric: str, label: str | None = None) -> cloudwatch.Metric:
+    """One of EventBridge Scheduler's counts for the schedule group, summed per 5 minutes."""
+    return cloudwatch.Metric(
+        namespace=SCHEDULER_NAMESPACE,
+        metric_name=metric,
+        dimensions_map={"ScheduleGroup": group_name},
+        statistic="Sum",
+        period=FIVE_MINUTES,
+        label=label,
+    )
+
+
+def scheduled_delivery_failures(dead_letter_queue: sqs.IQueue, group_name: str) -> cloudwatch.MathExpression:
+    """Per 5 minutes: the schedules DLQ's depth plus every failure count of the group. At least 1 means a delivery
+    failed: a send was refused (retried, but a refusal is mostly a broken role, key or policy that retries won't fix),
+    or one was given up on (dead-lettered, dropped, or lost because even the DLQ refused it). The depth keeps the
+    sum up until someone has looked at the dead-letter events."""
+    using: dict[str, cloudwatch.IMetric] = {
+        "depth": dead_letter_queue.metric_approximate_number_of_messages_visible(
+            statistic="Maximum", period=FIVE_MINUTES
+        ),
+        **{key: scheduler_metric(group_name, metric) for key, metric in SCHEDULER_FAILURE_METRICS.items()},
+    }
+    return cloudwatch.MathExpression(
+        expression=sum_of(list(using)), using_metrics=using, period=FIVE_MINUTES, label="failed deliveries"
+    )

@@ -36,6 +36,11 @@ DLQ_WITHOUT_DLQ = (
     "This is a dead-letter queue: its messages are kept for inspection and redrive (jobctl), nothing consumes it, "
     "so nothing can fail to process them; a DLQ of the DLQ would only hide them further."
 )
+SCHEDULES_DLQ = (
+    "This is the job schedules' dead-letter queue: EventBridge Scheduler puts the jobs it could not deliver here "
+    "(the schedules' DeadLetterConfig makes it a DLQ, which cdk-nag can't see). People read it (the runbook's "
+    "aws sqs receive-message) and nothing consumes it, so nothing can fail to process its messages."
+)
 SYNCHRONOUS_WORKER = (
     "The worker is invoked only by its SQS event source mapping, which invokes synchronously; a function's "
     "dead-letter target applies to asynchronous invocations only. Failed records go to the queue's own DLQ "
@@ -61,6 +66,9 @@ def acknowledge(stack: JobsStack) -> None:
     bucket_arn_token = f"<{stack.resolve(stack.get_logical_id(_cfn(bucket)))}.Arn>"
     for job_queue in stack.queues.values():
         _acknowledge_queue(job_queue, bucket_arn_token)
+    schedules_dlq = stack.schedules.dead_letter_queue.node.default_child
+    _ack(schedules_dlq, "AwsSolutions-SQS3", SCHEDULES_DLQ)
+    _ack(schedules_dlq, "Serverless-SQSRedrivePolicy", SCHEDULES_DLQ)
 
 
 def _acknowledge_queue(job_queue: JobQueue, bucket_arn_token: str) -> None:

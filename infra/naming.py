@@ -8,18 +8,77 @@ from __future__ import annotations
 
 import re
 
+# What publishers and operators read (SSM parameter keys and names, the scheduler's names) lives with the
+# publisher, in sqs_jobs; re-exported here for the stack.
+from sqs_jobs.stack_names import (
+    DLQ_URL,
+    QUEUE_ARN,
+    QUEUE_ENDPOINT_KEYS,
+    QUEUE_URL,
+    SCHEDULE_GROUP,
+    SCHEDULE_KEYS,
+    SCHEDULER_ROLE_ARN,
+    SCHEDULES_DLQ_ARN,
+    SCHEDULES_DLQ_URL,
+    WORKER_ROLE_ID,
+    parameter_name,
+    recurring_schedule_name,
+    schedule_group_name,
+    schedules_parameter_name,
+)
+
+__all__ = [
+    "ALARM_TOPIC_ARN_OUTPUT",
+    "BACKLOG",
+    "DASHBOARD_OUTPUT",
+    "DLQ_ARRIVALS",
+    "DLQ_DEPTH",
+    "DLQ_URL",
+    "FAILURE_RATE",
+    "HEARTBEAT_MISSING",
+    "IDEMPOTENCY_TABLE_OUTPUT",
+    "INVOICES_BUCKET_OUTPUT",
+    "INVOICES_TABLE_OUTPUT",
+    "OLDEST_MESSAGE_AGE",
+    "ORDERS_TABLE_OUTPUT",
+    "QUEUE_ARN",
+    "QUEUE_ENDPOINT_KEYS",
+    "QUEUE_SIGNALS",
+    "QUEUE_URL",
+    "RUNTIME_FAULTS",
+    "SCHEDULER_ROLE_ARN",
+    "SCHEDULES_DLQ_ARN",
+    "SCHEDULES_DLQ_URL",
+    "SCHEDULE_DELIVERIES_FAILED",
+    "SCHEDULE_GROUP",
+    "SCHEDULE_KEYS",
+    "SQS_MAX_NAME_LENGTH",
+    "STALLED",
+    "WORKER_ERRORS",
+    "WORKER_ROLE_ID",
+    "WORKER_THROTTLES",
+    "alarm_name",
+    "alarm_name_prefix",
+    "duration_signal",
+    "output_key",
+    "parameter_name",
+    "pascal_case",
+    "physical_queue_name",
+    "recurring_schedule_name",
+    "schedule_group_name",
+    "schedules_parameter_name",
+]
+
 SQS_MAX_NAME_LENGTH = 80
 _SQS_NAME = re.compile(r"[A-Za-z0-9_-]+(\.fifo)?")
 
-# The keys of each queue's SSM parameters and stack outputs: what a publisher or operator needs.
-QUEUE_URL = "url"
-DLQ_URL = "dlq-url"
-QUEUE_ARN = "arn"
-# The unique ID of the queue's worker role: SQS names it as the SenderId of what the runtime sends, so jobctl
-# can tell the runtime's evidence from attributes a producer set (functions/worker/provenance.py).
-WORKER_ROLE_ID = "worker-role-id"
-QUEUE_ENDPOINT_KEYS = (QUEUE_URL, DLQ_URL, QUEUE_ARN, WORKER_ROLE_ID)
-_OUTPUT_SUFFIX = {QUEUE_URL: "QueueUrl", DLQ_URL: "DlqUrl", QUEUE_ARN: "QueueArn", WORKER_ROLE_ID: "WorkerRoleId"}
+_OUTPUT_SUFFIX = {
+    QUEUE_URL: "QueueUrl",
+    DLQ_URL: "DlqUrl",
+    QUEUE_ARN: "QueueArn",
+    WORKER_ROLE_ID: "WorkerRoleId",
+    SCHEDULER_ROLE_ARN: "SchedulerRoleArn",
+}
 
 # Stack outputs that are not per queue.
 ALARM_TOPIC_ARN_OUTPUT = "AlarmTopicArn"
@@ -40,6 +99,8 @@ WORKER_ERRORS = "worker-errors"
 WORKER_THROTTLES = "worker-throttles"
 HEARTBEAT_MISSING = "heartbeat-missing"
 RUNTIME_FAULTS = "runtime-faults"
+# Stack-wide (not per queue): `<stack_name>-schedules-failed-deliveries`.
+SCHEDULE_DELIVERIES_FAILED = "schedules-failed-deliveries"
 # One signal per queue, in this order, then one duration signal per job (`duration_signal`).
 QUEUE_SIGNALS = (
     OLDEST_MESSAGE_AGE,
@@ -64,13 +125,6 @@ def physical_queue_name(stack_name: str, queue_name: str, dlq: bool = False, fif
             "letters, digits, '-' and '_'); choose a shorter stack_name"
         )
     return name
-
-
-def parameter_name(stack_name: str, queue_name: str, key: str) -> str:
-    """The SSM parameter holding a queue's URL, DLQ URL, ARN or worker role ID: `/<stack_name>/queues/<queue>/<key>`."""
-    if key not in QUEUE_ENDPOINT_KEYS:
-        raise ValueError(f"unknown queue parameter {key!r}; known: {', '.join(QUEUE_ENDPOINT_KEYS)}")
-    return f"/{stack_name}/queues/{queue_name}/{key}"
 
 
 def output_key(queue_name: str, key: str) -> str:

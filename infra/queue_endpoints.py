@@ -8,19 +8,29 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, output_key, parameter_name, pascal_case
+from infra.naming import (
+    DLQ_URL,
+    QUEUE_ARN,
+    QUEUE_URL,
+    SCHEDULER_ROLE_ARN,
+    WORKER_ROLE_ID,
+    output_key,
+    parameter_name,
+    pascal_case,
+)
 
 _MEANING = {
     QUEUE_URL: "URL of",
     DLQ_URL: "dead-letter queue URL of",
     QUEUE_ARN: "ARN of",
     WORKER_ROLE_ID: "unique ID of the worker role (the SenderId of the runtime's own messages) of",
+    SCHEDULER_ROLE_ARN: "role EventBridge Scheduler sends scheduled and delayed jobs with, to",
 }
 
 
 class QueueEndpoints(Construct):
-    """For each of URL, DLQ URL, ARN and worker role ID: an SSM parameter `/<stack>/queues/<queue>/<key>` and an
-    output.
+    """For each of URL, DLQ URL, ARN, worker role ID and scheduler role ARN: an SSM parameter
+    `/<stack>/queues/<queue>/<key>` and an output.
 
     SSM serves other stacks and services (no CloudFormation export to lock the queue in place); the
     outputs serve people and `jobctl`. Both names come from `infra.naming`.
@@ -36,6 +46,7 @@ class QueueEndpoints(Construct):
         queue: sqs.IQueue,
         dead_letter_queue: sqs.IQueue,
         worker_role: iam.Role,
+        scheduler_role: iam.IRole,
     ) -> None:
         super().__init__(scope, construct_id)
         values = {
@@ -43,6 +54,7 @@ class QueueEndpoints(Construct):
             DLQ_URL: dead_letter_queue.queue_url,
             QUEUE_ARN: queue.queue_arn,
             WORKER_ROLE_ID: worker_role.role_id,
+            SCHEDULER_ROLE_ARN: scheduler_role.role_arn,
         }
         self.parameters: dict[str, ssm.StringParameter] = {}
         for key, value in values.items():

@@ -17,7 +17,8 @@ from infra.dependencies_layer import DependenciesLayer
 from infra.heartbeat_canary import HeartbeatCanary
 from infra.job_queue import JobQueue
 from infra.job_resources import JobResources
-from infra.jobs_dashboard import DashboardQueue, JobsDashboard
+from infra.job_schedules import JobSchedules
+from infra.jobs_dashboard import DashboardQueue, DashboardSchedules, JobsDashboard
 from infra.naming import (
     ALARM_TOPIC_ARN_OUTPUT,
     DASHBOARD_OUTPUT,
@@ -48,7 +49,8 @@ NAG_CONTEXT_KEY = "nag"
 
 class JobsStack(Stack):
     """Per catalog queue: JobQueue, QueueAlarms, QueueEndpoints. Shared: tables, bucket, mail identity, the alarm
-    topic (or an existing one), the heartbeat canary's schedules and the dashboard."""
+    topic (or an existing one), the job schedules (group, DLQ, alarm), the heartbeat canary's schedules and the
+    dashboard."""
 
     def __init__(
         self,
@@ -82,15 +84,6 @@ class JobsStack(Stack):
             time_to_live_attribute=IDEMPOTENCY_TTL_ATTRIBUTE,
             retain=retain,
         ).table
-        self.resources = JobResources(
-            self,
-            "Resources",
-            mail_sender=context.mail_sender,
-            invoicing_api_url=context.invoicing_api_url,
-            retain=retain,
-            create_mail_identity=context.create_mail_identity,
-            mail_sandbox_recipients=context.mail_sandbox_recipients,
-        )
         if context.alarm_topic_arn:
             alarm_topic = AlarmTopic(self, "AlarmTopic", existing_topic_arn=context.alarm_topic_arn)
         else:
@@ -99,6 +92,21 @@ class JobsStack(Stack):
             )
             alarm_topic = AlarmTopic(self, "AlarmTopic", new=settings)
         self.alarm_topic = alarm_topic.topic
+        # Before the queues: each queue's scheduler role and recurring schedules are added to it as it's built.
+        self.schedules = JobSchedules(self, "Schedules", stack_name=context.stack_name, topic=self.alarm_topic)
+        self.resources = JobResources(
+            self,
+            "Resources",
+            mail_sender=context.mail_sender,
+            invoicing_api_url=context.invoicing_api_url,
+            retain=retain,
+            stack_name=context.stack_name,
+            catalog=catalog,
+            alarm_topic=self.alarm_topic,
+            alarm_topic_key=alarm_topic.key,
+            create_mail_identity=context.create_mail_identity,
+            mail_sandbox_recipients=context.mail_sandbox_recipients,
+        )
 
         self.queues: dict[str, JobQueue] = {}
         self.alarms: dict[str, QueueAlarms] = {}
@@ -113,8 +121,10 @@ class JobsStack(Stack):
                 layers=[dependencies.layer],
                 idempotency_table=self.idempotency_table,
                 resources=self.resources.provided,
+                schedules=self.schedules,
                 retain_logs=retain,
             )
+            self.resources.dead_letter_queues.add(spec.name, job_queue.dead_letter_queue, job_queue.role)
             self.alarms[spec.name] = QueueAlarms(
                 self,
                 f"{prefix}Alarms",
@@ -133,6 +143,7 @@ class JobsStack(Stack):
                 queue=job_queue.queue,
                 dead_letter_queue=job_queue.dead_letter_queue,
                 worker_role=job_queue.role,
+                scheduler_role=job_queue.scheduler_role,
             )
             self.queues[spec.name] = job_queue
 
@@ -149,7 +160,14 @@ class JobsStack(Stack):
                 )
                 for item in self.queues.values()
             ],
-            alarms=[alarm for queue_alarms in self.alarms.values() for alarm in queue_alarms.alarms.values()],
+            schedules=DashboardSchedules(
+                dead_letter_queue=self.schedules.dead_letter_queue,
+                group_name=self.schedules.group.schedule_group_name,
+            ),
+            alarms=[
+                *(alarm for queue_alarms in self.alarms.values() for alarm in queue_alarms.alarms.values()),
+                self.schedules.alarm,
+            ],
         ).dashboard
 
         CfnOutput(

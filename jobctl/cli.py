@@ -30,6 +30,10 @@ COMMANDS = {
     "queue": LazyCommand(
         "jobctl.cli_queue:queue", "Pause or resume a queue's worker: jobs wait in the queue, nothing is lost."
     ),
+    "schedules": LazyCommand(
+        "jobctl.cli_schedules:schedules",
+        "Recurring and one-time schedules: list them with their next run, cancel a pending one.",
+    ),
     "status": LazyCommand(
         "jobctl.cli_status:status",
         "Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue.",

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import click
 
-from functions.worker.provenance import Provenance
 from jobctl.cli_globals import JobctlGroup, complete_job
 from jobctl.cli_support import EXIT_USAGE, Options, emit, fail, operator_errors, queues_of
-from jobctl.dlq import DeadLetterQueue
-from jobctl.job_lookup import find_job, idempotency_table
+from jobctl.job_lookup import lookup
 from sqs_jobs.catalog import CATALOG
 
 
@@ -30,17 +28,7 @@ def show(options: Options, name: str, entity_id: str, key: str | None) -> None:
         fail(f"unknown job {name!r}; accepted: {', '.join(CATALOG.job_names)}", EXIT_USAGE)
     with operator_errors():
         [(spec, where)] = queues_of(options, queue)
-        sqs = options.client("sqs")
-        dead = DeadLetterQueue(sqs, where.dlq_url, where.url, Provenance.of([where.worker_role_id]))
-        found = find_job(
-            spec=spec,
-            job=name,
-            entity_id=entity_id,
-            key=key,
-            dynamodb=options.client("dynamodb"),
-            table=idempotency_table(options.client("lambda"), where.arn),
-            dead_letter_queue=dead,
-        )
+        found = lookup(options.client, spec, where, name, entity_id, key)
 
     def text() -> None:
         click.echo(f"{name}:{entity_id} on {queue}: {found.verdict}")

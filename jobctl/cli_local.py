@@ -15,6 +15,7 @@ from jobctl.cli_support import Options, fail
 from jobctl.local.chaos import ChaosSettings, ChaosSpecError
 from jobctl.local.engine import DEFAULT_PORT, LocalEngine
 from jobctl.local.fake_invoicing import MODES as INVOICING_MODES
+from jobctl.local.scheduler import FastClock
 
 
 def _chaos_settings(spec: str | None) -> ChaosSettings | None:
@@ -50,6 +51,13 @@ def _chaos_settings(spec: str | None) -> ChaosSettings | None:
     help="Inject faults, e.g. transient=0.2,hang=0.01,crash=0.01,duplicate=0.05[,hang_s=5][,seed=7]: rates per "
     "downstream call (transient, hang), per record run (crash before the ack), per delivery (duplicate).",
 )
+@click.option(
+    "--scheduler-speed",
+    type=click.FloatRange(1, 100_000),
+    default=1.0,
+    show_default=True,
+    help="Run the scheduler's clock N times faster than real time, to watch delayed and recurring jobs arrive.",
+)
 @click.pass_obj
 def local(
     options: Options,
@@ -58,6 +66,7 @@ def local(
     invoicing_mode: str,
     invoicing_port: int,
     chaos: ChaosSettings | None,
+    scheduler_speed: float,
 ) -> None:
     """Run the local engine: moto server + the real workers behind an SQS event source emulator, and a fake of
     the invoicing API that generate_invoice calls."""
@@ -78,6 +87,7 @@ def local(
         invoicing_mode=invoicing_mode,
         invoicing_port=invoicing_port,
         chaos=chaos,
+        scheduler_clock=FastClock(scheduler_speed) if scheduler_speed != 1 else None,
     )
     try:
         engine.start()

@@ -10,11 +10,14 @@ from the worker.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from functions.worker.provenance import Provenance
 from functions.worker.settings import ENV_IDEMPOTENCY_TABLE, idempotency_record_id
+from jobctl.discovery import QueueLocation
 from jobctl.dlq import DeadLetter, DeadLetterQueue
 from jobctl.queue_control import QueueControlError, mappings
 from sqs_jobs.catalog import QueueSpec
@@ -132,6 +135,23 @@ def job_key(spec: QueueSpec, job: str, entity_id: str, key: str | None) -> str:
 
     envelope: Envelope = build_envelope(job, entity_id, spec.job_names, key=key)
     return load_jobs(spec)[job].idempotency_key(envelope)
+
+
+def lookup(
+    client: Callable[[str], Any], spec: QueueSpec, where: QueueLocation, job: str, entity_id: str, key: str | None
+) -> JobLookup:
+    """`find_job` on a deployed stack: the queue's idempotency table (from its worker's environment) and its DLQ,
+    through `client` (service name -> boto3 client)."""
+    dead = DeadLetterQueue(client("sqs"), where.dlq_url, where.url, Provenance.of([where.worker_role_id]))
+    return find_job(
+        spec=spec,
+        job=job,
+        entity_id=entity_id,
+        key=key,
+        dynamodb=client("dynamodb"),
+        table=idempotency_table(client("lambda"), where.arn),
+        dead_letter_queue=dead,
+    )
 
 
 def find_job(

@@ -17,7 +17,7 @@ from jobctl.console.charts import Series, queue_charts
 from jobctl.console.operations import Operation
 from jobctl.discovery import QueueLocation, find_queues
 from jobctl.dlq import DeadLetter, DeadLetterQueue, Filter, group, group_key, not_idempotent, verify
-from jobctl.job_lookup import JobLookup, find_job, idempotency_table
+from jobctl.job_lookup import JobLookup, lookup
 from jobctl.status import QueueStatus, queue_status
 from sqs_jobs.catalog import CATALOG, Catalog, QueueSpec
 
@@ -119,15 +119,7 @@ class ConsoleBackend:
 
     def find_job(self, queue: str, job: str, entity_id: str, key: str | None) -> JobLookup:
         spec, where = self._where(queue)
-        return find_job(
-            spec=spec,
-            job=job,
-            entity_id=entity_id,
-            key=key,
-            dynamodb=self._client("dynamodb"),
-            table=idempotency_table(self._client("lambda"), where.arn),
-            dead_letter_queue=self._dlq(where),
-        )
+        return lookup(self._client, spec, where, job, entity_id, key)
 
     def select(self, queue: str, *, group: str | None = None, ids: list[str] | None = None) -> Selection:
         """The dead letters of a group, of explicit message IDs, or (neither) all of them."""

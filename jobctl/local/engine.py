@@ -15,8 +15,9 @@ import socket
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any, TextIO
 
 import boto3
@@ -36,6 +37,7 @@ from jobctl.local.metrics_agent import MetricsAgent
 from jobctl.local.moto_locks import serialize_moto
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import DEFAULT_STACK_NAME, LocalDeployment, provision, worker_function_name
+from jobctl.local.scheduler import LocalScheduler, LocalSchedules, provision_schedules
 from sqs_jobs.catalog import CATALOG, Catalog
 
 log = logging.getLogger("jobctl.local")
@@ -111,6 +113,7 @@ class LocalEngine:
         invoicing_port: int = 0,
         heartbeat_interval_s: float | None = None,
         chaos: ChaosSettings | None = None,
+        scheduler_clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.port = port or free_port()
         self.host = host
@@ -133,6 +136,11 @@ class LocalEngine:
         self._heartbeat_interval_s = heartbeat_interval_s
         self._switch_interval_s: float | None = None  # the interpreter's, while the engine runs
         self._sqs: Any = None  # the engine's own SQS client for reading queue counts; made once started
+        # EventBridge Scheduler's part: the stack's schedules, fired on this clock (real time unless given).
+        self._scheduler_clock = scheduler_clock
+        self.schedules: LocalSchedules | None = None
+        self.scheduler: LocalScheduler | None = None
+        self._role_clients: dict[str, Any] = {}
 
     @property
     def endpoint_url(self) -> str:
@@ -189,12 +197,16 @@ class LocalEngine:
             self.clients(), catalog=self.catalog, stack_name=self.stack_name, invoicing_api_url=self.invoicing.url
         )
         self._sqs = self.clients()("sqs")
+        self.schedules = provision_schedules(self.clients(), self.deployment, self.catalog)
+        self.scheduler = LocalScheduler(self.clients(), self._role_sqs, self.schedules, clock=self._scheduler_clock)
+        self.scheduler.start()
         self.metrics = MetricsAgent(self.clients()("cloudwatch"), self.deployment.queues, self.region)
         self.metrics.start()
-        self.heartbeats = HeartbeatCanary(self.clients()("sqs"), self.deployment.queues, self._heartbeat_interval_s)
-        self.heartbeats.start()
         if self._run_workers:
             self.start_workers()
+        # After the workers: the first beats are consumed at once, and nothing logs before start() returns.
+        self.heartbeats = HeartbeatCanary(self.clients()("sqs"), self.deployment.queues, self._heartbeat_interval_s)
+        self.heartbeats.start()
 
     def start_workers(self) -> None:
         """Start the event source mappings (again, after stop_workers)."""
@@ -227,6 +239,21 @@ class LocalEngine:
     def _function_name(self, queue: str) -> str:
         return worker_function_name(self.stack_name, queue)
 
+    def _role_sqs(self, role_arn: str) -> Any:
+        """An SQS client on the credentials of `role_arn` (a scheduler role), as the scheduler sends with."""
+        if role_arn not in self._role_clients:
+            credentials = self.clients()("sts").assume_role(RoleArn=role_arn, RoleSessionName="scheduler")[
+                "Credentials"
+            ]
+            session = boto3.session.Session(
+                aws_access_key_id=credentials["AccessKeyId"],
+                aws_secret_access_key=credentials["SecretAccessKey"],
+                aws_session_token=credentials["SessionToken"],
+                region_name=self.region,
+            )
+            self._role_clients[role_arn] = self.clients(session)("sqs")
+        return self._role_clients[role_arn]
+
     def _worker_handler(self, queue: str) -> Handler:
         assert self.deployment is not None
         # One Worker per poller: each poller is one Lambda execution environment with its own state.
@@ -243,6 +270,8 @@ class LocalEngine:
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop polling, let every batch in flight finish, then stop the fake API and the server."""
+        if self.scheduler is not None:
+            self.scheduler.stop()
         self.stop_workers(timeout_s)
         if self.heartbeats is not None:
             self.heartbeats.stop()

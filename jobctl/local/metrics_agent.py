@@ -19,6 +19,7 @@ from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.sqs.models import sqs_backends
 
 from jobctl.local.provision import LocalQueue
+from jobctl.local.ticker import Ticker
 from jobctl.status import OLDEST_AGE_METRIC, SQS_NAMESPACE, VISIBLE_METRIC
 
 log = logging.getLogger("jobctl.local")
@@ -76,27 +77,15 @@ class MetricsAgent:
         self._cloudwatch = cloudwatch
         self._queues = dict(queues)
         self._region = region
-        self._interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._ticker = Ticker("metrics-agent", self.sample, interval_s)
 
     def start(self) -> None:
         self.sample()
-        self._thread = threading.Thread(target=self._run, name="metrics-agent", daemon=True)
-        self._thread.start()
+        self._ticker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            try:
-                self.sample()
-            except Exception:
-                log.exception("metrics agent: sampling failed")
+        self._ticker.stop()
 
     def sample(self) -> None:
         """Publish each queue's and DLQ's oldest-message age and visible messages now."""

@@ -225,6 +225,23 @@ def _create_bucket(s3: Any, name: str) -> None:
     s3.put_public_access_block(Bucket=name, PublicAccessBlockConfiguration=BUCKET_PUBLIC_ACCESS_BLOCK)
 
 
+def local_alarm_topic_name(stack_name: str) -> str:
+    """The local engine's alarm topic. (The stack lets CloudFormation name its topic, or uses yours.)"""
+    return f"{stack_name}-alarms"
+
+
+def _dlq_review_resources(
+    client: Callable[[str], Any], stack_name: str, queues: dict[str, LocalQueue]
+) -> dict[str, str]:
+    """`alarm_topic` (the topic, created or found: CreateTopic of an existing name returns it) and
+    `dead_letter_queues` (every queue's DLQ and worker role, as JSON), which dlq_review reads."""
+    topic_arn = client("sns").create_topic(Name=local_alarm_topic_name(stack_name))["TopicArn"]
+    dead_letter_queues = {
+        name: {"dlq_url": local.dlq_url, "worker_role_id": local.worker_role_id} for name, local in queues.items()
+    }
+    return {"alarm_topic": str(topic_arn), "dead_letter_queues": json.dumps(dead_letter_queues)}
+
+
 def provision(
     client: Callable[[str], Any],
     catalog: Catalog = CATALOG,
@@ -288,6 +305,7 @@ def provision(
             "invoices_table": invoices_table,
             "invoices_bucket": invoices_bucket,
             "invoicing_api_url": invoicing_api_url,
+            **_dlq_review_resources(client, stack_name, queues),
         },
     )
     lambda_client = client("lambda")

@@ -28,6 +28,7 @@ from sqs_jobs.publisher import (
     PartialPublishError,
     PublishError,
     QueueNotConfiguredError,
+    SchedulingNotConfiguredError,
 )
 
 try:
@@ -51,6 +52,7 @@ __all__ = [
     "PublishError",
     "QueueNotConfiguredError",
     "QueueSpec",
+    "SchedulingNotConfiguredError",
     "UnknownJobError",
     "__version__",
     "build_envelope",

@@ -10,6 +10,7 @@ docs/catalog.md; `tests/unit/test_catalog.py` proves each.
 from __future__ import annotations
 
 import re
+import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -99,6 +100,118 @@ class AlarmThresholds:
         return found
 
 
+# EventBridge Scheduler's recurring expressions: rate(<value> <unit>) and a six-field cron(...).
+_RATE = re.compile(r"^rate\((?P<value>[1-9][0-9]{0,5}) (?P<unit>minutes?|hours?|days?)\)$")
+_CRON = re.compile(r"^cron\((?P<fields>[^()]+)\)$")
+_MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+_WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+# Per cron field: its name, the numbers it takes, names it takes instead, and the special characters it allows
+# besides `, - * /` (AWS's cron reference for EventBridge).
+_CRON_FIELDS = (
+    ("minutes", 0, 59, (), ""),
+    ("hours", 0, 23, (), ""),
+    ("day-of-month", 1, 31, (), "?LW"),
+    ("month", 1, 12, _MONTHS, ""),
+    ("day-of-week", 1, 7, _WEEKDAYS, "?L#"),
+    ("year", 1970, 2199, (), ""),
+)
+
+
+def _cron_field_problem(text: str, name: str, low: int, high: int, names: tuple[str, ...], special: str) -> str | None:
+    """Why one cron field is invalid, or None."""
+    if text == "*" or (text == "?" and "?" in special):
+        return None
+    for part in text.split(","):
+        value = part
+        if "/" in value:
+            value, step = value.split("/", 1)
+            if not step.isdigit() or int(step) < 1:
+                return f"{name} step {step!r} must be a positive number"
+            if value == "*":
+                continue
+        if "#" in value and "#" in special:
+            day, nth = value.split("#", 1)
+            if not (nth.isdigit() and 1 <= int(nth) <= 5) or _cron_value(day, low, high, names) is None:
+                return f"{name} {part!r}: <weekday>#<1-5> expected"
+            continue
+        if value in ("L", "LW") and "L" in special:
+            continue
+        if value.endswith(("L", "W")) and value[:-1] and value[-1] in special:
+            value = value[:-1]
+        bounds = value.split("-", 1)
+        if any(_cron_value(bound, low, high, names) is None for bound in bounds):
+            accepted = f"{low}-{high}" + (f" or {names[0]}-{names[-1]}" if names else "")
+            return f"{name} {part!r} is not a value in {accepted}"
+    return None
+
+
+def _cron_value(text: str, low: int, high: int, names: tuple[str, ...]) -> int | None:
+    if text.upper() in names:
+        return names.index(text.upper()) + low
+    if text.isdigit() and low <= int(text) <= high:
+        return int(text)
+    return None
+
+
+def schedule_expression_problem(expression: str) -> str | None:
+    """Why `expression` is not an EventBridge Scheduler rate(...) or cron(...) expression, or None if it is."""
+    rate = _RATE.fullmatch(expression)
+    if rate:
+        value, unit = int(rate["value"]), rate["unit"]
+        if (value == 1) == unit.endswith("s"):
+            return f"rate({value} {unit}): use the singular unit for 1 and the plural otherwise, e.g. rate(5 minutes)"
+        return None
+    if expression.startswith("rate("):
+        return f"{expression!r} is not rate(<value> <minute(s)|hour(s)|day(s)>), e.g. rate(5 minutes)"
+    cron = _CRON.fullmatch(expression)
+    if not cron:
+        return f"{expression!r} is neither rate(...) nor cron(...), e.g. cron(0 9 ? * MON *)"
+    fields = cron["fields"].split()
+    if len(fields) != len(_CRON_FIELDS):
+        return (
+            f"{expression!r} has {len(fields)} fields; cron takes 6: minutes hours day-of-month month day-of-week "
+            "year, e.g. cron(0 9 ? * MON *)"
+        )
+    for text, spec in zip(fields, _CRON_FIELDS, strict=True):
+        problem = _cron_field_problem(text, *spec)
+        if problem:
+            return f"{expression!r}: {problem}"
+    if (fields[2] == "?") == (fields[4] == "?"):
+        return f"{expression!r}: exactly one of day-of-month and day-of-week must be '?'"
+    return None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A recurring run of a job: EventBridge Scheduler sends `{"job": <job>, "id": <scheduled time>}` to the
+    job's queue at each time `expression` names, in `timezone`. The ID is the scheduled time, so a firing the
+    scheduler delivers twice runs once."""
+
+    # Unique within the job; the stack names the schedule `<job>-<name>` in its schedule group.
+    name: str
+    # `cron(minutes hours day-of-month month day-of-week year)` or `rate(<value> <unit>)`.
+    expression: str
+    # An IANA time zone name: cron expressions are read in it (daylight saving included).
+    timezone: str = "UTC"
+    description: str = ""
+
+    def problems(self, where: str) -> list[str]:
+        found: list[str] = []
+        if not _NAME.fullmatch(self.name):
+            found.append(f"{where}: schedule name {self.name!r} must match {_NAME.pattern}")
+        problem = schedule_expression_problem(self.expression)
+        if problem:
+            found.append(f"{where}: schedule {self.name!r}: {problem}")
+        try:
+            zoneinfo.ZoneInfo(self.timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            found.append(
+                f"{where}: schedule {self.name!r}: time zone {self.timezone!r} is not an IANA time zone name, "
+                "e.g. UTC, Europe/Berlin, Asia/Tokyo"
+            )
+        return found
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One job type: its name in the envelope and the module that runs it."""
@@ -114,6 +227,8 @@ class JobSpec:
     # How long one run may take before it is cut and retried as a transient failure; None: the queue's default
     # (half the function timeout, so a hung call can never use up the whole invocation).
     time_limit_s: int | None = None
+    # Recurring runs (EventBridge Scheduler); empty: the job runs only when published.
+    schedules: tuple[Schedule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -251,6 +366,12 @@ class QueueSpec:
             if not _HANDLER.fullmatch(job.handler):
                 found.append(f"{where}: job {job.name!r} handler {job.handler!r} is not a dotted module path")
             found += self._time_limit_problems(where, job)
+            seen_schedules: set[str] = set()
+            for schedule in job.schedules:
+                found += schedule.problems(f"{where}: job {job.name!r}")
+                if schedule.name in seen_schedules:
+                    found.append(f"{where}: job {job.name!r} has two schedules named {schedule.name!r}")
+                seen_schedules.add(schedule.name)
             for resource in job.resources:
                 if resource not in RESOURCES:
                     found.append(
@@ -336,6 +457,9 @@ RESOURCES: dict[str, str] = {
     "invoices_table": "DynamoDB table of invoices (partition key invoice_id), read by generate_invoice",
     "invoices_bucket": "S3 bucket that generate_invoice stores invoice PDFs in, under invoices/",
     "invoicing_api_url": "base URL of the external invoicing HTTP API (POST <url>/invoices renders a PDF)",
+    "alarm_topic": "the stack's alarm SNS topic (its ARN), which dlq_review publishes its summary to",
+    "dead_letter_queues": "every queue's DLQ, read without consuming by dlq_review (JSON: queue name -> "
+    '{"dlq_url": ..., "worker_role_id": ...}, the role whose messages carry the runtime\'s evidence)',
 }
 
 CATALOG = Catalog(
@@ -368,6 +492,24 @@ CATALOG = Catalog(
                     resources=("invoices_table", "invoices_bucket", "invoicing_api_url"),
                     # Above one whole HTTP call (10 s connect + 30 s read), well below the function timeout.
                     time_limit_s=MINUTE,
+                ),
+            ),
+        ),
+        # The runtime's own recurring jobs.
+        QueueSpec(
+            name="maintenance",
+            description="Housekeeping on a clock: the weekly DLQ review.",
+            function_timeout_s=2 * MINUTE,
+            max_concurrency=2,
+            jobs=(
+                JobSpec(
+                    name="dlq_review",
+                    handler="functions.jobs.dlq_review",
+                    description="Summarize every DLQ (counts by error type, oldest age, the jobctl commands) to the "
+                    "alarm topic, even when all are empty: silence means the review didn't run.",
+                    resources=("dead_letter_queues", "alarm_topic"),
+                    # The article: review the DLQ regularly, e.g. weekly, so an incident isn't buried in old noise.
+                    schedules=(Schedule(name="weekly", expression="cron(0 9 ? * MON *)", timezone="UTC"),),
                 ),
             ),
         ),

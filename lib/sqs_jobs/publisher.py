@@ -4,21 +4,50 @@
     publisher.publish("order_confirmation", "123")                      # -> SQS message ID
     publisher.publish_many([("order_confirmation", "124"), ...])        # SendMessageBatch, chunks of 10
 
+    publisher = JobPublisher.from_stack(ssm, sqs, scheduler)            # the stack's queues and its scheduler
+    publisher.publish("order_confirmation", "125", delay=timedelta(hours=2))   # -> one-time schedule's name
+    publisher.publish("order_confirmation", "126", at=datetime(2026, 12, 24, 9, tzinfo=UTC))
+
+A delay up to 15 minutes is SQS's DelaySeconds; beyond, an EventBridge Scheduler one-time schedule in the
+stack's group sends the job at its time and deletes itself.
+
 Works against AWS or the local engine alike: pass a client built with the engine's endpoint_url.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import math
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqs_jobs.catalog import CATALOG, Catalog
 from sqs_jobs.envelope import Envelope, Scalar, build_envelope
+from sqs_jobs.stack_names import (
+    DEFAULT_STACK_NAME,
+    QUEUE_ARN,
+    QUEUE_URL,
+    SCHEDULE_GROUP,
+    SCHEDULER_ROLE_ARN,
+    SCHEDULES_DLQ_ARN,
+    parameter_name,
+    schedules_parameter_name,
+)
 
 SQS_BATCH_MAX = 10
 # SQS's limit for DelaySeconds on a message.
 MAX_DELAY_S = 900
+# How far ahead a job may be scheduled: our limit, not the scheduler's (it has none documented). A job due in
+# over a year is a calendar entry, not a background job.
+MAX_SCHEDULE_AHEAD = timedelta(days=365)
+# One-time schedules of delayed jobs are named `once-...` in the stack's group; recurring ones never are.
+ONE_TIME_PREFIX = "once-"
+# The scheduler retries a failed delivery with backoff for up to a day, then dead-letters it (the same policy as
+# the catalog's recurring schedules: infra/job_schedules.py).
+SCHEDULE_RETRY_MAX_AGE_S = 24 * 3600
+SCHEDULE_RETRY_ATTEMPTS = 185
 
 
 class PublishError(Exception):
@@ -30,7 +59,31 @@ class QueueNotConfiguredError(PublishError):
 
 
 class InvalidDelayError(PublishError):
-    """A delay outside SQS's 0..900 seconds."""
+    """A delay or time the job can't be published for: negative, in the past, too far ahead, or more than one
+    of delay_s, delay and at."""
+
+
+class SchedulingNotConfiguredError(PublishError):
+    """A delay beyond SQS's 15 minutes, on a publisher without the stack's scheduler."""
+
+
+@dataclass(frozen=True)
+class ScheduleTarget:
+    """Where a queue's one-time schedules send, and the role they send with."""
+
+    queue_arn: str
+    role_arn: str
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """The stack's scheduler, for delays beyond 15 minutes: a boto3 `scheduler` client, the schedule group, its
+    dead-letter queue, and per catalog queue the target."""
+
+    client: Any
+    group: str
+    dead_letter_arn: str
+    targets: Mapping[str, ScheduleTarget]
 
 
 @dataclass(frozen=True)
@@ -58,10 +111,69 @@ JobRequest = tuple[str, str] | Envelope
 
 
 class JobPublisher:
-    def __init__(self, sqs_client: Any, queue_urls: Mapping[str, str], catalog: Catalog = CATALOG) -> None:
+    def __init__(
+        self,
+        sqs_client: Any,
+        queue_urls: Mapping[str, str],
+        catalog: Catalog = CATALOG,
+        scheduling: Scheduling | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         self._sqs = sqs_client
         self._queue_urls = dict(queue_urls)
         self._catalog = catalog
+        self._scheduling = scheduling
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    @classmethod
+    def from_stack(
+        cls,
+        ssm_client: Any,
+        sqs_client: Any,
+        scheduler_client: Any = None,
+        stack_name: str = DEFAULT_STACK_NAME,
+        catalog: Catalog = CATALOG,
+        clock: Callable[[], datetime] | None = None,
+        queues: Iterable[str] | None = None,
+    ) -> JobPublisher:
+        """A publisher for a deployed stack, from its SSM parameters: the URL of each of `queues` (default:
+        every catalog queue) and, with a `scheduler_client`, what delays beyond 15 minutes need. Name only the
+        queues the service was granted (`JobQueue.grant_publish`): SSM refuses a whole GetParameters call that
+        names one parameter it may not read. Raises QueueNotConfiguredError when a parameter is missing (the
+        stack is not deployed here, or has another name)."""
+        chosen = list(queues) if queues is not None else list(catalog.queue_names)
+        for queue in chosen:
+            catalog.queue(queue)  # UnknownQueueError names the catalog's queues
+        keys = [QUEUE_URL, QUEUE_ARN, SCHEDULER_ROLE_ARN]
+        names = [parameter_name(stack_name, queue, key) for queue in chosen for key in keys]
+        if scheduler_client is not None:
+            names += [schedules_parameter_name(stack_name, key) for key in (SCHEDULE_GROUP, SCHEDULES_DLQ_ARN)]
+        values: dict[str, str] = {}
+        for start in range(0, len(names), 10):  # GetParameters takes 10 names at most
+            response = ssm_client.get_parameters(Names=names[start : start + 10])
+            values.update({item["Name"]: item["Value"] for item in response.get("Parameters", [])})
+        required = names if scheduler_client is not None else [n for n in names if n.endswith(f"/{QUEUE_URL}")]
+        missing = [name for name in required if name not in values]
+        if missing:
+            raise QueueNotConfiguredError(
+                f"stack {stack_name!r} has no SSM parameter {missing[0]}: is it deployed to this account and region?"
+            )
+        urls = {queue: values[parameter_name(stack_name, queue, QUEUE_URL)] for queue in chosen}
+        scheduling = None
+        if scheduler_client is not None:
+            scheduling = Scheduling(
+                client=scheduler_client,
+                group=values[schedules_parameter_name(stack_name, SCHEDULE_GROUP)],
+                dead_letter_arn=values[schedules_parameter_name(stack_name, SCHEDULES_DLQ_ARN)],
+                targets={
+                    queue: ScheduleTarget(
+                        queue_arn=values[parameter_name(stack_name, queue, QUEUE_ARN)],
+                        role_arn=values[parameter_name(stack_name, queue, SCHEDULER_ROLE_ARN)],
+                    )
+                    for queue in chosen
+                },
+            )
+        return cls(sqs_client, urls, catalog=catalog, scheduling=scheduling, clock=clock)
 
     def envelope(
         self, job: str, entity_id: str, key: str | None = None, extra: Mapping[str, Scalar] | None = None
@@ -102,13 +214,95 @@ class JobPublisher:
         delay_s: int = 0,
         extra: Mapping[str, Scalar] | None = None,
         group: str | None = None,
+        *,
+        delay: timedelta | float | None = None,
+        at: datetime | None = None,
     ) -> str:
-        """Enqueue one job; returns the SQS message ID. `group` is the FIFO message group (default: the ID)."""
-        self._check_delay(delay_s)
+        """Enqueue one job; returns the SQS message ID, or for a job due more than 15 minutes ahead the name of
+        the one-time schedule that will send it (`once-...`; `cancel_scheduled` cancels it). `delay` (a
+        timedelta or seconds) or `at` (a timezone-aware time) choose when; `group` is the FIFO message group
+        (default: the ID)."""
+        wait_s = self._wait_s(delay_s, delay, at)
         envelope = self.envelope(job, entity_id, key=key, extra=extra)
+        if wait_s > MAX_DELAY_S:
+            return self._schedule(envelope, self._clock() + timedelta(seconds=wait_s), group)
+        # Rounded up: a job never arrives earlier than asked.
+        seconds = math.ceil(wait_s)
         request: dict[str, Any] = {"QueueUrl": self._queue_url(job), "MessageBody": envelope.to_json()}
-        request.update(self._fifo_fields(envelope, delay_s, group))
+        request.update(self._fifo_fields(envelope, seconds, group))
         return str(self._sqs.send_message(**request)["MessageId"])
+
+    def _wait_s(self, delay_s: int, delay: timedelta | float | None, at: datetime | None) -> float:
+        """Seconds from now until the job is due, checked."""
+        given = [name for name, value in (("delay_s", delay_s or None), ("delay", delay), ("at", at)) if value]
+        if len(given) > 1:
+            raise InvalidDelayError(f"give one of delay_s, delay and at, not {' and '.join(given)}")
+        if at is not None:
+            if at.tzinfo is None:
+                raise InvalidDelayError(f"at={at.isoformat()} has no time zone; give an aware time, e.g. UTC")
+            wait_s = (at - self._clock()).total_seconds()
+            if wait_s < 0:
+                raise InvalidDelayError(f"at={at.isoformat()} is in the past; a job can only be scheduled ahead")
+        elif delay is not None:
+            wait_s = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+            if not math.isfinite(wait_s) or wait_s < 0:
+                raise InvalidDelayError(f"delay {delay} is negative; give 0 or more")
+        else:
+            self._check_delay(delay_s)
+            wait_s = float(delay_s)
+        if wait_s > MAX_SCHEDULE_AHEAD.total_seconds():
+            raise InvalidDelayError(
+                f"the job would be due in {timedelta(seconds=round(wait_s))}; at most {MAX_SCHEDULE_AHEAD.days} days "
+                "ahead are accepted"
+            )
+        return wait_s
+
+    def _schedule(self, envelope: Envelope, due: datetime, group: str | None) -> str:
+        if self._scheduling is None:
+            raise SchedulingNotConfiguredError(
+                f"job {envelope.job!r} is due in over {MAX_DELAY_S // 60} minutes, beyond SQS's delay: build the "
+                "publisher with the stack's scheduler (JobPublisher.from_stack(ssm, sqs, scheduler_client))"
+            )
+        queue = self._catalog.queue_for_job(envelope.job)
+        target = self._scheduling.targets.get(queue.name)
+        if target is None:
+            raise QueueNotConfiguredError(f"no scheduler target for queue {queue.name!r} (job {envelope.job!r})")
+        # Whole seconds, rounded up: never earlier than asked.
+        due = (due + timedelta(microseconds=999_999)).replace(microsecond=0).astimezone(UTC)
+        name = f"{ONE_TIME_PREFIX}{envelope.job[:30]}-{due:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+        schedule_target: dict[str, Any] = {
+            "Arn": target.queue_arn,
+            "RoleArn": target.role_arn,
+            "Input": envelope.to_json(),
+            "RetryPolicy": {
+                "MaximumEventAgeInSeconds": SCHEDULE_RETRY_MAX_AGE_S,
+                "MaximumRetryAttempts": SCHEDULE_RETRY_ATTEMPTS,
+            },
+            "DeadLetterConfig": {"Arn": self._scheduling.dead_letter_arn},
+        }
+        if queue.fifo:
+            schedule_target["SqsParameters"] = {"MessageGroupId": group or envelope.id}
+        self._scheduling.client.create_schedule(
+            Name=name,
+            GroupName=self._scheduling.group,
+            ScheduleExpression=f"at({due:%Y-%m-%dT%H:%M:%S})",
+            ScheduleExpressionTimezone="UTC",
+            FlexibleTimeWindow={"Mode": "OFF"},
+            ActionAfterCompletion="DELETE",
+            Description=f"{envelope.job}:{envelope.id[:80]} due {due.isoformat()}",
+            Target=schedule_target,
+        )
+        return name
+
+    def cancel_scheduled(self, name: str) -> None:
+        """Cancel a pending one-time schedule this publisher (or any) made; the job is never sent."""
+        if self._scheduling is None:
+            raise SchedulingNotConfiguredError("cancelling needs the stack's scheduler: JobPublisher.from_stack(...)")
+        if not name.startswith(ONE_TIME_PREFIX):
+            raise InvalidDelayError(
+                f"{name!r} is not a one-time schedule of a delayed job (they start {ONE_TIME_PREFIX!r})"
+            )
+        self._scheduling.client.delete_schedule(Name=name, GroupName=self._scheduling.group)
 
     def publish_many(self, jobs: Iterable[JobRequest], delay_s: int = 0) -> list[str]:
         """Enqueue many jobs with SendMessageBatch (chunks of 10 per queue); returns message IDs in input order.

@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 
 from jobctl.cli import main as jobctl
 from jobctl.local.engine import LocalEngine
+from sqs_jobs.catalog import CATALOG
 
 pytestmark = pytest.mark.e2e
 MISSING = ("501", "502", "503")
@@ -49,7 +50,7 @@ def test_status_shows_the_signals_and_exits_1_while_the_dlq_is_not_empty(engine:
     assert result.exit_code == 1
     payload = as_json(result)
     queues = {queue["name"]: queue for queue in payload["queues"]}
-    assert set(queues) == {"orders", "invoices"}
+    assert set(queues) == set(CATALOG.queue_names)
     orders = queues["orders"]
     for key in ("name", "url", "dlq_url", "backlog", "in_flight", "oldest_age_s", "dlq_depth", "healthy"):
         assert key in orders

@@ -3,6 +3,7 @@ envelope to the queue, with a role that may do exactly that. Used on the shared 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,10 +20,26 @@ def rate(seconds: int) -> str:
     return f"rate({minutes} minute{'' if minutes == 1 else 's'})"
 
 
+def is_heartbeat(schedule_props: Mapping[str, Any]) -> bool:
+    """A heartbeat schedule, not one of the catalog's recurring job schedules (test_schedules.py)."""
+    body = schedule_props["Target"].get("Input")
+    return isinstance(body, str) and json.loads(body).get("job") == HEARTBEAT_JOB
+
+
+def heartbeat_schedules(resources: Resources) -> dict[str, Mapping[str, Any]]:
+    return {
+        key: value
+        for key, value in of_type(resources, "AWS::Scheduler::Schedule").items()
+        if is_heartbeat(value["Properties"])
+    }
+
+
 def schedule(resources: Resources, stack_name: str, spec: QueueSpec) -> Mapping[str, Any]:
     queue = queue_id(resources, stack_name, spec)
     key = find_one(
-        resources, "AWS::Scheduler::Schedule", lambda p: p["Target"]["Arn"] == {"Fn::GetAtt": [queue, "Arn"]}
+        resources,
+        "AWS::Scheduler::Schedule",
+        lambda p: p["Target"]["Arn"] == {"Fn::GetAtt": [queue, "Arn"]} and is_heartbeat(p),
     )
     return props(resources, key)
 
@@ -58,9 +75,17 @@ def check_heartbeat_canary(resources: Resources, stack_name: str, spec: QueueSpe
     assert not role_props.get("ManagedPolicyArns")
     assert not role_props.get("Policies")
     (trust,) = role_props["AssumeRolePolicyDocument"]["Statement"]
-    (group,) = of_type(resources, "AWS::Scheduler::ScheduleGroup")
+    (group,) = [
+        key for key in of_type(resources, "AWS::Scheduler::ScheduleGroup") if is_heartbeat_group(resources, key)
+    ]
     assert trust["Principal"] == {"Service": "scheduler.amazonaws.com"}
     assert trust["Action"] == "sts:AssumeRole"
     conditions = {key: render(value) for key, value in trust["Condition"]["StringEquals"].items()}
     assert conditions == {"aws:SourceAccount": "${Account}", "aws:SourceArn": f"{group}.Arn"}
     assert found["GroupName"] == props(resources, group)["Name"]
+
+
+def is_heartbeat_group(resources: Resources, group: str) -> bool:
+    """The schedule group the heartbeat schedules are in (the catalog's schedules have a group of their own)."""
+    name = props(resources, group)["Name"]
+    return any(schedule["Properties"]["GroupName"] == name for schedule in heartbeat_schedules(resources).values())

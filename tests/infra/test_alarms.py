@@ -30,10 +30,12 @@ def test_every_queue_has_exactly_its_alarms(synth: Synth) -> None:
     names = {props(synth.resources, key)["AlarmName"] for key in of_type(synth.resources, "AWS::CloudWatch::Alarm")}
 
     expected = {alarm_name(synth.context.stack_name, spec.name, signal) for spec in CATALOG for signal in signals(spec)}
+    # ...and one for the whole stack: deliveries the scheduler could not make (test_schedules.py).
+    stack_wide = {f"{synth.context.stack_name}-schedules-failed-deliveries"}
 
-    assert names == expected
-    # 10 per queue, plus one per job: 11 for each of today's one-job queues.
-    assert len(names) == sum(10 + len(spec.jobs) for spec in CATALOG)
+    assert names == expected | stack_wide
+    # 10 per queue, plus one per job: 11 for each of today's one-job queues; plus the stack-wide one.
+    assert len(names) == sum(10 + len(spec.jobs) for spec in CATALOG) + 1
 
 
 def test_every_alarm_name_lets_it_publish_to_the_topic(synth: Synth) -> None:
@@ -88,5 +90,5 @@ def test_every_runbook_anchor_is_a_runbook_heading() -> None:
     runbook = REPO_ROOT / "docs" / "runbook.md"
     headings = re.findall(r"^#+ (.+)$", runbook.read_text(), flags=re.MULTILINE)
     anchors = {re.sub(r"[^a-z0-9 -]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
-    used = {anchor for anchor, _ in SIGNALS.values()} | {"jobs-near-their-time-limit"}
+    used = {anchor for anchor, _ in SIGNALS.values()} | {"jobs-near-their-time-limit", "scheduled-deliveries-failed"}
     assert used <= anchors, f"missing headings for {sorted(used - anchors)}"

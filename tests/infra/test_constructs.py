@@ -14,12 +14,16 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 
 from infra.alarm_topic import AlarmTopic, NewAlarmTopic
 from infra.dependencies_layer import DependenciesLayer, LayerMissingError
 from infra.job_queue import JobQueue
 from infra.job_resources import JobResources, MissingResourceError
+from infra.job_schedules import JobSchedules
+from infra.naming import pascal_case
 from infra.secure_table import SecureTable
 from infra.stack import build_app
 from sqs_jobs.catalog import CATALOG, RESOURCES
@@ -31,6 +35,23 @@ API_URL = "https://invoicing.example.com"
 
 def _stack() -> Stack:
     return Stack(App(), "Test")
+
+
+def _resources(stack: Stack, *, retain: bool = False, **settings: Any) -> JobResources:
+    """JobResources as the stack builds it, with a topic of its own (and its key) for the runtime's alarm_topic."""
+    topic = AlarmTopic(stack, "Alarms", new=NewAlarmTopic(alarm_name_prefix="Test-", email=None, retain=False))
+    return JobResources(
+        stack,
+        "Resources",
+        mail_sender="jobs@example.com",
+        invoicing_api_url=API_URL,
+        retain=retain,
+        stack_name="Test",
+        catalog=CATALOG,
+        alarm_topic=topic.topic,
+        alarm_topic_key=topic.key,
+        **settings,
+    )
 
 
 @pytest.mark.parametrize(("retain", "policy"), [(True, "Retain"), (False, "Delete")])
@@ -46,7 +67,7 @@ def test_retain_data_decides_whether_a_table_outlives_the_stack(retain: bool, po
 @pytest.mark.parametrize("retain", [True, False])
 def test_the_invoices_bucket_outlives_the_stack_whatever_retain_data_says(retain: bool) -> None:
     stack = _stack()
-    JobResources(stack, "Resources", mail_sender="jobs@example.com", invoicing_api_url=API_URL, retain=retain)
+    _resources(stack, retain=retain)
     template = Template.from_stack(stack)
 
     (bucket,) = template.find_resources("AWS::S3::Bucket").values()
@@ -59,14 +80,7 @@ def test_the_invoices_bucket_outlives_the_stack_whatever_retain_data_says(retain
 
 def test_the_mail_identity_is_created_only_when_asked() -> None:
     stack = _stack()
-    JobResources(
-        stack,
-        "Resources",
-        mail_sender="jobs@example.com",
-        invoicing_api_url=API_URL,
-        retain=False,
-        create_mail_identity=True,
-    )
+    _resources(stack, create_mail_identity=True)
 
     Template.from_stack(stack).has_resource_properties("AWS::SES::EmailIdentity", {"EmailIdentity": "jobs@example.com"})
 
@@ -75,14 +89,7 @@ def test_in_the_ses_sandbox_the_grant_names_the_verified_recipients_too() -> Non
     # There SES authorizes SendEmail against each recipient's identity as well as the sender's.
     stack = _stack()
     role = iam.Role(stack, "Worker", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
-    resources = JobResources(
-        stack,
-        "Resources",
-        mail_sender="jobs@example.com",
-        invoicing_api_url=API_URL,
-        retain=False,
-        mail_sandbox_recipients=("qa@example.org", "example.net"),
-    )
+    resources = _resources(stack, mail_sandbox_recipients=("qa@example.org", "example.net"))
     resources.provided["mail_sender"].grant(role)
     template = Template.from_stack(stack)
 
@@ -119,36 +126,69 @@ def test_a_catalog_resource_the_stack_does_not_provide_fails_synth(monkeypatch: 
     expected = re.escape("provides no payments_api: add it to JobResources.provided")
 
     with pytest.raises(MissingResourceError, match=expected):
-        JobResources(_stack(), "Resources", mail_sender="jobs@example.com", invoicing_api_url=API_URL, retain=False)
+        _resources(_stack())
 
 
-def test_grant_publish_allows_sending_to_the_queue_only() -> None:
+def test_grant_publish_allows_sending_and_delaying_jobs_to_that_queue_only() -> None:
     stack = _stack()
-    resources = JobResources(
-        stack, "Resources", mail_sender="jobs@example.com", invoicing_api_url=API_URL, retain=False
-    )
+    resources = _resources(stack)
+    schedules = JobSchedules(stack, "Schedules", stack_name="Test", topic=sns.Topic(stack, "Topic"))
     table = SecureTable(stack, "Idempotency", partition_key="id", retain=False).table
-    job_queue = JobQueue(
-        stack,
-        "Orders",
-        spec=CATALOG.queues[0],
-        stack_name="Test",
-        code=lambda_.Code.from_inline("def handler(event, context): pass"),
-        layers=[],
-        idempotency_table=table,
-        resources=resources.provided,
-        retain_logs=False,
+    orders, invoices = (
+        JobQueue(
+            stack,
+            pascal_case(spec.name),
+            spec=spec,
+            stack_name="Test",
+            code=lambda_.Code.from_inline("def handler(event, context): pass"),
+            layers=[],
+            idempotency_table=table,
+            resources=resources.provided,
+            schedules=schedules,
+            retain_logs=False,
+        )
+        for spec in (CATALOG.queue("orders"), CATALOG.queue("invoices"))
     )
     publisher = iam.Role(stack, "Publisher", assumed_by=iam.AccountRootPrincipal())
 
-    job_queue.grant_publish(publisher)
+    orders.grant_publish(publisher)
 
     as_json = Template.from_stack(stack).to_json()["Resources"]
     (role,) = [key for key in of_type(as_json, "AWS::IAM::Role") if key.startswith("Publisher")]
-    queue = stack.get_logical_id(job_queue.queue.node.default_child)  # type: ignore[arg-type]
-    assert permissions(role_statements(as_json, role)) == {
-        (f"sqs:{action}", f"{queue}.Arn") for action in ("SendMessage", "GetQueueAttributes", "GetQueueUrl")
+    queue = stack.get_logical_id(orders.queue.node.default_child)  # type: ignore[arg-type]
+    statements = role_statements(as_json, role)
+    conditional = [statement for statement in statements if "Condition" in statement]
+    region_account = "${Region}:${Account}"
+    assert permissions(statement for statement in statements if "Condition" not in statement) == {
+        *{(f"sqs:{action}", f"{queue}.Arn") for action in ("SendMessage", "GetQueueAttributes", "GetQueueUrl")},
+        # One-time schedules (`once-...`) in the stack's group: never a recurring schedule of the catalog.
+        *{
+            (f"scheduler:{action}", f"arn:aws:scheduler:{region_account}:schedule/Test-jobs/once-*")
+            for action in ("CreateSchedule", "DeleteSchedule", "GetSchedule")
+        },
+        # What JobPublisher.from_stack reads: this queue's, and the stack's schedule group and schedules DLQ.
+        *{
+            ("ssm:GetParameters", f"arn:aws:ssm:{region_account}:parameter/Test/{name}")
+            for name in (
+                "queues/orders/url",
+                "queues/orders/arn",
+                "queues/orders/scheduler-role-arn",
+                "schedules/group",
+                "schedules/dlq-arn",
+            )
+        },
     }
+    # Only this queue's scheduler role may be passed, and only to EventBridge Scheduler.
+    scheduler_role = stack.get_logical_id(orders.scheduler_role.node.default_child)  # type: ignore[arg-type]
+    assert scheduler_role != stack.get_logical_id(invoices.scheduler_role.node.default_child)  # type: ignore[arg-type]
+    assert conditional == [
+        {
+            "Action": "iam:PassRole",
+            "Condition": {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [scheduler_role, "Arn"]},
+        }
+    ]
 
 
 @pytest.mark.parametrize(
@@ -180,3 +220,40 @@ def test_app_py_reports_a_bad_context_in_one_line(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert result.stderr.startswith(error)
+
+
+def test_an_existing_alarm_topic_is_published_to_by_arn_without_a_key_grant() -> None:
+    # Its key (if any) can't be known at synth: the topic owner's key policy must allow the worker (docs).
+    stack = _stack()
+    topic_arn = "arn:aws:sns:eu-west-1:123456789012:oncall"
+    resources = JobResources(
+        stack,
+        "Resources",
+        mail_sender="jobs@example.com",
+        invoicing_api_url=API_URL,
+        retain=False,
+        stack_name="Test",
+        catalog=CATALOG,
+        alarm_topic=sns.Topic.from_topic_arn(stack, "Existing", topic_arn),
+        alarm_topic_key=None,
+    )
+    role = iam.Role(stack, "Worker", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+
+    resources.provided["alarm_topic"].grant(role)
+
+    assert resources.provided["alarm_topic"].value == topic_arn
+    as_json = Template.from_stack(stack).to_json()["Resources"]
+    (role_key,) = [key for key in of_type(as_json, "AWS::IAM::Role") if key.startswith("Worker")]
+    assert permissions(role_statements(as_json, role_key)) == {("sns:Publish", topic_arn)}
+
+
+def test_a_dlq_index_missing_a_queue_fails_synth_once_a_worker_needs_it() -> None:
+    stack = _stack()
+    resources = _resources(stack)
+    role = iam.Role(stack, "Worker", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    resources.dead_letter_queues.add("orders", sqs.Queue(stack, "OrdersDlq"), role)
+
+    resources.provided["dead_letter_queues"].grant(role)
+
+    with pytest.raises(RuntimeError, match="dead_letter_queues has no DLQ of queue 'invoices'"):
+        Template.from_stack(stack)

@@ -22,7 +22,9 @@ from jobctl.local.provision import (
     dlq_attributes,
     provision,
 )
+from jobctl.local.scheduler import provision_schedules
 from sqs_jobs.catalog import CATALOG, RESOURCES, QueueSpec
+from sqs_jobs.stack_names import schedule_group_name
 from tests.infra.cfn import find_one, of_type, props, queue_id, worker_id
 from tests.infra.conftest import Synth
 
@@ -37,7 +39,10 @@ def _client(service: str) -> Any:
 def local(synth: Synth) -> Iterator[LocalDeployment]:
     # moto stays active for this module's tests only.
     with mock_aws():
-        yield provision(_client, stack_name=synth.context.stack_name, mail_sender=synth.context.mail_sender)
+        deployment = provision(_client, stack_name=synth.context.stack_name, mail_sender=synth.context.mail_sender)
+        # The engine provisions the scheduler's part beside the rest (jobctl/local/scheduler.py).
+        provision_schedules(_client, deployment)
+        yield deployment
 
 
 def _queue_attributes(url: str) -> dict[str, str]:
@@ -138,3 +143,27 @@ def test_every_resource_a_job_needs_is_provisioned(local: LocalDeployment) -> No
     assert set(local.resources) == set(RESOURCES)
     # No invoicing API here: the placeholder refuses connections, so a job that calls it fails transiently.
     assert local.resources["invoicing_api_url"] == UNUSED_INVOICING_API_URL
+
+
+def test_recurring_schedules_match(synth: Synth, local: LocalDeployment) -> None:
+    def shape(expression: str, timezone: str, target: dict[str, Any]) -> tuple[str, str, str, dict[str, Any]]:
+        retry = target["RetryPolicy"]
+        return (expression, timezone, target["Input"], dict(retry))
+
+    stack = {}
+    for key in of_type(synth.resources, "AWS::Scheduler::Schedule"):
+        schedule = props(synth.resources, key)
+        if schedule.get("GroupName") != schedule_group_name(local.stack_name):
+            continue  # the heartbeat canary's schedules are the engine's HeartbeatCanary, compared elsewhere
+        stack[schedule["Name"]] = shape(
+            schedule["ScheduleExpression"], schedule["ScheduleExpressionTimezone"], schedule["Target"]
+        )
+    api = _client("scheduler")
+    group = schedule_group_name(local.stack_name)
+    engine = {}
+    for item in api.list_schedules(GroupName=group)["Schedules"]:
+        schedule = api.get_schedule(Name=item["Name"], GroupName=group)
+        engine[schedule["Name"]] = shape(
+            schedule["ScheduleExpression"], schedule["ScheduleExpressionTimezone"], schedule["Target"]
+        )
+    assert stack and engine == stack

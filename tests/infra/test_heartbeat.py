@@ -7,15 +7,21 @@ import pytest
 from sqs_jobs.catalog import CATALOG, QueueSpec
 from tests.infra.cfn import of_type
 from tests.infra.conftest import Synth
-from tests.infra.heartbeat_checks import check_heartbeat_canary
+from tests.infra.heartbeat_checks import check_heartbeat_canary, heartbeat_schedules, is_heartbeat_group
 
 QUEUES = pytest.mark.parametrize("spec", CATALOG.queues, ids=lambda spec: spec.name)
 
 
 def test_one_schedule_per_queue_in_one_group_deleted_with_the_stack(synth: Synth) -> None:
-    assert len(of_type(synth.resources, "AWS::Scheduler::Schedule")) == len(CATALOG.queues)
-    (group,) = of_type(synth.resources, "AWS::Scheduler::ScheduleGroup").values()
-    assert group["DeletionPolicy"] == "Delete"
+    schedules = heartbeat_schedules(synth.resources)
+    assert len(schedules) == len(CATALOG.queues)
+    assert len({schedule["Properties"]["GroupName"] for schedule in schedules.values()}) == 1
+    (group,) = [
+        key
+        for key in of_type(synth.resources, "AWS::Scheduler::ScheduleGroup")
+        if is_heartbeat_group(synth.resources, key)
+    ]
+    assert synth.resources[group]["DeletionPolicy"] == "Delete"
 
 
 @QUEUES
@@ -25,7 +31,6 @@ def test_heartbeat_canary(synth: Synth, spec: QueueSpec) -> None:
 
 def test_the_default_heartbeat_runs_every_5_minutes(synth: Synth) -> None:
     expressions = {
-        schedule["Properties"]["ScheduleExpression"]
-        for schedule in of_type(synth.resources, "AWS::Scheduler::Schedule").values()
+        schedule["Properties"]["ScheduleExpression"] for schedule in heartbeat_schedules(synth.resources).values()
     }
     assert expressions == {"rate(5 minutes)"}

@@ -21,6 +21,7 @@ from infra.naming import (
     QUEUE_ARN,
     QUEUE_ENDPOINT_KEYS,
     QUEUE_URL,
+    SCHEDULER_ROLE_ARN,
     WORKER_ROLE_ID,
     output_key,
     parameter_name,
@@ -188,12 +189,17 @@ def test_queue_outputs_and_parameters_for_publishers(synth: Synth, spec: QueueSp
     queue = queue_id(synth.resources, stack_name, spec)
     dlq = queue_id(synth.resources, stack_name, spec, dlq=True)
     worker_role = role_id(synth.resources, worker_id(synth.resources, spec))
+    scheduler_role_child = synth.stack.queues[spec.name].scheduler_role.node.default_child
+    scheduler_role = synth.stack.resolve(synth.stack.get_logical_id(scheduler_role_child))  # type: ignore[arg-type]
+    assert synth.resources[scheduler_role]["Type"] == "AWS::IAM::Role"
     expected = {
         QUEUE_URL: {"Ref": queue},
         DLQ_URL: {"Ref": dlq},
         QUEUE_ARN: {"Fn::GetAtt": [queue, "Arn"]},
         # The worker role's unique ID: jobctl trusts evidence only on messages that role sent.
         WORKER_ROLE_ID: {"Fn::GetAtt": [worker_role, "RoleId"]},
+        # The role EventBridge Scheduler sends the queue's scheduled and delayed jobs with (test_schedules.py).
+        SCHEDULER_ROLE_ARN: {"Fn::GetAtt": [scheduler_role, "Arn"]},
     }
     assert set(expected) == set(QUEUE_ENDPOINT_KEYS)
 
@@ -210,8 +216,9 @@ def test_queue_outputs_and_parameters_for_publishers(synth: Synth, spec: QueueSp
 def test_parameter_names_follow_the_documented_pattern(synth: Synth) -> None:
     names = {props(synth.resources, key)["Name"] for key in of_type(synth.resources, "AWS::SSM::Parameter")}
     stack_name = synth.context.stack_name
-    keys = ("url", "dlq-url", "arn", "worker-role-id")
-    assert names == {f"/{stack_name}/queues/{spec.name}/{key}" for spec in CATALOG for key in keys}
+    keys = ("url", "dlq-url", "arn", "worker-role-id", "scheduler-role-arn")
+    schedules = {f"/{stack_name}/schedules/{key}" for key in ("group", "dlq-arn", "dlq-url")}
+    assert names == {f"/{stack_name}/queues/{spec.name}/{key}" for spec in CATALOG for key in keys} | schedules
 
 
 def test_shared_outputs(synth: Synth) -> None:

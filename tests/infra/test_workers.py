@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from functions.worker.settings import (
     SERVICE_NAME,
     resource_env_name,
 )
+from infra.naming import physical_queue_name
 from sqs_jobs.catalog import CATALOG, RESOURCES, QueueSpec
 from tests.infra.cfn import (
     Permission,
@@ -27,6 +29,7 @@ from tests.infra.cfn import (
     permissions,
     props,
     queue_id,
+    render,
     role_id,
     role_statements,
     worker_id,
@@ -55,6 +58,25 @@ def _bucket_id(synth: Synth) -> str:
     return bucket
 
 
+def _topic_and_key(synth: Synth) -> tuple[str, str]:
+    (topic,) = of_type(synth.resources, "AWS::SNS::Topic")
+    (key,) = of_type(synth.resources, "AWS::KMS::Key")
+    return topic, key
+
+
+def _dlq_arns(synth: Synth) -> set[str]:
+    """Every catalog queue's DLQ, by ARN: built from its physical name, like the redrive-allow policy."""
+    stack_name = synth.context.stack_name
+    return {
+        f"arn:aws:sqs:${{Region}}:${{Account}}:{physical_queue_name(stack_name, spec.name, dlq=True, fifo=spec.fifo)}"
+        for spec in CATALOG
+    }
+
+
+# Reading the DLQs without consuming them (dlq_review): receive, hand back (visibility), count.
+DLQ_REVIEW = ("sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes")
+
+
 # What each catalog resource must grant a worker whose jobs need it: exactly this, nothing more.
 RESOURCE_GRANTS: dict[str, Callable[[Synth], set[Permission]]] = {
     "orders_table": lambda synth: {("dynamodb:GetItem", f"{_table_id(synth, 'order_id')}.Arn")},
@@ -68,6 +90,14 @@ RESOURCE_GRANTS: dict[str, Callable[[Synth], set[Permission]]] = {
     "invoices_bucket": lambda synth: {("s3:PutObject", f"{_bucket_id(synth)}.Arn/invoices/*")},
     # A URL outside AWS: nothing to allow.
     "invoicing_api_url": lambda synth: set(),
+    # Publishing to the stack's own topic, and the topic's customer-managed key that SNS uses for the publisher.
+    "alarm_topic": lambda synth: {
+        ("sns:Publish", f"Ref:{_topic_and_key(synth)[0]}"),
+        ("kms:GenerateDataKey", f"{_topic_and_key(synth)[1]}.Arn"),
+        ("kms:Decrypt", f"{_topic_and_key(synth)[1]}.Arn"),
+    },
+    # Reading every DLQ without consuming it: no DeleteMessage, no SendMessage, no other queue.
+    "dead_letter_queues": lambda synth: {(action, arn) for action in DLQ_REVIEW for arn in _dlq_arns(synth)},
 }
 
 
@@ -78,8 +108,22 @@ def _resource_value(synth: Synth, resource: str) -> object:
         "invoices_table": {"Ref": _table_id(synth, "invoice_id")},
         "invoices_bucket": {"Ref": _bucket_id(synth)},
         "invoicing_api_url": synth.context.invoicing_api_url,
+        "alarm_topic": {"Ref": _topic_and_key(synth)[0]},
     }
     return values[resource]
+
+
+def _dead_letter_index(synth: Synth) -> dict[str, dict[str, str]]:
+    """What `dead_letter_queues` must hold, rendered: every catalog queue (in catalog order) -> its DLQ's URL and
+    its worker role's unique ID (the SenderId of the runtime's evidence)."""
+    stack_name = synth.context.stack_name
+    return {
+        spec.name: {
+            "dlq_url": f"Ref:{queue_id(synth.resources, stack_name, spec, dlq=True)}",
+            "worker_role_id": f"{role_id(synth.resources, worker_id(synth.resources, spec))}.RoleId",
+        }
+        for spec in CATALOG
+    }
 
 
 def test_every_catalog_resource_has_an_expected_grant() -> None:
@@ -110,8 +154,14 @@ def test_worker_runtime_architecture_handler_and_limits(synth: Synth, spec: Queu
 def test_worker_environment_names_its_queue_dlq_table_and_resources(synth: Synth, spec: QueueSpec) -> None:
     stack_name = synth.context.stack_name
     function = props(synth.resources, worker_id(synth.resources, spec))
+    variables = dict(function["Environment"]["Variables"])
+    # A JSON object built from references: compared rendered, key order included.
+    index = variables.pop(resource_env_name("dead_letter_queues"), None)
+    if "dead_letter_queues" in spec.resources:
+        assert index is not None
+        assert list(json.loads(render(index)).items()) == list(_dead_letter_index(synth).items())
 
-    assert function["Environment"]["Variables"] == {
+    assert variables == {
         ENV_QUEUE_NAME: spec.name,
         ENV_QUEUE_URL: {"Ref": queue_id(synth.resources, stack_name, spec)},
         ENV_DLQ_URL: {"Ref": queue_id(synth.resources, stack_name, spec, dlq=True)},
@@ -120,7 +170,11 @@ def test_worker_environment_names_its_queue_dlq_table_and_resources(synth: Synth
         ENV_RUNTIME_ROLE_ID: {"Fn::GetAtt": [role_id(synth.resources, worker_id(synth.resources, spec)), "RoleId"]},
         "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
         "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
-        **{resource_env_name(resource): _resource_value(synth, resource) for resource in spec.resources},
+        **{
+            resource_env_name(resource): _resource_value(synth, resource)
+            for resource in spec.resources
+            if resource != "dead_letter_queues"
+        },
     }
 
 
@@ -263,3 +317,22 @@ def pyc_flags(path: Path) -> int:
         header = compiled.read(8)
     assert header[:4] == importlib.util.MAGIC_NUMBER, f"{path} was compiled by another Python"
     return int.from_bytes(header[4:8], "little")
+
+
+def test_only_the_dlq_review_worker_may_read_the_dlqs_and_publish_alarms(synth: Synth) -> None:
+    # The runtime's own weekly review reads every DLQ and reports to the alarm topic; no other worker may do either.
+    readers = set()
+    for spec in CATALOG:
+        granted = permissions(
+            role_statements(synth.resources, role_id(synth.resources, worker_id(synth.resources, spec)))
+        )
+        touches_dlqs = {arn for _, arn in granted} & _dlq_arns(synth)
+        publishes = {action for action, _ in granted if action.startswith(("sns:", "kms:"))}
+        if "dead_letter_queues" in spec.resources:
+            assert touches_dlqs == _dlq_arns(synth)
+            assert {action for action, arn in granted if arn in _dlq_arns(synth)} == set(DLQ_REVIEW)
+            readers.add(spec.name)
+        else:
+            assert not touches_dlqs, spec.name
+        assert bool(publishes) == ("alarm_topic" in spec.resources), spec.name
+    assert readers == {"maintenance"}

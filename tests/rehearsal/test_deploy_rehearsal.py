@@ -24,7 +24,16 @@ import pytest
 
 from functions.worker.deadletter import FAILURE_PERMANENT, DeadLetterQueue, Evidence, iso_from_epoch_ms
 from functions.worker.provenance import MessageAttributes, Provenance, from_event, pack
-from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, output_key
+from infra.naming import (
+    DLQ_URL,
+    QUEUE_ARN,
+    QUEUE_URL,
+    SCHEDULER_ROLE_ARN,
+    WORKER_ROLE_ID,
+    output_key,
+    recurring_schedule_name,
+    schedule_group_name,
+)
 from jobctl.dlq import NO_EVIDENCE, MoveTasks, queue_busy
 from jobctl.local.lambda_events import sqs_record
 from sqs_jobs.catalog import CATALOG
@@ -305,3 +314,29 @@ def test_cancel_stops_a_running_move_task_and_what_it_did_not_move_stays(
     again = jobctl(deployment, "dlq", "redrive", QUEUE, "--cancel")
     assert again.returncode == 1
     assert "no move task is running" in again.stderr
+
+
+def test_the_catalogs_schedules_are_deployed_and_a_delayed_job_is_a_one_time_schedule(deployment: Deployment) -> None:
+    """The scheduler as a second implementation sees it: the stack's recurring schedule exists in its group with
+    its role, DLQ and retry policy; `jobctl enqueue --in` creates a one-time schedule its API accepts (at(),
+    ActionAfterCompletion, the queue's role passed), `schedules list` shows both, and `schedules cancel` ends it."""
+    scheduler = deployment.emulator.client("scheduler")
+    group = schedule_group_name(deployment.stack_name)
+    weekly = scheduler.get_schedule(Name=recurring_schedule_name("dlq_review", "weekly"), GroupName=group)
+    assert weekly["ScheduleExpression"] == "cron(0 9 ? * MON *)" and weekly["State"] == "ENABLED"
+    assert weekly["Target"]["RoleArn"] == deployment.outputs[output_key("maintenance", SCHEDULER_ROLE_ARN)]
+    assert weekly["Target"]["Arn"] == deployment.outputs[output_key("maintenance", QUEUE_ARN)]
+
+    enqueued = jobctl(deployment, "enqueue", "orders", "order_confirmation", "rehearsal-1", "--in", "2h")
+    assert enqueued.returncode == 0, enqueued.stderr
+    name = json.loads(enqueued.stdout)["schedule"]
+    once = scheduler.get_schedule(Name=name, GroupName=group)
+    assert once["ScheduleExpression"].startswith("at(") and once["ActionAfterCompletion"] == "DELETE"
+    assert json.loads(once["Target"]["Input"]) == {"job": "order_confirmation", "id": "rehearsal-1"}
+    assert once["Target"]["RoleArn"] == deployment.outputs[output_key("orders", SCHEDULER_ROLE_ARN)]
+
+    listed = json.loads(jobctl(deployment, "schedules", "list").stdout)["schedules"]
+    assert {recurring_schedule_name("dlq_review", "weekly"), name} <= {row["name"] for row in listed}
+    cancelled = jobctl(deployment, "schedules", "cancel", name)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert name not in {item["Name"] for item in scheduler.list_schedules(GroupName=group)["Schedules"]}

@@ -18,7 +18,7 @@ from jobctl.cli_support import exit_code_for
 from jobctl.discovery import DiscoveryError
 from jobctl.dlq import BadFilterError, DlqError, MoveTaskFailedError, NoMoveTaskError
 from jobctl.local.provision import DEFAULT_STACK_NAME
-from sqs_jobs.catalog import UnknownQueueError
+from sqs_jobs.catalog import CATALOG, UnknownQueueError
 from sqs_jobs.errors import EnvelopeFieldError, UnknownJobError
 from sqs_jobs.publisher import InvalidDelayError, PartialPublishError, QueueNotConfiguredError
 
@@ -240,7 +240,8 @@ def test_an_errors_type_decides_its_exit_code(error: Exception, code: int | None
 def test_an_operator_error_is_one_line_without_the_quotes_of_a_key_error(seen: list[Options]) -> None:
     result = invoke("dlq", "list", "nosuch")
     assert result.exit_code == EXIT_USAGE
-    assert result.stderr == "jobctl: error: unknown queue 'nosuch'; the catalog has: orders, invoices\n"
+    queues = ", ".join(CATALOG.queue_names)
+    assert result.stderr == f"jobctl: error: unknown queue 'nosuch'; the catalog has: {queues}\n"
     assert seen == []  # refused before any AWS call
 
 

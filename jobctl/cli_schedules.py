@@ -1,0 +1,109 @@
+"""`jobctl schedules list | cancel NAME`: the stack's recurring schedules (from the catalog) and the pending
+one-time schedules of delayed jobs, with their next run."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from jobctl.cli_globals import JobctlGroup
+from jobctl.cli_support import EXIT_FAILED, EXIT_USAGE, Options, emit, fail, operator_errors
+from jobctl.schedule_times import ScheduleExpressionError, next_fire
+from sqs_jobs.publisher import ONE_TIME_PREFIX
+from sqs_jobs.stack_names import SCHEDULED_TIME, schedule_group_name
+
+
+@click.group(cls=JobctlGroup)
+def schedules() -> None:
+    """Recurring and one-time schedules: list them with their next run, cancel a pending one."""
+
+
+def _row(schedule: dict[str, Any], now: datetime) -> dict[str, Any]:
+    target = schedule.get("Target") or {}
+    try:
+        envelope = json.loads(target.get("Input") or "{}")
+    except ValueError:
+        envelope = {}
+    zone = schedule.get("ScheduleExpressionTimezone") or "UTC"
+    created = schedule.get("CreationDate")
+    try:
+        upcoming = next_fire(schedule["ScheduleExpression"], now, zone, start=created if created else None)
+    except ScheduleExpressionError:
+        upcoming = None
+    entity = envelope.get("id")
+    return {
+        "name": schedule["Name"],
+        "kind": "one-time" if schedule["Name"].startswith(ONE_TIME_PREFIX) else "recurring",
+        "expression": schedule["ScheduleExpression"],
+        "timezone": zone,
+        "state": schedule.get("State", "ENABLED"),
+        "job": envelope.get("job"),
+        "id": "(the scheduled time)" if entity == SCHEDULED_TIME else entity,
+        "queue": str(target.get("Arn", "")).rsplit(":", 1)[-1],
+        "next_run": upcoming.isoformat() if upcoming and schedule.get("State") != "DISABLED" else None,
+    }
+
+
+@schedules.command("list")
+@click.pass_obj
+def list_(options: Options) -> None:
+    """Every schedule of the stack's group, soonest first: recurring ones and pending one-time ones."""
+    group = schedule_group_name(options.stack)
+    now = datetime.now(UTC)
+    with operator_errors():
+        scheduler = options.client("scheduler")
+        rows = []
+        for page in scheduler.get_paginator("list_schedules").paginate(GroupName=group):
+            for item in page.get("Schedules", []):
+                rows.append(_row(scheduler.get_schedule(Name=item["Name"], GroupName=group), now))
+    rows.sort(key=lambda row: (row["next_run"] is None, row["next_run"] or "", row["name"]))
+
+    def table() -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        if not rows:
+            click.echo(f"no schedules in {group}")
+            return
+        view = Table(title=f"schedules of {options.stack} ({group})")
+        for column in ("name", "kind", "job", "id", "queue", "expression", "next run", "state"):
+            view.add_column(column)
+        for row in rows:
+            when = f"{row['expression']} {row['timezone']}" if row["timezone"] != "UTC" else row["expression"]
+            view.add_row(
+                row["name"],
+                row["kind"],
+                row["job"] or "",
+                str(row["id"] or ""),
+                row["queue"],
+                when,
+                row["next_run"] or "never",
+                row["state"],
+            )
+        Console().print(view)
+
+    emit(options, {"group": group, "schedules": rows}, table)
+
+
+@schedules.command()
+@click.argument("name")
+@click.pass_obj
+def cancel(options: Options, name: str) -> None:
+    """Cancel a pending one-time schedule (a delayed job): the job is never sent."""
+    if not name.startswith(ONE_TIME_PREFIX):
+        fail(
+            f"{name!r} is not a one-time schedule (their names start {ONE_TIME_PREFIX!r}); recurring schedules come "
+            "from the catalog: change it there and deploy",
+            EXIT_USAGE,
+        )
+    group = schedule_group_name(options.stack)
+    with operator_errors():
+        scheduler = options.client("scheduler")
+        try:
+            scheduler.delete_schedule(Name=name, GroupName=group)
+        except scheduler.exceptions.ResourceNotFoundException:
+            fail(f"no pending schedule {name!r} in {group}: it already fired, or was cancelled", EXIT_FAILED)
+    emit(options, {"cancelled": name, "group": group}, lambda: click.echo(f"cancelled {name}; the job won't be sent"))

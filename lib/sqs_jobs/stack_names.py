@@ -1,0 +1,63 @@
+"""Where a deployed stack publishes what its publishers and operators need: SSM parameter names and the
+scheduler's names, as pure functions. The CDK app writes them (infra/naming.py re-exports this module), the
+publisher and jobctl read them.
+"""
+
+from __future__ import annotations
+
+import json
+
+DEFAULT_STACK_NAME = "SqsJobs"
+
+# The keys of each queue's SSM parameters and stack outputs: what a publisher or operator needs.
+QUEUE_URL = "url"
+DLQ_URL = "dlq-url"
+QUEUE_ARN = "arn"
+# The unique ID of the queue's worker role: SQS names it as the SenderId of what the runtime sends, so jobctl
+# can tell the runtime's evidence from attributes a producer set (functions/worker/provenance.py).
+WORKER_ROLE_ID = "worker-role-id"
+# The role EventBridge Scheduler sends the queue's scheduled jobs with (it may send to that one queue only):
+# recurring schedules use it, and publishers pass it when they create a one-time schedule for a delayed job.
+SCHEDULER_ROLE_ARN = "scheduler-role-arn"
+QUEUE_ENDPOINT_KEYS = (QUEUE_URL, DLQ_URL, QUEUE_ARN, WORKER_ROLE_ID, SCHEDULER_ROLE_ARN)
+
+
+def parameter_name(stack_name: str, queue_name: str, key: str) -> str:
+    """The SSM parameter holding a queue's URL, DLQ URL, ARN or worker role ID: `/<stack_name>/queues/<queue>/<key>`."""
+    if key not in QUEUE_ENDPOINT_KEYS:
+        raise ValueError(f"unknown queue parameter {key!r}; known: {', '.join(QUEUE_ENDPOINT_KEYS)}")
+    return f"/{stack_name}/queues/{queue_name}/{key}"
+
+
+def schedule_group_name(stack_name: str) -> str:
+    """The stack's EventBridge Scheduler group: its recurring schedules and the one-time ones of delayed jobs."""
+    return f"{stack_name}-jobs"
+
+
+def recurring_schedule_name(job: str, schedule: str) -> str:
+    """A catalog schedule's name in the group: `<job>-<schedule>` (at most 40 + 1 + 40 characters of [a-z0-9_-])."""
+    return f"{job}-{schedule}"
+
+
+# Stack-wide parameters of the scheduler: `/<stack_name>/schedules/<key>`.
+SCHEDULE_GROUP = "group"
+# Where the scheduler puts what it could not deliver (a queue of the stack, encrypted, kept 14 days).
+SCHEDULES_DLQ_ARN = "dlq-arn"
+SCHEDULES_DLQ_URL = "dlq-url"
+SCHEDULE_KEYS = (SCHEDULE_GROUP, SCHEDULES_DLQ_ARN, SCHEDULES_DLQ_URL)
+
+
+def schedules_parameter_name(stack_name: str, key: str) -> str:
+    if key not in SCHEDULE_KEYS:
+        raise ValueError(f"unknown schedules parameter {key!r}; known: {', '.join(SCHEDULE_KEYS)}")
+    return f"/{stack_name}/schedules/{key}"
+
+
+# EventBridge Scheduler replaces this keyword with the firing's scheduled time (e.g. 2026-12-07T09:00:00Z).
+SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
+
+
+def recurring_input(job: str) -> str:
+    """What a catalog schedule sends: the job's envelope with the scheduled time as its ID, so a firing the
+    scheduler delivers twice is one job (idempotency), and each firing is its own."""
+    return json.dumps({"job": job, "id": SCHEDULED_TIME}, separators=(",", ":"))
