@@ -86,8 +86,9 @@ lint: $(VENV)/.synced
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 
+# Two pytest workers: most tests wait on a local engine or a browser, not the CPU (pytest-xdist).
 test: lint bundle $(CHROMIUM)
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2
 	$(MAKE) --no-print-directory rehearse
 
 # The deploy rehearsal (tests/rehearsal), in its own pytest run: LocalStack started once, the app deployed to it
