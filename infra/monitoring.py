@@ -141,12 +141,13 @@ def outcomes(spec: QueueSpec) -> list[cloudwatch.IMetric]:
 
 
 def failure_rate(spec: QueueSpec) -> cloudwatch.MathExpression:
-    """failed / (succeeded + failed) over 5 minutes; 0 when nothing ran (no division by zero)."""
+    """failed / (succeeded + failed) over 5 minutes, counted only from `alarms.failure_rate_min_runs` runs on:
+    below that (a quiet queue, and no runs at all: no division by zero) it is 0."""
     succeeded = per_job(spec, SUCCEEDED, "ok")
     failed = per_job(spec, FAILED, "failed")
     runs = sum_of([*succeeded, *failed])
     return cloudwatch.MathExpression(
-        expression=f"IF({runs} > 0, {sum_of(list(failed))} / {runs}, 0)",
+        expression=f"IF({runs} >= {spec.alarms.failure_rate_min_runs}, {sum_of(list(failed))} / {runs}, 0)",
         using_metrics={**succeeded, **failed},
         period=FIVE_MINUTES,
         label="failure rate",

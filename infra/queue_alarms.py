@@ -150,8 +150,9 @@ class QueueAlarms(Construct):
             # No runs, no data: nothing failed. (A queue where nothing runs is the stalled and heartbeat alarms'.)
             missing=Missing.NOT_BREACHING,
             meaning=(
-                f"More than {limits.failure_rate:.0%} of the {name} queue's runs failed over 5 min "
-                "(JobFailed / (JobSucceeded + JobFailed)): a downstream is failing, or a change broke a job."
+                f"More than {limits.failure_rate:.0%} of the {name} queue's runs failed over 5 min, with at least "
+                f"{limits.failure_rate_min_runs} runs (JobFailed / (JobSucceeded + JobFailed)): a downstream is "
+                "failing, or a change broke a job."
             ),
             anchor="failure-rate-high",
             first=[status],

@@ -223,7 +223,12 @@ def diagnose(status: QueueStatus, spec: QueueSpec, now: datetime) -> list[str]:
     if status.dlq_depth >= alarms.dlq_depth:
         problems.append(f"DLQ holds {status.dlq_depth} message(s): run `jobctl dlq list {spec.name}`")
     rate = status.failure_rate
-    if rate is not None and rate > alarms.failure_rate:
+    # As the alarm: a rate from too few runs says nothing.
+    if (
+        rate is not None
+        and rate > alarms.failure_rate
+        and status.succeeded + status.failed >= alarms.failure_rate_min_runs
+    ):
         problems.append(f"{rate:.0%} of runs failed in the last {status.window_s // 60} min")
     quiet_since = status.last_success_at
     no_recent_success = quiet_since is None or (now - quiet_since).total_seconds() > alarms.stalled_after_s

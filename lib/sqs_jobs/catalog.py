@@ -70,6 +70,9 @@ class AlarmThresholds:
     dlq_arrivals: int = 1
     # Share of runs that failed over 5 minutes (failed / (succeeded + failed)).
     failure_rate: float = 0.1
+    # The failure-rate alarm speaks only when at least this many runs happened in those 5 minutes: on a quiet
+    # queue one failure in two runs is 50 % and means nothing (the DLQ and dead-letter alarms still see it).
+    failure_rate_min_runs: int = 10
     # Messages waiting and none deleted for this long: a disabled event source, broken permissions, concurrency 0.
     stalled_after_s: int = 10 * MINUTE
     # A job's slowest runs (p99 over 5 minutes) above this share of its time limit: about to be cut.
@@ -88,6 +91,8 @@ class AlarmThresholds:
             found.append(f"{where}: alarms.backlog and alarms.dlq_arrivals must be at least 1")
         if not 0 < self.failure_rate < 1:
             found.append(f"{where}: alarms.failure_rate {self.failure_rate} must be between 0 and 1 (exclusive)")
+        if self.failure_rate_min_runs < 1:
+            found.append(f"{where}: alarms.failure_rate_min_runs {self.failure_rate_min_runs} must be at least 1")
         if not 0 < self.duration_ratio <= 1:
             found.append(f"{where}: alarms.duration_ratio {self.duration_ratio} must be in (0, 1]")
         if self.stalled_after_s < 5 * MINUTE:

@@ -216,11 +216,16 @@ def check_failure_rate(under_test: QueueUnderTest) -> None:
         values.update({first_ok: ok, first_failed: bad, unparseable_id: unparseable})
         return evaluate(expression, values)
 
-    assert rate(9, 1) == 0.1
-    assert rate(None, 3) == 1.0, "every run failing must still compute (no successes emit no data)"
+    least = under_test.spec.alarms.failure_rate_min_runs
+    assert least > 2
+    assert rate(9 * least, least) == 0.1
+    assert rate(None, least) == 1.0, "every run failing must still compute (no successes emit no data)"
     assert rate(0, 0) == 0.0, "no division by zero"
-    assert rate(1, None, 1) == 0.5, "unparseable messages' failures count"
-    assert rate(5, None) is None
+    assert rate(least, None, least) == 0.5, "unparseable messages' failures count"
+    assert rate(1, 1) == 0.0, "a quiet queue: one failure in two runs is no rate to page on"
+    assert rate(None, least - 1) == 0.0, "below the minimum volume, even all failing says nothing"
+    assert rate(least - 1, None) == 0.0, "too few runs: 0, whatever failed"
+    assert rate(5 * least, None) is None, "enough runs and no failure reported: no datapoint"
     assert rate(None, None) is None
     assert alarm["Threshold"] == under_test.spec.alarms.failure_rate
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold"

@@ -56,6 +56,7 @@ def test_the_catalog_defaults_are_the_documented_ones() -> None:
         backlog=1000,
         dlq_arrivals=1,
         failure_rate=0.1,
+        failure_rate_min_runs=10,
         stalled_after_s=10 * MINUTE,
         duration_ratio=0.8,
         heartbeat_interval_s=5 * MINUTE,

@@ -33,6 +33,7 @@ OVERRIDES = AlarmThresholds(
     backlog=50,
     dlq_arrivals=4,
     failure_rate=0.25,
+    failure_rate_min_runs=4,
     stalled_after_s=20 * MINUTE,
     duration_ratio=0.5,
     heartbeat_interval_s=2 * MINUTE,

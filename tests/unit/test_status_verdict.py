@@ -1,0 +1,41 @@
+"""`jobctl status`'s verdict on the failure rate agrees with the alarm: a rate from too few runs is no problem."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from jobctl.status import QueueStatus, diagnose
+from sqs_jobs.catalog import CATALOG
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def _status(succeeded: int, failed: int) -> QueueStatus:
+    return QueueStatus(
+        name="orders",
+        url="u",
+        dlq_url="d",
+        backlog=0,
+        in_flight=0,
+        delayed=0,
+        dlq_depth=0,
+        oldest_age_s=0.0,
+        succeeded=succeeded,
+        failed=failed,
+        last_success_at=NOW,
+        last_heartbeat_at=NOW,
+        window_s=900,
+    )
+
+
+@pytest.mark.parametrize(
+    ("succeeded", "failed", "reported"),
+    [(1, 1, False), (0, 9, False), (0, 10, True), (90, 10, False), (80, 20, True)],
+)
+def test_the_failure_rate_counts_from_the_minimum_volume(succeeded: int, failed: int, reported: bool) -> None:
+    spec = CATALOG.queue("orders")
+    assert spec.alarms.failure_rate_min_runs == 10 and spec.alarms.failure_rate == 0.1
+    problems = diagnose(_status(succeeded, failed), spec, NOW)
+    assert any("of runs failed" in problem for problem in problems) is reported
