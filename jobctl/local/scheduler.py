@@ -173,6 +173,8 @@ class LocalScheduler:
         self.clock = clock or (lambda: datetime.now(UTC))
         # Per schedule name: when it fires next, computed from when it was first seen or last fired.
         self._next: dict[str, datetime | None] = {}
+        # Per schedule name: its LastModificationDate and GetSchedule's answer then.
+        self._details: dict[str, tuple[Any, dict[str, Any]]] = {}
         self._ticker = Ticker("local-scheduler", self.tick, tick_s)
         self.fired: list[Firing] = []
 
@@ -188,29 +190,41 @@ class LocalScheduler:
         fired: list[Firing] = []
         listed = self._scheduler.list_schedules(GroupName=self.schedules.group).get("Schedules", [])
         present = {item["Name"] for item in listed}
-        for name in list(self._next):
+        for name in list(self._details):
             if name not in present:
-                del self._next[name]  # deleted (cancelled, or fired and deleted)
+                del self._details[name]  # deleted (cancelled, or fired and deleted)
+                self._next.pop(name, None)
         for item in listed:
-            schedule = self._scheduler.get_schedule(Name=item["Name"], GroupName=self.schedules.group)
-            name = schedule["Name"]
-            expression, zone = schedule["ScheduleExpression"], schedule.get("ScheduleExpressionTimezone") or "UTC"
-            created = _aware(schedule.get("CreationDate")) or now
-            if name not in self._next:
-                self._next[name] = next_fire(
-                    expression, after=min(now, created) - timedelta(microseconds=1), timezone=zone, start=created
-                )
-            due = self._next[name]
-            if due is None or due > now or schedule.get("State") == "DISABLED":
+            name = item["Name"]
+            schedule = self._schedule(item, now)
+            due = self._next.get(name)
+            # The summary's state is current: a schedule disabled since it was read is skipped.
+            if due is None or due > now or item.get("State") == "DISABLED":
                 continue
             delivered = self._deliver(schedule, due)
             fired.append(Firing(schedule=name, scheduled_time=due, delivered=delivered, fired_at=now))
+            expression, zone, created = _timing(schedule, now)
             self._next[name] = next_fire(expression, after=due, timezone=zone, start=created)
             if self._next[name] is None and schedule.get("ActionAfterCompletion") == "DELETE":
                 self._scheduler.delete_schedule(Name=name, GroupName=self.schedules.group)
-                del self._next[name]
+                del self._next[name], self._details[name]
         self.fired.extend(fired)
         return fired
+
+    def _schedule(self, summary: dict[str, Any], now: datetime) -> dict[str, Any]:
+        """The schedule's full description, read again only when it is new or was modified since (ListSchedules
+        names no expression or input); a new or modified schedule's next run is computed afresh."""
+        name, modified = summary["Name"], summary.get("LastModificationDate")
+        cached = self._details.get(name)
+        if cached is not None and cached[0] == modified:
+            return cached[1]
+        schedule: dict[str, Any] = self._scheduler.get_schedule(Name=name, GroupName=self.schedules.group)
+        self._details[name] = (modified, schedule)
+        expression, zone, created = _timing(schedule, now)
+        self._next[name] = next_fire(
+            expression, after=min(now, created) - timedelta(microseconds=1), timezone=zone, start=created
+        )
+        return schedule
 
     def _deliver(self, schedule: dict[str, Any], due: datetime) -> bool:
         target = schedule["Target"]
@@ -237,6 +251,12 @@ class LocalScheduler:
                 },
             )
             return False
+
+
+def _timing(schedule: dict[str, Any], now: datetime) -> tuple[str, str, datetime]:
+    """Expression, time zone and start (creation) of a schedule, as next_fire takes them."""
+    zone = schedule.get("ScheduleExpressionTimezone") or "UTC"
+    return schedule["ScheduleExpression"], zone, _aware(schedule.get("CreationDate")) or now
 
 
 def _aware(value: Any) -> datetime | None:
