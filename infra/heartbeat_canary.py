@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
@@ -18,9 +18,10 @@ from constructs import Construct
 
 from infra import monitoring
 from infra.naming import pascal_case
+from infra.scheduler_role import scheduler_role
 from sqs_jobs.catalog import HEARTBEAT_JOB, QueueSpec
+from sqs_jobs.stack_names import recurring_input
 
-SCHEDULER = "scheduler.amazonaws.com"
 # FIFO queues need a message group; the heartbeats of a queue are one group of their own.
 HEARTBEAT_GROUP = HEARTBEAT_JOB
 # Retries of a failed send: a few, and never older than one interval (the next heartbeat is due by then).
@@ -29,11 +30,10 @@ RETRY_ATTEMPTS = 3
 
 def heartbeat_input() -> scheduler.ScheduleTargetInput:
     """The message body: an ID-only envelope whose id is the scheduled time, which Scheduler fills in
-    (`<aws.scheduler.scheduled-time>`, e.g. 2025-01-01T12:00:00Z). Each heartbeat's body differs, so a FIFO
-    queue's content-based deduplication never drops one, and the worker's log says which schedule run it was."""
-    return scheduler.ScheduleTargetInput.from_object(
-        {"job": HEARTBEAT_JOB, "id": scheduler.ContextAttribute.scheduled_time}
-    )
+    (`<aws.scheduler.scheduled-time>`, e.g. 2025-01-01T12:00:00Z), as for every recurring job. Each heartbeat's
+    body differs, so a FIFO queue's content-based deduplication never drops one, and the worker's log says which
+    schedule run it was."""
+    return scheduler.ScheduleTargetInput.from_text(recurring_input(HEARTBEAT_JOB))
 
 
 class HeartbeatCanary(Construct):
@@ -62,20 +62,11 @@ class HeartbeatCanary(Construct):
     def _add(self, spec: QueueSpec, queue: sqs.IQueue) -> None:
         prefix = pascal_case(spec.name)
         interval = Duration.seconds(spec.alarms.heartbeat_interval_s)
-        role = iam.Role(
+        role = scheduler_role(
             self,
             f"{prefix}Role",
-            description=f"EventBridge Scheduler sends the {spec.name} queue's heartbeat with this role",
-            assumed_by=iam.ServicePrincipal(
-                SCHEDULER,
-                # The confused-deputy guard: only schedules of this account, in this stack's group.
-                conditions={
-                    "StringEquals": {
-                        "aws:SourceAccount": Stack.of(self).account,
-                        "aws:SourceArn": self.group.schedule_group_arn,
-                    }
-                },
-            ),
+            self.group,
+            f"EventBridge Scheduler sends the {spec.name} queue's heartbeat with this role",
         )
         # SqsSendMessage grants the role sqs:SendMessage on the queue, and nothing else.
         target = targets.SqsSendMessage(

@@ -32,11 +32,11 @@ from infra.naming import (
     schedules_parameter_name,
 )
 from infra.queue_alarms import describe
+from infra.scheduler_role import SCHEDULER, scheduler_role
 from sqs_jobs.catalog import DAY, QueueSpec
 from sqs_jobs.publisher import ONE_TIME_PREFIX, SCHEDULE_RETRY_ATTEMPTS, SCHEDULE_RETRY_MAX_AGE_S
 from sqs_jobs.stack_names import recurring_input
 
-SCHEDULER = "scheduler.amazonaws.com"
 # Retries of a failed send, for up to a day, then the DLQ: the publisher's one-time schedules use the same
 # (sqs_jobs.publisher), so a delayed job and a recurring one fail alike. A send to SQS fails on a throttle or an
 # outage, which backoff rides out, or on a broken role, key or queue policy, which the alarm reports at the first
@@ -96,20 +96,11 @@ class JobSchedules(Construct):
     def add_queue(self, spec: QueueSpec, queue: sqs.IQueue) -> iam.Role:
         """The queue's sender role, and a schedule for each catalog `Schedule` of its jobs."""
         prefix = pascal_case(spec.name)
-        role = iam.Role(
+        role = scheduler_role(
             self,
             f"{prefix}Role",
-            description=f"EventBridge Scheduler sends scheduled and delayed jobs to the {spec.name} queue with it",
-            assumed_by=iam.ServicePrincipal(
-                SCHEDULER,
-                # The confused-deputy guard: only schedules of this account, in this stack's group.
-                conditions={
-                    "StringEquals": {
-                        "aws:SourceAccount": Stack.of(self).account,
-                        "aws:SourceArn": self.group.schedule_group_arn,
-                    }
-                },
-            ),
+            self.group,
+            f"EventBridge Scheduler sends scheduled and delayed jobs to the {spec.name} queue with it",
         )
         # Queue.grant adds exactly these actions (and the queue's key, were it a customer-managed one).
         queue.grant(role, "sqs:SendMessage")
