@@ -12,13 +12,11 @@ import re
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from sqs_jobs.catalog import schedule_expression_problem
+from sqs_jobs.catalog import CRON_MONTHS, CRON_WEEKDAYS, cron_value, schedule_expression_problem
 
 _AT = re.compile(r"^at\((\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\)$")
 _RATE = re.compile(r"^rate\((\d+) (minute|hour|day)s?\)$")
 _UNIT_S = {"minute": 60, "hour": 3600, "day": 86400}
-_MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
-_WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 # How far ahead a cron expression is searched: beyond that it never fires (e.g. a year field in the past).
 _HORIZON_DAYS = 5 * 366
 
@@ -59,7 +57,7 @@ def _next_cron(fields: list[str], after: datetime, zone: ZoneInfo) -> datetime |
     minutes, hours, dom, months, dow, years = fields
     minute_set = _values(minutes, 0, 59, ())
     hour_set = _values(hours, 0, 23, ())
-    month_set = _values(months, 1, 12, _MONTHS)
+    month_set = _values(months, 1, 12, CRON_MONTHS)
     local_after = after.astimezone(zone)
     day = local_after.date()
     for _ in range(_HORIZON_DAYS):
@@ -87,16 +85,19 @@ def _values(field: str, low: int, high: int, names: tuple[str, ...]) -> set[int]
             first, last = low, high
         elif "-" in span:
             first_text, last_text = span.split("-", 1)
-            first, last = _number(first_text, low, names), _number(last_text, low, names)
+            first, last = _number(first_text, low, high, names), _number(last_text, low, high, names)
         else:
-            first = _number(span, low, names)
+            first = _number(span, low, high, names)
             last = high if step > 1 else first
         found.update(range(first, last + 1, step))
     return found
 
 
-def _number(text: str, low: int, names: tuple[str, ...]) -> int:
-    return names.index(text.upper()) + low if text.upper() in names else int(text)
+def _number(text: str, low: int, high: int, names: tuple[str, ...]) -> int:
+    value = cron_value(text, low, high, names)
+    if value is None:  # the catalog refused it already; an expression from elsewhere may not have been checked
+        raise ScheduleExpressionError(f"{text!r} is not a value in {low}-{high}")
+    return value
 
 
 def _day_matches(dom: str, dow: str, day: date) -> bool:
@@ -148,11 +149,11 @@ def _dow_matches(field: str, day: date) -> bool:
                 return True
         elif "#" in part:
             wanted, nth = part.split("#", 1)
-            if weekday == _number(wanted, 1, _WEEKDAYS) and (day.day - 1) // 7 + 1 == int(nth):
+            if weekday == _number(wanted, 1, 7, CRON_WEEKDAYS) and (day.day - 1) // 7 + 1 == int(nth):
                 return True
         elif part.endswith("L") and len(part) > 1:
-            if weekday == _number(part[:-1], 1, _WEEKDAYS) and day.day + 7 > last:
+            if weekday == _number(part[:-1], 1, 7, CRON_WEEKDAYS) and day.day + 7 > last:
                 return True
-        elif weekday in _values(part, 1, 7, _WEEKDAYS):
+        elif weekday in _values(part, 1, 7, CRON_WEEKDAYS):
             return True
     return False

@@ -108,16 +108,16 @@ class AlarmThresholds:
 # EventBridge Scheduler's recurring expressions: rate(<value> <unit>) and a six-field cron(...).
 _RATE = re.compile(r"^rate\((?P<value>[1-9][0-9]{0,5}) (?P<unit>minutes?|hours?|days?)\)$")
 _CRON = re.compile(r"^cron\((?P<fields>[^()]+)\)$")
-_MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
-_WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+CRON_MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+CRON_WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 # Per cron field: its name, the numbers it takes, names it takes instead, and the special characters it allows
 # besides `, - * /` (AWS's cron reference for EventBridge).
 _CRON_FIELDS = (
     ("minutes", 0, 59, (), ""),
     ("hours", 0, 23, (), ""),
     ("day-of-month", 1, 31, (), "?LW"),
-    ("month", 1, 12, _MONTHS, ""),
-    ("day-of-week", 1, 7, _WEEKDAYS, "?L#"),
+    ("month", 1, 12, CRON_MONTHS, ""),
+    ("day-of-week", 1, 7, CRON_WEEKDAYS, "?L#"),
     ("year", 1970, 2199, (), ""),
 )
 
@@ -136,7 +136,7 @@ def _cron_field_problem(text: str, name: str, low: int, high: int, names: tuple[
                 continue
         if "#" in value and "#" in special:
             day, nth = value.split("#", 1)
-            if not (nth.isdigit() and 1 <= int(nth) <= 5) or _cron_value(day, low, high, names) is None:
+            if not (nth.isdigit() and 1 <= int(nth) <= 5) or cron_value(day, low, high, names) is None:
                 return f"{name} {part!r}: <weekday>#<1-5> expected"
             continue
         if value in ("L", "LW") and "L" in special:
@@ -144,13 +144,14 @@ def _cron_field_problem(text: str, name: str, low: int, high: int, names: tuple[
         if value.endswith(("L", "W")) and value[:-1] and value[-1] in special:
             value = value[:-1]
         bounds = value.split("-", 1)
-        if any(_cron_value(bound, low, high, names) is None for bound in bounds):
+        if any(cron_value(bound, low, high, names) is None for bound in bounds):
             accepted = f"{low}-{high}" + (f" or {names[0]}-{names[-1]}" if names else "")
             return f"{name} {part!r} is not a value in {accepted}"
     return None
 
 
-def _cron_value(text: str, low: int, high: int, names: tuple[str, ...]) -> int | None:
+def cron_value(text: str, low: int, high: int, names: tuple[str, ...]) -> int | None:
+    """The number a cron field's value stands for (a number in low..high, or one of `names` counted from low)."""
     if text.upper() in names:
         return names.index(text.upper()) + low
     if text.isdigit() and low <= int(text) <= high:
