@@ -9,7 +9,6 @@ from typing import Any
 
 import click
 
-from functions.worker.provenance import Provenance
 from jobctl.cli_globals import JobctlGroup, complete_queue
 from jobctl.cli_support import EXIT_FAILED, EXIT_OK, Options, emit, fail, operator_errors, progress_bar, queues_of
 from jobctl.dlq import (
@@ -40,8 +39,7 @@ _UNSUPPORTED = {
 def _dlq(options: Options, queue: str) -> tuple[DeadLetterQueue, Any]:
     [(_, where)] = queues_of(options, queue)
     sqs = options.client("sqs")
-    # Evidence counts only on what the queue's worker role sent (functions/worker/provenance.py).
-    dead = DeadLetterQueue(sqs, where.dlq_url, where.url, Provenance.of([where.worker_role_id]))
+    dead = DeadLetterQueue.of(sqs, where)
     return dead, where
 
 

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from functions.worker import deadletter
 from functions.worker.provenance import Attributes, MessageAttributes, Provenance, from_received, pack
+from jobctl.discovery import QueueLocation
 from sqs_jobs.catalog import CATALOG, Catalog
 
 SQS_BATCH_MAX = 10
@@ -199,6 +200,11 @@ class DeadLetterQueue:
         self.provenance = provenance or Provenance.of(())
         self._visibility = scan_visibility_s
         self._wait_s = receive_wait_s
+
+    @classmethod
+    def of(cls, sqs: Any, where: QueueLocation, **options: Any) -> DeadLetterQueue:
+        """A deployed queue's DLQ (`jobctl.discovery`), trusting as evidence only what its worker role sent."""
+        return cls(sqs, where.dlq_url, where.url, Provenance.of([where.worker_role_id]), **options)
 
     def depth(self) -> int:
         attributes = self._sqs.get_queue_attributes(

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from functions.worker.provenance import Provenance
 from functions.worker.settings import ENV_IDEMPOTENCY_TABLE, idempotency_record_id
 from jobctl.discovery import QueueLocation
 from jobctl.dlq import DeadLetter, DeadLetterQueue
@@ -142,7 +141,7 @@ def lookup(
 ) -> JobLookup:
     """`find_job` on a deployed stack: the queue's idempotency table (from its worker's environment) and its DLQ,
     through `client` (service name -> boto3 client)."""
-    dead = DeadLetterQueue(client("sqs"), where.dlq_url, where.url, Provenance.of([where.worker_role_id]))
+    dead = DeadLetterQueue.of(client("sqs"), where)
     return find_job(
         spec=spec,
         job=job,

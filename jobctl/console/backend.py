@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from functions.worker.provenance import Provenance
 from jobctl import queue_control
 from jobctl.console.charts import Series, queue_charts
 from jobctl.console.operations import Operation
@@ -73,10 +72,7 @@ class ConsoleBackend:
         return spec, self._locations()[spec.name]
 
     def _dlq(self, where: QueueLocation) -> DeadLetterQueue:
-        # Evidence counts only on what the queue's worker role sent (functions/worker/provenance.py).
-        return DeadLetterQueue(
-            self._client("sqs"), where.dlq_url, where.url, Provenance.of([where.worker_role_id]), receive_wait_s=0
-        )
+        return DeadLetterQueue.of(self._client("sqs"), where, receive_wait_s=0)
 
     # Reading
 
