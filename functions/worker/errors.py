@@ -19,6 +19,7 @@ from sqs_jobs.errors import (
 )
 
 __all__ = [
+    "CircuitOpenError",
     "DeadLetterError",
     "EnvelopeError",
     "EnvelopeFieldError",
@@ -75,6 +76,18 @@ class TimeLimitInterrupt(BaseException):
 class TimeLimitUnservableError(PermanentError):
     """The function's timeout leaves no room for the job's time limit plus the settle margin: no invocation
     could ever run the record, so it is dead-lettered instead of being handed back for ever."""
+
+
+class CircuitOpenError(TransientError):
+    """A job's call to a downstream whose circuit breaker is open was refused without being made. Not the job's
+    failure: its record is handed back for later without spending an attempt (for a bounded time)."""
+
+    def __init__(self, message: str, downstream: str, retry_after_s: float, open_for_s: float) -> None:
+        super().__init__(message)
+        self.downstream = downstream
+        # Until the breaker lets a probe through; and how long it stays open each time now.
+        self.retry_after_s = retry_after_s
+        self.open_for_s = open_for_s
 
 
 class RuntimeInfrastructureError(TransientError):

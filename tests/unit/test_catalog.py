@@ -26,8 +26,10 @@ from sqs_jobs.catalog import (
     SQS_MAX_RETENTION_S,
     SQS_MAX_VISIBILITY_S,
     SQS_MIN_RETENTION_S,
+    MAX_PARALLEL_RECORDS,
     AlarmThresholds,
     Catalog,
+    CircuitBreakerSpec,
     CatalogError,
     JobSpec,
     QueueSpec,
@@ -108,6 +110,26 @@ def test_queue_defaults() -> None:
     assert spec.idempotency_expiry_s == 15 * DAY
     assert spec.alarms == AlarmThresholds()
     assert spec.description == ""
+    assert spec.parallel_records == 10
+    assert spec.circuit_breaker == CircuitBreakerSpec()
+
+
+def test_circuit_breaker_defaults() -> None:
+    spec = CircuitBreakerSpec()
+    assert (spec.enabled, spec.failure_threshold, spec.open_s, spec.max_open_s) == (True, 5, 5.0, 30.0)
+    assert spec.max_hold_s == AlarmThresholds().oldest_message_age_s == 15 * MINUTE
+
+
+def test_records_in_parallel_never_exceed_a_batch_and_bound_what_a_downstream_sees() -> None:
+    assert queue().records_in_parallel == 10
+    assert queue(batch_size=4).records_in_parallel == 4  # the default adapts: no error for a small batch
+    assert queue(parallel_records=3, batch_size=100, batching_window_s=1).records_in_parallel == 3
+    assert queue(parallel_records=3, max_concurrency=7).max_in_flight == 21
+
+
+def test_the_example_queues_run_what_fits_their_downstreams() -> None:
+    assert {spec.name: spec.records_in_parallel for spec in CATALOG} == {"orders": 10, "invoices": 5, "maintenance": 1}
+    assert CATALOG.queue("invoices").max_in_flight == 10  # the API of the incident
 
 
 def test_default_max_attempts_follows_lambdas_guidance_of_at_least_five() -> None:
@@ -195,6 +217,14 @@ def test_specs_are_immutable() -> None:
         ({"idempotency_expiry_s": 14 * DAY}, "idempotency_expiry_s (1209600) must be longer than dlq_retention_s"),
         ({"alarms": AlarmThresholds(oldest_message_age_s=59)}, "alarms.oldest_message_age_s"),
         ({"alarms": AlarmThresholds(dlq_depth=0)}, "alarms.dlq_depth"),
+        ({"alarms": AlarmThresholds(circuit_opened=0)}, "alarms.circuit_opened"),
+        ({"parallel_records": 0}, "parallel_records 0 is outside 1..100"),
+        ({"parallel_records": MAX_PARALLEL_RECORDS + 1}, "parallel_records 101"),
+        ({"circuit_breaker": CircuitBreakerSpec(failure_threshold=0)}, "circuit_breaker.failure_threshold 0"),
+        ({"circuit_breaker": CircuitBreakerSpec(open_s=0)}, "circuit_breaker needs 0 < open_s (0)"),
+        ({"circuit_breaker": CircuitBreakerSpec(open_s=60, max_open_s=30)}, "open_s (60) <= max_open_s (30)"),
+        ({"circuit_breaker": CircuitBreakerSpec(max_open_s=901)}, "max_open_s (901) <= 900"),
+        ({"circuit_breaker": CircuitBreakerSpec(max_hold_s=-1)}, "circuit_breaker.max_hold_s -1"),
         ({"jobs": ()}, "needs at least one job"),
         # A limit that leaves no room for the settle margin would have every record handed back unrun for ever.
         ({"jobs": (JobSpec(name="send_mail", handler="functions.jobs.x", time_limit_s=58),)}, "between 1 and 57"),
@@ -232,6 +262,10 @@ def test_each_rule_violation_is_a_catalog_error_naming_the_problem(changes: dict
         {"retention_s": 14 * DAY - 1},
         {"dlq_retention_s": 4 * DAY + 1, "idempotency_expiry_s": 4 * DAY + 2},
         {"alarms": AlarmThresholds(oldest_message_age_s=MINUTE, dlq_depth=1)},
+        {"parallel_records": 1},
+        {"parallel_records": MAX_PARALLEL_RECORDS},
+        {"circuit_breaker": CircuitBreakerSpec(failure_threshold=1, open_s=0.1, max_open_s=0.1, max_hold_s=0)},
+        {"circuit_breaker": CircuitBreakerSpec(open_s=900, max_open_s=900, max_hold_s=SQS_MAX_VISIBILITY_S)},
     ],
 )
 def test_values_at_the_edge_of_each_range_are_accepted(changes: dict[str, Any]) -> None:
