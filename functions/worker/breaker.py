@@ -35,7 +35,7 @@ class State(Enum):
     HALF_OPEN = "half_open"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Ticket:
     """One admitted call. Only a ticket of the breaker's current generation changes its state: a call admitted
     before the breaker opened that ends after it says nothing about the downstream now."""

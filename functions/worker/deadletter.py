@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions.worker.provenance import (
+    HELD_SINCE,
     ORIGINAL_ATTRIBUTES,
     PRIOR_ATTEMPTS,
     RUNTIME_PREFIX,
@@ -181,11 +182,21 @@ class DeadLetterQueue:
         response = self._sqs.send_message(**request)
         return str(response["MessageId"])
 
-    def requeue(self, queue_url: str, body: str, attributes: MessageAttributes, prior: int, delay_s: int = 0) -> str:
+    def requeue(
+        self,
+        queue_url: str,
+        body: str,
+        attributes: MessageAttributes,
+        prior: int,
+        delay_s: int = 0,
+        held_since: float | None = None,
+    ) -> str:
         """Send an unrun copy of a record back to its (standard) queue, due in `delay_s`, remembering `prior`
-        runs; the producer's attributes go with it, packed."""
+        runs and, if open breakers held it, since when; the producer's attributes go with it, packed."""
         sent = attributes.packed_producer()
         sent[PRIOR_ATTEMPTS] = {"DataType": "Number", "StringValue": str(max(0, prior))}
+        if held_since is not None:
+            sent[HELD_SINCE] = {"DataType": "Number", "StringValue": f"{held_since:.3f}"}
         response = self._sqs.send_message(
             QueueUrl=queue_url, MessageBody=body, MessageAttributes=sent, DelaySeconds=delay_s
         )

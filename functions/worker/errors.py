@@ -30,6 +30,7 @@ __all__ = [
     "HttpPermanentError",
     "HttpTransientError",
     "IdempotencyKeyError",
+    "JobCodeExitError",
     "JobError",
     "JobInProgressError",
     "JobTimeLimitError",
@@ -66,6 +67,11 @@ class DeadLetterError(JobError):
 
 class JobTimeLimitError(TransientError):
     """A run went past its job's time limit and was cut; the rest of the batch carries on."""
+
+
+class JobCodeExitError(JobError):
+    """A job raised SystemExit or KeyboardInterrupt: a failure of that run (transient, retried, bounded), never
+    the end of the worker."""
 
 
 class TimeLimitInterrupt(BaseException):

@@ -21,6 +21,7 @@ from typing import Any
 import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from functions.worker.downstream import guard_http
 from functions.worker.errors import HttpPermanentError, HttpTransientError
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
@@ -72,9 +73,12 @@ class HttpClient:
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
         pool: urllib3.PoolManager | None = None,
+        connections_per_host: int = 1,
     ) -> None:
         self.timeout = urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s)
-        self._pool = pool or urllib3.PoolManager()
+        # One kept-alive connection per record running at once: fewer and parallel records open a new
+        # connection per call and throw it away again.
+        self._pool = pool or urllib3.PoolManager(maxsize=max(1, connections_per_host))
 
     def request(
         self,
@@ -86,7 +90,21 @@ class HttpClient:
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> HttpResponse:
-        """Send one request, no retries, no redirects followed; raise HttpTransientError/HttpPermanentError."""
+        """Send one request, no retries, no redirects followed; raise HttpTransientError/HttpPermanentError.
+
+        From a job's run it passes the time limit's fence and the host's circuit breaker
+        (functions/worker/downstream.py)."""
+        return guard_http(method, url, lambda: self._request(method, url, idempotency_key, json, body, headers))
+
+    def _request(
+        self,
+        method: str,
+        url: str,
+        idempotency_key: str | None,
+        json: Any,
+        body: bytes | None,
+        headers: Mapping[str, str] | None,
+    ) -> HttpResponse:
         sent_headers = dict(headers or {})
         if idempotency_key is not None:
             sent_headers[IDEMPOTENCY_HEADER] = idempotency_key

@@ -42,6 +42,9 @@ RUNTIME_JOB = "(runtime)"
 # A circuit breaker of a job's downstream opened (counted under RUNTIME_JOB, per reason: the downstream's name,
 # an HTTP host or an AWS service); the records that needed it are handed back as JobDeferred, reason circuit_open.
 CIRCUIT_OPENED = "CircuitOpened"
+# A run cut at its time limit called a downstream after the cut (reason refused) or got an answer to a call that
+# was in flight at the cut (reason ended): its effect may have happened after the record was settled.
+CUT_RUN_CALL = "CutRunCall"
 UNPARSEABLE_JOB = "(unparseable)"
 # Values per EMF document, kept below Powertools' and CloudWatch's 100.
 EMF_MAX_VALUES = 99
@@ -99,38 +102,52 @@ class BatchTally:
     counts: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     # Per job, values that are not counts (durations): EMF carries them as a list, CloudWatch keeps each.
     samples: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    # A batch's records are counted from several threads at once.
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, job: str, metric: str, reason: str = "") -> None:
-        self.counts[(job, metric, "")] += 1
-        if reason:
-            self.counts[(job, metric, reason)] += 1
+        with self._lock:
+            self.counts[(job, metric, "")] += 1
+            if reason:
+                self.counts[(job, metric, reason)] += 1
 
     def sample(self, job: str, metric: str, value: float) -> None:
-        self.samples.setdefault((job, metric), []).append(value)
+        with self._lock:
+            self.samples.setdefault((job, metric), []).append(value)
 
     def flush(self, observability: Observability, queue: str) -> None:
-        groups = {(job, reason) for job, _, reason in self.counts} | {(job, "") for job, _ in self.samples}
-        for job, reason in sorted(groups):
-            entries: list[tuple[str, MetricUnit, float]] = [
-                (metric, MetricUnit.Count, float(count))
-                for (counted_job, metric, counted_reason), count in sorted(self.counts.items())
-                if (counted_job, counted_reason) == (job, reason)
+        with self._lock:
+            counts, self.counts = self.counts, Counter()
+            samples, self.samples = self.samples, {}
+        _flush(observability, queue, counts, samples)
+
+
+def _flush(
+    observability: Observability,
+    queue: str,
+    counts: Counter[tuple[str, str, str]],
+    samples: dict[tuple[str, str], list[float]],
+) -> None:
+    groups = {(job, reason) for job, _, reason in counts} | {(job, "") for job, _ in samples}
+    for job, reason in sorted(groups):
+        entries: list[tuple[str, MetricUnit, float]] = [
+            (metric, MetricUnit.Count, float(count))
+            for (counted_job, metric, counted_reason), count in sorted(counts.items())
+            if (counted_job, counted_reason) == (job, reason)
+        ]
+        if not reason:
+            entries += [
+                (metric, MetricUnit.Milliseconds, sample)
+                for (sampled_job, metric), values in sorted(samples.items())
+                if sampled_job == job
+                for sample in values
             ]
-            if not reason:
-                entries += [
-                    (metric, MetricUnit.Milliseconds, sample)
-                    for (sampled_job, metric), values in sorted(self.samples.items())
-                    if sampled_job == job
-                    for sample in values
-                ]
-            dimensions = {"queue": queue, "job": job, **({"reason": reason} if reason else {})}
-            # An EMF document holds fewer than 100 values per metric (Powertools would otherwise print the
-            # overflow to stdout itself): a large batch's durations go out in several documents.
-            for start in range(0, len(entries), EMF_MAX_VALUES):
-                for name, dimension in dimensions.items():
-                    observability.metrics.add_dimension(name=name, value=dimension)
-                for metric, unit, value in entries[start : start + EMF_MAX_VALUES]:
-                    observability.metrics.add_metric(name=metric, unit=unit, value=value)
-                observability.flush_metrics()
-        self.counts.clear()
-        self.samples.clear()
+        dimensions = {"queue": queue, "job": job, **({"reason": reason} if reason else {})}
+        # An EMF document holds fewer than 100 values per metric (Powertools would otherwise print the
+        # overflow to stdout itself): a large batch's durations go out in several documents.
+        for start in range(0, len(entries), EMF_MAX_VALUES):
+            for name, dimension in dimensions.items():
+                observability.metrics.add_dimension(name=name, value=dimension)
+            for metric, unit, value in entries[start : start + EMF_MAX_VALUES]:
+                observability.metrics.add_metric(name=metric, unit=unit, value=value)
+            observability.flush_metrics()

@@ -26,6 +26,9 @@ ORIGINAL_ATTRIBUTES = "jobs.original_attributes"
 # On a copy the runtime handed back unrun: the runs its ancestors used, so the copy's fresh receive count
 # doesn't reset the attempt count.
 PRIOR_ATTEMPTS = "jobs.prior_attempts"
+# On a copy handed back because an open circuit breaker refused a call it needed: when that first happened (epoch
+# seconds), so the time it may be held without spending attempts is bounded across copies.
+HELD_SINCE = "jobs.held_since"
 
 # A message attribute as SendMessage takes it: {"DataType": ..., "StringValue": str} or {..., "BinaryValue": bytes}.
 Attributes = dict[str, dict[str, Any]]

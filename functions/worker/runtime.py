@@ -1,39 +1,35 @@
 """The worker: one SQS batch in, a partial-batch response out. Knows nothing about any particular job.
 
-Per record:
+Up to `QueueSpec.records_in_parallel` records of a batch run at once (functions/worker/batch.py; on a FIFO queue
+one record at a time per message group). Per record:
 1. parse the envelope (a bad one is a permanent failure);
 2. if the invocation has too little time left for the job's time limit, hand the record back at once
    (not counted as an attempt on a standard queue);
-3. run the job under Powertools idempotency keyed on the business key, cut at the job's time limit;
-4. settle: success or duplicate -> acknowledged; permanent failure, or any failure on the last allowed attempt
-   -> dead-lettered with evidence, then acknowledged; transient failure -> visibility set to the backoff delay
-   and reported as a batch item failure, so SQS redelivers it then.
+3. run the job under Powertools idempotency keyed on the business key; the job's code runs in a job thread, cut
+   at its time limit and fenced after (functions/worker/time_limit.py); its downstream calls pass the circuit
+   breakers (functions/worker/downstream.py);
+4. settle: success or duplicate -> acknowledged; a call refused by an open breaker -> handed back until the
+   breaker may let a probe through, not counted as an attempt (for up to max_hold_s); permanent failure, or any
+   failure on the last allowed attempt -> dead-lettered with evidence, then acknowledged; transient failure ->
+   visibility set to the backoff delay and reported as a batch item failure, so SQS redelivers it then.
 No exception escapes a batch. See docs/failure-semantics.md.
 """
 
 from __future__ import annotations
 
+import math
 import random
-import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeoutError
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
-from types import FrameType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.batch import (
-    BatchProcessor,
-    EventType,
-    SqsFifoPartialProcessor,
-    process_partial_response,
-)
+from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.idempotency import (
     DynamoDBPersistenceLayer,
@@ -48,18 +44,21 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyKeyError as PowertoolsIdempotencyKeyError,
 )
 
+from functions.worker.batch import ParallelBatchProcessor, ParallelFifoProcessor
+from functions.worker.breaker import Breakers, Snapshot
 from functions.worker.clients import ClientFactory
 from functions.worker.errors import (
+    CircuitOpenError,
     EnvelopeError,
     IdempotencyKeyError,
     JobInProgressError,
-    JobTimeLimitError,
     RuntimeInfrastructureError,
-    TimeLimitInterrupt,
     TimeLimitUnservableError,
 )
 from functions.worker.jobs import JobContext, JobResult, LoadedJob, load_jobs
 from functions.worker.observability import (
+    CIRCUIT_OPENED,
+    CUT_RUN_CALL,
     DEAD_LETTERED,
     DEFERRED,
     DUPLICATE,
@@ -74,8 +73,9 @@ from functions.worker.observability import (
     BatchTally,
     Observability,
 )
-from functions.worker.provenance import PRIOR_ATTEMPTS, MessageAttributes, Provenance, from_event
+from functions.worker.provenance import HELD_SINCE, PRIOR_ATTEMPTS, MessageAttributes, Provenance, from_event
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, WorkerSettings
+from functions.worker.time_limit import JobRun, JobRunner
 from sqs_jobs.catalog import HEARTBEAT_JOB, SETTLE_MARGIN_S
 from sqs_jobs.envelope import Envelope, parse_envelope
 
@@ -91,19 +91,15 @@ if TYPE_CHECKING:
 # The idempotency payload is {"key": "<business key>"}; Powertools hashes the value under this path.
 _KEY_PATH = "key"
 _RECORD_LOG_KEYS = ("job", "id", "message_id", "attempt", "idempotency_key")
-# After a job's first interruption at its time limit, how often it is interrupted again if it catches it.
-INTERRUPT_AGAIN_EVERY_S = 1.0
 # SQS's longest DelaySeconds for a message.
 SQS_MAX_DELAY_S = 900
 # How long a record waits for a twin holding its key before it is handed back, and how often it looks.
 IN_PROGRESS_PATIENCE_S = 2.0
 IN_PROGRESS_POLL_S = 0.2
 
-T = TypeVar("T")
-
-
 # Errors the runtime raises about a record: classified by the runtime's rules alone, never the job's overrides.
 _RUNTIME_ERRORS = (
+    CircuitOpenError,
     EnvelopeError,
     IdempotencyKeyError,
     JobInProgressError,
@@ -128,125 +124,41 @@ class RetryLater(Exception):
         self.cause = cause
 
 
-def _run_job(job: LoadedJob, envelope: Envelope, context: JobContext) -> JobResult:
-    """The one frame the job's code runs under: the time limit interrupts only code below it."""
-    return job.run(envelope, context)
-
-
-def _inside_job(frame: FrameType | None) -> bool:
-    """True when `frame` is the job's own code (or something it called): strictly below `_run_job`'s frame.
-
-    In `_run_job` itself the job has either not started or already returned; there the interruption waits for
-    its next tick, so a run that finished is never reported as timed out."""
-    current = frame
-    while current is not None:
-        if current.f_code is _run_job.__code__:
-            return current is not frame
-        current = current.f_back
-    return False
-
-
 @dataclass
 class _Execution:
-    """One run of a job; `ran` tells a fresh run from a result replayed by the idempotency layer."""
+    """One run of a job, as the idempotency layer calls it; `ran` tells a fresh run from a replayed result."""
 
     job: LoadedJob
     context: JobContext
-    # Set when the run is interrupted in place (main thread): only the job's own code is timed, never the
-    # idempotency layer's bookkeeping around it.
-    interrupt_after_s: float | None = None
+    limit_s: float
+    runner: JobRunner
+    breakers: Breakers
+    # The record's log keys, for the job's own thread.
+    log_keys: Mapping[str, Any]
+    on_call_after_cut: Callable[[JobRun, str, str], None]
     ran: bool = False
-    started: float = 0.0
-    finished: float | None = None
-    # Times the job was interrupted at its limit (more than once only if it caught the interruption).
-    interruptions: int = 0
+    run: JobRun | None = None
 
     def __call__(self) -> JobResult:
         self.ran = True
-        self.started = time.monotonic()
-        try:
-            with self._time_limit() if self.interrupt_after_s else nullcontext():
-                result = _run_job(self.job, self.context.envelope, self.context)
-        except TimeLimitInterrupt:
-            # An Exception from here on: the idempotency layer releases the key only for those.
-            raise JobTimeLimitError(
-                f"run went past its time limit of {self.interrupt_after_s:g}s and was interrupted"
-            ) from None
-        finally:
-            self.finished = time.monotonic()
-        if self.interruptions:
-            self.context.logger.warning(
-                "job caught its time-limit interruption and finished late; its result stands",
-                extra={"interruptions": self.interruptions, "elapsed_ms": self.elapsed_ms()},
-            )
+        logger = self.context.logger
+        log_keys = self.log_keys
+        self.run = JobRun(
+            key=self.context.key,
+            job=self.job.spec.name,
+            limit_s=self.limit_s,
+            target=self.job.run,
+            args=(self.context.envelope, self.context),
+            breakers=self.breakers,
+            on_call_after_cut=self.on_call_after_cut,
+            on_start=lambda: logger.thread_safe_append_keys(**log_keys),
+            on_end=logger.thread_safe_clear_keys,
+        )
+        result = self.runner.run(self.run)
         return dict(result) if result is not None else None
 
-    @contextmanager
-    def _time_limit(self) -> Iterator[None]:
-        """Interrupt the job's code after `interrupt_after_s` with TimeLimitInterrupt (main thread only), and again
-        every INTERRUPT_AGAIN_EVERY_S while it keeps running.
-
-        A signal reaches Python code blocked in a socket read too, so a hung call is really stopped: the run's
-        exception goes up through the idempotency layer, which releases the key, and nothing keeps running
-        behind the worker. `except Exception` in the job can't swallow it (it is a BaseException)."""
-        limit_s = self.interrupt_after_s
-        assert limit_s is not None
-
-        def on_alarm(_signum: int, frame: FrameType | None) -> None:
-            if not _inside_job(frame):
-                return
-            self.interruptions += 1
-            raise TimeLimitInterrupt(f"time limit of {limit_s:g}s reached")
-
-        previous = signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, limit_s, INTERRUPT_AGAIN_EVERY_S)
-        try:
-            yield
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-
     def elapsed_ms(self) -> float:
-        """How long the job's own code ran (so far, for a run that was cut and is still going)."""
-        return round(((self.finished or time.monotonic()) - self.started) * 1000, 3)
-
-
-def _can_interrupt() -> bool:
-    """Signals reach only the main thread: Lambda runs the handler there; the local engine's pollers don't."""
-    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-
-
-class TimeLimiter:
-    """Off the main thread: runs a call in a helper thread and stops waiting for it at a time limit.
-
-    Python cannot kill a thread: a cut run is abandoned (its thread and executor too) and the next run gets a
-    fresh thread. Its idempotency record stays IN_PROGRESS until the run ends or the invocation's deadline
-    passes, and while it is still running this worker refuses to start the same key again.
-    """
-
-    def __init__(self) -> None:
-        self._executor: ThreadPoolExecutor | None = None
-        self._abandoned: dict[str, Future[Any]] = {}
-
-    def still_running(self, key: str) -> bool:
-        self._abandoned = {k: future for k, future in self._abandoned.items() if not future.done()}
-        return key in self._abandoned
-
-    def run(self, key: str, call: Callable[[], T], limit_s: float) -> T:
-        if self.still_running(key):
-            raise JobInProgressError(f"a cut run of key {key!r} is still running in this worker")
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job")
-        future = self._executor.submit(call)
-        try:
-            return future.result(timeout=limit_s)
-        except FutureTimeoutError:
-            if future.done():  # finished at the very limit: a finished run is never reported as timed out
-                return future.result()
-            self._executor.shutdown(wait=False)
-            self._executor = None
-            self._abandoned[key] = future
-            raise JobTimeLimitError(f"run went past its time limit of {limit_s:g}s and was cut") from None
+        return self.run.elapsed_ms() if self.run is not None else 0.0
 
 
 @dataclass(frozen=True)
@@ -269,6 +181,32 @@ def _prior_attempts(attributes: MessageAttributes) -> int:
         return 0
 
 
+def _held_since(attributes: MessageAttributes) -> float | None:
+    """When open breakers first held this record back (epoch seconds), from the runtime's own bookkeeping."""
+    try:
+        value = float(attributes.bookkeeping.get(HELD_SINCE, ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def _circuit_refusal(error: BaseException) -> CircuitOpenError | None:
+    """The breaker's refusal behind a failed run, if any: a job that wrapped it (raise ... from, or raising in its
+    except block) still failed only because the call was refused."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, CircuitOpenError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _since(moment: float | None) -> float | None:
+    return round(time.monotonic() - moment, 3) if moment is not None else None
+
+
 class Worker:
     """Drains batches of one catalog queue. Build one per execution environment (one per concurrent slot)."""
 
@@ -288,8 +226,16 @@ class Worker:
         self._http = http_client
         self._http_lock = threading.Lock()
         self._jobs = load_jobs(self._queue)
+        self._parallel = self._queue.records_in_parallel
+        # Each record running at once may hold a connection of a client, and so may the runtime beside them.
+        clients.reserve_connections(2 * self._parallel + 4)
         self._sqs = clients("sqs")
-        self._time_limiter = TimeLimiter()
+        self._runner = JobRunner(on_cut_run_end=self._cut_run_ended)
+        self._breakers = Breakers(self._queue.circuit_breaker, on_open=self._circuit_opened)
+        # The threads that settle the records of a batch at once; None runs them one after another here.
+        self._record_pool = (
+            ThreadPoolExecutor(max_workers=self._parallel, thread_name_prefix="record") if self._parallel > 1 else None
+        )
         self._idempotency_config = IdempotencyConfig(
             event_key_jmespath=_KEY_PATH,
             raise_on_no_idempotency_key=True,
@@ -325,21 +271,19 @@ class Worker:
             if self._http is None:
                 from functions.worker.http import HttpClient
 
-                self._http = HttpClient()
+                self._http = HttpClient(connections_per_host=self._parallel)
             return self._http
 
     @staticmethod
     def _run_execution(*, idempotency: Mapping[str, str], execution: _Execution) -> JobResult:
         return execution()
 
-    def _processor(self) -> BatchProcessor | SqsFifoPartialProcessor:
+    def _processor(self) -> ParallelBatchProcessor | ParallelFifoProcessor:
         if self._queue.fifo:
-            # Stops a message group at its first failure, so retries never reorder a group.
-            fifo = SqsFifoPartialProcessor(skip_group_on_error=True)
-            # Its constructor doesn't take this flag; the base class reads the attribute.
-            fifo.raise_on_entire_batch_failure = False
-            return fifo
-        return BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+            # One record at a time per message group, a group stopped at its first failure: retries never
+            # reorder a group.
+            return ParallelFifoProcessor(self._record_pool)
+        return ParallelBatchProcessor(self._record_pool)
 
     def _handle(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
         self._idempotency_config.register_lambda_context(context)
@@ -446,36 +390,28 @@ class Worker:
                 lambda_context=self._lambda_context,
                 http_client_provider=self._http_client,
             ),
-        )
-        log_keys = self._obs.logger.thread_safe_get_current_keys()
-
-        def run_in_thread() -> JobResult:
+            limit_s=limit_s,
+            runner=self._runner,
+            breakers=self._breakers,
             # The job's thread logs with the record's keys too.
-            self._obs.logger.thread_safe_append_keys(**log_keys)
-            try:
-                return self._run_once(idempotency={_KEY_PATH: key}, execution=execution)  # type: ignore[no-any-return]
-            finally:
-                self._obs.logger.thread_safe_clear_keys()
-
+            log_keys=self._obs.logger.thread_safe_get_current_keys(),
+            on_call_after_cut=self._call_after_cut,
+        )
         try:
-            return self._run_patiently(execution, key, limit_s, run_in_thread)
+            return self._run_patiently(execution, key, limit_s)
         finally:
             if execution.ran:
                 self._tally.sample(envelope.job, DURATION, execution.elapsed_ms())
 
-    def _run_patiently(
-        self, execution: _Execution, key: str, limit_s: float, run_in_thread: Callable[[], JobResult]
-    ) -> Outcome:
+    def _run_patiently(self, execution: _Execution, key: str, limit_s: float) -> Outcome:
         # A twin delivered at the same moment usually finishes in milliseconds: wait briefly for its result
         # before handing this one back.
         patience_ends = time.monotonic() + IN_PROGRESS_PATIENCE_S
         while True:
             try:
-                if _can_interrupt():
-                    execution.interrupt_after_s = limit_s
-                    self._run_once(idempotency={_KEY_PATH: key}, execution=execution)
-                else:
-                    self._time_limiter.run(key, run_in_thread, limit_s)
+                # The idempotency layer runs here, in the record's thread; only the job's code runs in the job
+                # thread, so a run that is cut can never write the store (functions/worker/time_limit.py).
+                self._run_once(idempotency={_KEY_PATH: key}, execution=execution)
                 return Outcome.SUCCEEDED if execution.ran else Outcome.DUPLICATE
             except IdempotencyAlreadyInProgressError as error:
                 time_left = self._remaining_s() > limit_s + SETTLE_MARGIN_S + IN_PROGRESS_POLL_S
@@ -488,10 +424,50 @@ class Worker:
                 # The idempotency table failed the runtime (permissions, throttling, an outage), not the job.
                 raise RuntimeInfrastructureError(f"idempotency store: {error}") from error
 
+    def _call_after_cut(self, run: JobRun, what: str, outcome: str) -> None:
+        """A run cut at its limit called a downstream (refused) or got a late answer: its effect may have happened
+        after the record was settled, so it is said, with the cut run's own record keys (its thread's)."""
+        self._tally.add(run.job or RUNTIME_JOB, CUT_RUN_CALL, reason="refused" if outcome == "refused" else "ended")
+        self._obs.logger.warning(
+            "call of a run cut at its time limit: refused"
+            if outcome == "refused"
+            else "call of a run cut at its time limit ended after the cut; the retry relies on the job's key",
+            extra={"call": what, "outcome": outcome, "since_cut_s": _since(run.cut_at)},
+        )
+
+    def _cut_run_ended(self, run: JobRun) -> None:
+        """The thread of a run cut at its limit is done at last (it is never reused)."""
+        self._obs.logger.info(
+            "run cut at its time limit has ended",
+            extra={
+                "outcome": type(run.error).__name__ if run.error is not None else "returned",
+                "since_cut_s": _since(run.cut_at),
+                "interruptions": run.interruptions,
+            },
+        )
+
+    def _circuit_opened(self, snapshot: Snapshot) -> None:
+        self._tally.add(RUNTIME_JOB, CIRCUIT_OPENED, reason=snapshot.downstream)
+        self._obs.logger.warning(
+            "circuit opened",
+            extra={
+                "downstream": snapshot.downstream,
+                "consecutive_failures": snapshot.consecutive_failures,
+                "open_for_s": snapshot.open_for_s,
+                "last_error": snapshot.last_error,
+            },
+        )
+
     def _fail(
         self, delivery: _Delivery, envelope: Envelope | None, error: BaseException, classification: Classification
     ) -> Outcome:
         attempt = delivery.attempt
+        refusal = _circuit_refusal(error)
+        if refusal is not None and envelope is not None:
+            held = self._hold(delivery, envelope, refusal)
+            if held is not None:
+                return held
+            # Held for max_hold_s already: from now on a refusal is a failed attempt like any other.
         if isinstance(error, JobInProgressError | RuntimeInfrastructureError) and envelope is not None:
             # Not a failed run of the job: another run holds the key (a crashed one holds it until its
             # invocation's deadline at the latest), or the runtime's own resources failed it. Come back after a
@@ -526,6 +502,20 @@ class Worker:
         self._tally.add(job_name, RETRIED)
         raise RetryLater(error) from error
 
+    def _hold(self, delivery: _Delivery, envelope: Envelope, refusal: CircuitOpenError) -> Outcome | None:
+        """A call the job needed was refused by an open breaker: hand the record back until the breaker may let a
+        probe through, without spending an attempt; None once it has been held for max_hold_s."""
+        from functions.worker.breaker import hold_delay_s
+
+        now = time.time()
+        held_since = _held_since(delivery.attributes) or now
+        held_s = now - held_since
+        if held_s > self._queue.circuit_breaker.max_hold_s:
+            return None
+        details = {"downstream": refusal.downstream, "held_s": round(held_s, 3)}
+        delay_s = hold_delay_s(refusal, self._rng)
+        return self._hand_back(delivery, envelope, delay_s, "circuit_open", details, held_since=held_since)
+
     def _runtime_fault(self, reason: str) -> None:
         """Count a failure of the runtime's own AWS resources: the runtime-faults alarm pages on it."""
         self._tally.add(RUNTIME_JOB, RUNTIME_FAULT, reason=reason)
@@ -559,7 +549,13 @@ class Worker:
         return self._hand_back(delivery, envelope, 0, "no_time", details)
 
     def _hand_back(
-        self, delivery: _Delivery, envelope: Envelope, delay_s: int, reason: str, details: Mapping[str, Any]
+        self,
+        delivery: _Delivery,
+        envelope: Envelope,
+        delay_s: int,
+        reason: str,
+        details: Mapping[str, Any],
+        held_since: float | None = None,
     ) -> Outcome:
         """Return a record that was not run to its queue, due in `delay_s`, without using up an attempt.
 
@@ -578,6 +574,8 @@ class Worker:
                     delivery.attributes,
                     prior=delivery.attempt - 1,
                     delay_s=delay_s,
+                    # Whatever the reason now, the time it has been held by open breakers goes on counting.
+                    held_since=held_since or _held_since(delivery.attributes),
                 )
             except Exception:
                 self._runtime_fault("requeue")

@@ -143,9 +143,7 @@ class CircuitBreakerSpec:
                 f"({self.max_open_s:g}) <= {LAMBDA_MAX_TIMEOUT_S}"
             )
         if not 0 <= self.max_hold_s <= SQS_MAX_VISIBILITY_S:
-            found.append(
-                f"{where}: circuit_breaker.max_hold_s {self.max_hold_s} is outside 0..{SQS_MAX_VISIBILITY_S}"
-            )
+            found.append(f"{where}: circuit_breaker.max_hold_s {self.max_hold_s} is outside 0..{SQS_MAX_VISIBILITY_S}")
         return found
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -17,6 +18,7 @@ from functions.worker.observability import Observability
 from functions.worker.provenance import PRIOR_ATTEMPTS, MessageAttributes, Provenance
 from functions.worker.runtime import Worker
 from jobctl.dlq import DeadLetterQueue, Filter
+from jobctl.local.emulator import Invocation
 from jobctl.local.provision import provision
 from sqs_jobs.catalog import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope
@@ -44,17 +46,23 @@ ORDERED = QueueSpec(
     max_attempts=5,
     jobs=(JobSpec(name="ordered_flaky", handler="tests.functional.sample_jobs.flaky"),),
 )
-# Short invocations: a 1.5 s nap leaves the records after it less than their 2 s limit plus the settle margin.
+# Short invocations: a 1.5 s nap leaves the records after it less than their 2 s limit plus the settle margin,
+# when they run after it (one record at a time).
 TIGHT = QueueSpec(
     name="tight",
     function_timeout_s=5,
+    parallel_records=1,
     jobs=(
         JobSpec(name="nap", handler="tests.functional.sample_jobs.nap", time_limit_s=2),
         JobSpec(name="tight_flaky", handler="tests.functional.sample_jobs.flaky", time_limit_s=2),
     ),
 )
 NAP_S = "1.5"
-CATALOG = Catalog(queues=(TESTING, ORDERED, TIGHT))
+# The same, with the records of a batch run side by side: nothing waits behind the nap.
+TIGHT_PARALLEL = replace(
+    TIGHT, name="tight_parallel", parallel_records=4, jobs=tuple(replace(j, name=f"p_{j.name}") for j in TIGHT.jobs)
+)
+CATALOG = Catalog(queues=(TESTING, ORDERED, TIGHT, TIGHT_PARALLEL))
 
 
 @pytest.fixture
@@ -157,31 +165,63 @@ def test_a_hung_downstream_is_cut_at_the_time_limit_while_the_batch_carries_on(t
     assert cut["attempt"] == 1
 
 
+def deliver_and_let_cut_runs_end(harness: Harness, queue: str) -> tuple[Invocation, Worker, float]:
+    """One delivery on a worker of its own; returns with its cut runs ended (at most 10 s later)."""
+    worker = harness.worker(queue)
+    started = time.monotonic()
+    invocation = harness.deliver(queue, worker=worker)
+    elapsed_s = time.monotonic() - started
+    assert invocation is not None
+    deadline = time.monotonic() + 10
+    while worker._runner.cut_runs() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not worker._runner.cut_runs()
+    return invocation, worker, elapsed_s
+
+
 def test_a_job_that_catches_exception_cannot_swallow_its_time_limit(testing: Harness) -> None:
     testing.send(envelope("stubborn", "except-exception"), queue="testing")
-    invocation = testing.deliver("testing")
-    assert invocation is not None and len(invocation.failed_ids) == 1  # cut, and retried later
+    invocation, _, elapsed_s = deliver_and_let_cut_runs_end(testing, "testing")
+    assert len(invocation.failed_ids) == 1  # cut, and retried later
+    assert elapsed_s < 3  # at its 1 s limit, not after the 5 s it wanted
     assert stubborn.OUTCOMES == []  # neither swallowed nor run on past its limit
     [cut] = [line for line in testing.log_lines() if line.get("error_type") == "JobTimeLimitError"]
     assert cut["classification"] == "transient"
+    [ended] = [line for line in testing.log_lines() if line.get("message") == "run cut at its time limit has ended"]
+    assert (ended["outcome"], ended["id"]) == ("TimeLimitInterrupt", "except-exception")
 
 
-def test_a_job_that_catches_the_interruption_and_keeps_hanging_is_interrupted_again(testing: Harness) -> None:
+def test_a_job_that_catches_the_interruption_and_keeps_going_is_interrupted_again(testing: Harness) -> None:
     testing.send(envelope("stubborn", "catch-then-hang"), queue="testing")
-    invocation = testing.deliver("testing")
-    assert invocation is not None and len(invocation.failed_ids) == 1
-    assert stubborn.OUTCOMES == ["caught"]
+    invocation, _, elapsed_s = deliver_and_let_cut_runs_end(testing, "testing")
+    assert len(invocation.failed_ids) == 1 and elapsed_s < 3
+    assert stubborn.OUTCOMES == ["caught"]  # caught once, then stopped by the next interruption
+    [ended] = [line for line in testing.log_lines() if line.get("message") == "run cut at its time limit has ended"]
+    assert ended["interruptions"] >= 2
 
 
-def test_a_run_that_finished_is_never_reported_as_timed_out(testing: Harness) -> None:
-    # It caught its interruption, but then finished: its work is done, so its result stands.
+def test_a_run_given_up_at_its_limit_stays_given_up_even_if_it_finishes(testing: Harness) -> None:
+    # It caught its interruption and then returned: too late. The record was settled as cut at the limit (one
+    # attempt, retried later); what the run returned afterwards is never taken, and its end is logged.
     testing.send(envelope("stubborn", "catch-then-finish"), queue="testing")
-    invocation = testing.deliver("testing")
-    assert invocation is not None and invocation.failed_ids == []
+    invocation, _, elapsed_s = deliver_and_let_cut_runs_end(testing, "testing")
+    assert len(invocation.failed_ids) == 1 and elapsed_s < 3
     assert stubborn.OUTCOMES == ["caught", "finished"]
+    [cut] = [line for line in testing.log_lines() if line.get("error_type") == "JobTimeLimitError"]
+    assert cut["attempt"] == 1
+    [ended] = [line for line in testing.log_lines() if line.get("message") == "run cut at its time limit has ended"]
+    assert ended["outcome"] == "returned"
+    assert testing.queue_counts("testing") == (0, 1)  # waiting out its backoff, not acknowledged
+
+
+def test_a_run_that_returned_in_time_is_never_reported_as_timed_out(testing: Harness) -> None:
+    # Finished within its limit, with the waiter about to give up: the result stands (functions/worker/
+    # time_limit.py: finished and cut exclude each other).
+    testing.send(envelope("sleepy", "quick"), queue="testing")
+    invocation, worker, _ = deliver_and_let_cut_runs_end(testing, "testing")
+    assert invocation.failed_ids == []
     assert not [line for line in testing.log_lines() if line.get("error_type") == "JobTimeLimitError"]
-    [late] = [line for line in testing.log_lines() if "finished late" in line.get("message", "")]
-    assert late["interruptions"] == 1
+    assert worker._runner.cut_runs() == []
 
 
 def test_records_the_invocation_has_no_time_left_for_are_requeued_at_once_and_not_counted(testing: Harness) -> None:
@@ -202,6 +242,18 @@ def test_records_the_invocation_has_no_time_left_for_are_requeued_at_once_and_no
     assert again is not None and again.failed_ids == []
     assert sorted(flaky.SIDE_EFFECTS) == ["1", "2", "3"]
     assert flaky.ATTEMPTS_SEEN == [1, 1, 1]
+
+
+def test_records_run_side_by_side_do_not_wait_behind_a_long_one(testing: Harness) -> None:
+    testing.send(envelope("p_nap", NAP_S), queue="tight_parallel")
+    for entity_id in ("1", "2", "3"):
+        testing.send(envelope("p_tight_flaky", entity_id), queue="tight_parallel")
+    invocation = testing.deliver("tight_parallel")
+    assert invocation is not None and len(invocation.event["Records"]) == 4
+    assert invocation.failed_ids == []
+    assert sorted(flaky.SIDE_EFFECTS) == ["1", "2", "3"]  # ran beside the nap, none handed back
+    assert not [line for line in testing.log_lines() if line.get("reason") == "no_time"]
+    assert testing.queue_counts("tight_parallel") == (0, 0)
 
 
 def test_a_deferred_copy_keeps_its_prior_attempts(testing: Harness) -> None:

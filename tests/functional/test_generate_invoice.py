@@ -6,7 +6,6 @@ deletes of what succeeded), as in tests/functional/conftest.py.
 
 from __future__ import annotations
 
-import gc
 import json
 import threading
 import time
@@ -24,6 +23,7 @@ from functions.worker.clients import ClientFactory
 from functions.worker.http import HttpClient
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
+from functions.worker.time_limit import CUT_THREAD_PREFIX
 from jobctl.local.emulator import Invocation
 from jobctl.local.fake_invoicing import FakeInvoicingApi, render_pdf
 from jobctl.local.provision import provision
@@ -53,15 +53,16 @@ def body(invoice_id: str) -> str:
     return json.dumps({"job": "generate_invoice", "id": invoice_id})
 
 
-def wait_for_abandoned_runs(timeout_s: float = ABANDONED_RUN_GRACE_S) -> None:
-    """Wait until no job thread (the TimeLimiter's, named job_N) is left, so none outlives mock_aws.
+def cut_run_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name.startswith(CUT_THREAD_PREFIX)]
 
-    A run cut at its time limit keeps its thread until its call returns, and that thread keeps its Worker (and
-    the Worker's fresh, idle job thread) alive; once it ends, collecting the Worker ends the idle thread too."""
+
+def wait_for_abandoned_runs(timeout_s: float = ABANDONED_RUN_GRACE_S) -> None:
+    """Wait until no run cut at its time limit is still going (its thread ends once its call returns), so none
+    outlives mock_aws."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        gc.collect()
-        alive = [thread for thread in threading.enumerate() if thread.name.startswith("job")]
+        alive = cut_run_threads()
         if not alive:
             return
         for thread in alive:
@@ -333,20 +334,9 @@ def test_a_lost_answer_is_retried_with_the_same_key_and_creates_nothing_new(
 # --- the incident: one hanging call ------------------------------------------------------------------------
 
 
-def deliver_off_the_main_thread(harness: Harness, worker: Worker) -> Invocation:
-    """Deliver as the local engine's pollers do: signals can't interrupt there, so cut runs are abandoned."""
-    result: list[Invocation] = []
-    thread = threading.Thread(target=lambda: result.append(deliver(harness, worker=worker)))
-    thread.start()
-    thread.join(timeout=60)
-    assert result, "the delivery did not finish"
-    return result[0]
-
-
-def test_one_hanging_invoice_is_interrupted_at_its_time_limit_while_the_rest_of_the_batch_succeeds(
+def test_one_hanging_invoice_is_cut_at_its_time_limit_while_the_rest_of_the_batch_succeeds(
     clients: ClientFactory, api: FakeInvoicingApi
 ) -> None:
-    # In Lambda the handler runs in the main thread, as here: the hung call itself is interrupted.
     harness = invoicing_harness(clients, api.url, SHORT_LIMIT_CATALOG)
     invoice_ids = ["INV-1", "INV-2", "INV-HANG", "INV-3", "INV-4"]
     for invoice_id in invoice_ids:
@@ -370,11 +360,20 @@ def test_one_hanging_invoice_is_interrupted_at_its_time_limit_while_the_rest_of_
     assert harness.queue_counts(QUEUE) == (0, 1)
     [cut] = [line for line in harness.log_lines() if line.get("error_type") == "JobTimeLimitError"]
     assert (cut["id"], cut["attempt"], cut["classification"]) == ("INV-HANG", 1, "transient")
-    assert not [t for t in threading.enumerate() if t.name.startswith("job")]  # nothing left running
+    # The cut run's thread still waits in its HTTP read (a socket read can't be interrupted in a thread), fenced.
+    assert len(cut_run_threads()) == 1
 
-    # The API recovers. The interrupted run released its key, so the retry calls the API again - with the same
-    # Idempotency-Key, so the API returns the invoice the hung request had created instead of a second one.
+    # The API recovers and answers the hung request: the cut run's answer is refused (it may not store the PDF
+    # after its record was settled) and said, and its thread ends.
     api.set_mode("ok")
+    wait_for_abandoned_runs()
+    assert cut_run_threads() == []
+    [late] = [line for line in harness.log_lines() if line.get("outcome") == "answered" and "call" in line]
+    assert (late["id"], late["call"]) == ("INV-HANG", f"POST {api.url.rstrip('/')}")
+    assert stored_pdf(harness, "INV-HANG") is None
+
+    # The cut run's key was released when it was cut, so the retry calls the API again - with the same
+    # Idempotency-Key, so the API returns the invoice the hung request had created instead of a second one.
     retry_now(harness, invocation)
     retry = deliver(harness)
 
@@ -385,23 +384,20 @@ def test_one_hanging_invoice_is_interrupted_at_its_time_limit_while_the_rest_of_
     assert harness.queue_counts(QUEUE) == (0, 0)
 
 
-def test_off_the_main_thread_a_cut_run_is_abandoned_and_a_retry_waits_for_it(
-    clients: ClientFactory, api: FakeInvoicingApi
-) -> None:
-    # The local engine's pollers are threads: a cut run can't be interrupted and keeps its idempotency record
-    # IN_PROGRESS. A retry meanwhile must not call the API beside it: it is handed back for later, unrun and
-    # without using up an attempt.
+def test_a_retry_in_the_same_worker_waits_for_its_cut_run_to_end(clients: ClientFactory, api: FakeInvoicingApi) -> None:
+    # A cut run blocked in its HTTP call is still alive (fenced). A retry in the same execution environment must
+    # not call the API beside it: it is handed back for later, unrun and without using up an attempt.
     harness = invoicing_harness(clients, api.url, SHORT_LIMIT_CATALOG)
     put_invoice(harness, "INV-HANG")
     api.set_mode("hang")
     message_id = harness.send(body("INV-HANG"), queue=QUEUE)
     worker = harness.worker(QUEUE)
-    first = deliver_off_the_main_thread(harness, worker)
+    first = deliver(harness, worker=worker)
     assert first.failed_ids == [message_id]
     assert api.waiting == 1  # the abandoned call still waits on the API
     retry_now(harness, first)
 
-    second = deliver_off_the_main_thread(harness, worker)
+    second = deliver(harness, worker=worker)
 
     assert second.failed_ids == []  # acknowledged: a delayed, unrun copy replaces it
     assert api.requests_for(key_of("INV-HANG")) == 1  # the retry did not call the API

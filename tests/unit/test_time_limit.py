@@ -1,34 +1,240 @@
-"""The time limit interrupts the job's own code only, never the runtime around it."""
+"""Time limits in threads (functions/worker/time_limit.py): a run is cut at its limit, fenced, interrupted only in
+the job's own code, and its thread never reused."""
 
 from __future__ import annotations
 
+import json
 import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any, cast
+from typing import Any
 
-from functions.worker.jobs import JobContext, LoadedJob
-from functions.worker.runtime import _inside_job, _run_job
-from sqs_jobs.catalog import JobSpec
-from sqs_jobs.envelope import Envelope
+import pytest
+
+from functions.worker.errors import JobCodeExitError, JobInProgressError, JobTimeLimitError, TimeLimitInterrupt
+from functions.worker.time_limit import (
+    INTERRUPT_AGAIN_EVERY_S,
+    JobRun,
+    JobRunner,
+    RunState,
+    _run_job,
+    current_run,
+    interruptible,
+)
 
 
-def test_only_frames_below_the_jobs_entry_count_as_the_job() -> None:
+def job_run(target: Callable[..., Any], limit_s: float = 5.0, key: str = "job:1", **fields: Any) -> JobRun:
+    return JobRun(key=key, limit_s=limit_s, target=target, args=(), job="job", **fields)
+
+
+@pytest.fixture
+def runner() -> Iterator[JobRunner]:
+    runner = JobRunner()
+    yield runner
+    runner.close()
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+# --- where an interruption may land ---------------------------------------------------------------------------
+
+
+def test_only_the_jobs_own_code_below_its_entry_is_interruptible() -> None:
     frames: dict[str, FrameType] = {}
+
+    def in_json(_value: object) -> str:
+        frames["inside json"] = sys._getframe()  # the job's callback, called by a protected module's code
+        return "x"
 
     def helper() -> None:
         frames["called by the job"] = sys._getframe()
 
-    def run(_envelope: Envelope, _context: JobContext) -> None:
+    def job() -> None:
         frames["job"] = sys._getframe()
-        frames["entry"] = sys._getframe(1)  # _run_job itself: the job not started yet, or already returned
+        frames["entry"] = sys._getframe(1)
         helper()
+        json.dumps(object(), default=in_json)
 
-    job = LoadedJob(spec=JobSpec(name="x", handler="x.y"), run=run, key_function=lambda envelope: envelope.id)
-    _run_job(job, Envelope(job="x", id="1"), cast(Any, None))
+    _run_job(job, ())
 
     assert frames["entry"].f_code is _run_job.__code__
-    assert _inside_job(frames["job"])
-    assert _inside_job(frames["called by the job"])
-    assert not _inside_job(frames["entry"])
-    assert not _inside_job(sys._getframe())  # the runtime, outside any job
-    assert not _inside_job(None)
+    assert interruptible(frames["job"])
+    assert interruptible(frames["called by the job"])
+    # Below a protected module (json's encoder here; the SDK, urllib3, logging in practice): never.
+    assert frames["inside json"].f_back is not None
+    assert not interruptible(frames["entry"])  # not started, or returned
+    assert not interruptible(sys._getframe())  # the runtime, outside any job
+    assert not interruptible(None)
+
+
+# --- the runner -----------------------------------------------------------------------------------------------
+
+
+def test_a_run_that_returns_in_time_is_its_result_and_its_thread_is_reused(runner: JobRunner) -> None:
+    threads: list[threading.Thread] = []
+
+    def job() -> str:
+        threads.append(threading.current_thread())
+        assert current_run() is not None
+        return "done"
+
+    first = job_run(job)
+    assert runner.run(first) == "done"
+    assert runner.run(job_run(job)) == "done"
+    assert first.state is RunState.FINISHED
+    assert threads[0] is threads[1] is not threading.current_thread()
+    assert current_run() is None  # only job threads run a job
+
+
+def test_what_the_job_raises_is_raised_to_the_caller(runner: JobRunner) -> None:
+    def job() -> None:
+        raise KeyError("missing")
+
+    with pytest.raises(KeyError):
+        runner.run(job_run(job))
+
+
+def test_system_exit_from_a_job_is_a_failed_run_not_the_end_of_the_worker(runner: JobRunner) -> None:
+    def job() -> None:
+        sys.exit(3)
+
+    with pytest.raises(JobCodeExitError, match="SystemExit"):
+        runner.run(job_run(job))
+
+
+def test_a_hung_run_is_cut_at_its_limit_not_when_it_ends(runner: JobRunner) -> None:
+    release = threading.Event()
+    started = time.monotonic()
+    run = job_run(lambda: release.wait(30), limit_s=0.3)
+
+    with pytest.raises(JobTimeLimitError, match=r"0\.3s"):
+        runner.run(run)
+
+    assert 0.3 <= time.monotonic() - started < 2.0
+    assert run.was_cut
+    assert runner.still_running("job:1")
+    with pytest.raises(JobInProgressError):
+        runner.run(job_run(lambda: "again"))  # the same key, beside its cut run: refused
+    assert runner.run(job_run(lambda: "other", key="job:2")) == "other"  # another key is not held up
+    release.set()
+    assert wait_until(lambda: not runner.still_running("job:1"))
+    assert runner.run(job_run(lambda: "again")) == "again"
+
+
+def test_a_cut_runs_thread_is_never_reused(runner: JobRunner) -> None:
+    release = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def hang() -> None:
+        threads.append(threading.current_thread())
+        release.wait(30)
+
+    with pytest.raises(JobTimeLimitError):
+        runner.run(job_run(hang, limit_s=0.1))
+    release.set()
+    assert wait_until(lambda: not threads[0].is_alive())
+    runner.run(job_run(lambda: threads.append(threading.current_thread()), key="job:2"))
+    assert threads[1] is not threads[0]
+
+
+def test_a_busy_loop_is_interrupted_after_its_cut() -> None:
+    ended: list[JobRun] = []
+    runner = JobRunner(on_cut_run_end=ended.append)
+
+    def spin() -> None:
+        while True:
+            pass
+
+    run = job_run(spin, limit_s=0.2)
+    with pytest.raises(JobTimeLimitError):
+        runner.run(run)
+
+    assert wait_until(run.done.is_set, timeout_s=3.0)
+    assert isinstance(run.error, TimeLimitInterrupt)
+    assert run.interruptions >= 1
+    assert wait_until(lambda: ended == [run])
+    runner.close()
+
+
+def test_a_job_that_catches_the_interruption_is_interrupted_again(runner: JobRunner) -> None:
+    caught: list[str] = []
+
+    def stubborn() -> None:
+        while True:
+            try:
+                while True:
+                    pass
+            except BaseException:
+                caught.append("caught")
+                if len(caught) >= 2:
+                    raise
+
+    run = job_run(stubborn, limit_s=0.2)
+    with pytest.raises(JobTimeLimitError):
+        runner.run(run)
+
+    assert wait_until(run.done.is_set, timeout_s=3 * INTERRUPT_AGAIN_EVERY_S + 2)
+    assert caught == ["caught", "caught"]
+    assert run.interruptions >= 2
+
+
+def test_a_run_blocked_in_a_protected_call_is_not_interrupted_there(runner: JobRunner) -> None:
+    gate = threading.Event()
+
+    def waits_in_threading() -> str:
+        gate.wait(1.5)  # threading's Python code: an exception landing here could break its lock
+        return "answer"
+
+    run = job_run(waits_in_threading, limit_s=0.2)
+    with pytest.raises(JobTimeLimitError):
+        runner.run(run)
+    time.sleep(INTERRUPT_AGAIN_EVERY_S + 0.3)
+    assert run.interruptions == 0
+    assert wait_until(run.done.is_set)
+    assert run.result == "answer"  # it ended on its own; nobody takes its answer
+
+
+def test_finished_and_cut_exclude_each_other() -> None:
+    finished = job_run(lambda: None)
+    assert finished._finish()
+    assert not finished.cut()
+    assert finished.state is RunState.FINISHED
+
+    cut = job_run(lambda: None)
+    assert cut.cut()
+    assert not cut._finish()
+    assert cut.state is RunState.CUT
+
+
+def test_a_cut_run_is_fenced_from_further_calls(runner: JobRunner) -> None:
+    reported: list[tuple[str, str]] = []
+    release = threading.Event()
+    outcome: list[str] = []
+
+    def job() -> None:
+        release.wait(30)
+        run = current_run()
+        assert run is not None
+        try:
+            run.refuse_if_cut("ses.SendEmail")
+        except TimeLimitInterrupt:
+            outcome.append("refused")
+            raise
+
+    run = job_run(job, limit_s=0.1, on_call_after_cut=lambda _run, what, result: reported.append((what, result)))
+    with pytest.raises(JobTimeLimitError):
+        runner.run(run)
+    release.set()
+    assert wait_until(run.done.is_set)
+    assert outcome == ["refused"]
+    assert reported == [("ses.SendEmail", "refused")]
+    assert isinstance(run.error, TimeLimitInterrupt)
