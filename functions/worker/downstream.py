@@ -22,8 +22,10 @@ from functions.worker.time_limit import current_run
 T = TypeVar("T")
 
 _TICKET = "jobs.breaker_ticket"
-# botocore's events: `<name>.<service id>.<operation>`.
-_BEFORE_CALL = "before-call"
+# botocore's events: `<name>.<service id>.<operation>`. The check runs on the first event of a call, before any
+# before-call hook: botocore calls the handlers of a more specific event name first, and a before-call hook that
+# answers itself (an injected fault, a stub) ends the chain, so a generic before-call handler could be skipped.
+_BEFORE_CALL = "before-parameter-build"
 _AFTER_CALL = "after-call"
 _AFTER_CALL_ERROR = "after-call-error"
 _HOOK_ID = "jobs.downstream"
@@ -76,8 +78,8 @@ def guard_http(method: str, url: str, call: Callable[[], T]) -> T:
 
 
 def register_aws_hooks(events: Any) -> None:
-    """Hook a botocore client's events (idempotent). The check runs first, before any other before-call hook,
-    so a refused call is never made, injected faults included."""
+    """Hook a botocore client's events (idempotent). The check runs before the request is built, so a refused call
+    is never made, injected faults included."""
     events.register_first(_BEFORE_CALL, _before_call, unique_id=f"{_HOOK_ID}.before")
     events.register(_AFTER_CALL, _after_call, unique_id=f"{_HOOK_ID}.after")
     events.register(_AFTER_CALL_ERROR, _after_call_error, unique_id=f"{_HOOK_ID}.error")

@@ -157,8 +157,9 @@ class _Execution:
         result = self.runner.run(self.run)
         return dict(result) if result is not None else None
 
-    def elapsed_ms(self) -> float:
-        return self.run.elapsed_ms() if self.run is not None else 0.0
+    def elapsed_ms(self) -> float | None:
+        """How long the job's code ran; None if it never started (a cut run of its key was still going)."""
+        return self.run.elapsed_ms() if self.run is not None and self.run.started else None
 
 
 @dataclass(frozen=True)
@@ -400,8 +401,9 @@ class Worker:
         try:
             return self._run_patiently(execution, key, limit_s)
         finally:
-            if execution.ran:
-                self._tally.sample(envelope.job, DURATION, execution.elapsed_ms())
+            elapsed_ms = execution.elapsed_ms()
+            if elapsed_ms is not None:
+                self._tally.sample(envelope.job, DURATION, elapsed_ms)
 
     def _run_patiently(self, execution: _Execution, key: str, limit_s: float) -> Outcome:
         # A twin delivered at the same moment usually finishes in milliseconds: wait briefly for its result
@@ -510,7 +512,7 @@ class Worker:
         now = time.time()
         held_since = _held_since(delivery.attributes) or now
         held_s = now - held_since
-        if held_s > self._queue.circuit_breaker.max_hold_s:
+        if held_s >= self._queue.circuit_breaker.max_hold_s:
             return None
         details = {"downstream": refusal.downstream, "held_s": round(held_s, 3)}
         delay_s = hold_delay_s(refusal, self._rng)

@@ -410,6 +410,14 @@ def test_a_retry_in_the_same_worker_waits_for_its_cut_run_to_end(clients: Client
     )["Attributes"]
     # The unrun copy: delayed by its backoff (or visible at once if the jitter drew 0).
     assert int(counts["ApproximateNumberOfMessagesDelayed"]) + int(counts["ApproximateNumberOfMessages"]) == 1
+    # Durations are of runs that ran: the cut one at its limit; the refused retry has none.
+    durations = [
+        value
+        for doc in harness.metrics()
+        if doc.get("job") == "generate_invoice" and "JobDuration" in doc
+        for value in (doc["JobDuration"] if isinstance(doc["JobDuration"], list) else [doc["JobDuration"]])
+    ]
+    assert len(durations) == 1 and 2000 <= durations[0] < 3000
     api.set_mode("ok")
     wait_for_abandoned_runs()
     assert api.created_count() == 1

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from functions.worker.deadletter import ERROR_TYPE, FAILURE, FAILURE_EXHAUSTED, FAILURE_PERMANENT
-from jobctl.soak import INVOICE_JOB, ORDER_JOB, Observed, SoakJob, SoakPlan, check, soak_catalog
+from jobctl.soak import DEFAULT_CHAOS, INVOICE_JOB, ORDER_JOB, Observed, SoakJob, SoakPlan, check, soak_catalog
 
 JOBS = [
     SoakJob(ORDER_JOB, "0000001"),
@@ -126,6 +126,11 @@ def test_the_soak_catalog_compresses_time_and_keeps_the_rest() -> None:
         assert soak.job_names == original.job_names
         assert soak.visibility_timeout_s < original.visibility_timeout_s
         assert all(soak.time_limit_s(job) < soak.function_timeout_s for job in soak.job_names)
+        assert soak.records_in_parallel == original.records_in_parallel
+        assert soak.circuit_breaker.open_s < original.circuit_breaker.open_s
+        assert soak.circuit_breaker.failure_threshold == original.circuit_breaker.failure_threshold
+    # A hang outlasts the time limit, so the soak's hangs are cut.
+    assert DEFAULT_CHAOS.hang_s > max(q.time_limit_s(j) for q in compressed for j in q.job_names)
 
 
 @pytest.mark.parametrize("bad", [{"jobs": 0}, {"window": 0}, {"window": 50, "backlog": 10}, {"permanent": 1.5}])

@@ -1,0 +1,304 @@
+"""Circuit breakers per downstream, on real SQS semantics (moto) and the fake invoicing API: a downstream that is
+down stops being called, the records that need it wait without spending attempts (for a bounded time), one probe
+tests recovery; and the time limit's fence on a job's AWS calls."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from botocore.awsrequest import AWSResponse, HTTPHeaders
+
+from functions.worker.clients import ClientFactory
+from functions.worker.provenance import HELD_SINCE, PRIOR_ATTEMPTS
+from functions.worker.runtime import Worker
+from jobctl.local.emulator import Invocation
+from jobctl.local.fake_invoicing import FakeInvoicingApi
+from jobctl.local.provision import provision
+from sqs_jobs.catalog import CATALOG, Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
+from tests.functional.conftest import Harness, attributes_of, envelope
+from tests.functional.test_generate_invoice import body, put_invoice, wait_for_abandoned_runs
+
+pytestmark = pytest.mark.timeout(90)
+
+BREAKER = CircuitBreakerSpec(failure_threshold=3, open_s=1.0, max_open_s=2.0, max_hold_s=600)
+INVOICES = replace(
+    CATALOG.queue("invoices"),
+    parallel_records=1,
+    max_attempts=3,
+    backoff_base_s=1,
+    backoff_cap_s=2,
+    circuit_breaker=BREAKER,
+)
+ORDERS = replace(CATALOG.queue("orders"), parallel_records=1, circuit_breaker=replace(BREAKER, failure_threshold=2))
+FENCED = QueueSpec(
+    name="fenced",
+    function_timeout_s=10,
+    jobs=(
+        JobSpec(
+            name="two_step",
+            handler="tests.functional.sample_jobs.two_step",
+            resources=("invoices_bucket",),
+            time_limit_s=1,
+        ),
+    ),
+)
+
+
+def catalog_with(*queues: QueueSpec) -> Catalog:
+    names = {queue.name for queue in queues}
+    return Catalog(queues=(*queues, *(queue for queue in CATALOG if queue.name not in names)))
+
+
+@pytest.fixture
+def api(clients: ClientFactory) -> Iterator[FakeInvoicingApi]:
+    with FakeInvoicingApi() as running:
+        yield running
+    wait_for_abandoned_runs()
+
+
+def harness_for(clients: ClientFactory, api: FakeInvoicingApi, *queues: QueueSpec) -> Harness:
+    catalog = catalog_with(*queues)
+    deployment = provision(clients, catalog=catalog, invoicing_api_url=api.url)
+    return Harness(clients=clients, deployment=deployment, catalog=catalog)
+
+
+@pytest.fixture
+def guarded(clients: ClientFactory, api: FakeInvoicingApi) -> Harness:
+    return harness_for(clients, api, INVOICES)
+
+
+def api_calls(api: FakeInvoicingApi, invoice_ids: list[str]) -> int:
+    return sum(api.requests_for(f"generate_invoice:{invoice_id}") for invoice_id in invoice_ids)
+
+
+def records_by_id(invocation: Invocation) -> dict[str, str]:
+    return {json.loads(r["body"])["id"]: r["messageId"] for r in invocation.event["Records"]}
+
+
+def metric_sum(document: dict[str, Any], name: str) -> float:
+    value = document[name]
+    return float(sum(value)) if isinstance(value, list) else float(value)
+
+
+def held_lines(harness: Harness) -> list[dict[str, Any]]:
+    return [line for line in harness.log_lines() if line.get("reason") == "circuit_open" and "message" in line]
+
+
+def drain(harness: Harness, queue: str, worker: Worker, rounds: int = 20) -> None:
+    """Deliver until the queue is empty, waiting out delays and backoffs."""
+    for _ in range(rounds):
+        visible, in_flight = harness.queue_counts(queue)
+        delayed = int(
+            harness.clients("sqs").get_queue_attributes(
+                QueueUrl=harness.deployment.queues[queue].url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+            )["Attributes"]["ApproximateNumberOfMessagesDelayed"]
+        )
+        if visible + in_flight + delayed == 0:
+            return
+        invocation = harness.deliver(queue, worker=worker)
+        if invocation is None:
+            time.sleep(0.5)
+        else:
+            harness.expire_visibility(invocation, queue)
+    raise AssertionError(f"queue {queue} did not drain")
+
+
+def test_a_failing_api_opens_its_breaker_and_the_records_after_it_wait_without_calling(
+    guarded: Harness, api: FakeInvoicingApi
+) -> None:
+    invoice_ids = [f"INV-{n}" for n in range(6)]
+    for invoice_id in invoice_ids:
+        put_invoice(guarded, invoice_id)
+        guarded.send(body(invoice_id), queue="invoices")
+    api.set_mode("503")
+    worker = guarded.worker("invoices")
+
+    invocation = guarded.deliver("invoices", worker=worker)
+
+    assert invocation is not None and len(invocation.event["Records"]) == 6
+    assert api_calls(api, invoice_ids) == BREAKER.failure_threshold  # then no more calls
+    assert len(invocation.failed_ids) == 3  # the three that called: retried with backoff, an attempt spent
+    held = held_lines(guarded)
+    assert len(held) == 3 and {line["downstream"] for line in held} == {api.url.rstrip("/")}
+    assert all(line["message"] == "handed back unrun; requeued" and line["attempt"] == 1 for line in held)
+    [opened] = [line for line in guarded.log_lines() if line.get("message") == "circuit opened"]
+    assert opened["downstream"] == api.url.rstrip("/") and opened["consecutive_failures"] == 3
+    documents = guarded.metrics()
+    [metric] = [d for d in documents if d.get("job") == "(runtime)" and d.get("reason") == opened["downstream"]]
+    assert metric_sum(metric, "CircuitOpened") == 1.0
+    [deferred] = [d for d in documents if d.get("job") == "generate_invoice" and d.get("reason") == "circuit_open"]
+    assert metric_sum(deferred, "JobDeferred") == 3.0
+    # A refusal is not a failed run: the failure rate counts the three calls only.
+    [counts] = [d for d in guarded.metrics() if d.get("job") == "generate_invoice" and "reason" not in d]
+    assert metric_sum(counts, "JobFailed") == 3.0
+
+    # The held copies: due after the breaker's open period, with no attempt spent and the hold's start.
+    time.sleep(2.5)
+    received = guarded.clients("sqs").receive_message(
+        QueueUrl=guarded.deployment.queues["invoices"].url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+    )["Messages"]
+    copies = [attributes_of(m) for m in received if HELD_SINCE in attributes_of(m)]
+    assert len(received) == 6 and len(copies) == 3
+    for attributes in copies:
+        assert attributes[PRIOR_ATTEMPTS] == "0"
+        assert 0 < time.time() - float(attributes[HELD_SINCE]) < 30
+
+
+def test_one_probe_finds_the_api_back_and_every_job_then_runs_once(guarded: Harness, api: FakeInvoicingApi) -> None:
+    invoice_ids = [f"INV-{n}" for n in range(6)]
+    for invoice_id in invoice_ids:
+        put_invoice(guarded, invoice_id)
+        guarded.send(body(invoice_id), queue="invoices")
+    api.set_mode("503")
+    worker = guarded.worker("invoices")
+    first = guarded.deliver("invoices", worker=worker)
+    assert first is not None
+    called = {i for i in invoice_ids if api.requests_for(f"generate_invoice:{i}")}
+    api.set_mode("ok")
+
+    drain(guarded, "invoices", worker)
+
+    assert api.created_count() == 6
+    for invoice_id in invoice_ids:
+        # Held ones were never called while the API was down: one call each; the three that opened it, two.
+        assert api.requests_for(f"generate_invoice:{invoice_id}") == (2 if invoice_id in called else 1)
+    assert guarded.dead_letters("invoices") == []
+    assert [line["message"] for line in guarded.log_lines() if line.get("message") == "circuit opened"] == [
+        "circuit opened"
+    ]
+
+
+def test_past_max_hold_s_a_refusal_spends_an_attempt_and_a_lasting_outage_ends_in_the_dlq_with_evidence(
+    clients: ClientFactory, api: FakeInvoicingApi
+) -> None:
+    queue = replace(INVOICES, max_attempts=1, circuit_breaker=replace(BREAKER, failure_threshold=1, max_hold_s=0))
+    harness = harness_for(clients, api, queue)
+    for invoice_id in ("INV-A", "INV-B"):
+        put_invoice(harness, invoice_id)
+        harness.send(body(invoice_id), queue="invoices")
+    api.set_mode("503")
+
+    invocation = harness.deliver("invoices", worker=harness.worker("invoices"))
+
+    assert invocation is not None and invocation.failed_ids == []  # both dead-lettered on their only attempt
+    assert api_calls(api, ["INV-A", "INV-B"]) == 1  # the second was refused, not called
+    evidence = sorted(attributes_of(m)["jobs.error_type"] for m in harness.dead_letters("invoices"))
+    assert evidence == ["CircuitOpenError", "HttpTransientError"]
+    assert held_lines(harness) == []
+
+
+def test_the_hold_is_bounded_by_the_runtimes_own_bookkeeping_never_by_a_producers(
+    clients: ClientFactory, api: FakeInvoicingApi
+) -> None:
+    queue = replace(INVOICES, max_attempts=1, circuit_breaker=replace(BREAKER, failure_threshold=1))
+    harness = harness_for(clients, api, queue)
+    for invoice_id in ("INV-OPEN", "INV-FORGED", "INV-OURS"):
+        put_invoice(harness, invoice_id)
+    long_ago = {HELD_SINCE: {"DataType": "Number", "StringValue": str(time.time() - 3600)}}
+    harness.send(body("INV-OPEN"), queue="invoices")
+    # A producer claims the job has been held for an hour: its attribute is data, not bookkeeping.
+    harness.send(body("INV-FORGED"), queue="invoices", MessageAttributes=long_ago)
+    # The worker's own role sent this one (a copy it handed back an hour ago): that does count.
+    harness.worker_clients("invoices")("sqs").send_message(
+        QueueUrl=harness.deployment.queues["invoices"].url, MessageBody=body("INV-OURS"), MessageAttributes=long_ago
+    )
+    api.set_mode("503")
+
+    invocation = harness.deliver("invoices", worker=harness.worker("invoices"))
+
+    assert invocation is not None and len(invocation.event["Records"]) == 3
+    by_id = {json.loads(m["Body"])["id"]: attributes_of(m) for m in harness.dead_letters("invoices")}
+    assert by_id.get("INV-OURS", {}).get("jobs.error_type") == "CircuitOpenError"  # held an hour: counted
+    assert "INV-FORGED" not in by_id
+    [held] = held_lines(harness)
+    assert held["id"] == "INV-FORGED"
+
+
+# --- AWS services ------------------------------------------------------------------------------------------
+
+
+def throttle(client: Any, event: str) -> list[str]:
+    """Every call of `event` answers Throttling (a real botocore error path); returns the calls made."""
+    calls: list[str] = []
+
+    def answer(**_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        calls.append(event)
+        parsed = {
+            "Error": {"Code": "Throttling", "Message": "Rate exceeded"},
+            "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": {}},
+        }
+        return AWSResponse(url="https://aws.local/", status_code=400, headers=HTTPHeaders(), raw=None), parsed
+
+    client.meta.events.register(event, answer)
+    return calls
+
+
+def test_a_throttling_aws_service_opens_its_breaker_and_others_are_untouched(clients: ClientFactory) -> None:
+    catalog = catalog_with(ORDERS)
+    harness = Harness(clients=clients, deployment=provision(clients, catalog=catalog), catalog=catalog)
+    for n in range(4):
+        harness.put_order(f"o{n}")
+        harness.send(envelope("order_confirmation", f"o{n}"), queue="orders")
+    worker = harness.worker("orders")
+    sends = throttle(harness.worker_clients("orders")("ses"), "before-call.ses.SendEmail")
+
+    invocation = harness.deliver("orders", worker=worker)
+
+    assert invocation is not None and len(invocation.event["Records"]) == 4
+    assert len(sends) == 2  # SES's breaker opened after two throttled sends
+    assert len(invocation.failed_ids) == 2
+    assert {line["downstream"] for line in held_lines(harness)} == {"ses"}
+    # Every record still read its order from DynamoDB: another service, another breaker.
+    assert {s.downstream: s.state.value for s in worker._breakers.snapshots()} == {"dynamodb": "closed", "ses": "open"}
+
+
+def test_the_runtimes_own_calls_pass_an_open_breaker_of_the_same_service(clients: ClientFactory) -> None:
+    # The job's DynamoDB reads fail and open the "dynamodb" breaker; the idempotency table, on the same client,
+    # keeps working, so the records are held (not runtime faults).
+    catalog = catalog_with(ORDERS)
+    harness = Harness(clients=clients, deployment=provision(clients, catalog=catalog), catalog=catalog)
+    for n in range(4):
+        harness.put_order(f"o{n}")
+        harness.send(envelope("order_confirmation", f"o{n}"), queue="orders")
+    worker = harness.worker("orders")
+    reads = throttle(harness.worker_clients("orders")("dynamodb"), "before-call.dynamodb.GetItem")
+
+    invocation = harness.deliver("orders", worker=worker)
+
+    assert invocation is not None
+    assert len(reads) == 2
+    assert len(held_lines(harness)) == 2
+    assert not [line for line in harness.log_lines() if line.get("reason") == "runtime_fault"]
+
+
+# --- the time limit's fence on AWS calls -------------------------------------------------------------------
+
+
+def test_a_cut_run_can_not_complete_a_side_effect_after_its_cut(clients: ClientFactory, api: FakeInvoicingApi) -> None:
+    harness = harness_for(clients, api, FENCED)
+    s3 = harness.worker_clients("fenced")("s3")
+    release = threading.Event()
+    s3.meta.events.register("before-call.s3.ListBuckets", lambda **_: release.wait(20) and None)
+    harness.send(envelope("two_step", "late"), queue="fenced")
+    worker = harness.worker("fenced")
+
+    invocation = harness.deliver("fenced", worker=worker)
+
+    assert invocation is not None and len(invocation.failed_ids) == 1  # cut at its 1 s limit
+    release.set()  # the hung call answers, after the cut
+    deadline = time.monotonic() + 10
+    while worker._runner.cut_runs() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert worker._runner.cut_runs() == []
+    objects = harness.clients("s3").list_objects_v2(Bucket=harness.deployment.resources["invoices_bucket"])
+    assert objects.get("KeyCount", 0) == 0  # the put after the late answer never happened
+    [late] = [line for line in harness.log_lines() if line.get("call") == "s3.ListBuckets"]
+    assert (late["id"], late["outcome"]) == ("late", "answered 200")
+    [ended] = [line for line in harness.log_lines() if line.get("message") == "run cut at its time limit has ended"]
+    assert ended["outcome"] == "TimeLimitInterrupt"
