@@ -9,10 +9,10 @@ order or invoice that doesn't exist, or lacks what the job needs). Afterwards it
 - every permanent failure is in the DLQ with its evidence, and nothing else is;
 - nothing is left in flight: the source queues are empty, no idempotency record is still IN_PROGRESS.
 
-Time is compressed so that it runs in minutes: 4 s function timeouts, 1 s time limits, 1-2 s backoff (the
-catalog's other settings are kept). moto's SQS slows as its backlog grows, so jobs are published in waves that
-keep at most `window` messages waiting and `backlog` messages unsettled (waiting, running, in backoff, or
-invisible after a crash).
+Time is compressed so that it runs in minutes: 8 s function timeouts, 3 s time limits, 1-2 s backoff, circuit
+breakers open 0.5-2 s (the catalog's other settings are kept, records in parallel included). moto's SQS slows as
+its backlog grows, so jobs are published in waves that keep at most `window` messages waiting and `backlog`
+messages unsettled (waiting, running, in backoff, or invisible after a crash).
 
     python -m jobctl.soak --jobs 10000           # `make soak` runs 10,000; `make test` runs 2,000
 
@@ -45,7 +45,7 @@ ORDER_JOB = "order_confirmation"
 INVOICE_JOB = "generate_invoice"
 # The issue's mix: 20 % transient, 2 % permanent, 1 % crash after the side effect, 5 % duplicate delivery; and a
 # few hangs, each cut by the time limit.
-DEFAULT_CHAOS = ChaosSettings(transient=0.2, hang=0.005, crash=0.01, duplicate=0.05, hang_s=2.0)
+DEFAULT_CHAOS = ChaosSettings(transient=0.2, hang=0.005, crash=0.01, duplicate=0.05, hang_s=4.0)
 DEFAULT_PERMANENT = 0.02
 # What a permanent job's evidence may name: its record is missing, or lacks a field the job needs.
 PERMANENT_ERRORS = {
@@ -53,9 +53,14 @@ PERMANENT_ERRORS = {
     INVOICE_JOB: {"InvoiceNotFoundError", "InvoiceDataError"},
 }
 SOAK_FUNCTION_TIMEOUT_S = 8
-SOAK_TIME_LIMIT_S = 1
+# Above what a healthy job takes with every record of every queue in flight against one moto process (p99 about
+# 1 s), below a hang: a limit under healthy latency cuts runs whose last call then completes (docs/chaos.md).
+SOAK_TIME_LIMIT_S = 3
 SOAK_BACKOFF_BASE_S = 1
 SOAK_BACKOFF_CAP_S = 2
+# Circuit breakers on the same compressed clock: open for 0.5 s, at most 2 s.
+SOAK_BREAKER_OPEN_S = 0.5
+SOAK_BREAKER_MAX_OPEN_S = 2.0
 _SUBJECT_ID = re.compile(r"^Your order (.+) is confirmed$")
 _BATCH_WRITE_MAX = 25
 # Told (published, settled) as the soak goes: settled jobs are done or dead-lettered.
@@ -63,7 +68,8 @@ SoakProgress = Callable[[int, int], None]
 
 
 def soak_catalog(catalog: Catalog = CATALOG) -> Catalog:
-    """The catalog with its clock compressed; attempts, batch sizes and concurrency stay as they are."""
+    """The catalog with its clock compressed; attempts, batch sizes, records in parallel and concurrency stay as
+    they are."""
     return Catalog(
         queues=tuple(
             replace(
@@ -71,6 +77,9 @@ def soak_catalog(catalog: Catalog = CATALOG) -> Catalog:
                 function_timeout_s=SOAK_FUNCTION_TIMEOUT_S,
                 backoff_base_s=SOAK_BACKOFF_BASE_S,
                 backoff_cap_s=SOAK_BACKOFF_CAP_S,
+                circuit_breaker=replace(
+                    queue.circuit_breaker, open_s=SOAK_BREAKER_OPEN_S, max_open_s=SOAK_BREAKER_MAX_OPEN_S
+                ),
                 jobs=tuple(replace(job, time_limit_s=SOAK_TIME_LIMIT_S) for job in queue.jobs),
             )
             for queue in catalog
@@ -189,6 +198,8 @@ class SoakReport:
     elapsed_s: float
     injected: dict[str, int]
     engine_stats: dict[str, dict[str, Any]]
+    # Records of a batch each queue's worker ran at once.
+    records_in_parallel: dict[str, int] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -210,8 +221,10 @@ class SoakReport:
         yield f"  chaos: {self.chaos.describe()}; permanent (broken data) {self.plan.permanent:g}"
         yield f"  faults injected: {', '.join(f'{k} {v}' for k, v in sorted(self.injected.items())) or 'none'}"
         for queue, stats in sorted(self.engine_stats.items()):
+            at_once = self.records_in_parallel.get(queue)
             yield (
-                f"  queue {queue}: {stats['invocations']} invocations, {stats['records']} records received, "
+                f"  queue {queue}{f' ({at_once} records at once)' if at_once else ''}: "
+                f"{stats['invocations']} invocations, {stats['records']} records received, "
                 f"{stats['deleted']} acked, {stats['failed_records']} failed, {stats['crashes']} crashes, "
                 f"{stats['duplicates']} duplicate deliveries"
             )
@@ -364,6 +377,7 @@ def run_soak(plan: SoakPlan, worker_output: TextIO | None = None, progress: Soak
         elapsed_s=elapsed_s,
         injected=injected,
         engine_stats=stats,
+        records_in_parallel={queue.name: queue.records_in_parallel for queue in engine.catalog},
     )
 
 

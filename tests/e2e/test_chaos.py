@@ -82,6 +82,8 @@ def test_chaos_soak_keeps_every_promise() -> None:
 
     assert report.passed, text
     assert len(report.jobs) == CI_SOAK_JOBS
+    # With a batch's records side by side on both example queues.
+    assert report.records_in_parallel["orders"] > 1 and report.records_in_parallel["invoices"] > 1
     # The faults really happened, each kind, in both downstreams.
     for fault in ("transient.ses", "transient.invoicing", "crash", "duplicate"):
         assert report.injected.get(fault, 0) > 0, (fault, report.injected)
