@@ -36,7 +36,7 @@ help:
 	@echo "make local   start the local engine (moto server + Lambda SQS emulator) until Ctrl-C"
 	@echo "make synth   synthesize the CloudFormation template offline into cdk.out/"
 	@echo "make deploy  cdk deploy to the account and region of your AWS credentials"
-	@echo "make bench   benchmarks (no AWS): outage retry policies, DynamoDB writes, cost, import and per-record overhead, cold import of the deployed assets with and without bytecode, end-to-end jobs/s on the local engine"
+	@echo "make bench   benchmarks (no AWS): outage retry policies and the circuit breaker, a batch of I/O-bound jobs side by side, DynamoDB writes, cost, import and per-record overhead, cold import of the deployed assets with and without bytecode, end-to-end jobs/s on the local engine"
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -102,6 +102,7 @@ demo: $(VENV)/.synced
 # Benchmarks, not tests: print figures (recorded in docs/benchmarks.md); `python -m bench.<name> --help`.
 bench: $(VENV)/.synced bundle
 	$(BIN)/python -m bench.outage
+	$(BIN)/python -m bench.parallel
 	$(BIN)/python -m bench.writes
 	$(BIN)/python -m bench.cost
 	$(BIN)/python -m bench.overhead
