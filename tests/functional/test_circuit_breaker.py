@@ -239,13 +239,18 @@ def throttle(client: Any, event: str) -> list[str]:
     return calls
 
 
-def test_a_throttling_aws_service_opens_its_breaker_and_others_are_untouched(clients: ClientFactory) -> None:
+def four_orders(clients: ClientFactory) -> tuple[Harness, Worker]:
+    """The orders queue, one record at a time and a breaker that opens after two failures, with 4 orders."""
     catalog = catalog_with(ORDERS)
     harness = Harness(clients=clients, deployment=provision(clients, catalog=catalog), catalog=catalog)
     for n in range(4):
         harness.put_order(f"o{n}")
         harness.send(envelope("order_confirmation", f"o{n}"), queue="orders")
-    worker = harness.worker("orders")
+    return harness, harness.worker("orders")
+
+
+def test_a_throttling_aws_service_opens_its_breaker_and_others_are_untouched(clients: ClientFactory) -> None:
+    harness, worker = four_orders(clients)
     sends = throttle(harness.worker_clients("orders")("ses"), "before-call.ses.SendEmail")
 
     invocation = harness.deliver("orders", worker=worker)
@@ -261,12 +266,7 @@ def test_a_throttling_aws_service_opens_its_breaker_and_others_are_untouched(cli
 def test_the_runtimes_own_calls_pass_an_open_breaker_of_the_same_service(clients: ClientFactory) -> None:
     # The job's DynamoDB reads fail and open the "dynamodb" breaker; the idempotency table, on the same client,
     # keeps working, so the records are held (not runtime faults).
-    catalog = catalog_with(ORDERS)
-    harness = Harness(clients=clients, deployment=provision(clients, catalog=catalog), catalog=catalog)
-    for n in range(4):
-        harness.put_order(f"o{n}")
-        harness.send(envelope("order_confirmation", f"o{n}"), queue="orders")
-    worker = harness.worker("orders")
+    harness, worker = four_orders(clients)
     reads = throttle(harness.worker_clients("orders")("dynamodb"), "before-call.dynamodb.GetItem")
 
     invocation = harness.deliver("orders", worker=worker)
