@@ -163,6 +163,14 @@ class JobsDashboard(Construct):
                 [],
             ),
         )
+        self.dashboard.add_widgets(
+            # A downstream outage: breakers opening in the workers, and the records they hold back meanwhile.
+            _graph(
+                f"{name}: circuit breakers opened, and records they held (per 5 min)",
+                [monitoring.circuit_openings(spec), monitoring.circuit_held(spec)],
+                [cloudwatch.HorizontalAnnotation(value=limits.circuit_opened, label="circuit-open alarm")],
+            ),
+        )
 
 
 def _graph(

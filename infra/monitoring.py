@@ -4,8 +4,9 @@ Pure helpers that return `cloudwatch.Metric` / `MathExpression` values (no const
 `JobsDashboard` build from the same definitions, so a graph always shows what its alarm watches.
 
 The runtime's metrics (functions/worker/observability.py) are EMF, namespace `SqsJobs`, one series per
-(queue, job, service). A queue-wide figure is metric math over one metric per job of the catalog, e.g.
-`SUM([d0, d1])`; failures of messages the runtime could not read count under the job `(unparseable)`.
+(queue, job, service), and for counts with a reason also one per (queue, job, reason, service). A queue-wide figure
+is metric math over one metric per job of the catalog, e.g. `SUM([d0, d1])`; failures of messages the runtime
+could not read count under the job `(unparseable)`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sqs as sqs
 
 from functions.worker.observability import (
+    CIRCUIT_OPENED,
     DEAD_LETTERED,
+    DEFERRED,
     DURATION,
     FAILED,
     HEARTBEAT,
@@ -43,6 +46,8 @@ MIN_DRAIN_RATE = 0.001
 DURATION_STATISTIC = "p99"
 # Metrics that failures of unreadable messages also feed (job dimension `(unparseable)`).
 _WITH_UNPARSEABLE = (FAILED, DEAD_LETTERED)
+# The JobDeferred reason of records handed back because a circuit breaker refused a call their job needed.
+CIRCUIT_OPEN_REASON = "circuit_open"
 
 
 class MonitoringError(ValueError):
@@ -93,22 +98,25 @@ def job_metric(
     statistic: str = "Sum",
     period: Duration = FIVE_MINUTES,
     label: str | None = None,
+    reason: str = "",
 ) -> cloudwatch.Metric:
-    """One of the runtime's EMF metrics for one job of one queue."""
+    """One of the runtime's EMF metrics for one job of one queue; with `reason`, only the counts of that reason
+    (the runtime's second series of a count that has one)."""
     return cloudwatch.Metric(
         namespace=METRICS_NAMESPACE,
         metric_name=metric,
-        dimensions_map={"queue": queue, "job": job, "service": SERVICE_NAME},
+        dimensions_map={"queue": queue, "job": job, "service": SERVICE_NAME, **({"reason": reason} if reason else {})},
         statistic=statistic,
         period=period,
         label=label,
     )
 
 
-def per_job(spec: QueueSpec, metric: str, id_prefix: str) -> dict[str, cloudwatch.IMetric]:
-    """`{"<prefix>0": <metric of job 0>, ...}`: one Sum per counted job, for metric math."""
+def per_job(spec: QueueSpec, metric: str, id_prefix: str, reason: str = "") -> dict[str, cloudwatch.IMetric]:
+    """`{"<prefix>0": <metric of job 0>, ...}`: one Sum per counted job (of `reason` only, if given), for metric
+    math."""
     return {
-        f"{id_prefix}{index}": job_metric(spec.name, job, metric)
+        f"{id_prefix}{index}": job_metric(spec.name, job, metric, reason=reason)
         for index, job in enumerate(counted_jobs(spec, metric))
     }
 
@@ -118,9 +126,11 @@ def sum_of(ids: Sequence[str]) -> str:
     return f"SUM([{', '.join(ids)}])"
 
 
-def queue_total(spec: QueueSpec, metric: str, id_prefix: str, label: str) -> cloudwatch.MathExpression:
-    """`metric` summed over the queue's jobs, per 5 minutes."""
-    using = per_job(spec, metric, id_prefix)
+def queue_total(
+    spec: QueueSpec, metric: str, id_prefix: str, label: str, reason: str = ""
+) -> cloudwatch.MathExpression:
+    """`metric` summed over the queue's jobs (of `reason` only, if given), per 5 minutes."""
+    using = per_job(spec, metric, id_prefix, reason)
     return cloudwatch.MathExpression(
         expression=sum_of(list(using)), using_metrics=using, period=FIVE_MINUTES, label=label
     )
@@ -208,6 +218,18 @@ def time_limit_ms(spec: QueueSpec, job: str) -> int:
 def runtime_faults(spec: QueueSpec) -> cloudwatch.Metric:
     """Failures of the runtime's own AWS resources (idempotency table, DLQ, its queue), per 5 minutes."""
     return job_metric(spec.name, RUNTIME_JOB, RUNTIME_FAULT, label="runtime faults")
+
+
+def circuit_openings(spec: QueueSpec) -> cloudwatch.Metric:
+    """Times a circuit breaker of a downstream of the queue's jobs opened in a worker (any downstream: the reason
+    dimension names it), per 5 minutes."""
+    return job_metric(spec.name, RUNTIME_JOB, CIRCUIT_OPENED, label="circuit openings")
+
+
+def circuit_held(spec: QueueSpec) -> cloudwatch.MathExpression:
+    """Records handed back because an open breaker refused a call their job needed (JobDeferred, reason
+    circuit_open), summed over the queue's jobs, per 5 minutes."""
+    return queue_total(spec, DEFERRED, "held", "held by open breakers", reason=CIRCUIT_OPEN_REASON)
 
 
 def heartbeats(spec: QueueSpec, period: Duration | None = None) -> cloudwatch.Metric:

@@ -30,6 +30,7 @@ from sqs_jobs.stack_names import (
 __all__ = [
     "ALARM_TOPIC_ARN_OUTPUT",
     "BACKLOG",
+    "CIRCUIT_OPEN",
     "DASHBOARD_OUTPUT",
     "DLQ_ARRIVALS",
     "DLQ_DEPTH",
@@ -99,6 +100,7 @@ WORKER_ERRORS = "worker-errors"
 WORKER_THROTTLES = "worker-throttles"
 HEARTBEAT_MISSING = "heartbeat-missing"
 RUNTIME_FAULTS = "runtime-faults"
+CIRCUIT_OPEN = "circuit-open"
 # Stack-wide (not per queue): `<stack_name>-schedules-failed-deliveries`.
 SCHEDULE_DELIVERIES_FAILED = "schedules-failed-deliveries"
 # One signal per queue, in this order, then one duration signal per job (`duration_signal`).
@@ -113,6 +115,7 @@ QUEUE_SIGNALS = (
     WORKER_THROTTLES,
     HEARTBEAT_MISSING,
     RUNTIME_FAULTS,
+    CIRCUIT_OPEN,
 )
 
 

@@ -20,6 +20,7 @@ from constructs import Construct
 from infra import monitoring
 from infra.naming import (
     BACKLOG,
+    CIRCUIT_OPEN,
     DLQ_ARRIVALS,
     DLQ_DEPTH,
     FAILURE_RATE,
@@ -256,6 +257,27 @@ class QueueAlarms(Construct):
                 "Jobs are handed back and wait; none is dead-lettered for it."
             ),
             anchor="runtime-faults",
+            first=[status],
+        )
+        # A downstream of the queue's jobs is down: a worker's circuit breaker opened. The jobs that need it wait
+        # (handed back, not charged an attempt) for up to max_hold_s: meanwhile nothing fails, nothing is
+        # dead-lettered, and on a standard queue every hand-back is a fresh message that resets the age.
+        breaker = spec.circuit_breaker
+        self._alarm(
+            CIRCUIT_OPEN,
+            metric=monitoring.circuit_openings(spec),
+            threshold=limits.circuit_opened,
+            comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            # The runtime emits nothing while the breakers stay closed.
+            missing=Missing.NOT_BREACHING,
+            meaning=(
+                f"A circuit breaker of the {name} queue's jobs opened {limits.circuit_opened}+ time(s) in 5 min "
+                f"(CircuitOpened): a downstream failed {breaker.failure_threshold} times in a row in a worker. "
+                "Its calls are refused and the jobs that need it wait, handed back without spending attempts for "
+                f"up to {breaker.max_hold_s / 60:g} min (max_hold_s); after that a lasting outage ends in the DLQ "
+                "(CircuitOpenError). The worker's log line 'circuit opened' names the downstream (field downstream)."
+            ),
+            anchor="circuit-open",
             first=[status],
         )
 

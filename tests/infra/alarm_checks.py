@@ -33,6 +33,7 @@ SIGNALS: dict[str, tuple[str, tuple[str, ...]]] = {
     "worker-throttles": ("worker-errors-or-throttles", ("jobctl status {q}",)),
     "heartbeat-missing": ("heartbeat-missing", ("jobctl status {q}",)),
     "runtime-faults": ("runtime-faults", ("jobctl status {q}",)),
+    "circuit-open": ("circuit-open", ("jobctl status {q}",)),
 }
 DURATION_ANCHOR = "jobs-near-their-time-limit"
 
@@ -308,6 +309,23 @@ def check_runtime_faults(under_test: QueueUnderTest) -> None:
     assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
 
 
+def check_circuit_open(under_test: QueueUnderTest) -> None:
+    spec = under_test.spec
+    alarm = under_test.alarm("circuit-open")
+    metric = single_metric(alarm)
+    # Every opening, whichever downstream: the series without the reason dimension.
+    assert metric == Metric(METRICS_NAMESPACE, "CircuitOpened", under_test.job_dimensions("(runtime)"), "Sum", 300)
+    assert alarm["Threshold"] == spec.alarms.circuit_opened
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    # The runtime emits nothing while the breakers stay closed.
+    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+    description = alarm["AlarmDescription"]
+    breaker = spec.circuit_breaker
+    assert f"failed {breaker.failure_threshold} times in a row" in description, description
+    assert f"up to {breaker.max_hold_s / MINUTE:g} min (max_hold_s)" in description, description
+    assert "'circuit opened'" in description and "(field downstream)" in description, description
+
+
 def check_signal(under_test: QueueUnderTest, signal: str) -> None:
     check_common(under_test, signal)
     if signal.startswith("duration-"):
@@ -324,4 +342,5 @@ def check_signal(under_test: QueueUnderTest, signal: str) -> None:
         "worker-throttles": check_worker_throttles,
         "heartbeat-missing": check_heartbeat_missing,
         "runtime-faults": check_runtime_faults,
+        "circuit-open": check_circuit_open,
     }[signal](under_test)

@@ -102,6 +102,36 @@ def check_dashboard_queue(resources: Resources, stack_name: str, spec: QueueSpec
     heartbeats = graph(body, f"{name}: heartbeats")
     assert [(metric, dims["job"]) for _, metric, dims, _ in plain_metrics(heartbeats)] == [("Heartbeat", "heartbeat")]
 
+    circuits = graph(body, f"{name}: circuit breakers opened, and records they held (per 5 min)")
+    check_circuit_breakers(circuits, spec)
+
+
+def check_circuit_breakers(widget: Widget, spec: QueueSpec) -> None:
+    """Openings (every downstream's: no reason dimension) and the records open breakers held, summed over jobs."""
+    runtime = {"queue": spec.name, "job": "(runtime)", "service": SERVICE_NAME}
+    lines = list(plain_metrics(widget))
+    for namespace, _, _, options in lines:
+        assert (namespace, options["stat"]) == (METRICS_NAMESPACE, "Sum")
+    openings = [(dims, options) for _, metric, dims, options in lines if metric == "CircuitOpened"]
+    assert [dims for dims, _ in openings] == [runtime]
+    assert openings[0][1].get("visible", True), "the openings are drawn"
+    held = {
+        options["id"]: dims["job"] for _, metric, dims, options in lines if metric == "JobDeferred" and "id" in options
+    }
+    assert len(held) == len(lines) - 1, "nothing but openings and the held records' per-job series"
+    assert sorted(held.values()) == sorted(spec.job_names)
+    for _, metric, dims, options in lines:
+        if metric == "JobDeferred":
+            assert dims == {"queue": spec.name, "job": dims["job"], "reason": "circuit_open", "service": SERVICE_NAME}
+            assert options.get("visible") is False, "only their sum is drawn"
+    total = expressions(widget)["held by open breakers"]
+    for key in held:
+        assert evaluate(total["expression"], {other: 3.0 if other == key else None for other in held}) == 3.0
+    assert evaluate(total["expression"], dict.fromkeys(held, 2.0)) == 2.0 * len(held)
+    assert evaluate(total["expression"], dict.fromkeys(held)) is None
+    assert horizontal_lines(widget) == {"circuit-open alarm": spec.alarms.circuit_opened}
+    assert widget["properties"]["period"] == 5 * MINUTE
+
 
 def check_time_to_drain(widget: Widget, queue: dict[str, str]) -> None:
     lines = expressions(widget)

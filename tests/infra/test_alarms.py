@@ -34,8 +34,8 @@ def test_every_queue_has_exactly_its_alarms(synth: Synth) -> None:
     stack_wide = {f"{synth.context.stack_name}-schedules-failed-deliveries"}
 
     assert names == expected | stack_wide
-    # 10 per queue, plus one per job: 11 for each of today's one-job queues; plus the stack-wide one.
-    assert len(names) == sum(10 + len(spec.jobs) for spec in CATALOG) + 1
+    # 11 per queue, plus one per job: 12 for each of today's one-job queues; plus the stack-wide one.
+    assert len(names) == sum(11 + len(spec.jobs) for spec in CATALOG) + 1
 
 
 def test_every_alarm_name_lets_it_publish_to_the_topic(synth: Synth) -> None:
@@ -61,6 +61,7 @@ def test_the_catalog_defaults_are_the_documented_ones() -> None:
         duration_ratio=0.8,
         heartbeat_interval_s=5 * MINUTE,
         heartbeat_missing_after_s=15 * MINUTE,
+        circuit_opened=1,
     )
 
 
@@ -76,6 +77,7 @@ def test_default_thresholds_reach_the_template(synth: Synth, spec: QueueSpec) ->
     assert under_test.alarm("failure-rate")["Threshold"] == 0.1
     assert under_test.alarm("stalled")["EvaluationPeriods"] == 10
     assert single_metric(under_test.alarm("heartbeat-missing")).period == 900
+    assert under_test.alarm("circuit-open")["Threshold"] == 1
     for job in spec.job_names:
         expected_ms = 0.8 * spec.time_limit_s(job) * 1000
         assert under_test.alarm(f"duration-{job}")["Threshold"] == expected_ms

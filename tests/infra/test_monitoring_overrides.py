@@ -19,7 +19,7 @@ from infra.heartbeat_canary import HeartbeatCanary
 from infra.monitoring import MonitoringError
 from infra.naming import ALARM_TOPIC_ARN_OUTPUT
 from infra.stack import build_app
-from sqs_jobs.catalog import MINUTE, AlarmThresholds, Catalog, JobSpec, QueueSpec
+from sqs_jobs.catalog import MINUTE, AlarmThresholds, Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
 from tests.infra.alarm_checks import QueueUnderTest, check_signal, signals, single_metric
 from tests.infra.cfn import of_type, props
 from tests.infra.dashboard_checks import check_dashboard_queue
@@ -38,6 +38,7 @@ OVERRIDES = AlarmThresholds(
     duration_ratio=0.5,
     heartbeat_interval_s=2 * MINUTE,
     heartbeat_missing_after_s=10 * MINUTE,
+    circuit_opened=3,
 )
 REPORTS = QueueSpec(
     name="reports",
@@ -45,6 +46,8 @@ REPORTS = QueueSpec(
     fifo=True,
     function_timeout_s=5 * MINUTE,
     alarms=OVERRIDES,
+    # Not the defaults (5 failures, 15 min), so the circuit-open alarm's description must follow them.
+    circuit_breaker=CircuitBreakerSpec(failure_threshold=3, max_hold_s=10 * MINUTE),
     jobs=(
         JobSpec(name="render_report", handler=HANDLER, time_limit_s=200),
         JobSpec(name="send_report", handler=HANDLER),
@@ -88,6 +91,7 @@ def test_the_thresholds_are_the_overrides(custom: Custom) -> None:
     assert under_test.alarm("failure-rate")["Threshold"] == 0.25
     assert under_test.alarm("stalled")["EvaluationPeriods"] == 20
     assert single_metric(under_test.alarm("heartbeat-missing")).period == 600
+    assert under_test.alarm("circuit-open")["Threshold"] == 3
     # 50% of an explicit 200 s limit, and of the queue's default (half the 300 s function timeout).
     assert under_test.alarm("duration-render_report")["Threshold"] == 100_000
     assert under_test.alarm("duration-send_report")["Threshold"] == 75_000
