@@ -108,6 +108,7 @@ bench: $(VENV)/.synced bundle
 	$(BIN)/python -m bench.overhead
 	$(BIN)/python -m bench.cold_start
 	$(BIN)/python -m bench.throughput
+	$(BIN)/python -m bench.slow_invoicing
 	$(BIN)/python -m bench.cli_startup
 
 # The chaos soak at full size (make test runs it at 2,000 jobs); `python -m jobctl.soak --help`.

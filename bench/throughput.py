@@ -49,7 +49,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sqs_jobs.catalog import Catalog
 
 DEFAULT_JOBS = 1000
 DEFAULT_BACKLOGS = (50,)
@@ -388,11 +391,24 @@ def _check_engine(engine: Any, job: str, ids: Sequence[str], result: RunResult, 
         # Handed back for a retry (a twin delivery still in progress, a transient error): a job that then never
         # completed shows above as lost.
         result.notes.append(f"the worker handed {stats['failed_records']} record(s) back for a retry")
+    left = _left_behind(engine, job)
+    result.details.update(left_in_queue=left["queue"], left_in_dlq=left["DLQ"])
+    if left["DLQ"]:
+        problems.append(f"{left['DLQ']} message(s) in the DLQ")
+    if left["queue"]:
+        # Every job is accounted for above; moto kept a message it was told to delete (or one delivered
+        # twice): SQS redelivers it after the visibility timeout and the runtime answers it as a duplicate.
+        result.notes.append(f"{left['queue']} message(s) left in the queue")
+
+
+def _left_behind(engine: Any, job: str) -> dict[str, int]:
+    """Messages still in the job's queue and in its DLQ (visible, in flight or delayed)."""
     queue = engine.deployment.queues[_queue_of(job)]
     sqs = engine.clients()("sqs")
+    left = {}
     for url, what in ((queue.url, "queue"), (queue.dlq_url, "DLQ")):
         attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-        left = sum(
+        left[what] = sum(
             int(attributes.get(name, "0"))
             for name in (
                 "ApproximateNumberOfMessages",
@@ -400,12 +416,7 @@ def _check_engine(engine: Any, job: str, ids: Sequence[str], result: RunResult, 
                 "ApproximateNumberOfMessagesDelayed",
             )
         )
-        if left and what == "DLQ":
-            problems.append(f"{left} message(s) in the DLQ")
-        elif left:
-            # Every job is accounted for above; moto kept a message it was told to delete (or one delivered
-            # twice): SQS redelivers it after the visibility timeout and the runtime answers it as a duplicate.
-            result.notes.append(f"{left} message(s) left in the queue")
+    return left
 
 
 def _side_effects(engine: Any, job: str) -> Callable[[], int]:
@@ -426,15 +437,32 @@ def _queue_of(job: str) -> str:
     return CATALOG.queue_for_job(job).name
 
 
-def run_engine(job: str, jobs: int, backlog: int, stall_s: float) -> RunResult:
+def run_engine(
+    job: str,
+    jobs: int,
+    backlog: int,
+    stall_s: float,
+    *,
+    catalog: Catalog | None = None,
+    setup: Callable[[Any], None] | None = None,
+) -> RunResult:
+    """One engine run. `catalog` replaces the shipped one (same queue names); `setup` is called with the started
+    engine after the entities are seeded and the first heartbeats consumed, before the clock starts (e.g. to slow
+    the fake invoicing API)."""
     from jobctl.local.engine import LocalEngine
+    from sqs_jobs.catalog import CATALOG
     from sqs_jobs.publisher import JobPublisher
 
     queue_name = _queue_of(job)
     ids = _entity_ids(job, jobs)
     # A sink that is never closed: Powertools shares one log handler per service across the process, and the
     # next engine's workers flush the previous stream when they point the handler at theirs.
-    with LocalEngine(port=0, worker_output=DISCARD, heartbeat_interval_s=HEARTBEAT_OFF_S) as engine:
+    with LocalEngine(
+        port=0,
+        catalog=catalog if catalog is not None else CATALOG,
+        worker_output=DISCARD,
+        heartbeat_interval_s=HEARTBEAT_OFF_S,
+    ) as engine:
         assert engine.deployment is not None
         mapping = engine.mappings[queue_name]
         # The engine runs the queue's maximum concurrency of pollers (one Lambda environment each).
@@ -442,6 +470,8 @@ def run_engine(job: str, jobs: int, backlog: int, stall_s: float) -> RunResult:
         _seed(engine, job, ids)
         if not engine.wait_until_idle(timeout_s=30):  # the first heartbeats
             result.problems.append("the engine was not idle before the run")
+        if setup is not None:
+            setup(engine)
         publisher = JobPublisher(engine.clients()("sqs"), {queue_name: engine.deployment.queues[queue_name].url})
         envelopes = {envelope.to_json(): envelope for envelope in (publisher.envelope(job, i) for i in ids)}
         before = mapping.stats.snapshot()
@@ -613,6 +643,14 @@ def run_raw(job: str, jobs: int, backlog: int, pollers: int, stall_s: float) -> 
 # --- output ---------------------------------------------------------------------------------------------------------
 
 
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A text table's lines: the header, a rule, the rows; columns padded to their widest cell."""
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in (header, *rows)]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return lines
+
+
 def render(pairs: Sequence[tuple[RunResult, RunResult | None]]) -> str:
     header = (
         "job",
@@ -648,9 +686,7 @@ def render(pairs: Sequence[tuple[RunResult, RunResult | None]]) -> str:
                 "yes" if engine.exactly_once else "NO",
             )
         )
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    lines = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in (header, *rows)]
-    lines.insert(1, "-+-".join("-" * w for w in widths))
+    lines = table(header, rows)
     lines.append("")
     for engine, raw in pairs:
         for run in (engine, raw):
