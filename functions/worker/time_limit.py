@@ -20,8 +20,10 @@ A signal can't interrupt a thread, and Python can't kill one. So the limit is ke
 5. A job thread whose run was cut is never reused: the next run gets a fresh thread.
 
 A frozen Lambda environment resumes its threads on the next invocation: a cut run then finds itself fenced
-(its calls refused, the late answer reported in that invocation's log with the cut run's own record keys), its key
-long released, and a retry of the same key in this environment is handed back while the cut run is still alive.
+(its calls refused, the late answer reported in that invocation's log with the cut run's own record keys), and its
+key long released. A retry of the same key runs whether or not its cut run is still blocked somewhere (here or in
+another environment): the cut run can't act any more, and holding the retry back for a thread that may never end
+would make the record wait for ever.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from enum import Enum
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from functions.worker.errors import JobCodeExitError, JobInProgressError, JobTimeLimitError, TimeLimitInterrupt
+from functions.worker.errors import JobCodeExitError, JobTimeLimitError, TimeLimitInterrupt
 
 if TYPE_CHECKING:
     from functions.worker.breaker import Breakers, Ticket
@@ -303,8 +305,6 @@ class JobRunner:
 
     def run(self, run: JobRun) -> Any:
         """Run `run` and return what its job returned, or raise what it raised; JobTimeLimitError at its limit."""
-        if self.still_running(run.key):
-            raise JobInProgressError(f"a cut run of key {run.key!r} is still running in this worker")
         self._thread().submit(run)
         if not run.done.wait(run.limit_s) and run.cut():
             self._watch(run)

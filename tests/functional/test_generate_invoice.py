@@ -384,9 +384,11 @@ def test_one_hanging_invoice_is_cut_at_its_time_limit_while_the_rest_of_the_batc
     assert harness.queue_counts(QUEUE) == (0, 0)
 
 
-def test_a_retry_in_the_same_worker_waits_for_its_cut_run_to_end(clients: ClientFactory, api: FakeInvoicingApi) -> None:
-    # A cut run blocked in its HTTP call is still alive (fenced). A retry in the same execution environment must
-    # not call the API beside it: it is handed back for later, unrun and without using up an attempt.
+def test_a_retry_in_the_same_worker_runs_beside_its_fenced_cut_run_and_the_key_keeps_one_invoice(
+    clients: ClientFactory, api: FakeInvoicingApi
+) -> None:
+    # A cut run blocked in its HTTP call is still alive, and fenced. The retry does not wait for it (a thread
+    # that never ends would hold the record for ever): it runs, and the API's Idempotency-Key keeps one invoice.
     harness = invoicing_harness(clients, api.url, SHORT_LIMIT_CATALOG)
     put_invoice(harness, "INV-HANG")
     api.set_mode("hang")
@@ -394,30 +396,29 @@ def test_a_retry_in_the_same_worker_waits_for_its_cut_run_to_end(clients: Client
     worker = harness.worker(QUEUE)
     first = deliver(harness, worker=worker)
     assert first.failed_ids == [message_id]
-    assert api.waiting == 1  # the abandoned call still waits on the API
+    assert api.waiting == 1  # the cut run's call still waits on the API
     retry_now(harness, first)
 
     second = deliver(harness, worker=worker)
 
-    assert second.failed_ids == []  # acknowledged: a delayed, unrun copy replaces it
-    assert api.requests_for(key_of("INV-HANG")) == 1  # the retry did not call the API
-    [handed_back] = [line for line in harness.log_lines() if line.get("reason") == "in_progress" and "message" in line]
-    assert handed_back["attempt"] == 2
-    ceiling = backoff_ceiling_s(2, SHORT_LIMIT.backoff_base_s, SHORT_LIMIT.backoff_cap_s)
-    assert 0 <= handed_back["next_delay_s"] <= ceiling
-    counts = harness.clients("sqs").get_queue_attributes(
-        QueueUrl=harness.deployment.queues[QUEUE].url, AttributeNames=["All"]
-    )["Attributes"]
-    # The unrun copy: delayed by its backoff (or visible at once if the jitter drew 0).
-    assert int(counts["ApproximateNumberOfMessagesDelayed"]) + int(counts["ApproximateNumberOfMessages"]) == 1
-    # Durations are of runs that ran: the cut one at its limit; the refused retry has none.
+    assert second.failed_ids == [message_id]  # ran, hung too, cut at its limit: attempt 2 spent
+    assert api.requests_for(key_of("INV-HANG")) == 2
+    cuts = [line for line in harness.log_lines() if line.get("error_type") == "JobTimeLimitError"]
+    assert [line["attempt"] for line in cuts] == [1, 2]
+    assert len(worker._runner.cut_runs()) == 2
+    # Durations are of the runs' own code: each cut at its 2 s limit.
     durations = [
         value
         for doc in harness.metrics()
         if doc.get("job") == "generate_invoice" and "JobDuration" in doc
         for value in (doc["JobDuration"] if isinstance(doc["JobDuration"], list) else [doc["JobDuration"]])
     ]
-    assert len(durations) == 1 and 2000 <= durations[0] < 3000
-    api.set_mode("ok")
+    assert len(durations) == 2 and all(2000 <= value < 3000 for value in durations)
+
+    api.set_mode("ok")  # both hung calls are answered now; neither cut run may store the PDF
     wait_for_abandoned_runs()
+    assert stored_pdf(harness, "INV-HANG") is None
+    retry_now(harness, second)
+    assert deliver(harness, worker=worker).failed_ids == []
+    assert stored_pdf(harness, "INV-HANG") is not None
     assert api.created_count() == 1
