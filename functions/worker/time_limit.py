@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 INTERRUPT_AGAIN_EVERY_S = 1.0
 # An idle job thread ends after this long; the next run starts a new one (about 0.1 ms).
 IDLE_THREAD_S = 10.0
+# Calls after its cut a run reports (log line and metric); a job that loops on refusals adds no more.
+REPORTED_CALLS_AFTER_CUT = 3
 # A cut run's thread is renamed with this prefix: it is never reused, and ends when the run does.
 CUT_THREAD_PREFIX = "job-cut-"
 # Code the asynchronous interruption must never land in: these hold locks or shared state (connection pools,
@@ -115,6 +117,8 @@ class JobRun:
     error: BaseException | None = None
     thread: threading.Thread | None = None
     interruptions: int = 0
+    # Calls made or ended after the cut; only the first few are reported (a job looping on refusals says it once).
+    calls_after_cut: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _tickets: set[Ticket] = field(default_factory=set)
@@ -157,7 +161,8 @@ class JobRun:
             raise TimeLimitInterrupt(f"{what} ended after this run was cut at its time limit of {self.limit_s:g}s")
 
     def _after_cut(self, what: str, outcome: str) -> None:
-        if self.on_call_after_cut is not None:
+        self.calls_after_cut += 1
+        if self.on_call_after_cut is not None and self.calls_after_cut <= REPORTED_CALLS_AFTER_CUT:
             self.on_call_after_cut(self, what, outcome)
 
     def hold(self, ticket: Ticket) -> None:

@@ -16,6 +16,7 @@ import pytest
 from functions.worker.errors import JobCodeExitError, JobTimeLimitError, TimeLimitInterrupt
 from functions.worker.time_limit import (
     INTERRUPT_AGAIN_EVERY_S,
+    REPORTED_CALLS_AFTER_CUT,
     JobRun,
     JobRunner,
     RunState,
@@ -223,17 +224,19 @@ def test_a_cut_run_is_fenced_from_further_calls(runner: JobRunner) -> None:
         release.wait(30)
         run = current_run()
         assert run is not None
-        try:
-            run.refuse_if_cut("ses.SendEmail")
-        except TimeLimitInterrupt:
-            outcome.append("refused")
-            raise
+        for _ in range(10):  # a job that keeps trying after each refusal
+            try:
+                run.refuse_if_cut("ses.SendEmail")
+            except TimeLimitInterrupt:
+                outcome.append("refused")
+        raise TimeLimitInterrupt("gave up")
 
     run = job_run(job, limit_s=0.1, on_call_after_cut=lambda _run, what, result: reported.append((what, result)))
     with pytest.raises(JobTimeLimitError):
         runner.run(run)
     release.set()
     assert wait_until(run.done.is_set)
-    assert outcome == ["refused"]
-    assert reported == [("ses.SendEmail", "refused")]
+    assert outcome == ["refused"] * 10  # every call refused...
+    assert reported == [("ses.SendEmail", "refused")] * REPORTED_CALLS_AFTER_CUT  # ...the first few reported
+    assert run.calls_after_cut == 10
     assert isinstance(run.error, TimeLimitInterrupt)
