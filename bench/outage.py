@@ -8,16 +8,22 @@ policy when the message becomes visible again:
 - fixed visibility: nothing changes the visibility, so the message reappears a visibility timeout after it was
   received (what an SQS + Lambda consumer does by default): SQS's 30 s default, and the stack's default timeout;
 - this runtime: `functions.worker.backoff.backoff_delay_s` with the catalog's `QueueSpec` defaults, clamped as
-  `functions.worker.runtime` clamps it.
+  `functions.worker.runtime` clamps it;
+- this runtime with its circuit breakers: the same backoff, and before each call the worker's own
+  `functions.worker.breaker.Breakers` (the real code, on the virtual clock) admits the call or refuses it; a
+  refused record is handed back unrun (a copy delayed by `hold_delay_s`, its attempts not spent) for up to
+  `max_hold_s` from its first hand-back, after which a refusal is a failed attempt.
 
 A discrete-event simulation on a virtual clock (a heap of events; no sleeping, no threads): the same arguments and
-seed give the same figures, and 1,000 jobs take milliseconds. The only randomness is the backoff's jitter, drawn
-from a seeded `random.Random`. docs/benchmarks.md states the assumptions and records the figures.
+seed give the same figures, and 1,000 jobs take milliseconds. The only randomness is the jitter of the backoff and
+of the hand-backs' delays, drawn from a seeded `random.Random`. docs/benchmarks.md states the assumptions and
+records the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import heapq
 import itertools
 import json
@@ -32,7 +38,9 @@ from enum import Enum
 from typing import Any
 
 from functions.worker.backoff import SQS_MAX_VISIBILITY_S, backoff_delay_s
-from sqs_jobs.catalog import QueueSpec
+from functions.worker.breaker import Breakers, Ticket, hold_delay_s
+from functions.worker.errors import CircuitOpenError
+from sqs_jobs.catalog import CircuitBreakerSpec, QueueSpec
 
 # The catalog's defaults, as every queue that sets nothing gets them (the shipped `orders` queue does).
 DEFAULTS = QueueSpec(name="outage_bench", jobs=())
@@ -41,16 +49,27 @@ DEFAULTS = QueueSpec(name="outage_bench", jobs=())
 SQS_DEFAULT_VISIBILITY_S = 30
 # "A comparable drain time": at most this many times fixed 30 s visibility's.
 DRAIN_TOLERANCE = 1.5
+# The circuit breaker's goals (the issue's): during the outage at most this share of immediate retry's calls, and a
+# drain at most this many times fixed 30 s visibility's; nothing dead-lettered.
+BREAKER_CALLS_SHARE = 0.1
+BREAKER_DRAIN_TOLERANCE = 1.2
+# The one downstream every job calls: one breaker per worker.
+DOWNSTREAM = "downstream"
 # The grid `--sweep` tries for the runtime's backoff.
 SWEEP_BASES_S = (1, 2, 5, 10, 20, 30)
 SWEEP_CAPS_S = (60, 120, 300, 900)
 SWEEP_MAX_ATTEMPTS = (5, 8, 10)
+# The grid `--sweep-breaker` tries for the circuit breaker.
+SWEEP_THRESHOLDS = (1, 3, 5, 10)
+SWEEP_OPEN_S = (1.0, 2.0, 5.0, 10.0)
+SWEEP_MAX_OPEN_S = (10.0, 20.0, 30.0, 60.0, 120.0)
 
 
 class Kind(Enum):
     IMMEDIATE = "immediate"
     FIXED = "fixed"
     BACKOFF = "backoff"
+    BREAKER = "breaker"
 
 
 @dataclass(frozen=True)
@@ -63,20 +82,29 @@ class Policy:
     base_s: float = 0.0  # BACKOFF
     cap_s: float = 0.0  # BACKOFF
     function_timeout_s: int = 0  # BACKOFF: the runtime keeps a delay within 12 h of the receive
+    breaker: CircuitBreakerSpec | None = None  # BREAKER (with the backoff above)
 
     @property
     def dead_letters_itself(self) -> bool:
         """The runtime dead-letters on its last failed attempt; SQS's redrive moves a message on the receive after
         its last one (modelled as the moment it becomes visible again)."""
-        return self.kind is Kind.BACKOFF
+        return self.kind in (Kind.BACKOFF, Kind.BREAKER)
 
-    def visible_at(self, received_s: float, failed_s: float, attempt: int, rng: random.Random) -> float:
+    @property
+    def jittered(self) -> bool:
+        return self.kind in (Kind.BACKOFF, Kind.BREAKER)
+
+    def visible_at(
+        self, received_s: float, failed_s: float, attempt: int, rng: random.Random, floor_s: float | None = None
+    ) -> float:
+        """`floor_s`: the error's retry-after, which the runtime's backoff never goes below (a refusal's time
+        until the breaker lets a probe through, `functions.worker.classify`)."""
         if self.kind is Kind.IMMEDIATE:
             return failed_s
         if self.kind is Kind.FIXED:
             # The visibility timeout counts from the receive, not from the failure.
             return max(failed_s, received_s + self.visibility_s)
-        delay_s = backoff_delay_s(attempt, self.base_s, self.cap_s, rng)
+        delay_s = backoff_delay_s(attempt, self.base_s, self.cap_s, rng, floor_s=floor_s)
         delay_s = min(delay_s, SQS_MAX_VISIBILITY_S - self.function_timeout_s)
         return failed_s + delay_s
 
@@ -99,8 +127,25 @@ def runtime_backoff(spec: QueueSpec = DEFAULTS, label: str | None = None) -> Pol
     )
 
 
+def runtime_breaker(spec: QueueSpec = DEFAULTS, label: str | None = None) -> Policy:
+    breaker = spec.circuit_breaker
+    return Policy(
+        label=label
+        or (
+            f"this runtime + circuit breaker ({breaker.failure_threshold} failures, open {breaker.open_s:g}.."
+            f"{breaker.max_open_s:g} s)"
+        ),
+        kind=Kind.BREAKER,
+        base_s=spec.backoff_base_s,
+        cap_s=spec.backoff_cap_s,
+        function_timeout_s=spec.function_timeout_s,
+        breaker=breaker,
+    )
+
+
 def standard_policies(spec: QueueSpec = DEFAULTS) -> tuple[Policy, ...]:
-    """The issue's three policies, plus the stack's own visibility timeout for context."""
+    """The issue's three policies, plus the stack's own visibility timeout for context, and the runtime with its
+    circuit breakers."""
     return (
         immediate_retry(),
         fixed_visibility(SQS_DEFAULT_VISIBILITY_S, f"fixed {SQS_DEFAULT_VISIBILITY_S} s visibility (SQS default)"),
@@ -109,6 +154,7 @@ def standard_policies(spec: QueueSpec = DEFAULTS) -> tuple[Policy, ...]:
             f"fixed {spec.visibility_timeout_s} s visibility (stack default, 6 x {spec.function_timeout_s} s timeout)",
         ),
         runtime_backoff(spec),
+        runtime_breaker(spec),
     )
 
 
@@ -123,6 +169,8 @@ class Scenario:
     fail_s: float = 0.05
     service_s: float = 1.0
     max_attempts: int = DEFAULTS.max_attempts
+    # What a hand-back costs the worker (sending the delayed copy, acknowledging the original): a few milliseconds.
+    hold_s: float = 0.01
 
     def problems(self) -> list[str]:
         found = []
@@ -132,8 +180,8 @@ class Scenario:
             found.append("workers must be at least 1")
         if self.outage_s < 0:
             found.append("outage_s must be at least 0")
-        if self.fail_s <= 0 or self.service_s <= 0:
-            found.append("fail_s and service_s must be above 0")
+        if self.fail_s <= 0 or self.service_s <= 0 or self.hold_s <= 0:
+            found.append("fail_s, service_s and hold_s must be above 0")
         if self.max_attempts < 1:
             found.append("max_attempts must be at least 1")
         return found
@@ -153,9 +201,13 @@ class Run:
     drain_s: float  # from recovery until every job is completed or dead-lettered; 0 if none was left
     p50_s: float | None  # job completion time from enqueue, over completed jobs
     p99_s: float | None
+    holds: int = 0  # hand-backs of records refused by an open breaker (each an unrun, delayed copy)
+    refused_attempts: int = 0  # refusals past max_hold_s, each a failed attempt
+    breaker_opened: int = 0  # times a breaker opened from closed, over all workers
 
 
-_SUCCEEDED, _FAILED, _VISIBLE = 0, 1, 2
+_SUCCEEDED, _FAILED, _VISIBLE, _FREE = 0, 1, 2, 3
+_NO_WORKER = -1
 
 
 class _Simulation:
@@ -168,31 +220,49 @@ class _Simulation:
         self.seed = seed
         self.rng = random.Random(seed)
         self.now = 0.0
-        self.events: list[tuple[float, int, int, int]] = []  # (time, tie-break, kind, message)
+        self.events: list[tuple[float, int, int, int, int]] = []  # (time, tie-break, kind, message, worker)
         self.order = itertools.count()
         # Visible messages in the order they became visible; all of them at t=0.
         self.ready: deque[int] = deque(range(scenario.jobs))
-        self.receives = [0] * scenario.jobs  # ApproximateReceiveCount
+        # Idle workers, the one idle longest first.
+        self.idle: deque[int] = deque(range(scenario.workers))
+        self.receives = [0] * scenario.jobs  # ApproximateReceiveCount of the message (a hand-back's copy: from 0)
+        self.prior = [0] * scenario.jobs  # attempts a handed-back copy carries (the runtime's prior attempts)
+        self.held_since: list[float | None] = [None] * scenario.jobs  # first hand-back, carried on the copies
+        # A refusal past max_hold_s is a failed attempt whose backoff starts at the refusal's retry-after.
+        self.retry_after_s: list[float | None] = [None] * scenario.jobs
         self.received_at = [0.0] * scenario.jobs
-        self.idle = scenario.workers
         self.outage_calls = 0
         self.total_calls = 0
         self.completions: list[float] = []
         self.dead_lettered = 0
         self.settled_before_recovery = 0
         self.last_settled = 0.0
+        self.holds = 0
+        self.refused_attempts = 0
+        # One worker = one execution environment: its own breakers, in memory, on the virtual clock.
+        spec = policy.breaker if policy.kind is Kind.BREAKER else None
+        self.breakers = [Breakers(spec, clock=self.clock) for _ in range(scenario.workers)] if spec else []
+        self.tickets: list[Ticket | None] = [None] * scenario.workers
+
+    def clock(self) -> float:
+        return self.now
 
     def run(self) -> Run:
         self.dispatch()
         while self.events:
-            self.now, _, kind, message = heapq.heappop(self.events)
+            self.now, _, kind, message, worker = heapq.heappop(self.events)
             if kind == _SUCCEEDED:
-                self.idle += 1
+                self.settle_ticket(worker, ok=True)
+                self.idle.append(worker)
                 self.completions.append(self.now)
                 self.settle()
             elif kind == _FAILED:
-                self.idle += 1
+                self.settle_ticket(worker, ok=False)
+                self.idle.append(worker)
                 self.failed(message)
+            elif kind == _FREE:
+                self.idle.append(worker)
             elif self.receives[message] >= self.scenario.max_attempts:
                 self.dead_letter()  # SQS's redrive: maxReceiveCount reached
             else:
@@ -200,29 +270,72 @@ class _Simulation:
             self.dispatch()
         return self.result()
 
-    def push(self, at: float, kind: int, message: int) -> None:
-        heapq.heappush(self.events, (at, next(self.order), kind, message))
+    def push(self, at: float, kind: int, message: int, worker: int = _NO_WORKER) -> None:
+        heapq.heappush(self.events, (at, next(self.order), kind, message, worker))
+
+    def attempt(self, message: int) -> int:
+        """As the runtime counts it: receives of this message plus the attempts its copy carries."""
+        return self.receives[message] + self.prior[message]
 
     def dispatch(self) -> None:
-        """Every idle worker receives the longest-visible message and calls the downstream."""
+        """Every idle worker receives the longest-visible message and calls the downstream, if its breaker lets
+        it."""
         while self.idle and self.ready:
             message = self.ready.popleft()
-            self.idle -= 1
+            worker = self.idle.popleft()
             self.receives[message] += 1
             self.received_at[message] = self.now
+            if self.breakers:
+                try:
+                    self.tickets[worker] = self.breakers[worker].admit(DOWNSTREAM)
+                except CircuitOpenError as refusal:
+                    self.refused(message, worker, refusal)
+                    continue
             self.total_calls += 1
             if self.now < self.scenario.outage_s:
                 self.outage_calls += 1
-                self.push(self.now + self.scenario.fail_s, _FAILED, message)
+                self.push(self.now + self.scenario.fail_s, _FAILED, message, worker)
             else:
-                self.push(self.now + self.scenario.service_s, _SUCCEEDED, message)
+                self.push(self.now + self.scenario.service_s, _SUCCEEDED, message, worker)
+
+    def settle_ticket(self, worker: int, ok: bool) -> None:
+        ticket, self.tickets[worker] = self.tickets[worker], None
+        if ticket is None:
+            return
+        if ok:
+            ticket.succeeded()
+        else:
+            ticket.failed("503 Service Unavailable")
+
+    def refused(self, message: int, worker: int, refusal: CircuitOpenError) -> None:
+        """The runtime's `_hold`: hand the record back unrun, or, held for max_hold_s already, fail the attempt."""
+        assert self.policy.breaker is not None
+        first = self.held_since[message]
+        if first is None:
+            first = self.now
+        done = self.now + self.scenario.hold_s
+        if self.now - first >= self.policy.breaker.max_hold_s:
+            self.refused_attempts += 1
+            self.retry_after_s[message] = refusal.retry_after_s
+            self.push(done, _FAILED, message, worker)
+            return
+        self.holds += 1
+        self.held_since[message] = first
+        # The copy carries the attempts before this receive and starts its own receive count; it is sent once
+        # the worker is done with the hand-back, and DelaySeconds counts from then.
+        self.prior[message] = self.attempt(message) - 1
+        self.receives[message] = 0
+        delay_s = hold_delay_s(refusal, self.rng)
+        self.push(done, _FREE, message, worker)
+        self.push(done + delay_s, _VISIBLE, message)
 
     def failed(self, message: int) -> None:
-        attempt = self.receives[message]
+        attempt = self.attempt(message)
+        floor_s, self.retry_after_s[message] = self.retry_after_s[message], None
         if self.policy.dead_letters_itself and attempt >= self.scenario.max_attempts:
             self.dead_letter()
             return
-        visible_at = self.policy.visible_at(self.received_at[message], self.now, attempt, self.rng)
+        visible_at = self.policy.visible_at(self.received_at[message], self.now, attempt, self.rng, floor_s)
         self.push(visible_at, _VISIBLE, message)
 
     def dead_letter(self) -> None:
@@ -247,6 +360,9 @@ class _Simulation:
             drain_s=max(0.0, self.last_settled - self.scenario.outage_s),
             p50_s=percentile(done, 50),
             p99_s=percentile(done, 99),
+            holds=self.holds,
+            refused_attempts=self.refused_attempts,
+            breaker_opened=sum(s.opened for breakers in self.breakers for s in breakers.snapshots()),
         )
 
 
@@ -265,7 +381,7 @@ def percentile(ordered: Sequence[float], p: float) -> float | None:
 
 # --- several seeds, summarised ----------------------------------------------------------------------------
 
-METRICS = ("outage_calls", "total_calls", "dead_lettered", "drain_s", "p50_s", "p99_s")
+METRICS = ("outage_calls", "total_calls", "dead_lettered", "drain_s", "p50_s", "p99_s", "holds", "refused_attempts")
 
 
 @dataclass(frozen=True)
@@ -288,8 +404,8 @@ class Result:
 
 
 def seeds_for(policy: Policy, first: int, count: int) -> list[int]:
-    """Only the jittered policy draws random numbers: the others need one run."""
-    return list(range(first, first + count)) if policy.kind is Kind.BACKOFF else [first]
+    """Only the jittered policies draw random numbers: the others need one run."""
+    return list(range(first, first + count)) if policy.jittered else [first]
 
 
 def run_policy(policy: Policy, scenario: Scenario, first_seed: int, seeds: int) -> Result:
@@ -341,6 +457,49 @@ def checks(immediate: Result, fixed: Result, backoff: Result, scenario: Scenario
             dead.high == 0,
             f"{dead.mean:g} of {scenario.jobs:,} on average, {dead.low:g}..{dead.high:g} "
             f"over {len(backoff.runs)} seeds",
+        ),
+    ]
+
+
+def breaker_checks(immediate: Result, fixed: Result, breaker: Result, scenario: Scenario) -> list[Check]:
+    """The issue's goals for the circuit breaker, in every seed (its worst seed against the others' one run)."""
+    calls = breaker.spread("outage_calls") or Spread(math.nan, math.nan, math.nan)
+    drain = breaker.spread("drain_s") or Spread(math.nan, math.nan, math.nan)
+    dead = breaker.spread("dead_lettered") or Spread(math.nan, math.nan, math.nan)
+    immediate_calls = _mean(immediate, "outage_calls")
+    fixed_drain = _mean(fixed, "drain_s")
+    fixed_dead = _mean(fixed, "dead_lettered")
+    lost = dead.high > 0 or fixed_dead > 0
+    seeds = len(breaker.runs)
+    why = []
+    if dead.high > 0:
+        why.append("the breaker dead-lettered jobs")
+    if fixed_dead > 0:
+        why.append(f"fixed {SQS_DEFAULT_VISIBILITY_S} s dead-lettered {fixed_dead:,.0f}")
+    return [
+        Check(
+            f"at most {BREAKER_CALLS_SHARE:g}x immediate retry's calls during the outage",
+            calls.high <= BREAKER_CALLS_SHARE * immediate_calls,
+            f"{calls.mean:,.0f} [{calls.low:,.0f}..{calls.high:,.0f}] vs {immediate_calls:,.0f} "
+            f"({calls.high / immediate_calls:.3f}x at most)"
+            if immediate_calls
+            else "immediate retry made no calls",
+        ),
+        Check(
+            f"drain at most {BREAKER_DRAIN_TOLERANCE}x fixed {SQS_DEFAULT_VISIBILITY_S} s visibility's",
+            drain.high <= BREAKER_DRAIN_TOLERANCE * fixed_drain and not lost,
+            (
+                f"{drain.mean:.1f} s [{drain.low:.1f}..{drain.high:.1f}] vs {fixed_drain:.1f} s "
+                f"({drain.high / fixed_drain:.2f}x at most)"
+                if fixed_drain
+                else "fixed drained nothing"
+            )
+            + (f"; {' and '.join(why)}: a drain that lost jobs is no yardstick" if lost else ""),
+        ),
+        Check(
+            f"no job dead-lettered during a {scenario.outage_s:g} s outage",
+            dead.high == 0,
+            f"{dead.mean:g} of {scenario.jobs:,} on average, {dead.low:g}..{dead.high:g} over {seeds} seeds",
         ),
     ]
 
@@ -429,6 +588,95 @@ def sweep(
     return rows
 
 
+@dataclass(frozen=True)
+class BreakerSweepRow:
+    failure_threshold: int
+    open_s: float
+    max_open_s: float
+    outage_calls: float
+    outage_calls_max: float
+    immediate_outage_calls: float
+    drain_s: float
+    drain_max_s: float
+    fixed_drain_s: float
+    fixed_dead_lettered: int
+    dead_lettered: float
+    dead_lettered_max: float
+    holds: float
+    is_default: bool
+
+    @property
+    def few_calls(self) -> bool:
+        return self.outage_calls_max <= BREAKER_CALLS_SHARE * self.immediate_outage_calls
+
+    @property
+    def drains_in_time(self) -> bool:
+        """In every seed, and only where neither side dead-lettered a job."""
+        return (
+            self.no_dead_letters
+            and self.fixed_dead_lettered == 0
+            and self.drain_max_s <= BREAKER_DRAIN_TOLERANCE * self.fixed_drain_s
+        )
+
+    @property
+    def no_dead_letters(self) -> bool:
+        return self.dead_lettered_max == 0
+
+    @property
+    def meets_all(self) -> bool:
+        return self.few_calls and self.drains_in_time and self.no_dead_letters
+
+
+def sweep_breaker(
+    scenario: Scenario,
+    first_seed: int,
+    seeds: int,
+    thresholds: Iterable[int] = SWEEP_THRESHOLDS,
+    opens_s: Iterable[float] = SWEEP_OPEN_S,
+    max_opens_s: Iterable[float] = SWEEP_MAX_OPEN_S,
+) -> list[BreakerSweepRow]:
+    """The circuit breaker over a grid of (failure_threshold, open_s, max_open_s), the queue's other defaults
+    (backoff, max_hold_s) kept, beside immediate retry and fixed 30 s visibility on the same scenario."""
+    immediate = run_policy(immediate_retry(), scenario, first_seed, 1)
+    fixed = run_policy(fixed_visibility(SQS_DEFAULT_VISIBILITY_S), scenario, first_seed, 1)
+    default = DEFAULTS.circuit_breaker
+    rows = []
+    for threshold in thresholds:
+        for open_s in opens_s:
+            for max_open_s in max_opens_s:
+                if open_s > max_open_s:
+                    continue
+                breaker = CircuitBreakerSpec(
+                    failure_threshold=threshold, open_s=open_s, max_open_s=max_open_s, max_hold_s=default.max_hold_s
+                )
+                spec = dataclasses.replace(DEFAULTS, circuit_breaker=breaker)
+                result = run_policy(runtime_breaker(spec), scenario, first_seed, seeds)
+                calls = result.spread("outage_calls")
+                drain = result.spread("drain_s")
+                dead = result.spread("dead_lettered")
+                assert calls is not None and drain is not None and dead is not None
+                rows.append(
+                    BreakerSweepRow(
+                        failure_threshold=threshold,
+                        open_s=open_s,
+                        max_open_s=max_open_s,
+                        outage_calls=calls.mean,
+                        outage_calls_max=calls.high,
+                        immediate_outage_calls=_mean(immediate, "outage_calls"),
+                        drain_s=drain.mean,
+                        drain_max_s=drain.high,
+                        fixed_drain_s=_mean(fixed, "drain_s"),
+                        fixed_dead_lettered=fixed.runs[0].dead_lettered,
+                        dead_lettered=dead.mean,
+                        dead_lettered_max=dead.high,
+                        holds=_mean(result, "holds"),
+                        is_default=(threshold, open_s, max_open_s)
+                        == (default.failure_threshold, default.open_s, default.max_open_s),
+                    )
+                )
+    return rows
+
+
 # --- printing ---------------------------------------------------------------------------------------------
 
 
@@ -458,6 +706,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def describe(scenario: Scenario, first_seed: int, seeds: int) -> str:
+    breaker = DEFAULTS.circuit_breaker
     return "\n".join(
         [
             f"Downstream outage in virtual time: {scenario.jobs:,} jobs enqueued at t=0, {scenario.workers} workers "
@@ -467,13 +716,26 @@ def describe(scenario: Scenario, first_seed: int, seeds: int) -> str:
             f"{DEFAULTS.max_attempts}).",
             f"Catalog defaults: backoff_base_s {DEFAULTS.backoff_base_s}, backoff_cap_s {DEFAULTS.backoff_cap_s}, "
             f"visibility_timeout_s {DEFAULTS.visibility_timeout_s}, max_concurrency {DEFAULTS.max_concurrency}.",
-            f"Jittered policy: mean [min..max] over seeds {first_seed}..{first_seed + seeds - 1}; "
+            f"Circuit breaker (CircuitBreakerSpec defaults, one per worker): failure_threshold "
+            f"{breaker.failure_threshold}, open_s {breaker.open_s:g}, max_open_s {breaker.max_open_s:g}, "
+            f"max_hold_s {breaker.max_hold_s}; a hand-back costs the worker {scenario.hold_s:g} s.",
+            f"Jittered policies: mean [min..max] over seeds {first_seed}..{first_seed + seeds - 1}; "
             "the others are deterministic (one run).",
         ]
     )
 
 
-def render(results: Sequence[Result], verdict: Sequence[Check], scenario: Scenario) -> str:
+def _checks_text(title: str, verdict: Sequence[Check]) -> list[str]:
+    width = max(len(check.claim) for check in verdict)
+    return ["", title, *(f"  {'yes' if c.ok else 'NO '}  {c.claim.ljust(width)}  {c.detail}" for c in verdict)]
+
+
+def render(
+    results: Sequence[Result],
+    verdict: Sequence[Check],
+    scenario: Scenario,
+    breaker_verdict: Sequence[Check] = (),
+) -> str:
     header = (
         "policy",
         "calls during outage",
@@ -482,6 +744,7 @@ def render(results: Sequence[Result], verdict: Sequence[Check], scenario: Scenar
         f"drain after t={scenario.outage_s:g} s (s)",
         "p50 done (s)",
         "p99 done (s)",
+        "holds",
     )
     rows = [
         (
@@ -492,12 +755,14 @@ def render(results: Sequence[Result], verdict: Sequence[Check], scenario: Scenar
             _cell(result.spread("drain_s"), 1),
             _cell(result.spread("p50_s"), 1),
             _cell(result.spread("p99_s"), 1),
+            _cell(result.spread("holds")) if result.policy.kind is Kind.BREAKER else "-",
         )
         for result in results
     ]
-    lines = [_table(header, rows), "", "The issue's expectation for this runtime's backoff (means over the seeds):"]
-    width = max(len(check.claim) for check in verdict)
-    lines += [f"  {'yes' if c.ok else 'NO '}  {c.claim.ljust(width)}  {c.detail}" for c in verdict]
+    lines = [_table(header, rows)]
+    lines += _checks_text("The issue's expectation for this runtime's backoff (means over the seeds):", verdict)
+    if breaker_verdict:
+        lines += _checks_text("The issue's goals for the circuit breaker (in every seed):", breaker_verdict)
     return "\n".join(lines)
 
 
@@ -547,6 +812,55 @@ def render_sweep(rows: Sequence[SweepRow], scenario: Scenario) -> str:
     )
 
 
+def render_breaker_sweep(rows: Sequence[BreakerSweepRow], scenario: Scenario) -> str:
+    header = (
+        "threshold",
+        "open s",
+        "max open s",
+        "outage calls (max)",
+        "immediate calls",
+        "drain s (max)",
+        "fixed 30 s drain",
+        "DLQ (max)",
+        "holds",
+        f"calls <= {BREAKER_CALLS_SHARE:g}x",
+        f"drain <= {BREAKER_DRAIN_TOLERANCE}x",
+        "no DLQ",
+        "",
+    )
+    table = [
+        (
+            str(row.failure_threshold),
+            f"{row.open_s:g}",
+            f"{row.max_open_s:g}",
+            f"{_number(row.outage_calls, 0)} ({_number(row.outage_calls_max, 0)})",
+            _number(row.immediate_outage_calls, 0),
+            f"{row.drain_s:.1f} ({row.drain_max_s:.1f})",
+            f"{row.fixed_drain_s:.1f}",
+            f"{row.dead_lettered:g} ({row.dead_lettered_max:g})",
+            _number(row.holds, 0),
+            "yes" if row.few_calls else "-",
+            "yes" if row.drains_in_time else "-",
+            "yes" if row.no_dead_letters else "-",
+            ("ALL " if row.meets_all else "") + ("<- current default" if row.is_default else ""),
+        )
+        for row in rows
+    ]
+    meeting = sum(row.meets_all for row in rows)
+    return "\n".join(
+        [
+            f"Sweep of the circuit breaker, {scenario.jobs:,} jobs, {scenario.workers} workers, "
+            f"{scenario.outage_s:g} s outage; backoff and max_hold_s at the catalog's defaults; immediate retry and "
+            "fixed 30 s visibility beside each row.",
+            _table(header, table),
+            "",
+            f"{meeting} of {len(rows)} settings meet all three in every seed (outage calls at most "
+            f"{BREAKER_CALLS_SHARE:g}x immediate retry's, drain within {BREAKER_DRAIN_TOLERANCE}x fixed 30 s's, "
+            "no dead-letter).",
+        ]
+    )
+
+
 # --- the command ------------------------------------------------------------------------------------------
 
 
@@ -573,10 +887,27 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--bases", type=_ints, default=SWEEP_BASES_S, help="--sweep: backoff_base_s values")
     parser.add_argument("--caps", type=_ints, default=SWEEP_CAPS_S, help="--sweep: backoff_cap_s values")
     parser.add_argument("--attempts", type=_ints, default=SWEEP_MAX_ATTEMPTS, help="--sweep: max_attempts values")
+    parser.add_argument(
+        "--hold-s", type=float, default=default.hold_s, help="what a hand-back costs a worker (%(default)s)"
+    )
+    parser.add_argument(
+        "--sweep-breaker",
+        action="store_true",
+        help="try a grid of the circuit breaker's (failure_threshold, open_s, max_open_s) instead",
+    )
+    parser.add_argument(
+        "--thresholds", type=_ints, default=SWEEP_THRESHOLDS, help="--sweep-breaker: failure_threshold values"
+    )
+    parser.add_argument("--opens", type=_floats, default=SWEEP_OPEN_S, help="--sweep-breaker: open_s values")
+    parser.add_argument(
+        "--max-opens", type=_floats, default=SWEEP_MAX_OPEN_S, help="--sweep-breaker: max_open_s values"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
+    if args.sweep and args.sweep_breaker:
+        parser.error("--sweep and --sweep-breaker are separate runs: choose one")
     problems = scenario_from(args).problems()
     if problems:
         parser.error("; ".join(problems))
@@ -594,6 +925,17 @@ def _ints(text: str) -> tuple[int, ...]:
     return values
 
 
+def _floats(text: str) -> tuple[float, ...]:
+    """A comma-separated list of numbers above 0."""
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+    if not values or not all(math.isfinite(value) and value > 0 for value in values):
+        raise argparse.ArgumentTypeError(f"every value must be above 0: {text!r}")
+    return values
+
+
 def scenario_from(args: argparse.Namespace) -> Scenario:
     return Scenario(
         jobs=args.jobs,
@@ -602,6 +944,7 @@ def scenario_from(args: argparse.Namespace) -> Scenario:
         fail_s=args.fail_s,
         service_s=args.service_s,
         max_attempts=args.max_attempts,
+        hold_s=args.hold_s,
     )
 
 
@@ -631,9 +974,22 @@ def report(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
             ],
         }  # fmt: skip
         return render_sweep(rows, scenario), data
+    if args.sweep_breaker:
+        breaker_rows = sweep_breaker(scenario, args.seed, args.seeds, args.thresholds, args.opens, args.max_opens)
+        data = {
+            "scenario": asdict(scenario),
+            "seeds": seeds_for(runtime_breaker(), args.seed, args.seeds),
+            "breaker_sweep": [
+                {**asdict(row), "few_calls": row.few_calls, "drains_in_time": row.drains_in_time,
+                 "no_dead_letters": row.no_dead_letters, "meets_all": row.meets_all}
+                for row in breaker_rows
+            ],
+        }  # fmt: skip
+        return render_breaker_sweep(breaker_rows, scenario), data
     results = [run_policy(policy, scenario, args.seed, args.seeds) for policy in standard_policies()]
-    immediate, fixed, _, backoff = results
+    immediate, fixed, _, backoff, breaker = results
     verdict = checks(immediate, fixed, backoff, scenario)
+    breaker_verdict = breaker_checks(immediate, fixed, breaker, scenario)
     data = {
         "scenario": asdict(scenario),
         "queue_defaults": {
@@ -643,6 +999,7 @@ def report(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
             "visibility_timeout_s": DEFAULTS.visibility_timeout_s,
             "max_concurrency": DEFAULTS.max_concurrency,
         },
+        "circuit_breaker_defaults": asdict(DEFAULTS.circuit_breaker),
         "policies": [
             {
                 "label": result.policy.label,
@@ -653,8 +1010,9 @@ def report(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
             for result in results
         ],
         "checks": [asdict(check) for check in verdict],
+        "breaker_checks": [asdict(check) for check in breaker_verdict],
     }
-    text = describe(scenario, args.seed, args.seeds) + "\n\n" + render(results, verdict, scenario)
+    text = describe(scenario, args.seed, args.seeds) + "\n\n" + render(results, verdict, scenario, breaker_verdict)
     return text, data
 
 
