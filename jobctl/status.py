@@ -11,7 +11,7 @@ from typing import Any
 
 import botocore.exceptions
 
-from functions.worker.observability import FAILED, HEARTBEAT, SUCCEEDED, UNPARSEABLE_JOB
+from functions.worker.observability import CIRCUIT_OPENED, FAILED, HEARTBEAT, RUNTIME_JOB, SUCCEEDED, UNPARSEABLE_JOB
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
 from jobctl.discovery import QueueLocation
 from jobctl.queue_control import QueueControlError, is_paused
@@ -44,6 +44,8 @@ class QueueStatus:
     # Whether the worker's event source mapping is disabled (`jobctl queue pause`); None: not read (no Lambda
     # client given, or the operator may not list event source mappings).
     paused: bool | None = None
+    # Times a circuit breaker of the queue's downstreams opened in the window (any worker, any downstream).
+    circuit_opened: int = 0
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -72,6 +74,7 @@ class QueueStatus:
             "last_success_at": self.last_success_at.isoformat() if self.last_success_at else None,
             "last_heartbeat_at": self.last_heartbeat_at.isoformat() if self.last_heartbeat_at else None,
             "paused": self.paused,
+            "circuit_opened": self.circuit_opened,
             "healthy": self.healthy,
             "problems": list(self.problems),
         }
@@ -108,6 +111,7 @@ class _Readings:
     failed: int
     last_success_at: datetime | None
     last_heartbeat_at: datetime | None
+    circuit_opened: int = 0
 
 
 def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, window_s: int) -> _Readings:
@@ -121,7 +125,11 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
         "MetricName": OLDEST_AGE_METRIC,
         "Dimensions": [{"Name": "QueueName", "Value": queue_name}],
     }
-    queries = [stat("age", age_metric, "Maximum"), stat("hb", job_metric(spec.name, HEARTBEAT_JOB, HEARTBEAT), "Sum")]
+    queries = [
+        stat("age", age_metric, "Maximum"),
+        stat("hb", job_metric(spec.name, HEARTBEAT_JOB, HEARTBEAT), "Sum"),
+        stat("circuit", job_metric(spec.name, RUNTIME_JOB, CIRCUIT_OPENED), "Sum"),
+    ]
     # Malformed messages fail under the runtime's "(unparseable)" job: they count as failed runs too.
     for index, job in enumerate((*spec.job_names, UNPARSEABLE_JOB)):
         queries.append(stat(f"ok{index}", job_metric(spec.name, job, SUCCEEDED), "Sum"))
@@ -138,7 +146,7 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
         if stamp >= now - timedelta(seconds=AGE_LOOKBACK_S)
     ]
     window_start = now - timedelta(seconds=window_s)
-    succeeded = failed = 0
+    succeeded = failed = circuit_opened = 0
     last_success: datetime | None = None
     for query_id, result in results.items():
         in_window = [
@@ -151,12 +159,15 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
                 last_success = stamp
         elif query_id.startswith("failed"):
             failed += int(sum(in_window))
+        elif query_id == "circuit":
+            circuit_opened = int(sum(in_window))
     return _Readings(
         oldest_age_s=max(recent_ages)[1] if recent_ages else None,
         succeeded=succeeded,
         failed=failed,
         last_success_at=last_success,
         last_heartbeat_at=_last_positive(results.get("hb", {})),
+        circuit_opened=circuit_opened,
     )
 
 
@@ -193,6 +204,7 @@ def queue_status(
         last_heartbeat_at=readings.last_heartbeat_at,
         window_s=window_s,
         paused=_paused(lambda_client, location.arn),
+        circuit_opened=readings.circuit_opened,
     )
     status.problems = diagnose(status, spec, now)
     return status
@@ -230,6 +242,12 @@ def diagnose(status: QueueStatus, spec: QueueSpec, now: datetime) -> list[str]:
         and status.succeeded + status.failed >= alarms.failure_rate_min_runs
     ):
         problems.append(f"{rate:.0%} of runs failed in the last {status.window_s // 60} min")
+    if status.circuit_opened >= alarms.circuit_opened:
+        problems.append(
+            f"circuit breakers opened {status.circuit_opened} time(s) in the last {status.window_s // 60} min: a "
+            "downstream is failing (the workers' 'circuit opened' log lines name it); the jobs that need it wait "
+            f"without spending attempts for up to {spec.circuit_breaker.max_hold_s // 60} min"
+        )
     quiet_since = status.last_success_at
     no_recent_success = quiet_since is None or (now - quiet_since).total_seconds() > alarms.stalled_after_s
     waited_long = status.oldest_age_s is None or status.oldest_age_s > alarms.stalled_after_s

@@ -1,4 +1,5 @@
-"""Issue 5 on the local engine: a stopped worker shows as stalled, with its heartbeat missing.
+"""Issue 5 on the local engine: a stopped worker shows as stalled, with its heartbeat missing; and an opened circuit
+breaker shows in `jobctl status`, from the worker's EMF through the engine's CloudWatch.
 
 A module of its own: moto's backends are per process, so no other engine may run beside this one.
 """
@@ -40,3 +41,36 @@ def test_a_stopped_worker_shows_as_stalled_with_its_heartbeat_missing() -> None:
     assert not status.healthy
     assert any(problem.startswith("stalled") for problem in status.problems)
     assert any(problem.startswith("heartbeat missing") for problem in status.problems)
+
+
+def test_an_invoicing_outage_opens_the_breaker_and_jobctl_status_says_so() -> None:
+    with LocalEngine(port=0, worker_output=io.StringIO()) as running:
+        assert running.deployment is not None
+        clients = running.clients()
+        spec = running.catalog.queue("invoices")
+        where = find_queues(clients("ssm"), running.stack_name)["invoices"]
+        for number in range(12):
+            clients("dynamodb").put_item(
+                TableName=running.deployment.resources["invoices_table"],
+                Item={
+                    "invoice_id": {"S": f"INV-{number}"},
+                    "customer": {"S": "Aiko"},
+                    "amount": {"N": "1.00"},
+                    "currency": {"S": "EUR"},
+                },
+            )
+        running.invoicing.set_mode("503")
+        for number in range(12):
+            clients("sqs").send_message(
+                QueueUrl=where.url, MessageBody=f'{{"job":"generate_invoice","id":"INV-{number}"}}'
+            )
+        # The EMF documents reach the engine's CloudWatch through its metrics agent.
+        deadline = time.monotonic() + 30
+        status = queue_status(clients("sqs"), clients("cloudwatch"), spec, where)
+        while not status.circuit_opened:
+            assert time.monotonic() < deadline, "no breaker opening reached CloudWatch"
+            time.sleep(0.5)
+            status = queue_status(clients("sqs"), clients("cloudwatch"), spec, where)
+
+    assert not status.healthy
+    assert any(problem.startswith("circuit breakers opened") for problem in status.problems)

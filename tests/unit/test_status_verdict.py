@@ -39,3 +39,15 @@ def test_the_failure_rate_counts_from_the_minimum_volume(succeeded: int, failed:
     assert spec.alarms.failure_rate_min_runs == 10 and spec.alarms.failure_rate == 0.1
     problems = diagnose(_status(succeeded, failed), spec, NOW)
     assert any("of runs failed" in problem for problem in problems) is reported
+
+
+@pytest.mark.parametrize(("opened", "reported"), [(0, False), (1, True), (4, True)])
+def test_an_opened_circuit_breaker_is_a_problem_as_it_is_an_alarm(opened: int, reported: bool) -> None:
+    spec = CATALOG.queue("invoices")
+    status = _status(50, 0)
+    status.circuit_opened = opened
+    problems = [problem for problem in diagnose(status, spec, NOW) if "circuit breakers opened" in problem]
+    assert bool(problems) is reported
+    if reported:
+        assert f"opened {opened} time(s)" in problems[0] and "15 min" in problems[0]
+    assert status.to_dict()["circuit_opened"] == opened
