@@ -109,15 +109,19 @@ def drain(harness: Harness, queue: str, worker: Worker, rounds: int = 20) -> Non
     raise AssertionError(f"queue {queue} did not drain")
 
 
+def six_invoices_while_the_api_is_down(harness: Harness, api: FakeInvoicingApi) -> tuple[list[str], Worker]:
+    invoice_ids = [f"INV-{n}" for n in range(6)]
+    for invoice_id in invoice_ids:
+        put_invoice(harness, invoice_id)
+        harness.send(body(invoice_id), queue="invoices")
+    api.set_mode("503")
+    return invoice_ids, harness.worker("invoices")
+
+
 def test_a_failing_api_opens_its_breaker_and_the_records_after_it_wait_without_calling(
     guarded: Harness, api: FakeInvoicingApi
 ) -> None:
-    invoice_ids = [f"INV-{n}" for n in range(6)]
-    for invoice_id in invoice_ids:
-        put_invoice(guarded, invoice_id)
-        guarded.send(body(invoice_id), queue="invoices")
-    api.set_mode("503")
-    worker = guarded.worker("invoices")
+    invoice_ids, worker = six_invoices_while_the_api_is_down(guarded, api)
 
     invocation = guarded.deliver("invoices", worker=worker)
 
@@ -151,12 +155,7 @@ def test_a_failing_api_opens_its_breaker_and_the_records_after_it_wait_without_c
 
 
 def test_one_probe_finds_the_api_back_and_every_job_then_runs_once(guarded: Harness, api: FakeInvoicingApi) -> None:
-    invoice_ids = [f"INV-{n}" for n in range(6)]
-    for invoice_id in invoice_ids:
-        put_invoice(guarded, invoice_id)
-        guarded.send(body(invoice_id), queue="invoices")
-    api.set_mode("503")
-    worker = guarded.worker("invoices")
+    invoice_ids, worker = six_invoices_while_the_api_is_down(guarded, api)
     first = guarded.deliver("invoices", worker=worker)
     assert first is not None
     called = {i for i in invoice_ids if api.requests_for(f"generate_invoice:{i}")}
