@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from infra.naming import QUEUE_SIGNALS
 from sqs_jobs.catalog import CATALOG, Catalog, QueueSpec
 
 PRICES_AS_OF = "2026-11-29"
@@ -26,12 +27,13 @@ MILLION = 1_000_000
 HOURS_PER_MONTH = 730
 MINUTES_PER_MONTH = HOURS_PER_MONTH * 60
 SQS_CHUNK_BYTES = 64 * 1024  # SQS bills each 64 KiB of a request's payload as one request
-# The stack's alarms per queue: 9 for the queue (age, DLQ depth, backlog, DLQ arrivals, failure rate, stalled,
-# heartbeat missing, ...) and 1 per job (its p99 duration against its time limit). See infra/monitoring.py.
-ALARMS_PER_QUEUE = 9
+# The stack's alarms per queue: one per queue signal (age, DLQ depth, backlog, DLQ arrivals, failure rate, stalled,
+# heartbeat missing, runtime faults, circuit open, ...) and 1 per job (its p99 duration against its time limit).
+ALARMS_PER_QUEUE = len(QUEUE_SIGNALS)
 ALARMS_PER_JOB = 1
 # The runtime's EMF metrics per job (JobSucceeded, JobDuplicate, JobFailed, JobRetried, JobDeadLettered x2 reasons,
-# JobDeferred x2 reasons, JobDuration ...): an upper bound; CloudWatch bills a metric only in the hours it is sent.
+# JobDeferred x2 reasons, JobDuration ...): an upper bound; CloudWatch bills a metric only in the hours it is sent,
+# so the ones only an incident sends (RuntimeFault, CircuitOpened, CutRunCall and their reasons) are left out.
 METRICS_PER_JOB = 10
 # Per queue: Heartbeat, and the `(unparseable)` job's JobFailed and JobDeadLettered.
 METRICS_PER_QUEUE = 3
@@ -58,6 +60,9 @@ class Assumptions:
     """What the catalog does not say; each a flag."""
 
     duration_ms_per_job: float = 100.0  # average run of one job, idempotency calls included
+    # Share of a run spent waiting on I/O (a DynamoDB read, an SES send): with records side by side the waits of a
+    # batch's records overlap, so the invocation, which Lambda bills, lasts for one of them, not their sum.
+    io_wait_share: float = 0.9
     overhead_ms_per_invocation: float = 20.0  # per batch: handler entry, EMF flush, partial-batch response
     batch_fill: float = 1.0  # share of batch_size an average invocation receives (low traffic: far below 1)
     retries_per_job: float = 0.0  # average failed attempts per job (each: 1 ChangeMessageVisibility + a rerun)
@@ -79,16 +84,17 @@ per job, for a queue with batch size B, fill f, memory M MB, run d ms, overhead 
 duplicates u, message S bytes (attempts a = 1 + r, invocations per job i = a / (B x f)):
   SQS requests      = ceil(S / 64 KiB) x (1 send) + i x (1 receive + 1 delete batch) + r x (1 ChangeMessageVisibility)
   Lambda requests   = i
-  Lambda GB-s       = (M / 1024) x (a x d + i x o) / 1000
+  Lambda GB-s       = (M / 1024) x (a x d x ((1 - w) + w / p) + i x o) / 1000, w = share of a run waiting on I/O,
+                      p = records side by side (min(records_in_parallel, B x f)): their waits overlap
   DynamoDB WRU      = a x idempotency writes per job (2, from bench.writes) + u x 1 (conditional check)
   DynamoDB RRU      = a x reads per job (1)
   Logs GB           = (log bytes per job + i x platform bytes per invocation) / 2^30
 fixed per month, spread over jobs_per_month:
-  alarms            = 9 + 1 x jobs on the queue
+  alarms            = ALARMS + 1 x jobs on the queue
   metrics           = 3 + 10 x jobs on the queue (an upper bound)
   heartbeats        = 43,800 min / interval (EventBridge Scheduler invocations; each also 1 send, 1 receive,
                       1 delete and 1 Lambda invocation)
-cost = units x price; per million jobs = per job x 1,000,000"""
+cost = units x price; per million jobs = per job x 1,000,000""".replace("ALARMS", str(ALARMS_PER_QUEUE))
 
 
 @dataclass(frozen=True)
@@ -121,9 +127,11 @@ def queue_cost(spec: QueueSpec, prices: Prices = Prices(), assume: Assumptions =
     invocations = attempts / per_batch
     chunks = max(1, math.ceil(assume.message_bytes / SQS_CHUNK_BYTES))
     sqs_requests = chunks + invocations * 2 + assume.retries_per_job
+    side_by_side = min(float(spec.records_in_parallel), per_batch)
+    billed_ms_per_run = assume.duration_ms_per_job * ((1 - assume.io_wait_share) + assume.io_wait_share / side_by_side)
     gb_seconds = (
         (spec.memory_mb / 1024)
-        * (attempts * assume.duration_ms_per_job + invocations * assume.overhead_ms_per_invocation)
+        * (attempts * billed_ms_per_run + invocations * assume.overhead_ms_per_invocation)
         / 1000
     )
     wru = attempts * assume.idempotency_writes_per_job + assume.duplicates_per_job
@@ -249,7 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print(f"(e) cost per million jobs, us-east-1 list prices as of {PRICES_AS_OF} (check them), free tiers ignored")
     print(
-        f"assumptions: {assume.duration_ms_per_job:g} ms per job, {assume.overhead_ms_per_invocation:g} ms per "
+        f"assumptions: {assume.duration_ms_per_job:g} ms per job ({assume.io_wait_share:.0%} of it waiting on I/O), "
+        f"{assume.overhead_ms_per_invocation:g} ms per "
         f"invocation, batch fill {assume.batch_fill:g}, {assume.retries_per_job:g} retries and "
         f"{assume.duplicates_per_job:g} duplicates per job, {assume.log_bytes_per_job:g} log bytes per job, "
         f"{assume.jobs_per_month:,.0f} jobs a month per queue"

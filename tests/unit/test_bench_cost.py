@@ -24,6 +24,7 @@ PRICES = cost.Prices(
 )
 ASSUME = cost.Assumptions(
     duration_ms_per_job=1000.0,
+    io_wait_share=0.0,  # CPU-bound: records side by side don't shorten the invocation
     overhead_ms_per_invocation=0.0,
     batch_fill=1.0,
     retries_per_job=0.0,
@@ -49,12 +50,25 @@ def test_each_component_matches_the_hand_computed_figure() -> None:
     # 2 WRU + 1 RRU per job.
     assert result.dynamodb == pytest.approx(3.0)
     assert result.cloudwatch_logs == pytest.approx(1.0)
-    # 9 + 1 alarms, 3 + 10 metrics, one month per million jobs.
-    assert result.cloudwatch_alarms == pytest.approx(10.0)
+    # 11 + 1 alarms (one per queue signal, one per job), 3 + 10 metrics, one month per million jobs.
+    assert cost.ALARMS_PER_QUEUE == 11
+    assert result.cloudwatch_alarms == pytest.approx(12.0)
     assert result.cloudwatch_metrics == pytest.approx(13.0)
     # 43,800 min / 5 min = 8,760 heartbeats, each 3 SQS requests (1 USD/M) and 1 invocation (1 USD/M).
     assert result.heartbeats == pytest.approx(8760 * 4 / cost.MILLION)
-    assert result.total == pytest.approx(1.2 + 0.1 + 1000 + 3 + 1 + 10 + 13 + 8760 * 4 / cost.MILLION)
+    assert result.total == pytest.approx(1.2 + 0.1 + 1000 + 3 + 1 + 12 + 13 + 8760 * 4 / cost.MILLION)
+
+
+def test_waits_of_records_side_by_side_overlap_in_the_billed_duration() -> None:
+    waiting = cost.Assumptions(**{**ASSUME.__dict__, "io_wait_share": 0.9})
+    # 10 records at once: per job 1 s x (0.1 + 0.9 / 10) = 0.19 s billed; 1 GB x 0.19 s x 1e6 x 0.001 = 190 USD.
+    assert cost.queue_cost(SPEC, PRICES, waiting).lambda_duration == pytest.approx(190.0)
+    # One at a time, nothing overlaps: the whole second.
+    serial = QueueSpec(name="q", jobs=SPEC.jobs, batch_size=10, memory_mb=1024, parallel_records=1)
+    assert cost.queue_cost(serial, PRICES, waiting).lambda_duration == pytest.approx(1000.0)
+    # Half-full batches have 5 records to overlap, whatever parallel_records allows.
+    half = cost.Assumptions(**{**waiting.__dict__, "batch_fill": 0.5})
+    assert cost.queue_cost(SPEC, PRICES, half).lambda_duration == pytest.approx(1000 * (0.1 + 0.9 / 5))
 
 
 def test_retries_duplicates_fifo_and_volume_change_the_right_components() -> None:
@@ -66,7 +80,7 @@ def test_retries_duplicates_fifo_and_volume_change_the_right_components() -> Non
     # 2 attempts x 2 writes + 0.5 conditional checks, 2 reads.
     assert result.dynamodb == pytest.approx(4.5 + 2.0)
     busier = cost.queue_cost(SPEC, PRICES, cost.Assumptions(**{**ASSUME.__dict__, "jobs_per_month": 10_000_000.0}))
-    assert busier.cloudwatch_alarms == pytest.approx(1.0)  # fixed costs spread over 10 million jobs
+    assert busier.cloudwatch_alarms == pytest.approx(1.2)  # fixed costs spread over 10 million jobs
 
 
 def test_a_large_message_is_billed_per_64_kib_chunk() -> None:
