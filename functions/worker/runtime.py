@@ -510,9 +510,13 @@ class Worker:
         from functions.worker.breaker import hold_delay_s
 
         now = time.time()
-        held_since = _held_since(delivery.attributes) or now
+        held_since = min(now, _held_since(delivery.attributes) or now)
         held_s = now - held_since
         if held_s >= self._queue.circuit_breaker.max_hold_s:
+            return None
+        if self._queue.fifo and delivery.attempt >= self._queue.max_attempts:
+            # A FIFO hand-back is this receive, counted by SQS: one more would let SQS's redrive move it to the
+            # DLQ without evidence. Its last receive is a failed attempt, dead-lettered with the refusal.
             return None
         details = {"downstream": refusal.downstream, "held_s": round(held_s, 3)}
         delay_s = hold_delay_s(refusal, self._rng)

@@ -301,3 +301,26 @@ def test_a_cut_run_can_not_complete_a_side_effect_after_its_cut(clients: ClientF
     assert (late["id"], late["outcome"]) == ("late", "answered 200")
     [ended] = [line for line in harness.log_lines() if line.get("message") == "run cut at its time limit has ended"]
     assert ended["outcome"] == "TimeLimitInterrupt"
+
+
+def test_on_a_fifo_queue_a_refusal_on_the_last_receive_is_dead_lettered_with_its_evidence(
+    clients: ClientFactory, api: FakeInvoicingApi
+) -> None:
+    # A FIFO hand-back is a visibility change, and SQS counts the receive: holding on the last one would let SQS's
+    # redrive move the message without evidence. So there the refusal is the failed last attempt.
+    queue = replace(INVOICES, fifo=True, max_attempts=1, circuit_breaker=replace(BREAKER, failure_threshold=1))
+    harness = harness_for(clients, api, queue)
+    for group, invoice_id in (("a", "INV-A"), ("b", "INV-B")):
+        put_invoice(harness, invoice_id)
+        harness.send(body(invoice_id), queue="invoices", MessageGroupId=group)
+    api.set_mode("503")
+
+    invocation = harness.deliver("invoices", worker=harness.worker("invoices"))
+
+    assert invocation is not None and len(invocation.event["Records"]) == 2
+    assert api_calls(api, ["INV-A", "INV-B"]) == 1
+    evidence = {
+        json.loads(m["Body"])["id"]: attributes_of(m)["jobs.error_type"] for m in harness.dead_letters("invoices")
+    }
+    assert evidence == {"INV-A": "HttpTransientError", "INV-B": "CircuitOpenError"}
+    assert held_lines(harness) == []
