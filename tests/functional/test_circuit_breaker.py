@@ -319,8 +319,7 @@ def test_on_a_fifo_queue_a_refusal_on_the_last_receive_is_dead_lettered_with_its
 
     assert invocation is not None and len(invocation.event["Records"]) == 2
     assert api_calls(api, ["INV-A", "INV-B"]) == 1
-    evidence = {
-        json.loads(m["Body"])["id"]: attributes_of(m)["jobs.error_type"] for m in harness.dead_letters("invoices")
-    }
-    assert evidence == {"INV-A": "HttpTransientError", "INV-B": "CircuitOpenError"}
+    dead = harness.dead_letters("invoices")
+    # Whichever ran first called and opened the breaker; the other was refused without a call.
+    assert sorted(attributes_of(m)["jobs.error_type"] for m in dead) == ["CircuitOpenError", "HttpTransientError"]
     assert held_lines(harness) == []
