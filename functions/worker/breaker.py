@@ -20,13 +20,11 @@ from dataclasses import dataclass
 from enum import Enum
 
 from functions.worker.errors import CircuitOpenError
-from sqs_jobs.catalog import CircuitBreakerSpec
+from sqs_jobs.catalog import SQS_MAX_DELAY_S, CircuitBreakerSpec
 
 # A probe whose outcome never arrives (its run was abandoned in a way no hook saw) frees its slot after this long:
 # longer than any one call of a job may take (the HTTP client's 10 s connect + 30 s read, botocore's retries).
 PROBE_EXPIRY_S = 90.0
-# SQS's longest DelaySeconds, the longest a hand-back can wait.
-MAX_HOLD_DELAY_S = 900
 
 
 class State(Enum):
@@ -207,4 +205,4 @@ def hold_delay_s(refusal: CircuitOpenError, rng: random.Random) -> int:
     probe through, plus jitter over one open period, so the records held during an outage come back spread out
     rather than as one wave; whole seconds (SQS's unit), at least 1."""
     delay_s = refusal.retry_after_s + rng.uniform(0.0, refusal.open_for_s)
-    return max(1, min(MAX_HOLD_DELAY_S, math.ceil(delay_s)))
+    return max(1, min(SQS_MAX_DELAY_S, math.ceil(delay_s)))

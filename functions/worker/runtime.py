@@ -76,7 +76,7 @@ from functions.worker.observability import (
 from functions.worker.provenance import HELD_SINCE, PRIOR_ATTEMPTS, MessageAttributes, Provenance, from_event
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, WorkerSettings
 from functions.worker.time_limit import JobRun, JobRunner
-from sqs_jobs.catalog import HEARTBEAT_JOB, SETTLE_MARGIN_S
+from sqs_jobs.catalog import HEARTBEAT_JOB, SETTLE_MARGIN_S, SQS_MAX_DELAY_S
 from sqs_jobs.envelope import Envelope, parse_envelope
 
 # Modules only a failure, a hand-back or a job's HTTP call needs are imported there, on first use, not at
@@ -91,8 +91,6 @@ if TYPE_CHECKING:
 # The idempotency payload is {"key": "<business key>"}; Powertools hashes the value under this path.
 _KEY_PATH = "key"
 _RECORD_LOG_KEYS = ("job", "id", "message_id", "attempt", "idempotency_key")
-# SQS's longest DelaySeconds for a message.
-SQS_MAX_DELAY_S = 900
 # How long a record waits for a twin holding its key before it is handed back, and how often it looks.
 IN_PROGRESS_PATIENCE_S = 2.0
 IN_PROGRESS_POLL_S = 0.2

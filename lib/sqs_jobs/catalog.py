@@ -20,6 +20,8 @@ DAY = 24 * HOUR
 
 # SQS and Lambda hard limits the catalog is checked against.
 SQS_MAX_VISIBILITY_S = 12 * HOUR
+# SQS's longest DelaySeconds for a message.
+SQS_MAX_DELAY_S = 15 * MINUTE
 SQS_MAX_RETENTION_S = 14 * DAY
 SQS_MIN_RETENTION_S = MINUTE
 SQS_MAX_RECEIVE_COUNT = 1000

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqs_jobs.catalog import CATALOG, Catalog
+from sqs_jobs.catalog import CATALOG, SQS_MAX_DELAY_S, Catalog
 from sqs_jobs.envelope import Envelope, Scalar, build_envelope
 from sqs_jobs.stack_names import (
     DEFAULT_STACK_NAME,
@@ -37,8 +37,7 @@ from sqs_jobs.stack_names import (
 )
 
 SQS_BATCH_MAX = 10
-# SQS's limit for DelaySeconds on a message.
-MAX_DELAY_S = 900
+MAX_DELAY_S = SQS_MAX_DELAY_S
 # How far ahead a job may be scheduled: our limit, not the scheduler's (it has none documented). A job due in
 # over a year is a calendar entry, not a background job.
 MAX_SCHEDULE_AHEAD = timedelta(days=365)
