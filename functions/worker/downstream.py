@@ -45,9 +45,10 @@ def guard_http(method: str, url: str, call: Callable[[], T]) -> T:
     run = current_run()
     if run is None:
         return call()
-    what = f"{method} {http_downstream(url)}"
+    downstream = http_downstream(url)
+    what = f"{method} {downstream}"
     run.refuse_if_cut(what)
-    ticket = run.breakers.admit(http_downstream(url)) if run.breakers is not None else None
+    ticket = run.breakers.admit(downstream) if run.breakers is not None else None
     if ticket is not None:
         run.hold(ticket)
     outcome = "raised"
