@@ -160,6 +160,12 @@ class Harness:
         return [line for line in self.log_lines() if "_aws" in line]
 
 
+def metric_values(document: dict[str, Any], name: str) -> list[float]:
+    """One metric's values in an EMF document: a number, or a list of them when a batch sent several."""
+    value = document[name]
+    return [float(item) for item in value] if isinstance(value, list) else [float(value)]
+
+
 def envelope(job: str, entity_id: str) -> str:
     """A job message body, as a publisher in any language would send it."""
     return json.dumps({"job": job, "id": entity_id})

@@ -21,7 +21,7 @@ from jobctl.local.emulator import Invocation
 from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.provision import provision
 from sqs_jobs.catalog import CATALOG, Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
-from tests.functional.conftest import Harness, attributes_of, envelope
+from tests.functional.conftest import Harness, attributes_of, envelope, metric_values
 from tests.functional.test_generate_invoice import body, put_invoice, wait_for_abandoned_runs
 
 pytestmark = pytest.mark.timeout(90)
@@ -81,11 +81,6 @@ def records_by_id(invocation: Invocation) -> dict[str, str]:
     return {json.loads(r["body"])["id"]: r["messageId"] for r in invocation.event["Records"]}
 
 
-def metric_sum(document: dict[str, Any], name: str) -> float:
-    value = document[name]
-    return float(sum(value)) if isinstance(value, list) else float(value)
-
-
 def held_lines(harness: Harness) -> list[dict[str, Any]]:
     return [line for line in harness.log_lines() if line.get("reason") == "circuit_open" and "message" in line]
 
@@ -135,12 +130,12 @@ def test_a_failing_api_opens_its_breaker_and_the_records_after_it_wait_without_c
     assert opened["downstream"] == api.url.rstrip("/") and opened["consecutive_failures"] == 3
     documents = guarded.metrics()
     [metric] = [d for d in documents if d.get("job") == "(runtime)" and d.get("reason") == opened["downstream"]]
-    assert metric_sum(metric, "CircuitOpened") == 1.0
+    assert sum(metric_values(metric, "CircuitOpened")) == 1.0
     [deferred] = [d for d in documents if d.get("job") == "generate_invoice" and d.get("reason") == "circuit_open"]
-    assert metric_sum(deferred, "JobDeferred") == 3.0
+    assert sum(metric_values(deferred, "JobDeferred")) == 3.0
     # A refusal is not a failed run: the failure rate counts the three calls only.
     [counts] = [d for d in guarded.metrics() if d.get("job") == "generate_invoice" and "reason" not in d]
-    assert metric_sum(counts, "JobFailed") == 3.0
+    assert sum(metric_values(counts, "JobFailed")) == 3.0
 
     # The held copies: due after the breaker's open period, with no attempt spent and the hold's start.
     time.sleep(2.5)
