@@ -507,13 +507,10 @@ def breaker_checks(immediate: Result, fixed: Result, breaker: Result, scenario: 
 # --- the sweep --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SweepRow:
-    base_s: int
-    cap_s: int
-    max_attempts: int
-    outage_calls: float
-    fixed_outage_calls: float
+@dataclass(frozen=True, kw_only=True)
+class _SweepOutcome:
+    """What both sweeps record of a setting over the seeds, beside fixed 30 s visibility."""
+
     drain_s: float
     drain_max_s: float
     fixed_drain_s: float
@@ -521,6 +518,19 @@ class SweepRow:
     dead_lettered: float
     dead_lettered_max: float
     is_default: bool
+
+    @property
+    def no_dead_letters(self) -> bool:
+        return self.dead_lettered_max == 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepRow(_SweepOutcome):
+    base_s: int
+    cap_s: int
+    max_attempts: int
+    outage_calls: float
+    fixed_outage_calls: float
 
     @property
     def fewer_calls(self) -> bool:
@@ -534,10 +544,6 @@ class SweepRow:
     @property
     def comparable_drain(self) -> bool:
         return self.no_dead_letters and self.fixed_dead_lettered == 0 and self.drains_comparable
-
-    @property
-    def no_dead_letters(self) -> bool:
-        return self.dead_lettered_max == 0
 
     @property
     def meets_all(self) -> bool:
@@ -588,22 +594,15 @@ def sweep(
     return rows
 
 
-@dataclass(frozen=True)
-class BreakerSweepRow:
+@dataclass(frozen=True, kw_only=True)
+class BreakerSweepRow(_SweepOutcome):
     failure_threshold: int
     open_s: float
     max_open_s: float
     outage_calls: float
     outage_calls_max: float
     immediate_outage_calls: float
-    drain_s: float
-    drain_max_s: float
-    fixed_drain_s: float
-    fixed_dead_lettered: int
-    dead_lettered: float
-    dead_lettered_max: float
     holds: float
-    is_default: bool
 
     @property
     def few_calls(self) -> bool:
@@ -617,10 +616,6 @@ class BreakerSweepRow:
             and self.fixed_dead_lettered == 0
             and self.drain_max_s <= BREAKER_DRAIN_TOLERANCE * self.fixed_drain_s
         )
-
-    @property
-    def no_dead_letters(self) -> bool:
-        return self.dead_lettered_max == 0
 
     @property
     def meets_all(self) -> bool:
