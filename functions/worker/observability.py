@@ -34,6 +34,9 @@ RETRIED = "JobRetried"
 DEAD_LETTERED = "JobDeadLettered"  # also per reason: permanent, retries_exhausted
 DEFERRED = "JobDeferred"  # handed back unrun (no time left, key busy), per reason
 DURATION = "JobDuration"  # milliseconds of each run that ran the job
+# Per failed run that will be retried: which attempt of its key it was (1 = its first run). Its Maximum says how
+# many times in a row the most-failing job of a window has failed, before it is dead-lettered.
+RETRY_ATTEMPT = "RetryAttempt"
 HEARTBEAT = "Heartbeat"  # a heartbeat canary message went through the queue and the worker
 # The runtime's own AWS resources failed it (idempotency table, DLQ, its queue), per reason; counted under the
 # pseudo-job RUNTIME_JOB, since the fault is the deployment's, not a job's.
@@ -48,6 +51,8 @@ CUT_RUN_CALL = "CutRunCall"
 UNPARSEABLE_JOB = "(unparseable)"
 # Values per EMF document, kept below Powertools' and CloudWatch's 100.
 EMF_MAX_VALUES = 99
+# The unit of each sampled metric; durations are milliseconds.
+_SAMPLE_UNITS = {RETRY_ATTEMPT: MetricUnit.Count}
 
 
 @dataclass
@@ -100,7 +105,7 @@ class BatchTally:
     per job and reason for counts that have a reason (dimensions queue, job, reason)."""
 
     counts: Counter[tuple[str, str, str]] = field(default_factory=Counter)
-    # Per job, values that are not counts (durations): EMF carries them as a list, CloudWatch keeps each.
+    # Per job, values that are not counts (durations, attempts): EMF carries them as a list, CloudWatch keeps each.
     samples: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     # A batch's records are counted from several threads at once.
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -137,7 +142,7 @@ def _flush(
         ]
         if not reason:
             entries += [
-                (metric, MetricUnit.Milliseconds, sample)
+                (metric, _SAMPLE_UNITS.get(metric, MetricUnit.Milliseconds), sample)
                 for (sampled_job, metric), values in sorted(samples.items())
                 if sampled_job == job
                 for sample in values

@@ -66,6 +66,7 @@ from functions.worker.observability import (
     FAILED,
     HEARTBEAT,
     RETRIED,
+    RETRY_ATTEMPT,
     RUNTIME_FAULT,
     RUNTIME_JOB,
     SUCCEEDED,
@@ -500,6 +501,7 @@ class Worker:
             },
         )
         self._tally.add(job_name, RETRIED)
+        self._tally.sample(job_name, RETRY_ATTEMPT, attempt)
         raise RetryLater(error) from error
 
     def _hold(self, delivery: _Delivery, envelope: Envelope, refusal: CircuitOpenError) -> Outcome | None:

@@ -346,6 +346,11 @@ def test_failure_logs_say_job_id_attempt_classification_and_next_delay(testing: 
     retried = [doc for doc in testing.metrics() if doc.get("job") == "flaky" and "reason" not in doc]
     assert retried[0]["JobRetried"] == [1.0]
     assert retried[0]["JobFailed"] == [1.0]
+    # Which attempt of its key failed: the alarm on jobs failing again and again reads its Maximum.
+    assert retried[0]["RetryAttempt"] == [1.0]
+    [definition] = retried[0]["_aws"]["CloudWatchMetrics"]
+    units = {metric["Name"]: metric.get("Unit") for metric in definition["Metrics"]}
+    assert units["RetryAttempt"] == "Count"
 
 
 def test_fifo_retries_keep_the_order_of_a_message_group(testing: Harness) -> None:
