@@ -1,14 +1,24 @@
-"""DynamoDB calls per job, counted on the real worker: benchmark (c) of issue 6.
+"""DynamoDB calls per job, counted on the real worker: benchmark (c) of issue 6, extended by issue 19.
 
 `python -m bench.writes --help`. Under moto's `mock_aws` (no AWS, no network), the real `Worker` drains the `orders`
-queue through the local engine's event source emulator, as tests/functional's Harness does: first `--jobs` new
-order confirmations, then the same number of duplicates (the same orders sent again, after the first ones
-completed). A botocore hook on the worker's DynamoDB client counts every call by table and operation, and every
+queue through the local engine's event source emulator, as tests/functional's Harness does, in four phases of
+`--jobs` order confirmations each:
+
+- new: jobs that succeed on their first run;
+- duplicate: the same orders sent again, after the first ones completed;
+- retry: jobs whose first run fails (SES answers a 5xx once per order), retried after their backoff and then done;
+- hand-back: jobs delivered to an invocation with too little time left for their limit, handed back unrun (only
+  that delivery is counted).
+
+A botocore hook on every DynamoDB client the worker makes counts every call by table and operation, and every
 write that DynamoDB refused on its condition (`ConditionalCheckFailedException`).
 
-The goal (issue 6): two writes to the idempotency table per new job (the IN_PROGRESS put, the COMPLETED update)
-and none per duplicate beyond the conditional check (the put that finds the COMPLETED record and fails). A failed
-conditional write still costs a write request unit on DynamoDB, so it is counted and reported on its own.
+The goals: two writes to the idempotency table per new job (the run's start, counting it, and its completion), as
+plain Powertools makes (issue 6); none per duplicate beyond the conditional check (the start that finds the
+COMPLETED record); two per failed run (its start and its failure, where Powertools would start and delete), so
+four for a job retried once; none for a hand-back (issue 19: runs are counted in the key's record at no extra
+write). A failed conditional write still costs a write request unit on DynamoDB, so it is counted and reported
+on its own.
 """
 
 from __future__ import annotations
@@ -20,9 +30,11 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from unittest import mock
+
+from sqs_jobs.catalog import CircuitBreakerSpec
 
 WRITE_OPERATIONS = frozenset(
     {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems", "ExecuteStatement"}
@@ -34,6 +46,15 @@ JOB = "order_confirmation"
 REGION = "us-east-1"
 GOAL_WRITES_PER_NEW_JOB = 2
 GOAL_WRITES_PER_DUPLICATE = 0
+# A job retried once: two runs, each its start and its end.
+GOAL_WRITES_PER_RETRIED_JOB = 4
+GOAL_WRITES_PER_HAND_BACK = 0
+GOALS = {
+    "new": GOAL_WRITES_PER_NEW_JOB,
+    "duplicate": GOAL_WRITES_PER_DUPLICATE,
+    "retry": GOAL_WRITES_PER_RETRIED_JOB,
+    "hand-back": GOAL_WRITES_PER_HAND_BACK,
+}
 _TABLE_KEY = "bench_writes_table"
 
 
@@ -44,10 +65,10 @@ class CallCounter:
     calls: Counter[tuple[str, str]] = field(default_factory=Counter)
     conditional_failures: Counter[tuple[str, str]] = field(default_factory=Counter)
 
-    def attach(self, client: Any) -> None:
-        events = client.meta.events
-        events.register("provide-client-params.dynamodb.*", self._before)
-        events.register("after-call.dynamodb.*", self._after)
+    def attach(self, clients: Any) -> None:
+        """Count the calls of every DynamoDB client a ClientFactory makes (the jobs' and the runtime's)."""
+        clients.register("provide-client-params.dynamodb.*", self._before)
+        clients.register("after-call.dynamodb.*", self._after)
 
     def reset(self) -> None:
         self.calls.clear()
@@ -143,72 +164,143 @@ def _mails_sent() -> int:
 
 
 def run(jobs: int = 100) -> list[PhaseResult]:
-    """Run `jobs` new order confirmations, then `jobs` duplicates, on the real worker under moto."""
+    """Run `jobs` new order confirmations, as many duplicates, retried jobs and hand-backs, on the real worker."""
     import boto3
     from moto import mock_aws
 
     from functions.worker.clients import ClientFactory
-    from functions.worker.observability import Observability
-    from functions.worker.runtime import Worker
-    from jobctl.local.emulator import EventSourceMapping
     from jobctl.local.provision import provision
-    from sqs_jobs.catalog import CATALOG
+    from sqs_jobs.catalog import CATALOG, Catalog
 
+    # The orders queue with its breakers off (the retry phase's failures would open SES's) and short backoffs.
+    spec = replace(
+        CATALOG.queue(QUEUE), circuit_breaker=CircuitBreakerSpec(enabled=False), backoff_base_s=1, backoff_cap_s=1
+    )
+    catalog = Catalog(queues=tuple(spec if queue.name == QUEUE else queue for queue in CATALOG))
     with _fake_credentials(), mock_aws():
         clients = ClientFactory(session=boto3.session.Session(region_name=REGION))
-        deployment = provision(clients, catalog=CATALOG)
+        bench = _Bench(clients, provision(clients, catalog=catalog), jobs)
+        return [
+            bench.phase("new", "bench"),
+            bench.phase("duplicate", "bench", again=True),
+            bench.phase("retry", "retry"),
+            bench.phase("hand-back", "back"),
+        ]
+
+
+class _Bench:
+    """The worker of the orders queue on moto, its DynamoDB calls counted, run phase by phase."""
+
+    def __init__(self, clients: Any, deployment: Any, jobs: int) -> None:
+        from functions.worker.observability import Observability
+        from functions.worker.runtime import Worker
+        from jobctl.local.emulator import EventSourceMapping
+        from sqs_jobs.catalog import SETTLE_MARGIN_S
+
+        self.jobs = jobs
+        self.deployment = deployment
         settings = deployment.worker_settings(QUEUE)
-        idempotency_table = settings.idempotency_table
-        dynamodb = clients("dynamodb")
-        sqs = clients("sqs")
-        orders_table = deployment.resources["orders_table"]
-        for n in range(jobs):
-            dynamodb.put_item(
-                TableName=orders_table,
-                Item={"order_id": {"S": f"bench-{n}"}, "email": {"S": f"buyer{n}@example.com"}},
-            )
-        counter = CallCounter()
-        counter.attach(dynamodb)  # the worker uses this same client (ClientFactory hands out one per service)
-        log = io.StringIO()
-        worker = Worker(settings=settings, clients=clients, observability=Observability.create(output=log))
-        mapping = EventSourceMapping(
+        self.idempotency_table = settings.idempotency_table
+        self.dynamodb = clients("dynamodb")
+        self.sqs = clients("sqs")
+        self.url = deployment.queues[QUEUE].url
+        self.counter = CallCounter()
+        self.counter.attach(clients)  # every client the worker's ClientFactory makes
+        self.failing = _FailFirstSend()
+        self.failing.register(clients)
+        self.log = io.StringIO()
+        self.worker = Worker(settings=settings, clients=clients, observability=Observability.create(output=self.log))
+        self.mapping = EventSourceMapping(
             queue=deployment.queues[QUEUE],
-            sqs_client=sqs,
-            handler_factory=lambda: worker.handle,
+            sqs_client=self.sqs,
+            handler_factory=lambda: self.worker.handle,
             function_name=f"bench-{QUEUE}-worker",
             concurrency=1,
             wait_time_s=0,
         )
-        url = deployment.queues[QUEUE].url
-        results: list[PhaseResult] = []
-        for phase in ("new", "duplicate"):
-            counter.reset()
-            mails_before = _mails_sent()
-            log_before = len(log.getvalue().encode())
-            for n in range(jobs):
-                sqs.send_message(QueueUrl=url, MessageBody=json.dumps({"job": JOB, "id": f"bench-{n}"}))
-            while mapping.poll_once(worker.handle) is not None:
-                pass
-            writes = counter.writes()
-            reads = counter.reads()
-            results.append(
-                PhaseResult(
-                    phase=phase,
-                    jobs=jobs,
-                    side_effects=_mails_sent() - mails_before,
-                    log_bytes=len(log.getvalue().encode()) - log_before,
-                    idempotency_writes=counter.writes(idempotency_table),
-                    idempotency_conditional_checks=counter.conditional_checks(idempotency_table),
-                    idempotency_reads=counter.reads(idempotency_table),
-                    other_writes=writes - counter.writes(idempotency_table),
-                    other_reads=reads - counter.reads(idempotency_table),
-                    calls={
-                        f"{'idempotency' if table == idempotency_table else table} {op}": n
-                        for (table, op), n in sorted(counter.calls.items())
-                    },
+        # An invocation with a second less than a run of the job needs: every record is handed back unrun.
+        self.too_short_s = settings.queue.time_limit_s(JOB) + SETTLE_MARGIN_S - 1
+
+    def phase(self, phase: str, prefix: str, again: bool = False) -> PhaseResult:
+        for n in range(self.jobs):
+            order_id = f"{prefix}-{n}"
+            if not again:
+                self.dynamodb.put_item(
+                    TableName=self.deployment.resources["orders_table"],
+                    Item={"order_id": {"S": order_id}, "email": {"S": f"buyer-{order_id}@example.com"}},
                 )
-            )
-        return results
+            self.sqs.send_message(QueueUrl=self.url, MessageBody=json.dumps({"job": JOB, "id": order_id}))
+        self.counter.reset()
+        self.failing.active = phase == "retry"
+        mails_before = _mails_sent()
+        log_before = len(self.log.getvalue().encode())
+        if phase == "hand-back":
+            self._hand_back_all()
+        else:
+            self._drain()
+        counter, table = self.counter, self.idempotency_table
+        return PhaseResult(
+            phase=phase,
+            jobs=self.jobs,
+            side_effects=_mails_sent() - mails_before,
+            log_bytes=len(self.log.getvalue().encode()) - log_before,
+            idempotency_writes=counter.writes(table),
+            idempotency_conditional_checks=counter.conditional_checks(table),
+            idempotency_reads=counter.reads(table),
+            other_writes=counter.writes() - counter.writes(table),
+            other_reads=counter.reads() - counter.reads(table),
+            calls={
+                f"{'idempotency' if name == table else name} {op}": n for (name, op), n in sorted(counter.calls.items())
+            },
+        )
+
+    def _drain(self) -> None:
+        while True:
+            invocation = self.mapping.poll_once(self.worker.handle)
+            if invocation is None:
+                return
+            for record in invocation.event["Records"]:  # wait out each backoff at once
+                if record["messageId"] not in invocation.deleted:
+                    self.sqs.change_message_visibility(
+                        QueueUrl=self.url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0
+                    )
+
+    def _hand_back_all(self) -> None:
+        handed_back = 0
+        while handed_back < self.jobs:
+            invocation = self.mapping.poll_once(self.worker.handle, timeout_s=self.too_short_s)
+            if invocation is None:
+                raise RuntimeError("a record handed back for lack of time must be visible again at once")
+            handed_back += len(invocation.event["Records"])
+
+
+@dataclass
+class _FailFirstSend:
+    """While active, the first SES send to each address fails with a 5xx (a transient failure); the second goes."""
+
+    active: bool = False
+    failed: set[str] = field(default_factory=set)
+
+    def register(self, clients: Any) -> None:
+        clients.register("provide-client-params.ses.SendEmail", self._address)
+        clients.register("before-call.ses.SendEmail", self._answer)
+
+    @staticmethod
+    def _address(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["bench_address"] = params["Destination"]["ToAddresses"][0]
+
+    def _answer(self, context: dict[str, Any], **_: Any) -> tuple[Any, dict[str, Any]] | None:
+        from botocore.awsrequest import AWSResponse, HTTPHeaders
+
+        address = context.get("bench_address", "")
+        if not self.active or address in self.failed:
+            return None
+        self.failed.add(address)
+        parsed = {
+            "Error": {"Code": "ServiceUnavailable", "Message": "try again"},
+            "ResponseMetadata": {"HTTPStatusCode": 503, "HTTPHeaders": {}},
+        }
+        return AWSResponse(url="https://email.local/", status_code=503, headers=HTTPHeaders(), raw=None), parsed
 
 
 def render(results: Sequence[PhaseResult]) -> str:
@@ -225,7 +317,7 @@ def render(results: Sequence[PhaseResult]) -> str:
         "log bytes/job",
         "goal (effective writes/job)",
     )
-    goals = {"new": GOAL_WRITES_PER_NEW_JOB, "duplicate": GOAL_WRITES_PER_DUPLICATE}
+    goals = GOALS
     rows = [
         (
             r.phase,
@@ -257,9 +349,10 @@ def render(results: Sequence[PhaseResult]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.writes",
-        description="Count DynamoDB writes per new job and per duplicate on the real worker (moto, no AWS).",
+        description="Count DynamoDB writes per new job, duplicate, retried job and hand-back on the real worker "
+        "(moto, no AWS).",
     )
-    parser.add_argument("--jobs", type=int, default=100, help="new jobs, then as many duplicates (default 100)")
+    parser.add_argument("--jobs", type=int, default=100, help="jobs per phase (default 100)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     if args.jobs < 1:
@@ -270,6 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write("\n")
     else:
         print("(c) DynamoDB calls per job on the real worker (orders queue, order_confirmation, moto)")
+        print("    retry: each job's first run fails once; hand-back: only the delivery that handed it back")
         print(render(results))
     return 0
 

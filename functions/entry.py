@@ -20,6 +20,9 @@ _worker: Worker | None = None
 
 def handler(event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
     global _worker  # noqa: PLW0603 - one worker per execution environment, built on first use
+    # Read before the build: a slow first build is the invocation's time, not less time for a job's limit.
+    remaining_s = context.get_remaining_time_in_millis() / 1000
     if _worker is None:
         _worker = build_worker(WorkerSettings.from_environ(os.environ))
+    _worker.invocation_started(remaining_s)
     return _worker.handle(event, context)

@@ -111,7 +111,7 @@ class JobQueue(Construct):
             # The safety net for crashes and timeouts; the worker dead-letters with evidence itself.
             dead_letter_queue=sqs.DeadLetterQueue(
                 queue=self.dead_letter_queue,
-                max_receive_count=spec.max_attempts,
+                max_receive_count=spec.receive_limit,
             ),
         )
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -10,8 +13,55 @@ from botocore.config import Config
 
 from functions.worker.downstream import register_aws_hooks
 
-# Short timeouts for the runtime's own AWS calls: a hung call must not eat the whole Lambda timeout.
+# The jobs' AWS calls: a hung call must not eat the whole Lambda timeout (the job's time limit cuts it sooner).
 DEFAULT_CONFIG = Config(connect_timeout=5, read_timeout=20, retries={"mode": "standard", "max_attempts": 3})
+
+
+@dataclass(frozen=True)
+class CallBound:
+    """Timeouts and attempts for one of the runtime's own AWS calls, and the longest it can then take."""
+
+    connect_s: float
+    read_s: float
+    attempts: int
+
+    @property
+    def worst_s(self) -> float:
+        # Before each retry botocore's standard mode waits at most min(2^i, 20) s (throttling's scale), raised
+        # by at most 5 s more for an x-amz-retry-after header (botocore/retries/standard.py).
+        waits = sum(min(2.0**retry, 20.0) + 5.0 for retry in range(self.attempts - 1))
+        return self.attempts * (self.connect_s + self.read_s) + waits
+
+    def config(self) -> Config:
+        return Config(
+            connect_timeout=self.connect_s,
+            read_timeout=self.read_s,
+            # total_max_attempts counts the first attempt; botocore's max_attempts would count only retries.
+            retries={"mode": "standard", "total_max_attempts": self.attempts},
+        )
+
+
+# The runtime's own calls (its idempotency record, its DLQ, its queue) must end before the invocation does, or the
+# batch's answer is lost and the whole batch comes back: a call gets the most generous of these whose worst case
+# fits the time it has left (the last, shortest, when none does). Few bounds, so few clients.
+CALL_BOUNDS = (
+    CallBound(connect_s=5, read_s=20, attempts=3),
+    CallBound(connect_s=2, read_s=8, attempts=2),
+    CallBound(connect_s=1, read_s=3, attempts=2),
+    CallBound(connect_s=1, read_s=4, attempts=1),
+    CallBound(connect_s=1, read_s=1, attempts=1),
+)
+# Below the last bound: one attempt sharing the time left, in steps of this (few distinct clients), at least one.
+SHORT_CALL_STEP_S = 0.25
+
+
+def call_bound(time_left_s: float) -> CallBound:
+    """The most generous bound whose worst case ends within `time_left_s`."""
+    for bound in CALL_BOUNDS:
+        if bound.worst_s <= time_left_s:
+            return bound
+    half = max(SHORT_CALL_STEP_S, math.floor(time_left_s / 2 / SHORT_CALL_STEP_S) * SHORT_CALL_STEP_S)
+    return CallBound(connect_s=half, read_s=half, attempts=1)
 
 
 class ClientFactory:
@@ -29,7 +79,8 @@ class ClientFactory:
         self._session = session
         self._endpoint_url = endpoint_url
         self._config = config
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[tuple[str, CallBound | None], Any] = {}
+        self._handlers: list[tuple[str, Callable[..., Any]]] = []
         self._lock = threading.Lock()
 
     def reserve_connections(self, connections: int) -> None:
@@ -39,11 +90,32 @@ class ClientFactory:
             self._config = self._config.merge(Config(max_pool_connections=connections))
 
     def __call__(self, service: str) -> Any:
+        return self._client(service, None)
+
+    def register(self, event_name: str, handler: Callable[..., Any]) -> None:
+        """A botocore event handler on every client this factory made and makes (the jobs' and the runtime's
+        alike), e.g. `provide-client-params.sqs.ChangeMessageVisibility`: how the local engine injects faults and
+        tests watch calls."""
         with self._lock:
-            client = self._clients.get(service)
+            self._handlers.append((event_name, handler))
+            clients = list(self._clients.values())
+        for client in clients:
+            client.meta.events.register(event_name, handler)
+
+    def within(self, service: str, time_left_s: float) -> Any:
+        """A client of `service` for one of the runtime's own calls, which must end within `time_left_s`: its
+        timeouts and retries are those of `call_bound(time_left_s)`."""
+        return self._client(service, call_bound(time_left_s))
+
+    def _client(self, service: str, bound: CallBound | None) -> Any:
+        with self._lock:
+            client = self._clients.get((service, bound))
             if client is None:
                 session = self._session or boto3.session.Session()
-                client = session.client(service, endpoint_url=self._endpoint_url, config=self._config)  # type: ignore[call-overload]
+                config = self._config if bound is None else self._config.merge(bound.config())
+                client = session.client(service, endpoint_url=self._endpoint_url, config=config)  # type: ignore[call-overload]
                 register_aws_hooks(client.meta.events)
-                self._clients[service] = client
+                for event_name, handler in self._handlers:
+                    client.meta.events.register(event_name, handler)
+                self._clients[(service, bound)] = client
             return client

@@ -35,7 +35,9 @@ __all__ = [
     "JobInProgressError",
     "JobTimeLimitError",
     "PermanentError",
+    "ReceivesExhaustedError",
     "RecordNotFoundError",
+    "RunNeverReportedError",
     "RuntimeInfrastructureError",
     "TimeLimitInterrupt",
     "TimeLimitUnservableError",
@@ -94,6 +96,17 @@ class CircuitOpenError(TransientError):
         # Until the breaker lets a probe through; and how long it stays open each time now.
         self.retry_after_s = retry_after_s
         self.open_for_s = open_for_s
+
+
+class ReceivesExhaustedError(JobError):
+    """A message reached its queue's receive limit (maxReceiveCount) while it still had to come back (handed back
+    unrun, skipped behind a failed message of its FIFO group, or retried): the runtime dead-letters it with this
+    evidence rather than let SQS's redrive policy move it without any."""
+
+
+class RunNeverReportedError(JobError):
+    """The key's last allowed run started and never reported back: its execution environment crashed, ran out of
+    memory or hit the function timeout. The runtime dead-letters the message on its next delivery."""
 
 
 class RuntimeInfrastructureError(TransientError):

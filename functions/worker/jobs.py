@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
     from functions.worker.http import HttpClient, JobHttp
 
-JobResult = Mapping[str, Any] | None
+# What a job returns: kept in its idempotency record by the rule of functions/worker/results.py (any value that
+# converts to JSON; None keeps nothing).
+JobResult = Any
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,9 @@ HEARTBEAT = "Heartbeat"  # a heartbeat canary message went through the queue and
 # pseudo-job RUNTIME_JOB, since the fault is the deployment's, not a job's.
 RUNTIME_FAULT = "RuntimeFault"
 RUNTIME_JOB = "(runtime)"
+# A run's result could not be kept in its idempotency record (the run still counts as completed), per reason:
+# not_json, too_large (functions/worker/results.py).
+RESULT_DROPPED = "ResultDropped"
 # A circuit breaker of a job's downstream opened (counted under RUNTIME_JOB, per reason: the downstream's name,
 # an HTTP host or an AWS service); the records that needed it are handed back as JobDeferred, reason circuit_open.
 CIRCUIT_OPENED = "CircuitOpened"

@@ -63,7 +63,7 @@ def queue_attributes(spec: QueueSpec, dlq_arn: str) -> dict[str, str]:
     return {
         "VisibilityTimeout": str(spec.visibility_timeout_s),
         "MessageRetentionPeriod": str(spec.retention_s),
-        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": spec.max_attempts}),
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": spec.receive_limit}),
         "SqsManagedSseEnabled": "true",
     }
 

@@ -42,6 +42,9 @@ INVOCATION_START_S = 1
 DEFAULT_PARALLEL_RECORDS = 10
 # Each record running at once is a thread in one execution environment, and a connection to each downstream.
 MAX_PARALLEL_RECORDS = 100
+# Receives a message may spend without running beyond its runs (QueueSpec.receive_limit): handed back unrun (no
+# time left, its key busy, an open breaker) or, on a FIFO queue, skipped behind a failed message of its group.
+HAND_BACK_RECEIVES = 100
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _HANDLER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -321,6 +324,25 @@ class QueueSpec:
     # many calls in flight: a downstream sees up to max_concurrency x parallel_records (see `max_in_flight`).
     parallel_records: int = DEFAULT_PARALLEL_RECORDS
     circuit_breaker: CircuitBreakerSpec = field(default_factory=CircuitBreakerSpec)
+    # The queue's maxReceiveCount; None derives it (see `receive_limit`). The runtime counts runs itself (in the
+    # key's idempotency record), so this is only the safety net for what it can't count: a worker that dies before
+    # a record's run starts (a broken deploy).
+    max_receives: int | None = None
+
+    @property
+    def receive_limit(self) -> int:
+        """How often SQS may deliver a message before its redrive policy moves it to the DLQ: the runs the
+        runtime allows plus receives that run nothing (HAND_BACK_RECEIVES; on a FIFO queue also those spent behind
+        up to a batch of failing messages of its group), so that SQS never moves a message before the runtime's
+        own count has dead-lettered it with evidence. The runtime never returns a message on its last receive."""
+        if self.max_receives is not None:
+            return self.max_receives
+        behind = self.batch_size if self.fifo else 1
+        wanted = self.max_attempts * behind + HAND_BACK_RECEIVES
+        # A message no worker can start (a broken deploy) spends a receive per visibility timeout: it must reach
+        # the DLQ before the queue's retention deletes it.
+        fits = self.retention_s // max(1, self.visibility_timeout_s)
+        return max(self.max_attempts + 1, min(SQS_MAX_RECEIVE_COUNT, wanted, fits))
 
     @property
     def visibility_timeout_s(self) -> int:
@@ -381,8 +403,9 @@ class QueueSpec:
             found.append(f"{where}: name must match {_NAME.pattern}")
         if not self.jobs:
             found.append(f"{where}: needs at least one job")
-        if not 1 <= self.max_attempts <= SQS_MAX_RECEIVE_COUNT:
-            found.append(f"{where}: max_attempts {self.max_attempts} is outside 1..{SQS_MAX_RECEIVE_COUNT}")
+        # One receive beyond the last run: the runtime dead-letters a key whose last run never reported back.
+        if not 1 <= self.max_attempts < SQS_MAX_RECEIVE_COUNT:
+            found.append(f"{where}: max_attempts {self.max_attempts} is outside 1..{SQS_MAX_RECEIVE_COUNT - 1}")
         if not 1 <= self.function_timeout_s <= LAMBDA_MAX_TIMEOUT_S:
             found.append(f"{where}: function_timeout_s {self.function_timeout_s} is outside 1..{LAMBDA_MAX_TIMEOUT_S}")
         if not 128 <= self.memory_mb <= 10_240:
@@ -403,6 +426,7 @@ class QueueSpec:
         if not 1 <= self.parallel_records <= MAX_PARALLEL_RECORDS:
             found.append(f"{where}: parallel_records {self.parallel_records} is outside 1..{MAX_PARALLEL_RECORDS}")
         found += self.circuit_breaker.problems(where)
+        found += self._receive_problems(where)
         if self.visibility_timeout_s > SQS_MAX_VISIBILITY_S:
             found.append(
                 f"{where}: visibility timeout {self.visibility_timeout_s}s (6 x function_timeout_s + "
@@ -448,6 +472,26 @@ class QueueSpec:
                         f"known: {', '.join(sorted(RESOURCES))}"
                     )
         return found
+
+    def _receive_problems(self, where: str) -> list[str]:
+        if not 1 <= self.max_attempts < SQS_MAX_RECEIVE_COUNT:
+            return []  # said above
+        limit = self.receive_limit
+        if not self.max_attempts < limit <= SQS_MAX_RECEIVE_COUNT:
+            return [
+                f"{where}: max_receives {limit} must be between max_attempts + 1 ({self.max_attempts + 1}) and "
+                f"{SQS_MAX_RECEIVE_COUNT}: the runtime dead-letters a key whose last run never reported back on the "
+                "receive after it"
+            ]
+        # A worker that dies before a record's run starts (a broken deploy) spends a receive per visibility timeout:
+        # the message must reach the DLQ before the queue's retention deletes it.
+        if limit * self.visibility_timeout_s > self.retention_s:
+            return [
+                f"{where}: {limit} receives x the {self.visibility_timeout_s}s visibility timeout is longer than "
+                f"retention_s ({self.retention_s}): a message no worker can start would expire before reaching the "
+                "DLQ; lower max_receives or max_attempts, or raise retention_s"
+            ]
+        return []
 
     def _time_limit_problems(self, where: str, job: JobSpec) -> list[str]:
         # A limit the invocation can't fit would have every record handed back unrun, for ever.

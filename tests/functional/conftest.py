@@ -11,6 +11,7 @@ import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, cast
 
 import boto3
@@ -24,6 +25,7 @@ from functions.worker.runtime import Worker
 from jobctl.local.chaos import Chaos
 from jobctl.local.emulator import EventSourceMapping, Invocation
 from jobctl.local.lambda_events import LocalLambdaContext
+from jobctl.local.moto_locks import serialize_moto
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import LocalDeployment, provision
 from sqs_jobs.catalog import CATALOG, Catalog
@@ -47,6 +49,8 @@ def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def clients(aws_credentials: None) -> Iterator[ClientFactory]:
     record_senders()  # SenderId names who sent a message, as on AWS: the worker's role, or the test (a producer)
+    # Records of a batch run side by side: conditional writes must be atomic, as on AWS (moto's aren't).
+    serialize_moto()
     with mock_aws():
         yield ClientFactory(session=boto3.session.Session(region_name=REGION))
 
@@ -158,6 +162,22 @@ class Harness:
 
     def metrics(self) -> list[dict[str, Any]]:
         return [line for line in self.log_lines() if "_aws" in line]
+
+
+def key_record(harness: Harness, key: str) -> dict[str, Any]:
+    """A job key's idempotency record as the worker left it (numbers as numbers), or {} if it has none."""
+    from boto3.dynamodb.types import TypeDeserializer
+
+    from functions.worker.settings import idempotency_record_id
+
+    item = harness.clients("dynamodb").get_item(
+        TableName=harness.deployment.idempotency_table, Key={"id": {"S": idempotency_record_id(key)}}
+    )
+    deserialize = TypeDeserializer().deserialize
+    return {
+        name: (float(value) if isinstance(value := deserialize(raw), Decimal) else value)
+        for name, raw in item.get("Item", {}).items()
+    }
 
 
 def metric_values(document: dict[str, Any], name: str) -> list[float]:

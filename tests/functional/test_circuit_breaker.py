@@ -15,13 +15,13 @@ import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 from functions.worker.clients import ClientFactory
-from functions.worker.provenance import HELD_SINCE, PRIOR_ATTEMPTS
+from functions.worker.provenance import HELD_SINCE
 from functions.worker.runtime import Worker
 from jobctl.local.emulator import Invocation
 from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.provision import provision
 from sqs_jobs.catalog import CATALOG, Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
-from tests.functional.conftest import Harness, attributes_of, envelope, metric_values
+from tests.functional.conftest import Harness, attributes_of, envelope, key_record, metric_values
 from tests.functional.test_generate_invoice import body, put_invoice, wait_for_abandoned_runs
 
 pytestmark = pytest.mark.timeout(90)
@@ -35,7 +35,12 @@ INVOICES = replace(
     backoff_cap_s=2,
     circuit_breaker=BREAKER,
 )
-ORDERS = replace(CATALOG.queue("orders"), parallel_records=1, circuit_breaker=replace(BREAKER, failure_threshold=2))
+# Open long enough that no probe is let through while one batch runs, however loaded the machine.
+ORDERS = replace(
+    CATALOG.queue("orders"),
+    parallel_records=1,
+    circuit_breaker=replace(BREAKER, failure_threshold=2, open_s=30.0, max_open_s=60.0),
+)
 FENCED = QueueSpec(
     name="fenced",
     function_timeout_s=10,
@@ -122,10 +127,11 @@ def test_a_failing_api_opens_its_breaker_and_the_records_after_it_wait_without_c
 
     assert invocation is not None and len(invocation.event["Records"]) == 6
     assert api_calls(api, invoice_ids) == BREAKER.failure_threshold  # then no more calls
-    assert len(invocation.failed_ids) == 3  # the three that called: retried with backoff, an attempt spent
+    # All six go back: the three that called retried with backoff (a run spent), the three refused held.
+    assert len(invocation.failed_ids) == 6
     held = held_lines(guarded)
     assert len(held) == 3 and {line["downstream"] for line in held} == {api.url.rstrip("/")}
-    assert all(line["message"] == "handed back unrun; requeued" and line["attempt"] == 1 for line in held)
+    assert all(line["message"] == "handed back unrun; visible again later" for line in held)
     [opened] = [line for line in guarded.log_lines() if line.get("message") == "circuit opened"]
     assert opened["downstream"] == api.url.rstrip("/") and opened["consecutive_failures"] == 3
     documents = guarded.metrics()
@@ -137,16 +143,15 @@ def test_a_failing_api_opens_its_breaker_and_the_records_after_it_wait_without_c
     [counts] = [d for d in guarded.metrics() if d.get("job") == "generate_invoice" and "reason" not in d]
     assert sum(metric_values(counts, "JobFailed")) == 3.0
 
-    # The held copies: due after the breaker's open period, with no attempt spent and the hold's start.
-    time.sleep(2.5)
-    received = guarded.clients("sqs").receive_message(
-        QueueUrl=guarded.deployment.queues["invoices"].url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
-    )["Messages"]
-    copies = [attributes_of(m) for m in received if HELD_SINCE in attributes_of(m)]
-    assert len(received) == 6 and len(copies) == 3
-    for attributes in copies:
-        assert attributes[PRIOR_ATTEMPTS] == "0"
-        assert 0 < time.time() - float(attributes[HELD_SINCE]) < 30
+    # The held ones: their keys' records give the run back and remember when the hold began; the three that
+    # called have one run spent.
+    held_ids = {line["id"] for line in held}
+    for invoice_id in invoice_ids:
+        record = key_record(guarded, f"generate_invoice:{invoice_id}")
+        if invoice_id in held_ids:
+            assert record["runs"] == 0 and 0 < time.time() - record["held_since"] < 30
+        else:
+            assert record["runs"] == 1 and "held_since" not in record
 
 
 def test_one_probe_finds_the_api_back_and_every_job_then_runs_once(guarded: Harness, api: FakeInvoicingApi) -> None:
@@ -251,7 +256,7 @@ def test_a_throttling_aws_service_opens_its_breaker_and_others_are_untouched(cli
 
     assert invocation is not None and len(invocation.event["Records"]) == 4
     assert len(sends) == 2  # SES's breaker opened after two throttled sends
-    assert len(invocation.failed_ids) == 2
+    assert len(invocation.failed_ids) == 4  # two retried, two held
     assert {line["downstream"] for line in held_lines(harness)} == {"ses"}
     # Every record still read its order from DynamoDB: another service, another breaker.
     assert {s.downstream: s.state.value for s in worker._breakers.snapshots()} == {"dynamodb": "closed", "ses": "open"}
@@ -298,23 +303,39 @@ def test_a_cut_run_can_not_complete_a_side_effect_after_its_cut(clients: ClientF
     assert ended["outcome"] == "TimeLimitInterrupt"
 
 
-def test_on_a_fifo_queue_a_refusal_on_the_last_receive_is_dead_lettered_with_its_evidence(
+def test_on_a_fifo_queue_a_refusal_is_held_and_on_the_last_receive_dead_lettered_with_its_evidence(
     clients: ClientFactory, api: FakeInvoicingApi
 ) -> None:
-    # A FIFO hand-back is a visibility change, and SQS counts the receive: holding on the last one would let SQS's
-    # redrive move the message without evidence. So there the refusal is the failed last attempt.
-    queue = replace(INVOICES, fifo=True, max_attempts=1, circuit_breaker=replace(BREAKER, failure_threshold=1))
+    # A FIFO hand-back is a visibility change: SQS counts the receive, the ledger no run. On the queue's last
+    # allowed receive a refusal can't go back (SQS's redrive would move it without evidence): it is dead-lettered.
+    queue = replace(
+        INVOICES, fifo=True, max_attempts=1, max_receives=2, circuit_breaker=replace(BREAKER, failure_threshold=1)
+    )
     harness = harness_for(clients, api, queue)
     for group, invoice_id in (("a", "INV-A"), ("b", "INV-B")):
         put_invoice(harness, invoice_id)
         harness.send(body(invoice_id), queue="invoices", MessageGroupId=group)
     api.set_mode("503")
+    worker = harness.worker("invoices")
 
-    invocation = harness.deliver("invoices", worker=harness.worker("invoices"))
+    first = harness.deliver("invoices", worker=worker)
 
-    assert invocation is not None and len(invocation.event["Records"]) == 2
+    assert first is not None and len(first.event["Records"]) == 2
     assert api_calls(api, ["INV-A", "INV-B"]) == 1
-    dead = harness.dead_letters("invoices")
-    # Whichever ran first called and opened the breaker; the other was refused without a call.
-    assert sorted(attributes_of(m)["jobs.error_type"] for m in dead) == ["CircuitOpenError", "HttpTransientError"]
-    assert held_lines(harness) == []
+    # Whichever ran first called, failed its only run and opened the breaker; the other was refused and held.
+    [called] = harness.dead_letters("invoices")
+    assert attributes_of(called)["jobs.error_type"] == "HttpTransientError"
+    [held] = held_lines(harness)
+    assert key_record(harness, f"generate_invoice:{held['id']}")["runs"] == 0
+
+    harness.expire_visibility(first, "invoices")
+    second = harness.deliver("invoices", worker=worker)  # its second receive, the limit: refused again
+
+    assert second is not None and second.failed_ids == []
+    [dead] = harness.dead_letters("invoices")
+    evidence = attributes_of(dead)
+    assert json.loads(dead["Body"])["id"] == held["id"]
+    assert evidence["jobs.error_type"] == "ReceivesExhaustedError"
+    assert evidence["jobs.failure"] == "receives_exhausted"
+    assert "circuit_open" in evidence["jobs.error_message"] and "CircuitOpenError" in evidence["jobs.error_message"]
+    assert api_calls(api, ["INV-A", "INV-B"]) == 1

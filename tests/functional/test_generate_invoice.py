@@ -118,9 +118,7 @@ def visibility_log(harness: Harness) -> list[int]:
     def record(params: dict[str, Any], **_: Any) -> None:
         timeouts.append(params["VisibilityTimeout"])
 
-    harness.worker_clients(QUEUE)("sqs").meta.events.register(
-        "provide-client-params.sqs.ChangeMessageVisibility", record
-    )
+    harness.worker_clients(QUEUE).register("provide-client-params.sqs.ChangeMessageVisibility", record)
     return timeouts
 
 
@@ -406,14 +404,15 @@ def test_a_retry_in_the_same_worker_runs_beside_its_fenced_cut_run_and_the_key_k
     cuts = [line for line in harness.log_lines() if line.get("error_type") == "JobTimeLimitError"]
     assert [line["attempt"] for line in cuts] == [1, 2]
     assert len(worker._runner.cut_runs()) == 2
-    # Durations are of the runs' own code: each cut at its 2 s limit.
+    # Durations are of the runs' own code: each cut at its 2 s limit (measured from the job thread's start, which
+    # a loaded machine may begin a few tens of milliseconds after the waiter starts counting).
     durations = [
         value
         for doc in harness.metrics()
         if doc.get("job") == "generate_invoice" and "JobDuration" in doc
         for value in metric_values(doc, "JobDuration")
     ]
-    assert len(durations) == 2 and all(2000 <= value < 3000 for value in durations)
+    assert len(durations) == 2 and all(1900 <= value < 3000 for value in durations)
 
     api.set_mode("ok")  # both hung calls are answered now; neither cut run may store the PDF
     wait_for_abandoned_runs()

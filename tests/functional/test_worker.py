@@ -328,19 +328,18 @@ def test_job_in_progress_elsewhere_is_handed_back_for_later_not_run_and_not_coun
     )
     persistence.configure(IdempotencyConfig(event_key_jmespath="key"), key_prefix=IDEMPOTENCY_KEY_PREFIX)
     persistence.save_inprogress(data={"key": "flaky:5"}, remaining_time_in_millis=60_000)
-    testing.send(envelope("flaky", "5"), queue="testing")
-    # When this worker receives it, it waits briefly for the twin, then neither runs it nor dead-letters it: an
-    # unrun copy comes back after a backoff, and the original is acknowledged
+    # When this worker receives it, it waits briefly for the twin, then neither runs it nor dead-letters it: the
+    # message goes back, visible again after a backoff, and no run of the key is counted
+    message_id = testing.send(envelope("flaky", "5"), queue="testing")
     invocation = testing.deliver("testing")
-    assert invocation is not None and invocation.failed_ids == []
+    assert invocation is not None and invocation.failed_ids == [message_id]
     assert flaky.SIDE_EFFECTS["5"] == 0
     assert testing.dead_letters("testing") == []
-    url = testing.deployment.queues["testing"].url
-    attributes = testing.clients("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-    assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"
+    assert testing.queue_counts("testing") == (0, 1)
     [handed_back] = [line for line in testing.log_lines() if line.get("reason") == "in_progress" and "message" in line]
+    assert handed_back["message"] == "handed back unrun; visible again later"
     assert 0 <= handed_back["next_delay_s"] <= TEST_CATALOG.queue("testing").backoff_base_s
-    assert handed_back["attempt"] == 1
+    assert handed_back["receive"] == 1 and "attempt" not in handed_back
 
 
 def test_a_dead_letter_send_failure_is_the_runtimes_fault_the_record_stays_and_comes_back(
@@ -367,19 +366,17 @@ def test_a_failing_idempotency_table_is_the_runtimes_fault_not_the_jobs(testing:
     )
     # When the record is delivered, the job doesn't run, nor is it dead-lettered or charged an attempt:
     invocation = testing.deliver("testing", worker=worker)
-    assert invocation is not None and invocation.failed_ids == []
+    assert invocation is not None and len(invocation.failed_ids) == 1
     assert flaky.ATTEMPTS_SEEN == []
     assert testing.dead_letters("testing") == []
-    # an unrun copy comes back after a backoff, and the runtime-faults alarm's metric counts it
-    url = testing.deployment.queues["testing"].url
-    attributes = testing.clients("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-    assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"
+    # it goes back, visible again after a backoff, and the runtime-faults alarm's metric counts it
+    assert testing.queue_counts("testing") == (0, 1)
     assert runtime_faults(testing) == {"idempotency_store": 1}
     [handed_back] = [
         line for line in testing.log_lines() if line.get("reason") == "runtime_fault" and "message" in line
     ]
     assert "no-such-table" in handed_back["error"] or "ResourceNotFound" in handed_back["error"]
-    assert handed_back["attempt"] == 1
+    assert handed_back["receive"] == 1
 
 
 def runtime_faults(harness: Harness) -> dict[str, int]:

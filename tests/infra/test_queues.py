@@ -59,14 +59,18 @@ def test_dlq_keeps_messages_14_days_longer_than_the_source(synth: Synth, spec: Q
 
 
 @QUEUES
-def test_source_dead_letters_to_its_dlq_after_max_attempts(synth: Synth, spec: QueueSpec) -> None:
+def test_source_dead_letters_to_its_dlq_only_after_the_runtimes_own_count(synth: Synth, spec: QueueSpec) -> None:
     dlq = queue_id(synth.resources, synth.context.stack_name, spec, dlq=True)
     source = props(synth.resources, queue_id(synth.resources, synth.context.stack_name, spec))
 
     assert source["RedrivePolicy"] == {
         "deadLetterTargetArn": {"Fn::GetAtt": [dlq, "Arn"]},
-        "maxReceiveCount": spec.max_attempts,
+        "maxReceiveCount": spec.receive_limit,
     }
+    # Every run, the receive after the last (a run that never reported back), and room for hand-backs...
+    assert spec.receive_limit > spec.max_attempts + 1
+    # ...and a message no worker can start still reaches the DLQ before the queue's retention deletes it.
+    assert spec.receive_limit * spec.visibility_timeout_s <= spec.retention_s
     assert "RedrivePolicy" not in props(synth.resources, dlq)
 
 

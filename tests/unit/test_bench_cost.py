@@ -120,10 +120,15 @@ def test_the_counter_counts_calls_by_table_and_operation_and_refused_conditions(
 
 
 def test_a_tiny_run_of_the_real_worker_meets_the_goal() -> None:
-    new, duplicate = writes.run(jobs=3)
+    new, duplicate, retry, hand_back = writes.run(jobs=3)
     assert (new.jobs, new.side_effects, duplicate.side_effects) == (3, 3, 0)
     assert new.idempotency_writes == 2 * 3
     assert new.idempotency_conditional_checks == 0
     assert duplicate.idempotency_writes == duplicate.idempotency_conditional_checks == 3
     assert duplicate.effective_writes == 0
-    assert new.calls["idempotency PutItem"] == 3
+    # The run's start (in progress, its run counted) and its completion: two updates of the key's record.
+    assert new.calls == {"idempotency UpdateItem": 2 * 3, "SqsJobs-orders GetItem": 3}
+    # A job retried once: two runs, each its start and its end; every mail still sent once.
+    assert (retry.side_effects, retry.effective_writes) == (3, 4 * 3)
+    # A hand-back before any run writes nothing, and sends nothing.
+    assert (hand_back.side_effects, hand_back.idempotency_writes, hand_back.calls) == (0, 0, {})

@@ -16,6 +16,7 @@ from sqs_jobs.catalog import (
     ESM_MAX_BATCHING_WINDOW_S,
     ESM_MAX_CONCURRENCY,
     ESM_MIN_CONCURRENCY,
+    HAND_BACK_RECEIVES,
     INVOCATION_START_S,
     LAMBDA_MAX_TIMEOUT_S,
     MAX_PARALLEL_RECORDS,
@@ -197,7 +198,11 @@ def test_specs_are_immutable() -> None:
     ("changes", "problem"),
     [
         ({"max_attempts": 0}, "max_attempts 0"),
-        ({"max_attempts": SQS_MAX_RECEIVE_COUNT + 1}, "max_attempts 1001"),
+        ({"max_attempts": SQS_MAX_RECEIVE_COUNT}, "max_attempts 1000 is outside 1..999"),
+        ({"max_receives": 10}, "max_receives 10 must be between max_attempts + 1 (11) and 1000"),
+        ({"max_receives": SQS_MAX_RECEIVE_COUNT + 1}, "max_receives 1001 must be between"),
+        ({"max_receives": 1000}, "1000 receives x the 360s visibility timeout is longer than retention_s (345600)"),
+        ({"retention_s": 3000}, "11 receives x the 360s visibility timeout is longer than retention_s (3000)"),
         ({"function_timeout_s": 0}, "function_timeout_s 0"),
         ({"function_timeout_s": LAMBDA_MAX_TIMEOUT_S + 1}, "function_timeout_s 901"),
         ({"memory_mb": 127}, "memory_mb 127"),
@@ -246,7 +251,8 @@ def test_each_rule_violation_is_a_catalog_error_naming_the_problem(changes: dict
     "changes",
     [
         {"max_attempts": 1},
-        {"max_attempts": SQS_MAX_RECEIVE_COUNT},
+        # As many runs as SQS allows receives, less the one after the last run; retention to fit them.
+        {"max_attempts": SQS_MAX_RECEIVE_COUNT - 1, "retention_s": 13 * DAY},
         {"function_timeout_s": 1 + SETTLE_MARGIN_S + INVOCATION_START_S},
         {"function_timeout_s": LAMBDA_MAX_TIMEOUT_S},
         {"jobs": (JobSpec(name="send_mail", handler="functions.jobs.x", time_limit_s=57),)},
@@ -258,7 +264,8 @@ def test_each_rule_violation_is_a_catalog_error_naming_the_problem(changes: dict
         {"batching_window_s": ESM_MAX_BATCHING_WINDOW_S},
         {"max_concurrency": ESM_MIN_CONCURRENCY},
         {"max_concurrency": ESM_MAX_CONCURRENCY},
-        {"retention_s": SQS_MIN_RETENTION_S},
+        # The shortest retention, with a visibility timeout short enough for every run and one receive more.
+        {"retention_s": SQS_MIN_RETENTION_S, "function_timeout_s": 4, "max_attempts": 1},
         {"retention_s": 14 * DAY - 1},
         {"dlq_retention_s": 4 * DAY + 1, "idempotency_expiry_s": 4 * DAY + 2},
         {"alarms": AlarmThresholds(oldest_message_age_s=MINUTE, dlq_depth=1)},
@@ -437,3 +444,20 @@ def test_queue_resources_are_each_listed_once_in_catalog_order() -> None:
 )
 def test_every_field_is_documented(field_name: str) -> None:
     assert f"`{field_name}`" in DOCS.read_text(encoding="utf-8")
+
+
+def test_sqs_may_redeliver_a_message_for_every_run_and_every_hand_back_before_its_redrive_policy_fires() -> None:
+    # The runtime counts runs in the key's record; SQS's maxReceiveCount is the safety net beyond them.
+    assert queue().receive_limit == 10 + HAND_BACK_RECEIVES
+    # FIFO: a message may be received behind each of up to a batch of failing messages of its group.
+    assert queue(fifo=True, batch_size=5).receive_limit == 5 * 10 + HAND_BACK_RECEIVES
+    assert queue(max_receives=12).receive_limit == 12
+
+
+def test_the_receive_limit_fits_the_retention_so_a_message_no_worker_can_start_still_reaches_the_dlq() -> None:
+    # 15-minute functions: a 90-minute visibility timeout; 4 days hold 64 of them.
+    long_jobs = queue(function_timeout_s=LAMBDA_MAX_TIMEOUT_S)
+    assert long_jobs.visibility_timeout_s == 5400
+    assert long_jobs.receive_limit == 4 * DAY // 5400 == 64
+    assert long_jobs.receive_limit * long_jobs.visibility_timeout_s <= long_jobs.retention_s
+    assert long_jobs.problems() == []

@@ -104,6 +104,15 @@ def test_each_broken_promise_is_named(fault: str, named: str) -> None:
     assert any(named in problem for problem in problems), problems
 
 
+def test_an_in_progress_record_past_its_deadline_is_not_in_flight() -> None:
+    observed = all_well()
+    observed.idempotency_records["INPROGRESS"] = 2
+    observed.stale_in_progress = 1  # a start written after its call timed out: its key was settled since
+    assert check(JOBS, observed) == ["1 idempotency record(s) still IN_PROGRESS before their deadline"]
+    observed.stale_in_progress = 2
+    assert check(JOBS, observed) == []
+
+
 def test_the_plan_is_the_same_for_the_same_seed_and_has_what_was_asked() -> None:
     plan = SoakPlan(jobs=5000, invoice_share=0.3, permanent=0.02, seed=11)
     jobs = plan.build_jobs()

@@ -1,0 +1,444 @@
+"""The runtime's count of each job key's runs, kept where the runs happen: in the key's idempotency record.
+
+SQS's `ApproximateReceiveCount` counts receives, not runs. A record handed back unrun (no time left, its key busy,
+an open breaker) or skipped behind a failing message of its FIFO group spends a receive without running, and a
+copy sent to avoid that can't keep a FIFO group's order. So the runtime counts runs itself, in the one DynamoDB
+item Powertools' idempotency already writes for every run, at no extra write:
+
+- **Start** (Powertools' in-progress write, here an UpdateItem instead of a PutItem): status INPROGRESS and
+  `runs = if_not_exists(runs, seed) + 1`, only if the key is free (Powertools' conditions: absent, expired, or an
+  in-progress record past its deadline; plus ours: FAILED), has runs left (`runs < max_attempts`) and no
+  dead-lettering pending. A crashed run counts: it was started. The old item comes back, so the runtime learns the
+  run's number, since when open breakers held it, and when it first failed.
+- **Completion** (Powertools' success write): status COMPLETED with the result, `runs` back to 0 (a key reused
+  after the record expires starts afresh) and the completing run's number kept as `completed_run`.
+- **Failure** (in place of Powertools' delete): status FAILED with the error's type and message, `runs` kept, so
+  the next delivery counts on; a run refused by an open breaker is given its run back (`runs - 1`) and
+  `held_since` set once. The runtime writes this after it has classified the failure.
+- **Dead-lettered**: the record is deleted after the DLQ has the message, so a redrive starts the count afresh.
+  If the DLQ refuses it, the failure is written with `pending_dead_letter` set, and the next delivery
+  dead-letters it from the record without running it.
+
+A delivery whose key has used its runs (the last one never reported back: a crash or a function timeout) or
+whose dead-lettering is pending starts no run: the start write's condition fails, `RunsExhaustedError` carries the
+record, and the runtime dead-letters the message with the record's evidence.
+
+Writes per job: 2 for a run that succeeds (start, completion) as with plain Powertools; 2 per failed run (start,
+failure); 2 for a run that is dead-lettered (start, delete). A hand-back before any run writes nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyItemAlreadyExistsError
+from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
+from botocore.exceptions import ClientError
+
+INPROGRESS = "INPROGRESS"
+COMPLETED = "COMPLETED"
+# The last run of the key failed and nothing runs it now; the next delivery may start a run.
+FAILED = "FAILED"
+
+RUNS = "runs"
+COMPLETED_RUN = "completed_run"
+HELD_SINCE = "held_since"
+FIRST_FAILED_AT = "first_failed_at"
+LAST_FAILED_AT = "last_failed_at"
+LAST_ERROR_TYPE = "last_error_type"
+LAST_ERROR = "last_error"
+LAST_FAILURE = "last_failure"
+LAST_TRACEBACK = "last_traceback"
+PENDING_DEAD_LETTER = "pending_dead_letter"
+
+# What a failure record keeps of the error: enough to say why, small enough to stay far below DynamoDB's 400 KB.
+MAX_ERROR_CHARS = 1024
+MAX_TRACEBACK_CHARS = 8192
+
+# A client for a call that must end within the given seconds (functions/worker/clients.py).
+ClientFor = Callable[[float], Any]
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """A key's record as the ledger read it: before a run started, or when a delivery could start none."""
+
+    record_id: str
+    status: str | None = None
+    runs: int = 0
+    held_since: float | None = None
+    first_failed_at: float | None = None
+    last_failed_at: float | None = None
+    last_error_type: str | None = None
+    last_error: str | None = None
+    last_failure: str | None = None
+    last_traceback: str | None = None
+    pending_dead_letter: str | None = None
+    in_progress_expiry_ms: int | None = None
+
+    @classmethod
+    def from_item(cls, record_id: str, item: Mapping[str, Any]) -> LedgerEntry:
+        def number(name: str) -> float | None:
+            value = item.get(name, {}).get("N")
+            return float(value) if value is not None else None
+
+        def text(name: str) -> str | None:
+            value = item.get(name, {}).get("S")
+            return str(value) if value is not None else None
+
+        expiry = number("in_progress_expiration")
+        return cls(
+            record_id=record_id,
+            status=text("status"),
+            runs=int(number(RUNS) or 0),
+            held_since=number(HELD_SINCE),
+            first_failed_at=number(FIRST_FAILED_AT),
+            last_failed_at=number(LAST_FAILED_AT),
+            last_error_type=text(LAST_ERROR_TYPE),
+            last_error=text(LAST_ERROR),
+            last_failure=text(LAST_FAILURE),
+            last_traceback=text(LAST_TRACEBACK),
+            pending_dead_letter=text(PENDING_DEAD_LETTER),
+            in_progress_expiry_ms=int(expiry) if expiry is not None else None,
+        )
+
+    @property
+    def never_reported(self) -> bool:
+        """The last run started and never wrote its end: its environment crashed or timed out."""
+        return self.status == INPROGRESS
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    """A run the ledger let start: its number (1 = the key's first run), the record as it was before, and since
+    when open breakers have held the key (the record's, or the seed it took over)."""
+
+    number: int
+    before: LedgerEntry
+    held_since: float | None = None
+
+
+class RunsExhaustedError(Exception):
+    """No run may start: the key has used its runs (the last never reported back) or its dead-lettering is
+    pending. Carries the record, whose evidence the dead letter gets."""
+
+    def __init__(self, entry: LedgerEntry) -> None:
+        super().__init__(
+            f"key record {entry.record_id} has used {entry.runs} run(s)"
+            + (f"; dead-lettering pending ({entry.pending_dead_letter})" if entry.pending_dead_letter else "")
+        )
+        self.entry = entry
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a run ended in failure, as the failure record keeps it."""
+
+    error_type: str
+    error: str
+    # The classification: permanent, retries_exhausted, transient, ...
+    kind: str
+    traceback: str = ""
+
+
+@dataclass
+class _Scope:
+    """Per record thread: what the next start write needs and what it learned."""
+
+    max_runs: int = 1
+    seed_runs: int = 0
+    seed_held_since: float | None = None
+    # The seconds a write may take now, while the record's thread runs the key (its start and its completion).
+    time_left: Callable[[], float] = lambda: 60.0
+    started: StartedRun | None = None
+
+
+class RunLedger(DynamoDBPersistenceLayer):
+    """Powertools' DynamoDB persistence layer, counting runs (see the module's docstring).
+
+    Not thread-bound: each record's thread calls `prepare()` before running its key, and reads `started()` after."""
+
+    def __init__(self, table_name: str, client_for: ClientFor) -> None:
+        # Powertools keeps one client; the ledger picks one per call whose timeouts fit the time left.
+        super().__init__(table_name=table_name, boto3_client=client_for(60.0))
+        self._client_for = client_for
+        self._local = threading.local()
+
+    # --- the record's thread ------------------------------------------------------------------------------------
+
+    def prepare(
+        self,
+        *,
+        max_runs: int,
+        time_left: Callable[[], float],
+        seed_runs: int = 0,
+        seed_held_since: float | None = None,
+    ) -> None:
+        """Before a delivery runs its key in this thread: the runs it may have and what the message carried over
+        from a previous runtime (see docs/failure-semantics.md, upgrades)."""
+        self._local.scope = _Scope(
+            max_runs=max_runs,
+            seed_runs=max(0, min(seed_runs, max_runs - 1)),
+            seed_held_since=seed_held_since,
+            time_left=time_left,
+        )
+
+    def started(self) -> StartedRun | None:
+        """The run this thread's last start write began, if it began one."""
+        return self._scope().started
+
+    def _scope(self) -> _Scope:
+        scope = getattr(self._local, "scope", None)
+        if scope is None:
+            scope = self._local.scope = _Scope()
+        return scope
+
+    def _client(self, time_left_s: float | None = None) -> Any:
+        return self._client_for(self._scope().time_left() if time_left_s is None else time_left_s)
+
+    def _key(self, record_id: str) -> dict[str, Any]:
+        return {self.key_attr: {"S": record_id}}
+
+    # --- Powertools' persistence layer ----------------------------------------------------------------------------
+
+    def _put_record(self, data_record: DataRecord) -> None:
+        scope = self._scope()
+        scope.started = None
+        now = time.time()
+        names = {
+            "#id": self.key_attr,
+            "#expiry": self.expiry_attr,
+            "#in_progress_expiry": self.in_progress_expiry_attr,
+            "#status": self.status_attr,
+            "#runs": RUNS,
+            "#pending": PENDING_DEAD_LETTER,
+        }
+        values: dict[str, Any] = {
+            ":now": {"N": str(int(now))},
+            ":now_in_millis": {"N": str(int(now * 1000))},
+            ":inprogress": {"S": INPROGRESS},
+            ":failed": {"S": FAILED},
+            ":expiry": {"N": str(data_record.expiry_timestamp)},
+            ":seed": {"N": str(scope.seed_runs)},
+            ":one": {"N": "1"},
+            ":max": {"N": str(scope.max_runs)},
+        }
+        assignments = ["#status = :inprogress", "#expiry = :expiry", "#runs = if_not_exists(#runs, :seed) + :one"]
+        if data_record.in_progress_expiry_timestamp is not None:
+            assignments.append("#in_progress_expiry = :in_progress_expiry")
+            values[":in_progress_expiry"] = {"N": str(data_record.in_progress_expiry_timestamp)}
+        if scope.seed_held_since is not None:
+            names["#held_since"] = HELD_SINCE
+            values[":seed_held_since"] = {"N": f"{scope.seed_held_since:.3f}"}
+            assignments.append("#held_since = if_not_exists(#held_since, :seed_held_since)")
+        free = (
+            "attribute_not_exists(#id) OR #expiry < :now OR #status = :failed OR "
+            "(#status = :inprogress AND attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis)"
+        )
+        condition = f"({free}) AND (attribute_not_exists(#runs) OR #runs < :max) AND attribute_not_exists(#pending)"
+        try:
+            response = self._client().update_item(
+                TableName=self.table_name,
+                Key=self._key(data_record.idempotency_key),
+                UpdateExpression="SET " + ", ".join(assignments),
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_OLD",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            item: Mapping[str, Any] | None = error.response.get("Item")  # type: ignore[assignment]
+            if item is None:  # the record vanished between the write and its answer: Powertools retries
+                raise IdempotencyItemAlreadyExistsError() from error
+            raise self._refusal(data_record.idempotency_key, item, now) from error
+        old = response.get("Attributes") or {}
+        before = LedgerEntry.from_item(data_record.idempotency_key, old)
+        # No runs before: a new key, or a record a previous runtime wrote (the seed then stands for them).
+        runs_before = before.runs if RUNS in old else scope.seed_runs
+        held_since = before.held_since if HELD_SINCE in old else scope.seed_held_since
+        scope.started = StartedRun(number=runs_before + 1, before=before, held_since=held_since)
+
+    def _refusal(self, record_id: str, item: Mapping[str, Any], now: float) -> Exception:
+        """Why the start write's condition failed: a duplicate or a busy key (Powertools' answers), or no run left."""
+        status = item.get(self.status_attr, {}).get("S")
+        expiry = int(item.get(self.expiry_attr, {}).get("N", "0"))
+        in_progress_expiry = item.get(self.in_progress_expiry_attr, {}).get("N")
+        live = expiry >= int(now)
+        busy = status == INPROGRESS and (in_progress_expiry is None or int(in_progress_expiry) >= int(now * 1000))
+        if live and (status == COMPLETED or busy):
+            return IdempotencyItemAlreadyExistsError(old_data_record=self._item_to_data_record(dict(item)))
+        return RunsExhaustedError(LedgerEntry.from_item(record_id, item))
+
+    def _update_record(self, data_record: DataRecord) -> None:
+        started = self._scope().started
+        values: dict[str, Any] = {
+            ":response_data": {"S": data_record.response_data},
+            ":expiry": {"N": str(data_record.expiry_timestamp)},
+            ":status": {"S": data_record.status},
+            ":zero": {"N": "0"},
+        }
+        assignments = [
+            "#response_data = :response_data",
+            "#expiry = :expiry",
+            "#status = :status",
+            "#runs = :zero",
+        ]
+        if started is not None:
+            values[":completed_run"] = {"N": str(started.number)}
+            assignments.append("#completed_run = :completed_run")
+        self._client().update_item(
+            TableName=self.table_name,
+            Key=self._key(data_record.idempotency_key),
+            UpdateExpression="SET "
+            + ", ".join(assignments)
+            + " REMOVE #in_progress_expiry, #held_since, #first_failed_at, #pending",
+            ExpressionAttributeNames={
+                "#response_data": self.data_attr,
+                "#expiry": self.expiry_attr,
+                "#status": self.status_attr,
+                "#runs": RUNS,
+                "#completed_run": COMPLETED_RUN,
+                "#in_progress_expiry": self.in_progress_expiry_attr,
+                "#held_since": HELD_SINCE,
+                "#first_failed_at": FIRST_FAILED_AT,
+                "#pending": PENDING_DEAD_LETTER,
+            },
+            ExpressionAttributeValues=values,
+        )
+
+    def complete(self, run: StartedRun, *, time_left_s: float) -> None:
+        """Mark the run completed without its result: a second try when Powertools' completion write failed."""
+        self._client(time_left_s).update_item(
+            TableName=self.table_name,
+            Key=self._key(run.before.record_id),
+            UpdateExpression="SET #status = :completed, #expiry = :expiry, #runs = :zero, #completed_run = :run "
+            "REMOVE #in_progress_expiry, #held_since, #first_failed_at, #pending",
+            ConditionExpression="#status = :inprogress AND #runs = :run",
+            ExpressionAttributeNames={
+                "#status": self.status_attr,
+                "#expiry": self.expiry_attr,
+                "#runs": RUNS,
+                "#completed_run": COMPLETED_RUN,
+                "#in_progress_expiry": self.in_progress_expiry_attr,
+                "#held_since": HELD_SINCE,
+                "#first_failed_at": FIRST_FAILED_AT,
+                "#pending": PENDING_DEAD_LETTER,
+            },
+            ExpressionAttributeValues={
+                ":completed": {"S": COMPLETED},
+                ":inprogress": {"S": INPROGRESS},
+                ":expiry": {"N": str(self._get_expiry_timestamp())},
+                ":zero": {"N": "0"},
+                ":run": {"N": str(run.number)},
+            },
+        )
+
+    def delete_record(self, data: dict[str, Any], exception: Exception) -> None:
+        """Powertools clears the in-progress record when the function raises; here the runtime writes the failure
+        itself once it has classified it (`fail`, `refund`, `forget`), so this does nothing."""
+
+    # --- the runtime's own writes -----------------------------------------------------------------------------
+
+    def fail(self, run: StartedRun, failure: Failure, *, pending: bool = False, time_left_s: float) -> None:
+        """A run failed: FAILED with the error, its run counted; `pending`: the DLQ refused it, so the next
+        delivery dead-letters it from this record without running it."""
+        now = time.time()
+        values: dict[str, Any] = {
+            ":failed": {"S": FAILED},
+            ":now": {"N": f"{now:.3f}"},
+            ":type": {"S": failure.error_type[:256] or "Exception"},
+            ":error": {"S": failure.error[:MAX_ERROR_CHARS] or "(no message)"},
+            ":kind": {"S": failure.kind},
+        }
+        assignments = [
+            "#status = :failed",
+            "#first_failed_at = if_not_exists(#first_failed_at, :now)",
+            "#last_failed_at = :now",
+            "#last_error_type = :type",
+            "#last_error = :error",
+            "#last_failure = :kind",
+        ]
+        names = {
+            "#first_failed_at": FIRST_FAILED_AT,
+            "#last_failed_at": LAST_FAILED_AT,
+            "#last_error_type": LAST_ERROR_TYPE,
+            "#last_error": LAST_ERROR,
+            "#last_failure": LAST_FAILURE,
+        }
+        if pending:
+            values[":traceback"] = {"S": failure.traceback[-MAX_TRACEBACK_CHARS:] or "(none)"}
+            assignments += ["#pending = :kind", "#last_traceback = :traceback"]
+            names.update({"#pending": PENDING_DEAD_LETTER, "#last_traceback": LAST_TRACEBACK})
+        self._release(run, "SET " + ", ".join(assignments), names, values, time_left_s)
+
+    def refund(self, run: StartedRun, *, held: bool, time_left_s: float) -> None:
+        """A run that did not count: refused by an open breaker (`held`: `held_since` set on the first hold), or
+        started with no time left to finish. Its run is given back and the key freed."""
+        values: dict[str, Any] = {":failed": {"S": FAILED}, ":one": {"N": "1"}}
+        names: dict[str, str] = {}
+        assignments = ["#status = :failed", "#runs = #runs - :one"]
+        if held:
+            values[":now"] = {"N": f"{time.time():.3f}"}
+            names["#held_since"] = HELD_SINCE
+            assignments.append("#held_since = if_not_exists(#held_since, :now)")
+        self._release(run, "SET " + ", ".join(assignments), names, values, time_left_s)
+
+    def _release(
+        self, run: StartedRun, update: str, names: dict[str, str], values: dict[str, Any], time_left_s: float
+    ) -> None:
+        """Write how this run ended, only while the record is still this run's (a run whose in-progress record
+        expired may have been overtaken by another)."""
+        self._client(time_left_s).update_item(
+            TableName=self.table_name,
+            Key=self._key(run.before.record_id),
+            UpdateExpression=update + " REMOVE #in_progress_expiry",
+            ConditionExpression="#status = :inprogress AND #runs = :run",
+            ExpressionAttributeNames={
+                **names,
+                "#status": self.status_attr,
+                "#runs": RUNS,
+                "#in_progress_expiry": self.in_progress_expiry_attr,
+            },
+            ExpressionAttributeValues={**values, ":inprogress": {"S": INPROGRESS}, ":run": {"N": str(run.number)}},
+        )
+
+    def forget(self, record_id: str, runs: int | None, *, time_left_s: float) -> None:
+        """The key's message is in the DLQ: delete its record, so a redrive starts the count afresh. Only the
+        record as the runtime last saw it (`runs`), never one a newer run has taken since; with `runs` None (no run
+        of this delivery), any record of the key that no live run holds and that has not completed."""
+        names = {"#status": self.status_attr}
+        values: dict[str, Any] = {":completed": {"S": COMPLETED}}
+        if runs is not None:
+            condition = "#runs = :runs AND NOT (#status = :completed)"
+            names["#runs"] = RUNS
+            values[":runs"] = {"N": str(runs)}
+        else:
+            condition = (
+                "NOT (#status = :completed) AND NOT (#status = :inprogress AND #in_progress_expiry >= :now_in_millis)"
+            )
+            names["#in_progress_expiry"] = self.in_progress_expiry_attr
+            values[":inprogress"] = {"S": INPROGRESS}
+            values[":now_in_millis"] = {"N": str(int(time.time() * 1000))}
+        self._client(time_left_s).delete_item(
+            TableName=self.table_name,
+            Key=self._key(record_id),
+            ConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
+
+def is_condition_failure(error: BaseException) -> bool:
+    """A conditional write the ledger refused because the record had moved on (not a store failure)."""
+    return (
+        isinstance(error, ClientError)
+        and error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+    )

@@ -1,0 +1,223 @@
+"""Runs are counted where they happen: in the key's idempotency record (functions/worker/run_ledger.py), not by
+SQS's receive count. A receive that runs nothing spends no run, a run that never reports back still counts, and
+SQS's redrive policy (maxReceiveCount = QueueSpec.receive_limit) never moves a message before the runtime has
+dead-lettered it with evidence."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
+
+from functions.worker.clients import ClientFactory
+from functions.worker.run_ledger import RunLedger
+from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
+from jobctl.local.provision import provision
+from sqs_jobs.catalog import Catalog, JobSpec, QueueSpec
+from tests.functional.conftest import Harness, attributes_of, envelope, key_record
+from tests.functional.sample_jobs import flaky, nap
+
+STANDARD = QueueSpec(
+    name="standard",
+    max_attempts=3,
+    jobs=(JobSpec(name="flaky", handler="tests.functional.sample_jobs.flaky"),),
+)
+# FIFO, with a limit on receives small enough to reach in a test.
+ORDERED = QueueSpec(
+    name="ordered",
+    fifo=True,
+    max_attempts=3,
+    max_receives=4,
+    jobs=(JobSpec(name="ordered_flaky", handler="tests.functional.sample_jobs.flaky"),),
+)
+# FIFO and short invocations, one record at a time: a 1.5 s nap leaves the records after it no time.
+ORDERED_TIGHT = QueueSpec(
+    name="ordered_tight",
+    fifo=True,
+    function_timeout_s=5,
+    parallel_records=1,
+    max_attempts=1,
+    max_receives=2,
+    jobs=(
+        JobSpec(name="fifo_nap", handler="tests.functional.sample_jobs.nap", time_limit_s=2),
+        JobSpec(name="fifo_flaky", handler="tests.functional.sample_jobs.flaky", time_limit_s=2),
+    ),
+)
+CATALOG = Catalog(queues=(STANDARD, ORDERED, ORDERED_TIGHT))
+
+
+@pytest.fixture
+def accounting(clients: ClientFactory) -> Iterator[Harness]:
+    flaky.FAILURES.clear()
+    flaky.SIDE_EFFECTS.clear()
+    flaky.ATTEMPTS_SEEN.clear()
+    nap.FAILURES.clear()
+    yield Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
+
+
+def crashed_runs(harness: Harness, key: str, runs: int) -> None:
+    """What `runs` runs of `key` leave when each one's environment dies: started (counted), never ended, their
+    in-progress records past their invocations' deadlines."""
+    ledger = RunLedger(harness.deployment.idempotency_table, lambda _: harness.clients("dynamodb"))
+    ledger.configure(IdempotencyConfig(event_key_jmespath="key"), key_prefix=IDEMPOTENCY_KEY_PREFIX)
+    for _ in range(runs):
+        ledger.prepare(max_runs=100, time_left=lambda: 5.0)
+        ledger.save_inprogress(data={"key": key}, remaining_time_in_millis=0)
+        time.sleep(0.005)  # its deadline is now in the past
+
+
+def send_group(harness: Harness, queue: str, job: str, *entity_ids: str) -> list[str]:
+    url = harness.deployment.queues[queue].url
+    sqs = harness.clients("sqs")
+    return [
+        str(sqs.send_message(QueueUrl=url, MessageBody=envelope(job, entity_id), MessageGroupId="g")["MessageId"])
+        for entity_id in entity_ids
+    ]
+
+
+def receives_of(invocation: Any) -> dict[str, int]:
+    return {
+        json.loads(record["body"])["id"]: int(record["attributes"]["ApproximateReceiveCount"])
+        for record in invocation.event["Records"]
+    }
+
+
+def test_a_run_that_never_reported_back_counts(accounting: Harness) -> None:
+    # Given a run of the key that started and died with its environment
+    crashed_runs(accounting, "flaky:1", 1)
+    # When the message is delivered (its first receive, as far as this test's queue knows)
+    accounting.send(envelope("flaky", "1"), queue="standard")
+    invocation = accounting.deliver("standard")
+    # Then it runs as the key's second attempt
+    assert invocation is not None and invocation.failed_ids == []
+    assert flaky.ATTEMPTS_SEEN == [2]
+    record = key_record(accounting, "flaky:1")
+    assert (record["status"], record["completed_run"], record["runs"]) == ("COMPLETED", 2, 0)
+
+
+def test_a_key_whose_last_run_never_reported_back_is_dead_lettered_with_evidence_and_a_redrive_starts_afresh(
+    accounting: Harness,
+) -> None:
+    crashed_runs(accounting, "flaky:1", STANDARD.max_attempts)
+    accounting.send(envelope("flaky", "1"), queue="standard")
+    invocation = accounting.deliver("standard")
+    # Not run a fourth time: dead-lettered, with what the record knows
+    assert invocation is not None and invocation.failed_ids == []
+    assert flaky.ATTEMPTS_SEEN == []
+    [dead] = accounting.dead_letters("standard")
+    evidence = attributes_of(dead)
+    assert evidence["jobs.error_type"] == "RunNeverReportedError"
+    assert evidence["jobs.failure"] == "retries_exhausted"
+    assert evidence["jobs.attempts"] == str(STANDARD.max_attempts)
+    assert "never reported back" in evidence["jobs.error_message"]
+    # The record is gone, so a redrive (the same body as a new message) runs it as attempt 1
+    assert key_record(accounting, "flaky:1") == {}
+    accounting.send(dead["Body"], queue="standard")
+    accounting.deliver("standard")
+    assert flaky.ATTEMPTS_SEEN == [1]
+
+
+def test_a_failed_run_is_kept_in_the_record_for_the_next_delivery(accounting: Harness) -> None:
+    flaky.FAILURES["1"] = 1
+    accounting.send(envelope("flaky", "1"), queue="standard")
+    first = accounting.deliver("standard")
+    assert first is not None and len(first.failed_ids) == 1
+    record = key_record(accounting, "flaky:1")
+    assert (record["status"], record["runs"]) == ("FAILED", 1)
+    assert (record["last_error_type"], record["last_failure"]) == ("ConnectionRefusedError", "transient")
+    assert record["first_failed_at"] == record["last_failed_at"]
+    assert "in_progress_expiration" not in record
+    accounting.expire_visibility(first, "standard")
+    accounting.deliver("standard")
+    assert flaky.ATTEMPTS_SEEN == [1, 2]
+    done = key_record(accounting, "flaky:1")
+    assert (done["status"], done["completed_run"], done["runs"]) == ("COMPLETED", 2, 0)
+    assert "first_failed_at" not in done  # a key reused after its record expires starts clean
+
+
+def test_fifo_records_behind_a_failing_one_keep_their_runs_and_go_on_once_it_is_dead_lettered(
+    accounting: Harness,
+) -> None:
+    # Given a group whose head always fails, with two messages behind it
+    flaky.FAILURES["head"] = 99
+    send_group(accounting, "ordered", "ordered_flaky", "head", "second", "third")
+    # When the head runs out of runs (each delivery receives the whole group)
+    for attempt in range(1, ORDERED.max_attempts + 1):
+        invocation = accounting.deliver("ordered")
+        assert invocation is not None
+        assert receives_of(invocation) == {"head": attempt, "second": attempt, "third": attempt}
+        if attempt < ORDERED.max_attempts:
+            assert len(invocation.failed_ids) == 3  # the head retried, the rest skipped behind it
+            accounting.expire_visibility(invocation, "ordered")
+    # Then on its last run the head is dead-lettered and the rest of the group goes on in the same invocation,
+    # each as its first run, although SQS has delivered each of them three times
+    assert invocation is not None and invocation.failed_ids == []
+    assert [json.loads(m["Body"])["id"] for m in accounting.dead_letters("ordered")] == ["head"]
+    assert list(flaky.SIDE_EFFECTS) == ["second", "third"]
+    assert flaky.ATTEMPTS_SEEN == [1, 2, 3, 1, 1]
+
+
+def test_fifo_a_hand_back_is_not_taken_for_a_failure_and_on_the_last_receive_is_dead_lettered_with_evidence(
+    accounting: Harness,
+) -> None:
+    # The nap uses up the invocation; the record after it in its group has no time left
+    send_group(accounting, "ordered_tight", "fifo_nap", "1.5")
+    send_group(accounting, "ordered_tight", "fifo_flaky", "1")
+    worker = accounting.worker("ordered_tight")
+    first = accounting.deliver("ordered_tight", worker=worker)
+    assert first is not None and len(first.failed_ids) == 1  # handed back, not failed
+    assert flaky.ATTEMPTS_SEEN == []
+    lines = [line for line in accounting.log_lines() if line.get("id") == "1"]
+    assert [line["message"] for line in lines] == ["handed back unrun; visible again later"]
+    assert lines[0]["reason"] == "no_time"
+    counts = [doc for doc in accounting.metrics() if doc.get("job") == "fifo_flaky" and "reason" not in doc]
+    assert all("JobFailed" not in doc and "JobRetried" not in doc for doc in counts)
+    assert key_record(accounting, "fifo_flaky:1") == {}  # no run spent
+    # Its second receive is the queue's last (max_receives 2): in an invocation that starts with too little time
+    # for it (3.5 s of the function's 5), it can't go back
+    accounting.expire_visibility(first, "ordered_tight")
+    second = accounting.deliver("ordered_tight", worker=worker, timeout_s=3.5)
+    assert second is not None and second.failed_ids == []
+    [dead] = accounting.dead_letters("ordered_tight")
+    evidence = attributes_of(dead)
+    assert json.loads(dead["Body"])["id"] == "1"
+    assert (evidence["jobs.error_type"], evidence["jobs.failure"]) == ("ReceivesExhaustedError", "receives_exhausted")
+    assert "no_time" in evidence["jobs.error_message"]
+
+
+def test_fifo_a_record_skipped_on_its_last_receive_is_dead_lettered_with_evidence_not_moved_bare(
+    accounting: Harness,
+) -> None:
+    # Given a head that fails on every run and whose dead letters the DLQ refuses: it is reported failed even on
+    # the queue's last receive, and the message skipped behind it can't go back (SQS would move it bare)
+    flaky.FAILURES["head"] = 99
+    send_group(accounting, "ordered", "ordered_flaky", "head", "behind")
+    refused: list[int] = []
+
+    def refuse_the_heads_dead_letters(params: dict[str, Any], **_: Any) -> None:
+        if params["QueueUrl"].endswith("-dlq.fifo") and json.loads(params["MessageBody"])["id"] == "head":
+            refused.append(1)
+            raise ConnectionResetError("the DLQ endpoint reset the connection")
+
+    accounting.worker_clients("ordered").register(
+        "provide-client-params.sqs.SendMessage", refuse_the_heads_dead_letters
+    )
+    for _ in range(ORDERED.receive_limit):
+        invocation = accounting.deliver("ordered")
+        assert invocation is not None
+        accounting.expire_visibility(invocation, "ordered")
+    # The head's last run (its 3rd receive) failed and its dead letter was refused, kept pending in its record;
+    # on the 4th receive, the last, dead-lettering it from its record was refused again...
+    assert len(refused) == 2
+    assert key_record(accounting, "ordered_flaky:head")["pending_dead_letter"] == "retries_exhausted"
+    assert receives_of(invocation) == {"head": ORDERED.receive_limit, "behind": ORDERED.receive_limit}
+    # ...and the message behind it, on its last receive, was dead-lettered with evidence, never run
+    [behind] = [m for m in accounting.dead_letters("ordered") if json.loads(m["Body"])["id"] == "behind"]
+    evidence = attributes_of(behind)
+    assert (evidence["jobs.error_type"], evidence["jobs.failure"]) == ("ReceivesExhaustedError", "receives_exhausted")
+    assert "skipped behind a failed message" in evidence["jobs.error_message"]
+    assert "behind" not in flaky.SIDE_EFFECTS
