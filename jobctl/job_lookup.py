@@ -1,7 +1,7 @@
 """`jobctl job show JOB ID`: what became of one job, from the records the runtime keeps.
 
 - The idempotency record (DynamoDB): COMPLETED with when it finished and until when a redelivery is skipped,
-  or INPROGRESS with until when the run holds the key.
+  INPROGRESS with until when the run holds the key, or FAILED (retrying) with its runs and last error.
 - The DLQ: every dead letter of that job and ID, with its evidence.
 Neither: it hasn't run yet (still in the queue, or delayed), it failed and waits for its next attempt (a failure
 releases the key), or its record expired. The source queue is not searched: receiving would hide its messages
@@ -24,6 +24,7 @@ from sqs_jobs.envelope import Envelope, build_envelope
 
 COMPLETED = "completed"
 IN_PROGRESS = "in progress"
+RETRYING = "retrying"
 DEAD_LETTERED = "dead-lettered"
 NOT_FOUND = "not found"
 
@@ -34,23 +35,51 @@ class JobLookupError(Exception):
 
 @dataclass(frozen=True)
 class IdempotencyRecord:
-    status: str  # Powertools': COMPLETED or INPROGRESS
+    """A job key's record as the worker keeps it (functions/worker/run_ledger.py): Powertools' idempotency
+    record and the runtime's count of the key's runs."""
+
+    status: str  # COMPLETED, INPROGRESS, or FAILED (the last run failed; the next delivery runs it again)
     remembered_until: datetime
     # When the run finished: the record's expiry less the queue's idempotency expiry (Powertools stores no
     # completion time; it sets the expiry when it saves the result).
     completed_at: datetime | None
     in_progress_until: datetime | None
+    # Runs counted since the key last completed or was dead-lettered (a run in progress included).
+    runs: int = 0
+    completed_run: int | None = None
+    last_error_type: str | None = None
+    last_error: str | None = None
+    last_failed_at: datetime | None = None
+    first_failed_at: datetime | None = None
+    pending_dead_letter: str | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any], expiry_s: int) -> IdempotencyRecord:
         remembered_until = datetime.fromtimestamp(int(item["expiration"]["N"]), tz=UTC)
         status = item["status"]["S"]
         in_progress = item.get("in_progress_expiration", {}).get("N")
+
+        def moment(name: str) -> datetime | None:
+            value = item.get(name, {}).get("N")
+            return datetime.fromtimestamp(float(value), tz=UTC) if value is not None else None
+
+        def text(name: str) -> str | None:
+            value = item.get(name, {}).get("S")
+            return str(value) if value is not None else None
+
+        completed_run = item.get("completed_run", {}).get("N")
         return cls(
             status=status,
             remembered_until=remembered_until,
             completed_at=remembered_until - timedelta(seconds=expiry_s) if status == "COMPLETED" else None,
             in_progress_until=datetime.fromtimestamp(int(in_progress) / 1000, tz=UTC) if in_progress else None,
+            runs=int(item.get("runs", {}).get("N", "0")),
+            completed_run=int(completed_run) if completed_run is not None else None,
+            last_error_type=text("last_error_type"),
+            last_error=text("last_error"),
+            last_failed_at=moment("last_failed_at"),
+            first_failed_at=moment("first_failed_at"),
+            pending_dead_letter=text("pending_dead_letter"),
         )
 
 
@@ -63,6 +92,7 @@ class JobLookup:
     record: IdempotencyRecord | None
     dead_letters: list[DeadLetter]
     looked_at: datetime
+    max_attempts: int = 0
 
     @property
     def verdict(self) -> str:
@@ -72,6 +102,8 @@ class JobLookup:
         if record is not None and record.remembered_until > self.looked_at:
             if record.status == "COMPLETED":
                 return COMPLETED
+            if record.status == "FAILED":
+                return RETRYING
             if record.in_progress_until is None or record.in_progress_until > self.looked_at:
                 return IN_PROGRESS
         return NOT_FOUND
@@ -84,7 +116,13 @@ class JobLookup:
             return f"completed; a redelivery is skipped until {record.remembered_until.isoformat()}"
         if self.verdict == IN_PROGRESS and record is not None:
             until = record.in_progress_until.isoformat() if record.in_progress_until else "its invocation ends"
-            return f"running now; the run holds the key until {until}"
+            return f"running now (run {record.runs} of {self.max_attempts}); the run holds the key until {until}"
+        if self.verdict == RETRYING and record is not None:
+            when = record.last_failed_at.isoformat() if record.last_failed_at else "(unknown)"
+            failed = f"run {record.runs} of {self.max_attempts} failed at {when}: {record.last_error_type}"
+            if record.pending_dead_letter:
+                return f"{failed}; its dead-lettering was refused and is pending: the next delivery dead-letters it"
+            return f"{failed}; it runs again when its message comes back after its backoff"
         if record is not None:
             return "its record has expired (or its run ended without settling): a delivery would run it again"
         return (
@@ -108,6 +146,13 @@ class JobLookup:
                 "completed_at": record.completed_at,
                 "remembered_until": record.remembered_until,
                 "in_progress_until": record.in_progress_until,
+                "runs": record.runs,
+                "completed_run": record.completed_run,
+                "last_error_type": record.last_error_type,
+                "last_error": record.last_error,
+                "first_failed_at": record.first_failed_at,
+                "last_failed_at": record.last_failed_at,
+                "pending_dead_letter": record.pending_dead_letter,
             },
             "dead_letters": [letter.to_dict() for letter in self.dead_letters],
         }
@@ -177,4 +222,5 @@ def find_job(
         record=record,
         dead_letters=letters,
         looked_at=now or datetime.now(UTC),
+        max_attempts=spec.max_attempts,
     )

@@ -13,6 +13,7 @@ from jobctl.job_lookup import (
     DEAD_LETTERED,
     IN_PROGRESS,
     NOT_FOUND,
+    RETRYING,
     JobLookup,
     find_job,
     idempotency_table,
@@ -103,6 +104,36 @@ def test_in_progress_is_read_from_an_in_progress_record(harness: Harness) -> Non
     )
     assert _lookup(harness, "order_confirmation", "55", now=now).verdict == IN_PROGRESS
     assert _lookup(harness, "order_confirmation", "55", now=now + timedelta(seconds=31)).verdict == NOT_FOUND
+
+
+def test_a_job_whose_run_failed_is_retrying_with_its_runs_and_last_error(harness: Harness) -> None:
+    # Given an order whose mail the SES sandbox refuses once (a throttle: transient)
+    harness.put_order("77")
+    throttled: list[int] = []
+
+    def throttle_once(**_: object) -> None:
+        if not throttled:
+            throttled.append(1)
+            raise ConnectionResetError("SES reset the connection")
+
+    clients = harness.worker_clients("orders")
+    clients.register("before-call.ses.SendEmail", throttle_once)
+    harness.send(envelope("order_confirmation", "77"))
+    invocation = harness.deliver()
+    assert invocation is not None and len(invocation.failed_ids) == 1
+    # When the operator looks it up before its retry
+    found = _lookup(harness, "order_confirmation", "77")
+    # Then it is retrying: its run, the error and when
+    assert found.verdict == RETRYING
+    assert found.record is not None and found.record.runs == 1
+    assert found.record.last_error_type == "ConnectionResetError"
+    assert "run 1 of 10 failed at" in found.explanation() and "ConnectionResetError" in found.explanation()
+    assert found.to_dict()["record"]["runs"] == 1
+    # And once it has run again, completed on its second run
+    harness.expire_visibility(invocation)
+    harness.deliver()
+    done = _lookup(harness, "order_confirmation", "77")
+    assert done.verdict == COMPLETED and done.record is not None and done.record.completed_run == 2
 
 
 def test_pause_and_resume_flip_the_queues_event_source_mapping(harness: Harness) -> None:
