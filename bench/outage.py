@@ -11,8 +11,9 @@ policy when the message becomes visible again:
   `functions.worker.runtime` clamps it;
 - this runtime with its circuit breakers: the same backoff, and before each call the worker's own
   `functions.worker.breaker.Breakers` (the real code, on the virtual clock) admits the call or refuses it; a
-  refused record is handed back unrun (a copy delayed by `hold_delay_s`, its attempts not spent) for up to
-  `max_hold_s` from its first hand-back, after which a refusal is a failed attempt.
+  refused record is handed back unrun (the message visible again after `hold_delay_s`, no run spent: runs are
+  counted apart from receives, as the runtime counts them in the key's record) for up to `max_hold_s` from its
+  first hand-back, after which a refusal is a failed attempt.
 
 A discrete-event simulation on a virtual clock (a heap of events; no sleeping, no threads): the same arguments and
 seed give the same figures, and 1,000 jobs take milliseconds. The only randomness is the jitter of the backoff and
@@ -40,7 +41,7 @@ from typing import Any
 from functions.worker.backoff import SQS_MAX_VISIBILITY_S, backoff_delay_s
 from functions.worker.breaker import Breakers, Ticket, hold_delay_s
 from functions.worker.errors import CircuitOpenError
-from sqs_jobs.catalog import CircuitBreakerSpec, QueueSpec
+from sqs_jobs.catalog import HAND_BACK_RECEIVES, CircuitBreakerSpec, QueueSpec
 
 # The catalog's defaults, as every queue that sets nothing gets them (the shipped `orders` queue does).
 DEFAULTS = QueueSpec(name="outage_bench", jobs=())
@@ -169,7 +170,7 @@ class Scenario:
     fail_s: float = 0.05
     service_s: float = 1.0
     max_attempts: int = DEFAULTS.max_attempts
-    # What a hand-back costs the worker (sending the delayed copy, acknowledging the original): a few milliseconds.
+    # What a hand-back costs the worker (its record's write, the message's visibility change): a few milliseconds.
     hold_s: float = 0.01
 
     def problems(self) -> list[str]:
@@ -201,7 +202,7 @@ class Run:
     drain_s: float  # from recovery until every job is completed or dead-lettered; 0 if none was left
     p50_s: float | None  # job completion time from enqueue, over completed jobs
     p99_s: float | None
-    holds: int = 0  # hand-backs of records refused by an open breaker (each an unrun, delayed copy)
+    holds: int = 0  # hand-backs of records refused by an open breaker (the message back, delayed, no run spent)
     refused_attempts: int = 0  # refusals past max_hold_s, each a failed attempt
     breaker_opened: int = 0  # times a breaker opened from closed, over all workers
 
@@ -226,9 +227,9 @@ class _Simulation:
         self.ready: deque[int] = deque(range(scenario.jobs))
         # Idle workers, the one idle longest first.
         self.idle: deque[int] = deque(range(scenario.workers))
-        self.receives = [0] * scenario.jobs  # ApproximateReceiveCount of the message (a hand-back's copy: from 0)
-        self.prior = [0] * scenario.jobs  # attempts a handed-back copy carries (the runtime's prior attempts)
-        self.held_since: list[float | None] = [None] * scenario.jobs  # first hand-back, carried on the copies
+        self.receives = [0] * scenario.jobs  # ApproximateReceiveCount of the message
+        self.runs = [0] * scenario.jobs  # the runs the runtime counted in the key's record (a hold gives one back)
+        self.held_since: list[float | None] = [None] * scenario.jobs  # first hold, kept in the key's record
         # A refusal past max_hold_s is a failed attempt whose backoff starts at the refusal's retry-after.
         self.retry_after_s: list[float | None] = [None] * scenario.jobs
         self.received_at = [0.0] * scenario.jobs
@@ -263,7 +264,7 @@ class _Simulation:
                 self.failed(message)
             elif kind == _FREE:
                 self.idle.append(worker)
-            elif self.receives[message] >= self.scenario.max_attempts:
+            elif self.receives[message] >= self.max_receives:
                 self.dead_letter()  # SQS's redrive: maxReceiveCount reached
             else:
                 self.ready.append(message)
@@ -273,9 +274,17 @@ class _Simulation:
     def push(self, at: float, kind: int, message: int, worker: int = _NO_WORKER) -> None:
         heapq.heappush(self.events, (at, next(self.order), kind, message, worker))
 
+    @property
+    def max_receives(self) -> int:
+        """SQS's maxReceiveCount: max_attempts for plain SQS; for the runtime, which counts runs itself, every run
+        and the receives that run nothing (QueueSpec.receive_limit's headroom)."""
+        if self.policy.dead_letters_itself:
+            return self.scenario.max_attempts + HAND_BACK_RECEIVES
+        return self.scenario.max_attempts
+
     def attempt(self, message: int) -> int:
-        """As the runtime counts it: receives of this message plus the attempts its copy carries."""
-        return self.receives[message] + self.prior[message]
+        """The runtime counts runs (in the key's record); plain SQS counts receives."""
+        return self.runs[message] if self.policy.dead_letters_itself else self.receives[message]
 
     def dispatch(self) -> None:
         """Every idle worker receives the longest-visible message and calls the downstream, if its breaker lets
@@ -291,6 +300,7 @@ class _Simulation:
                 except CircuitOpenError as refusal:
                     self.refused(message, worker, refusal)
                     continue
+            self.runs[message] += 1
             self.total_calls += 1
             if self.now < self.scenario.outage_s:
                 self.outage_calls += 1
@@ -315,16 +325,15 @@ class _Simulation:
             first = self.now
         done = self.now + self.scenario.hold_s
         if self.now - first >= self.policy.breaker.max_hold_s:
+            self.runs[message] += 1  # a refusal past max_hold_s is a failed run
             self.refused_attempts += 1
             self.retry_after_s[message] = refusal.retry_after_s
             self.push(done, _FAILED, message, worker)
             return
         self.holds += 1
         self.held_since[message] = first
-        # The copy carries the attempts before this receive and starts its own receive count; it is sent once
-        # the worker is done with the hand-back, and DelaySeconds counts from then.
-        self.prior[message] = self.attempt(message) - 1
-        self.receives[message] = 0
+        # The message itself goes back, visible after the delay (counted from the end of the hand-back); its run
+        # is not counted, its receive is.
         delay_s = hold_delay_s(refusal, self.rng)
         self.push(done, _FREE, message, worker)
         self.push(done + delay_s, _VISIBLE, message)
