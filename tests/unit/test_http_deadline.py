@@ -1,7 +1,8 @@
 """The jobs' HTTP client bounds the whole call (functions/worker/http.py, http_deadline.py), against real servers on
 127.0.0.1 that send their answer one byte at a time: the call ends at its whole-call timeout with
 HttpDeadlineError whatever phase drips, its connection is never reused, kept-alive connections still are, 100
-calls in flight share one watchdog thread, and a body over the size cap is refused."""
+calls in flight share one watchdog thread, a body over the size cap is refused, and a run cut at its time limit
+in such a call has its thread end at the call's deadline."""
 
 from __future__ import annotations
 
@@ -19,7 +20,14 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from functions.worker.errors import HttpPermanentError, HttpTransientError, PermanentError, TransientError
+from functions.worker.errors import (
+    HttpPermanentError,
+    HttpTransientError,
+    JobTimeLimitError,
+    PermanentError,
+    TimeLimitInterrupt,
+    TransientError,
+)
 from functions.worker.http import (
     DEFAULT_MAX_RESPONSE_BYTES,
     HttpClient,
@@ -28,6 +36,7 @@ from functions.worker.http import (
     JobHttp,
 )
 from functions.worker.http_deadline import WATCHDOG_THREAD_NAME, Deadline
+from functions.worker.time_limit import JobRun, JobRunner
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -463,3 +472,26 @@ def test_a_refused_body_does_not_poison_the_pool(server: Server) -> None:
 def test_the_default_cap_is_ten_mib() -> None:
     assert DEFAULT_MAX_RESPONSE_BYTES == 10 * 1024 * 1024
     assert HttpClient().max_response_bytes == DEFAULT_MAX_RESPONSE_BYTES
+
+
+# --- a run cut at its time limit ------------------------------------------------------------------------------
+
+
+def test_a_cut_runs_dripping_call_ends_at_its_deadline_and_its_thread_with_it(server: Server) -> None:
+    # The issue: a cut thread and its connection lived on for as long as the server dripped.
+    ended = threading.Event()
+    runner = JobRunner(on_cut_run_end=lambda _run: ended.set())
+    http = client()
+    started = time.monotonic()
+    run = JobRun(
+        key="job:1", limit_s=0.3, target=lambda: http.request("GET", f"{server.url}/drip/body"), args=(), job="job"
+    )
+
+    with pytest.raises(JobTimeLimitError):
+        runner.run(run)
+
+    assert ended.wait(TOTAL_S + SLACK_S)
+    assert TOTAL_S - 0.05 <= time.monotonic() - started <= TOTAL_S + SLACK_S
+    assert isinstance(run.error, TimeLimitInterrupt)  # the fence refused the call's late outcome
+    assert isinstance(run.error.__context__, HttpDeadlineError)
+    runner.close()
