@@ -5,7 +5,7 @@
   request body it doesn't read. urllib3's own timeouts are per socket operation, so the client enforces the
   deadline itself (functions/worker/http_deadline.py). Past it the call raises HttpDeadlineError (transient) and
   its connection is closed, never reused. Connect 10 s / read 30 s still bound each connect and each read;
-- a response body is held in memory up to `max_response_bytes` (10 MiB by default, after decompression): a
+- a response body is held in memory up to `max_response_bytes` (5 MiB by default, after decompression): a
   larger successful answer raises HttpResponseTooLargeError (permanent: the same request gets the same answer);
 - no retries inside the job: the queue retries, with backoff, and counts attempts;
 - the job's idempotency key sent as `Idempotency-Key`, so an API that supports it never acts twice;
@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_READ_TIMEOUT_S = 30.0
-# Ten records side by side at the cap hold 100 MiB, within the default 256 MB function (docs/catalog.md).
-DEFAULT_MAX_RESPONSE_BYTES = 10 * 1024 * 1024
+# A body at the cap takes twice the cap for a moment (its chunks and the joined bytes): ten records side by side
+# (parallel_records' default) then hold 100 MiB at most, within the default 256 MB function (docs/catalog.md).
+DEFAULT_MAX_RESPONSE_BYTES = 5 * 1024 * 1024
 _READ_CHUNK_BYTES = 64 * 1024
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 

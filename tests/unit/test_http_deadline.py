@@ -469,8 +469,8 @@ def test_a_refused_body_does_not_poison_the_pool(server: Server) -> None:
     assert server.connections == 2  # the half-read connection was closed, not reused
 
 
-def test_the_default_cap_is_ten_mib() -> None:
-    assert DEFAULT_MAX_RESPONSE_BYTES == 10 * 1024 * 1024
+def test_the_default_cap_is_five_mib() -> None:
+    assert DEFAULT_MAX_RESPONSE_BYTES == 5 * 1024 * 1024
     assert HttpClient().max_response_bytes == DEFAULT_MAX_RESPONSE_BYTES
 
 
