@@ -41,7 +41,7 @@ def parse_time(text: str) -> datetime:
 @click.argument("job", shell_complete=complete_job)
 @click.argument("entity_id", metavar="ID")
 @click.option("--key", help="Idempotency key (default: <job>:<id>).")
-@click.option("--delay", type=click.IntRange(0, MAX_DELAY_S), default=0, help="Delay in seconds (0-900).")
+@click.option("--delay", type=click.IntRange(0, MAX_DELAY_S), help="Delay in seconds (0-900).")
 @click.option(
     "--in",
     "in_",
@@ -58,16 +58,17 @@ def enqueue(
     job: str,
     entity_id: str,
     key: str | None,
-    delay: int,
+    delay: int | None,
     in_: str | None,
     at: str | None,
 ) -> None:
-    """Publish one job to QUEUE: {"job": JOB, "id": ID}."""
-    given = [name for name, value in (("--delay", delay or None), ("--in", in_), ("--at", at)) if value]
+    """Publish one job to QUEUE: {"job": JOB, "id": ID}. At most one of --delay, --in and --at."""
+    # Given is `not None`: `--delay 0 --at ...` contradicts itself as much as `--delay 5 --at ...`.
+    given = [name for name, value in (("--delay", delay), ("--in", in_), ("--at", at)) if value is not None]
     if len(given) > 1:
-        raise click.UsageError(f"give one of --delay, --in and --at, not {' and '.join(given)}")
-    later = parse_duration(in_) if in_ else None
-    moment = parse_time(at) if at else None
+        raise click.UsageError(f"give at most one of --delay, --in and --at, not {' and '.join(given)}")
+    later = parse_duration(in_) if in_ is not None else None
+    moment = parse_time(at) if at is not None else None
     with operator_errors():
         spec = CATALOG.queue(queue)
         if job not in spec.job_names:

@@ -1,6 +1,12 @@
 """The HTTP client for jobs: the article's fix for its incident, as the default.
 
-- connect 10 s / read 30 s timeouts, always (no call can hang a worker);
+- every call ends within its whole-call timeout, `total_timeout_s` (by default connect + read: 10 s + 30 s =
+  40 s), whatever the server does: a status line, headers or body sent a byte at a time, a slow TLS handshake, a
+  request body it doesn't read. urllib3's own timeouts are per socket operation, so the client enforces the
+  deadline itself (functions/worker/http_deadline.py). Past it the call raises HttpDeadlineError (transient) and
+  its connection is closed, never reused. Connect 10 s / read 30 s still bound each connect and each read;
+- a response body is held in memory up to `max_response_bytes` (5 MiB by default, after decompression): a
+  larger successful answer raises HttpResponseTooLargeError (permanent: the same request gets the same answer);
 - no retries inside the job: the queue retries, with backoff, and counts attempts;
 - the job's idempotency key sent as `Idempotency-Key`, so an API that supports it never acts twice;
 - failures raised as types the runtime understands: HttpTransientError (timeouts, refused or reset
@@ -16,17 +22,28 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any
+from http.client import HTTPException
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from functions.worker.downstream import guard_http
 from functions.worker.errors import HttpPermanentError, HttpTransientError
+from functions.worker.http_deadline import Deadline, DeadlinePoolManager, watching
+
+if TYPE_CHECKING:
+    from urllib3 import BaseHTTPResponse  # urllib3 2; Lambda's runtime may bring 1.26
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_READ_TIMEOUT_S = 30.0
+# A body at the cap takes twice the cap for a moment (its chunks and the joined bytes): ten records side by side
+# (parallel_records' default) then hold 100 MiB at most, within the default 256 MB function (docs/catalog.md).
+DEFAULT_MAX_RESPONSE_BYTES = 5 * 1024 * 1024
+_READ_CHUNK_BYTES = 64 * 1024
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+_Number = TypeVar("_Number", int, float)
 
 
 @dataclass(frozen=True)
@@ -65,20 +82,41 @@ def raise_for_status(method: str, url: str, response: HttpResponse) -> HttpRespo
     raise HttpPermanentError(what, status=status)
 
 
+class HttpDeadlineError(HttpTransientError):
+    """The call went past its whole-call timeout (`HttpClient.total_timeout_s`) and was cut: the server was too
+    slow somewhere (connect, TLS, request, status line, headers, body). May work later."""
+
+
+class HttpResponseTooLargeError(HttpPermanentError):
+    """A successful answer's body was larger than the call's `max_response_bytes`: the same request would get the
+    same answer, so it is not retried. `status` is the answer's status."""
+
+
 class HttpClient:
-    """One connection pool per worker; safe to share across the jobs of a queue."""
+    """One connection pool per worker; safe to share across the jobs of a queue and their threads."""
 
     def __init__(
         self,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
-        pool: urllib3.PoolManager | None = None,
+        total_timeout_s: float | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         connections_per_host: int = 1,
     ) -> None:
-        self.timeout = urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s)
+        """`total_timeout_s` bounds each call from its start to its last body byte (default: connect + read);
+        `connect_timeout_s` bounds each connect and `read_timeout_s` each wait for data within it."""
+        connect_timeout_s = _positive("connect_timeout_s", connect_timeout_s)
+        read_timeout_s = _positive("read_timeout_s", read_timeout_s)
+        total_timeout_s = connect_timeout_s + read_timeout_s if total_timeout_s is None else total_timeout_s
+        self.total_timeout_s = float(_positive("total_timeout_s", total_timeout_s))
+        self.max_response_bytes = int(_positive("max_response_bytes", max_response_bytes))
+        # No single connect or read may outlast the call.
+        self.timeout = urllib3.Timeout(
+            connect=min(connect_timeout_s, self.total_timeout_s), read=min(read_timeout_s, self.total_timeout_s)
+        )
         # One kept-alive connection per record running at once: fewer and parallel records open a new
         # connection per call and throw it away again.
-        self._pool = pool or urllib3.PoolManager(maxsize=max(1, connections_per_host))
+        self._pool = DeadlinePoolManager(maxsize=max(1, connections_per_host))
 
     def request(
         self,
@@ -89,12 +127,19 @@ class HttpClient:
         json: Any = None,
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
+        max_response_bytes: int | None = None,
     ) -> HttpResponse:
         """Send one request, no retries, no redirects followed; raise HttpTransientError/HttpPermanentError.
 
-        From a job's run it passes the time limit's fence and the host's circuit breaker
-        (functions/worker/downstream.py)."""
-        return guard_http(method, url, lambda: self._request(method, url, idempotency_key, json, body, headers))
+        Ends within `total_timeout_s` (else HttpDeadlineError); holds at most `max_response_bytes` of body (the
+        client's unless given here). From a job's run it passes the time limit's fence and the host's circuit
+        breaker (functions/worker/downstream.py)."""
+        limit = (
+            self.max_response_bytes
+            if max_response_bytes is None
+            else _positive("max_response_bytes", max_response_bytes)
+        )
+        return guard_http(method, url, lambda: self._request(method, url, idempotency_key, json, body, headers, limit))
 
     def _request(
         self,
@@ -104,6 +149,7 @@ class HttpClient:
         json: Any,
         body: bytes | None,
         headers: Mapping[str, str] | None,
+        limit: int,
     ) -> HttpResponse:
         sent_headers = dict(headers or {})
         if idempotency_key is not None:
@@ -111,16 +157,75 @@ class HttpClient:
         if json is not None:
             body = jsonlib.dumps(json, separators=(",", ":")).encode()
             sent_headers.setdefault("Content-Type", "application/json")
-        try:
-            raw = self._pool.request(
-                method, url, body=body, headers=sent_headers, timeout=self.timeout, retries=False, redirect=False
+        with watching(Deadline(self.total_timeout_s)) as deadline:
+            try:
+                raw = self._pool.request(
+                    method,
+                    url,
+                    body=body,
+                    headers=sent_headers,
+                    timeout=self.timeout,
+                    retries=False,
+                    redirect=False,
+                    preload_content=False,
+                )
+                data = _read_body(raw, limit)
+            except (Urllib3Error, OSError, HTTPException) as error:
+                # A connect or read timeout that ends at the deadline is the deadline too (CPython bounds a TLS
+                # handshake or one sendall as a whole by the socket timeout, set to at most the time left).
+                if deadline.fired or deadline.left_s() <= 0:
+                    raise _past_deadline(method, url, deadline) from error
+                # Timeouts, refused and reset connections, broken responses: may work later.
+                raise HttpTransientError(f"{method} {url} failed: {type(error).__name__}") from error
+            if deadline.fired:  # the answer ended at the cut: a body read to the connection's close looks whole
+                raise _past_deadline(method, url, deadline)
+        if data is None and raw.status < 400:
+            raise HttpResponseTooLargeError(
+                f"{method} {url} answered {raw.status} with a body over {limit} bytes", status=raw.status
             )
-        except Urllib3Error as error:
-            # Timeouts, refused and reset connections, broken responses: may work later.
-            raise HttpTransientError(f"{method} {url} failed: {type(error).__name__}") from error
         # urllib3's HTTPHeaderDict: header names stay case-insensitive (`retry-after` is `Retry-After`).
-        response = HttpResponse(status=raw.status, headers=raw.headers, data=raw.data)
+        response = HttpResponse(status=raw.status, headers=raw.headers, data=data or b"")
         return raise_for_status(method, url, response)
+
+
+def _positive(name: str, value: _Number) -> _Number:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"HttpClient {name} {value!r}: accepted is a number greater than 0")
+    return value
+
+
+def _past_deadline(method: str, url: str, deadline: Deadline) -> HttpDeadlineError:
+    return HttpDeadlineError(f"{method} {url} took longer than its whole-call timeout of {deadline.timeout_s:g} s")
+
+
+def _read_body(raw: BaseHTTPResponse, limit: int) -> bytes | None:
+    """The whole body, decoded, or None when it is over `limit` bytes (then its connection is closed)."""
+    declared = raw.headers.get("Content-Length", "")
+    over = declared.isdigit() and int(declared) > limit
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        if not over:
+            for chunk in raw.stream(_READ_CHUNK_BYTES):
+                size += len(chunk)
+                if size > limit:
+                    over = True
+                    break
+                chunks.append(chunk)
+    except BaseException:
+        _discard(raw)
+        raise
+    if over:
+        _discard(raw)
+        return None
+    raw.release_conn()  # read to the end: it may serve the next call (a no-op if urllib3 released it already)
+    return b"".join(chunks)
+
+
+def _discard(raw: BaseHTTPResponse) -> None:
+    """Close a response read only in part: the rest of it is still on the connection, which can't serve again."""
+    raw.close()
+    raw.release_conn()
 
 
 @dataclass(frozen=True)

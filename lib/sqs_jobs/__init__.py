@@ -23,6 +23,7 @@ from sqs_jobs.errors import (
     UnknownJobError,
 )
 from sqs_jobs.publisher import (
+    ConflictingDelaysError,
     InvalidDelayError,
     JobPublisher,
     PartialPublishError,
@@ -39,6 +40,7 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 __all__ = [
     "CATALOG",
     "Catalog",
+    "ConflictingDelaysError",
     "Envelope",
     "EnvelopeError",
     "EnvelopeFieldError",

@@ -9,7 +9,9 @@
     publisher.publish("order_confirmation", "126", at=datetime(2026, 12, 24, 9, tzinfo=UTC))
 
 A delay up to 15 minutes is SQS's DelaySeconds; beyond, an EventBridge Scheduler one-time schedule in the
-stack's group sends the job at its time and deletes itself.
+stack's group sends the job at its time and deletes itself. `delay_s`, `delay` and `at` are three ways to say
+when: give at most one (None means not given). Two together, even a zero (`delay_s=0, at=...`), contradict each
+other and raise ConflictingDelaysError.
 
 Works against AWS or the local engine alike: pass a client built with the engine's endpoint_url.
 """
@@ -59,7 +61,11 @@ class QueueNotConfiguredError(PublishError):
 
 class InvalidDelayError(PublishError):
     """A delay or time the job can't be published for: negative, in the past, too far ahead, or more than one
-    of delay_s, delay and at."""
+    of delay_s, delay and at (ConflictingDelaysError)."""
+
+
+class ConflictingDelaysError(InvalidDelayError):
+    """More than one of delay_s, delay and at was given, zeros included: which one was meant is unknowable."""
 
 
 class SchedulingNotConfiguredError(PublishError):
@@ -210,7 +216,7 @@ class JobPublisher:
         job: str,
         entity_id: str,
         key: str | None = None,
-        delay_s: int = 0,
+        delay_s: int | None = None,
         extra: Mapping[str, Scalar] | None = None,
         group: str | None = None,
         *,
@@ -218,9 +224,10 @@ class JobPublisher:
         at: datetime | None = None,
     ) -> str:
         """Enqueue one job; returns the SQS message ID, or for a job due more than 15 minutes ahead the name of
-        the one-time schedule that will send it (`once-...`; `cancel_scheduled` cancels it). `delay` (a
-        timedelta or seconds) or `at` (a timezone-aware time) choose when; `group` is the FIFO message group
-        (default: the ID)."""
+        the one-time schedule that will send it (`once-...`; `cancel_scheduled` cancels it). At most one of
+        `delay_s` (seconds, 0-900), `delay` (a timedelta or seconds) and `at` (a timezone-aware time) chooses
+        when (None: not given; two given, zeros included, raise ConflictingDelaysError); `group` is the FIFO
+        message group (default: the ID)."""
         wait_s = self._wait_s(delay_s, delay, at)
         envelope = self.envelope(job, entity_id, key=key, extra=extra)
         if wait_s > MAX_DELAY_S:
@@ -231,11 +238,16 @@ class JobPublisher:
         request.update(self._fifo_fields(envelope, seconds, group))
         return str(self._sqs.send_message(**request)["MessageId"])
 
-    def _wait_s(self, delay_s: int, delay: timedelta | float | None, at: datetime | None) -> float:
+    def _wait_s(self, delay_s: int | None, delay: timedelta | float | None, at: datetime | None) -> float:
         """Seconds from now until the job is due, checked."""
-        given = [name for name, value in (("delay_s", delay_s or None), ("delay", delay), ("at", at)) if value]
+        # Given is `not None`, never truthiness: `delay_s=300, delay=0` is a contradiction, not "no delay".
+        chosen = {"delay_s": delay_s, "delay": delay, "at": at.isoformat() if at is not None else None}
+        given = [f"{name}={value!r}" for name, value in chosen.items() if value is not None]
         if len(given) > 1:
-            raise InvalidDelayError(f"give one of delay_s, delay and at, not {' and '.join(given)}")
+            raise ConflictingDelaysError(
+                f"publish got {' and '.join(given)}; accepted is at most one of delay_s (seconds, 0-{MAX_DELAY_S}), "
+                "delay (a timedelta or seconds) and at (a timezone-aware datetime)"
+            )
         if at is not None:
             if at.tzinfo is None:
                 raise InvalidDelayError(f"at={at.isoformat()} has no time zone; give an aware time, e.g. UTC")
@@ -247,8 +259,8 @@ class JobPublisher:
             if not math.isfinite(wait_s) or wait_s < 0:
                 raise InvalidDelayError(f"delay {delay} is negative; give 0 or more")
         else:
-            self._check_delay(delay_s)
-            wait_s = float(delay_s)
+            self._check_delay(delay_s or 0)
+            wait_s = float(delay_s or 0)
         if wait_s > MAX_SCHEDULE_AHEAD.total_seconds():
             raise InvalidDelayError(
                 f"the job would be due in {timedelta(seconds=round(wait_s))}; at most {MAX_SCHEDULE_AHEAD.days} days "

@@ -111,7 +111,7 @@ def test_the_weekly_review_is_listed_with_its_next_run(engine: LocalEngine) -> N
         (["--at", "2026-12-24T09:00:00"], "has no time zone"),
         (["--at", "2001-01-01T00:00:00Z"], "is in the past"),
         (["--in", "400d"], "at most 365 days ahead"),
-        (["--in", "2h", "--delay", "5"], "give one of --delay, --in and --at"),
+        (["--in", "2h", "--delay", "5"], "give at most one of --delay, --in and --at, not --delay and --in"),
     ],
 )
 def test_bad_times_are_refused_in_one_line(engine: LocalEngine, args: list[str], needle: str) -> None:

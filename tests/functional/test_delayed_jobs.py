@@ -12,6 +12,7 @@ import pytest
 from jobctl.local.scheduler import LocalScheduler, LocalSchedules, provision_schedules
 from sqs_jobs.publisher import (
     MAX_SCHEDULE_AHEAD,
+    ConflictingDelaysError,
     InvalidDelayError,
     JobPublisher,
     QueueNotConfiguredError,
@@ -129,13 +130,55 @@ def test_at_a_time_and_cancel(
         ({"at": datetime(2026, 12, 24, 9, 0)}, "has no time zone"),
         ({"delay": MAX_SCHEDULE_AHEAD + timedelta(seconds=1)}, "at most 365 days ahead"),
         ({"delay": -5}, "is negative"),
-        ({"delay": 60, "at": NOW + timedelta(hours=1)}, "give one of delay_s, delay and at"),
+        ({"delay": 60, "at": NOW + timedelta(hours=1)}, "accepted is at most one of delay_s"),
     ],
 )
 def test_bad_times_are_refused_in_one_line(publisher: JobPublisher, kwargs: dict[str, Any], needle: str) -> None:
     with pytest.raises(InvalidDelayError, match=needle) as refused:
         publisher.publish("order_confirmation", "4", **kwargs)
     assert "\n" not in str(refused.value)
+
+
+IN_AN_HOUR = NOW + timedelta(hours=1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"delay_s": 300, "delay": 0}, "delay_s=300 and delay=0"),  # the issue's: it sent with no delay
+        ({"delay_s": 0, "at": IN_AN_HOUR}, "delay_s=0 and at='2026-12-02T05:00:07.250000+00:00'"),
+        ({"delay_s": 0, "delay": 0.0}, "delay_s=0 and delay=0.0"),
+        ({"delay": timedelta(0), "at": IN_AN_HOUR}, "delay=datetime.timedelta(0) and at="),
+        ({"delay_s": 60, "delay": timedelta(minutes=1), "at": IN_AN_HOUR}, "delay_s=60 and delay=datetime.timedelta"),
+        ({"delay_s": False, "delay": 120}, "delay_s=False and delay=120"),
+    ],
+)
+def test_two_ways_of_saying_when_are_refused_even_when_one_is_zero(
+    harness: Harness, publisher: JobPublisher, kwargs: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ConflictingDelaysError) as refused:
+        publisher.publish("order_confirmation", "6", **kwargs)
+
+    message = str(refused.value)
+    assert isinstance(refused.value, InvalidDelayError)
+    assert f"publish got {named}" in message
+    assert message.endswith(
+        "accepted is at most one of delay_s (seconds, 0-900), delay (a timedelta or seconds) and at (a "
+        "timezone-aware datetime)"
+    )
+    assert "\n" not in message
+    assert _messages(harness, "orders") == []  # refused before anything was sent or scheduled
+    assert [name for name in _schedules(harness) if name.startswith("once-")] == []
+
+
+def test_none_is_not_given_and_a_lone_zero_is_no_delay(harness: Harness, publisher: JobPublisher) -> None:
+    # A wrapper that passes its optional arguments on (`delay=None, at=when`) says one thing only.
+    name = publisher.publish("order_confirmation", "7", delay_s=None, delay=None, at=IN_AN_HOUR)
+    publisher.publish("order_confirmation", "8", delay_s=0)
+    publisher.publish("order_confirmation", "9", delay=timedelta(0))
+
+    assert name.startswith("once-") and name in _schedules(harness)
+    assert sorted(body["id"] for body in _messages(harness, "orders")) == ["8", "9"]  # not delayed: visible now
 
 
 def test_a_long_delay_without_the_scheduler_is_refused(harness: Harness, clock: Clock) -> None:
