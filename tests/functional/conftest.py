@@ -172,8 +172,12 @@ def envelope(job: str, entity_id: str) -> str:
 
 
 def attributes_of(message: dict[str, Any]) -> dict[str, str]:
-    """A received message's string attributes (the dead-letter evidence) by name."""
-    return {name: value["StringValue"] for name, value in message.get("MessageAttributes", {}).items()}
+    """A received message's string and number attributes (the dead-letter evidence) by name."""
+    return {
+        name: value["StringValue"]
+        for name, value in message.get("MessageAttributes", {}).items()
+        if "StringValue" in value
+    }
 
 
 @pytest.fixture
