@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from functions.worker.attribute_store import AttributeStore, StoredAttributes
+from functions.worker.attribute_store import AttributeStore, StoredAttributes, StoredAttributesError
 from functions.worker.errors import DeadLetterError
 from functions.worker.provenance import (
     HELD_SINCE,
@@ -225,10 +225,12 @@ class DeadLetterQueue:
         carried: Attributes = {}
         reference = attributes.bookkeeping.get(STORED_ATTRIBUTES)
         if reference:  # a dead letter of ours that SQS moved back whole: its attributes are still stored
-            if self._store is not None:
+            try:
+                if self._store is None:
+                    raise StoredAttributesError("no attribute store to read them from")
                 producer = {**self._store.load(StoredAttributes.parse(reference)), **producer}
-            else:
-                carried = {STORED_ATTRIBUTES: _string(reference)}
+            except StoredAttributesError:
+                carried = {STORED_ATTRIBUTES: _string(reference)}  # passed on as it came: never lost here
         own = evidence_attributes(evidence, with_envelope=not producer and not carried)
         carried = {**packed_attribute(producer), **carried}
         fitted = fit_evidence(body, own, carried, self._dlq_max_bytes)

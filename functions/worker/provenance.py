@@ -233,7 +233,3 @@ class MessageAttributes:
                 # Our own packing, damaged: keep it as it came rather than lose it.
                 producer[ORIGINAL_ATTRIBUTES] = attributes[ORIGINAL_ATTRIBUTES]
         return cls(bookkeeping=bookkeeping, producer=producer)
-
-    def packed_producer(self) -> Attributes:
-        """The producer's attributes as the runtime's own messages carry them: one packed attribute, or none."""
-        return packed_attribute(self.producer)

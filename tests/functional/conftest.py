@@ -24,6 +24,7 @@ from functions.worker.runtime import Worker
 from jobctl.local.chaos import Chaos
 from jobctl.local.emulator import EventSourceMapping, Invocation
 from jobctl.local.lambda_events import LocalLambdaContext
+from jobctl.local.moto_limits import enforce_message_limits
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import LocalDeployment, provision
 from sqs_jobs.catalog import CATALOG, Catalog
@@ -47,6 +48,7 @@ def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def clients(aws_credentials: None) -> Iterator[ClientFactory]:
     record_senders()  # SenderId names who sent a message, as on AWS: the worker's role, or the test (a producer)
+    enforce_message_limits()  # a message too big for its queue, attributes counted, is refused, as on AWS
     with mock_aws():
         yield ClientFactory(session=boto3.session.Session(region_name=REGION))
 

@@ -2,8 +2,9 @@
 measures them, on moto through the worker's and jobctl's own entry points.
 
 moto checks only the body's length in characters against a queue's MaximumMessageSize; SQS counts the body's
-UTF-8 bytes and every attribute's name, data type and value (AWS's SQS API Reference, MessageAttributeValue). So
-each test measures what landed with `message_size` and compares it with the queue's limit itself.
+UTF-8 bytes and every attribute's name, data type and value (AWS's SQS API Reference, MessageAttributeValue). The
+tests' moto is taught SQS's rule (jobctl/local/moto_limits.py, proved first below), and each test also measures
+what landed with `message_size` against the queue's limit.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from functions.worker import deadletter
 from functions.worker.attribute_store import AttributeStore
@@ -26,6 +28,7 @@ from functions.worker.provenance import (
     Provenance,
     from_event,
     from_received,
+    pack,
     unpack,
 )
 from jobctl import dlq as jobctl_dlq
@@ -88,6 +91,33 @@ def _received(harness: Harness, queue: str = "orders") -> dict[str, Any]:
         VisibilityTimeout=300,
     )["Messages"]
     return dict(message)
+
+
+def test_the_tests_sqs_refuses_what_sqs_refuses(harness: Harness) -> None:
+    limit, _ = _limits(harness)
+    url = harness.deployment.queues["orders"].url
+    sqs = harness.clients("sqs")
+    emoji_body = EMOJI * (limit // 4)  # a quarter of the limit in characters, all of it in bytes
+    sqs.send_message(QueueUrl=url, MessageBody=emoji_body)
+    refused: list[dict[str, Any]] = [
+        {"MessageBody": emoji_body + "x"},
+        # an attribute's name, data type and raw value count: 1 + 6 + 1 bytes here
+        {"MessageBody": "x" * (limit - 7), "MessageAttributes": {"b": {"DataType": "Binary", "BinaryValue": b"\0"}}},
+        {
+            "MessageBody": "{}",
+            "MessageAttributes": {f"a{i}": {"DataType": "String", "StringValue": "v"} for i in range(11)},
+        },
+    ]
+    for request in refused:
+        with pytest.raises(ClientError) as caught:
+            sqs.send_message(QueueUrl=url, **request)
+        assert caught.value.response["Error"]["Code"] == "InvalidParameterValue"
+    sqs.send_message(
+        QueueUrl=url,
+        MessageBody="x" * (limit - 8),
+        MessageAttributes={"b": {"DataType": "Binary", "BinaryValue": b"\0"}},
+    )
+    assert harness.queue_counts() == (2, 0)
 
 
 def test_a_permanent_failure_with_a_90_kib_emoji_attribute_keeps_all_its_evidence_and_is_redriven_whole(
@@ -265,6 +295,29 @@ def test_a_dead_letter_too_big_for_its_dlq_stores_the_producers_attributes_and_a
     redriven = _received(harness)
     assert redriven["Body"] == body
     assert from_received(redriven["MessageAttributes"]) == producer
+
+
+def test_a_dead_letter_moved_back_whole_gets_its_stored_attributes_back_or_passes_the_reference_on(
+    harness: Harness,
+) -> None:
+    # SQS's move task sends a dead letter back as it was: with the reference, sent by the worker's role.
+    local = harness.deployment.queues["orders"]
+    producer: Attributes = {"tenant": {"DataType": "String", "StringValue": "acme"}}
+    store = AttributeStore(harness.worker_clients()("dynamodb"), harness.deployment.idempotency_table)
+    reference = store.put(pack(producer)).to_attribute()
+    moved = MessageAttributes.split(reference, sent_by_runtime=True)
+    evidence = deadletter.Evidence("OrderNotFoundError", "gone", "", deadletter.FAILURE_PERMANENT, 1, "", "", "", None)
+    sqs = harness.worker_clients()("sqs")
+
+    # With the store, its next dead letter carries them packed again (they fit now)
+    again = DeadLetterQueue(sqs, local.dlq_url, attribute_store=store).dead_letter("{}", evidence, moved)
+    assert unpack(again[ORIGINAL_ATTRIBUTES]["BinaryValue"]) == producer
+    assert STORED_ATTRIBUTES not in again
+    # Without it, the reference is passed on as it came, and so is it on a hand-back copy
+    passed = DeadLetterQueue(sqs, local.dlq_url).dead_letter("{}", evidence, moved)
+    assert passed[STORED_ATTRIBUTES] == reference[STORED_ATTRIBUTES]
+    assert ORIGINAL_ATTRIBUTES not in passed
+    assert DeadLetterQueue(sqs, local.dlq_url).copy_attributes("{}", moved) == reference
 
 
 def _legacy_packing(attributes: Attributes) -> str:
