@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqs_jobs.catalog import CATALOG
+
 NOT_JSON = "EnvelopeNotJSONError"
 NOT_OBJECT = "EnvelopeNotObjectError"
 FIELD = "EnvelopeFieldError"
@@ -22,7 +24,7 @@ UNKNOWN_JOB = "UnknownJobError"
 # The queues' largest message (the catalog's default `max_message_bytes`); the DLQ takes SQS's largest, 1 MiB.
 # Every case is sent on its own (SendMessage, not a 256 KiB SendMessageBatch) and received with the good
 # records in one delivery: ReceiveMessage and Lambda's 6 MB payload take ten messages of 256 KiB.
-SQS_MAX_MESSAGE_BYTES = 256 * 1024
+SQS_MAX_MESSAGE_BYTES = CATALOG.queue("orders").max_message_bytes
 
 JOB = "order_confirmation"
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from click.testing import CliRunner
 
 from functions.worker import deadletter
 from functions.worker.attribute_store import AttributeStore
@@ -32,6 +33,7 @@ from functions.worker.provenance import (
     unpack,
 )
 from jobctl import dlq as jobctl_dlq
+from jobctl.cli import main as jobctl
 from jobctl.local.lambda_events import sqs_record
 from tests.functional.conftest import Harness, attributes_of, envelope
 
@@ -51,12 +53,12 @@ FULL_EVIDENCE = {
 def _limits(harness: Harness, queue: str = "orders") -> tuple[int, int]:
     """The queue's and its DLQ's MaximumMessageSize, as deployed."""
     local = harness.deployment.queues[queue]
-    sqs = harness.clients("sqs")
-    sizes = [
-        int(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])["Attributes"][name])
-        for url, name in ((local.url, "MaximumMessageSize"), (local.dlq_url, "MaximumMessageSize"))
-    ]
-    return sizes[0], sizes[1]
+
+    def limit(url: str) -> int:
+        attributes = harness.clients("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=["MaximumMessageSize"])
+        return int(attributes["Attributes"]["MaximumMessageSize"])
+
+    return limit(local.url), limit(local.dlq_url)
 
 
 def _jobctl(harness: Harness, with_dynamodb: bool = True) -> jobctl_dlq.DeadLetterQueue:
@@ -286,12 +288,15 @@ def test_a_dead_letter_too_big_for_its_dlq_stores_the_producers_attributes_and_a
     # jobctl without DynamoDB access refuses to redrive it without them, and keeps it
     report = _jobctl(harness, with_dynamodb=False).move(jobctl_dlq.Filter())
     assert report.moved == 0 and len(report.failed) == 1 and "DynamoDB" in report.failed[0]["error"]
-    # with it, the message goes back exactly as the producer sent it
+    # with it (the operator's `jobctl dlq show` and `redrive`), the message goes back as the producer sent it
     harness.clients("sqs").delete_message(QueueUrl=local.url, ReceiptHandle=record["receiptHandle"])
-    dlq = _jobctl(harness)
-    [letter] = dlq.peek()
-    assert letter.to_dict()["attributes_stored"] is not None
-    assert dlq.move(jobctl_dlq.Filter()).moved == 1
+    [letter] = _jobctl(harness).peek()
+    shown = CliRunner().invoke(jobctl, ["dlq", "show", "orders", letter.message_id])
+    assert shown.exit_code == 0, shown.output
+    assert f"stored in: {dead['MessageAttributes'][STORED_ATTRIBUTES]['StringValue']}" in shown.output
+    moved = CliRunner().invoke(jobctl, ["--output", "json", "dlq", "redrive", "orders", "--yes", "--no-verify"])
+    assert moved.exit_code == 0, moved.output
+    assert json.loads(moved.output[moved.output.index("{") :])["moved"] == 1
     redriven = _received(harness)
     assert redriven["Body"] == body
     assert from_received(redriven["MessageAttributes"]) == producer
