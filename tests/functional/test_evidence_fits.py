@@ -9,7 +9,6 @@ what landed with `message_size` against the queue's limit.
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
@@ -36,6 +35,7 @@ from jobctl import dlq as jobctl_dlq
 from jobctl.cli import main as jobctl
 from jobctl.local.lambda_events import sqs_record
 from tests.functional.conftest import Harness, attributes_of, envelope
+from tests.previous_runtime import legacy_packing
 
 EMOJI = "\U0001f600"
 FULL_EVIDENCE = {
@@ -325,17 +325,6 @@ def test_a_dead_letter_moved_back_whole_gets_its_stored_attributes_back_or_passe
     assert DeadLetterQueue(sqs, local.dlq_url).copy_attributes("{}", moved) == reference
 
 
-def _legacy_packing(attributes: Attributes) -> str:
-    """`jobs.original_attributes` as today's runtime writes it: JSON (ASCII-escaped), binary values as base64."""
-    values = {}
-    for name, attribute in attributes.items():
-        value = dict(attribute)
-        if isinstance(value.get("BinaryValue"), bytes):
-            value["BinaryValue"] = base64.b64encode(value["BinaryValue"]).decode("ascii")
-        values[name] = value
-    return json.dumps(values, separators=(",", ":"), sort_keys=True)
-
-
 LEGACY_PRODUCER: Attributes = {
     "tenant": {"DataType": "String", "StringValue": "caf\u00e9 " + EMOJI},
     "blob": {"DataType": "Binary", "BinaryValue": bytes(range(256))},
@@ -345,7 +334,7 @@ LEGACY_PRODUCER: Attributes = {
 def test_dead_letters_and_copies_written_by_the_previous_runtime_are_read_and_redriven(harness: Harness) -> None:
     local = harness.deployment.queues["orders"]
     worker_sqs = harness.worker_clients()("sqs")
-    legacy = {ORIGINAL_ATTRIBUTES: {"DataType": "String", "StringValue": _legacy_packing(LEGACY_PRODUCER)}}
+    legacy = {ORIGINAL_ATTRIBUTES: {"DataType": "String", "StringValue": legacy_packing(LEGACY_PRODUCER)}}
     # A dead letter as the previous runtime wrote it (its role sent it), in the DLQ when the new one is deployed
     worker_sqs.send_message(
         QueueUrl=local.dlq_url,

@@ -44,6 +44,7 @@ from functions.worker.provenance import (
 )
 from sqs_jobs.catalog import DEAD_LETTER_HEADROOM_BYTES, SQS_MAX_RETENTION_S
 from sqs_jobs.envelope import Envelope
+from tests.previous_runtime import legacy_packing
 
 EMOJI = "\U0001f600"  # 4 bytes in UTF-8; 12 as the JSON escape "\ud83d\ude00"
 CJK = "\u4e2d"  # 3 bytes in UTF-8; 6 as "\u4e2d"
@@ -112,20 +113,8 @@ def test_an_emoji_attribute_packs_to_its_own_size_where_json_escapes_tripled_it(
     assert message_size("", packed_attribute(attributes)) - message_size("", attributes) < 64
 
 
-def _legacy_packing(attributes: Attributes) -> str:
-    """`jobs.original_attributes` as the runtime before the binary packing wrote it (a String of JSON, binary as
-    base64, ASCII-escaped): messages like that are in queues and DLQs when the new runtime is deployed."""
-    portable_values = {}
-    for name, attribute in attributes.items():
-        value = dict(attribute)
-        if isinstance(value.get("BinaryValue"), bytes):
-            value["BinaryValue"] = base64.b64encode(value["BinaryValue"]).decode("ascii")
-        portable_values[name] = value
-    return json.dumps(portable_values, separators=(",", ":"), sort_keys=True)
-
-
 def test_the_older_json_packing_is_still_read() -> None:
-    legacy = {ORIGINAL_ATTRIBUTES: {"DataType": "String", "StringValue": _legacy_packing(MIXED)}}
+    legacy = {ORIGINAL_ATTRIBUTES: {"DataType": "String", "StringValue": legacy_packing(MIXED)}}
 
     assert MessageAttributes.split(legacy, sent_by_runtime=True).producer == MIXED
     assert unpack(legacy[ORIGINAL_ATTRIBUTES]["StringValue"]) == MIXED
