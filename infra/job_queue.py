@@ -94,6 +94,8 @@ class JobQueue(Construct):
             queue_name=physical_queue_name(stack_name, spec.name, dlq=True, fifo=spec.fifo),
             # Longer than the source's: a standard queue's DLQ counts from the original enqueue time.
             retention_period=Duration.seconds(spec.dlq_retention_s),
+            # SQS's largest: room above the source's limit for a dead letter's evidence (docs/catalog.md).
+            max_message_size_bytes=spec.dlq_max_message_bytes,
             **common,
             redrive_allow_policy=sqs.RedriveAllowPolicy(
                 redrive_permission=sqs.RedrivePermission.BY_QUEUE,
@@ -107,6 +109,8 @@ class JobQueue(Construct):
             retention_period=Duration.seconds(spec.retention_s),
             # Lambda's guidance: 6x the function timeout plus the batching window (QueueSpec computes it).
             visibility_timeout=Duration.seconds(spec.visibility_timeout_s),
+            # Set, never SQS's default (1 MiB for queues created since 2025): the DLQ needs room above it.
+            max_message_size_bytes=spec.max_message_bytes,
             **common,
             # The safety net for crashes and timeouts; the worker dead-letters with evidence itself.
             dead_letter_queue=sqs.DeadLetterQueue(

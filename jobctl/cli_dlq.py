@@ -39,7 +39,8 @@ _UNSUPPORTED = {
 def _dlq(options: Options, queue: str) -> tuple[DeadLetterQueue, Any]:
     [(_, where)] = queues_of(options, queue)
     sqs = options.client("sqs")
-    dead = DeadLetterQueue.of(sqs, where)
+    # DynamoDB only for a dead letter whose producer attributes had to be stored beside it (rare).
+    dead = DeadLetterQueue.of(sqs, where, dynamodb=lambda: options.client("dynamodb"))
     return dead, where
 
 
@@ -145,6 +146,8 @@ def show(options: Options, queue: str, message_id: str) -> None:
             click.echo(f"{name:>16}: {details[name]}")
         for name in ("first_failed_at", "last_failed_at", "source_queue", "attributes"):
             click.echo(f"{name:>16}: {details[name]}")
+        if details["attributes_stored"]:  # did not fit the dead letter; a redrive reads them back
+            click.echo(f"{'stored in':>16}: {details['attributes_stored']}")
         click.echo("       traceback:")
         click.echo(details["traceback"] or "(none: moved by SQS redrive, see the worker's logs)")
 

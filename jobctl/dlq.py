@@ -8,10 +8,14 @@
 - Evidence is what the runtime itself attached: `jobs.*` attributes count only on messages the queue's worker
   role sent (their SenderId); on any other message they are the producer's attributes, shown and redriven as
   such (functions/worker/provenance.py).
+- A redrive restores the producer's attributes: packed in the dead letter, or, when they could not fit it, read
+  back from the attribute store it names (functions/worker/attribute_store.py); a letter whose attributes can't
+  be read stays in the DLQ.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -22,7 +26,15 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from functions.worker import deadletter
-from functions.worker.provenance import Attributes, MessageAttributes, Provenance, from_received, pack
+from functions.worker.attribute_store import StoredAttributes, StoredAttributesError, read_attributes
+from functions.worker.provenance import (
+    STORED_ATTRIBUTES,
+    Attributes,
+    MessageAttributes,
+    Provenance,
+    from_received,
+    portable,
+)
 from jobctl.discovery import QueueLocation
 from sqs_jobs.catalog import CATALOG, Catalog
 
@@ -113,6 +125,13 @@ class DeadLetter:
         return self.evidence.get(deadletter.ERROR_MESSAGE, "")
 
     @property
+    def stored_attributes(self) -> StoredAttributes | None:
+        """Where the producer's attributes are when they could not travel in the dead letter (None: they are in
+        `publisher_attributes`). A reference that can't be parsed raises StoredAttributesError."""
+        reference = self.evidence.get(STORED_ATTRIBUTES)
+        return StoredAttributes.parse(reference) if reference else None
+
+    @property
     def failed_at(self) -> datetime | None:
         """When it was dead-lettered: the runtime's timestamp, else when SQS accepted it into the DLQ."""
         stamp = self.evidence.get(deadletter.LAST_FAILED_AT)
@@ -137,8 +156,10 @@ class DeadLetter:
             "last_failed_at": self.failed_at.isoformat() if self.failed_at else None,
             "source_queue": self.evidence.get(deadletter.SOURCE_QUEUE),
             "traceback": self.evidence.get(deadletter.TRACEBACK),
-            # JSON-ready: binary values as base64 text, as the runtime packs them.
-            "attributes": json.loads(pack(self.publisher_attributes)),
+            # JSON-ready: binary values as base64 text.
+            "attributes": portable(self.publisher_attributes),
+            # Where the rest of them are kept, when they did not fit the dead letter: a redrive restores them.
+            "attributes_stored": self.evidence.get(STORED_ATTRIBUTES),
             "group_id": self.group_id,
         }
 
@@ -183,7 +204,8 @@ class MoveReport:
 
 class DeadLetterQueue:
     """One catalog queue's DLQ and the source queue it redrives to. `provenance` says whose messages carry the
-    runtime's evidence (the queue's worker role); without it, none does."""
+    runtime's evidence (the queue's worker role); without it, none does. `dynamodb` gives a DynamoDB client, on
+    first need, to read producer attributes the runtime had to store beside a dead letter."""
 
     def __init__(
         self,
@@ -193,8 +215,10 @@ class DeadLetterQueue:
         provenance: Provenance | None = None,
         scan_visibility_s: int = SCAN_VISIBILITY_S,
         receive_wait_s: int = 1,
+        dynamodb: Callable[[], Any] | None = None,
     ) -> None:
         self._sqs = sqs
+        self._dynamodb = dynamodb
         self.dlq_url = dlq_url
         self.source_url = source_url
         self.provenance = provenance or Provenance.of(())
@@ -205,6 +229,28 @@ class DeadLetterQueue:
     def of(cls, sqs: Any, where: QueueLocation, **options: Any) -> DeadLetterQueue:
         """A deployed queue's DLQ (`jobctl.discovery`), trusting as evidence only what its worker role sent."""
         return cls(sqs, where.dlq_url, where.url, Provenance.of([where.worker_role_id]), **options)
+
+    def restore(self, letter: DeadLetter) -> DeadLetter:
+        """`letter` with all its producer's attributes, those the runtime stored beside it read back.
+        StoredAttributesError when they can't be."""
+        reference = letter.stored_attributes
+        if reference is None:
+            return letter
+        if self._dynamodb is None:
+            raise StoredAttributesError(
+                f"its producer's attributes are stored in DynamoDB table {reference.table}, and no DynamoDB client "
+                "was given to read them"
+            )
+        stored = read_attributes(self._dynamodb(), reference)
+        return dataclasses.replace(letter, publisher_attributes={**stored, **letter.publisher_attributes})
+
+    def _archived(self, letter: DeadLetter) -> DeadLetter:
+        """What an archive keeps: the letter with its stored attributes when they can be read, else with the
+        reference to them (they outlive the DLQ's retention)."""
+        try:
+            return self.restore(letter)
+        except StoredAttributesError:
+            return letter
 
     def depth(self) -> int:
         attributes = self._sqs.get_queue_attributes(
@@ -323,6 +369,16 @@ class DeadLetterQueue:
     def _copy_then_delete(
         self, letters: list[DeadLetter], target_url: str, report: MoveReport, kept: list[DeadLetter]
     ) -> int:
+        restored: list[DeadLetter] = []
+        for letter in letters:
+            try:
+                restored.append(self.restore(letter))
+            except StoredAttributesError as error:
+                kept.append(letter)  # without its producer's attributes it would not be the same message
+                report.failed.append({"message_id": letter.message_id, "error": str(error)})
+        letters = restored
+        if not letters:
+            return 0
         sent = self._sqs.send_message_batch(
             QueueUrl=target_url, Entries=[_redrive_entry(str(i), letter) for i, letter in enumerate(letters)]
         )
@@ -361,7 +417,7 @@ class DeadLetterQueue:
             for selected in self._chosen_batches(chosen, limit, only, kept):
                 if archive is not None:
                     for letter in selected:
-                        archive.write(json.dumps(letter.to_dict(), sort_keys=True) + "\n")
+                        archive.write(json.dumps(self._archived(letter).to_dict(), sort_keys=True) + "\n")
                     archive.flush()
                     os.fsync(archive.fileno())
                 self.delete(selected)

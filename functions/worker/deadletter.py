@@ -1,9 +1,16 @@
 """Dead-lettering with evidence: the failed message, byte for byte, plus why and when it failed.
 
-SQS allows 10 message attributes. The evidence takes up to 10 `jobs.*` attributes; when the original message
-carried attributes of its producer, they travel as one JSON attribute, `jobs.original_attributes`, in place of
-`jobs.job` and `jobs.id` (both are in the body anyway), so a redrive can restore the message exactly. Which
-attributes are the producer's is decided by who sent the message (functions/worker/provenance.py).
+SQS allows 10 message attributes. The evidence takes up to 8 `jobs.*` attributes; the producer's own attributes
+travel packed in one, `jobs.original_attributes` (functions/worker/provenance.py), in place of `jobs.job` and
+`jobs.id` (both are in the body anyway), so a redrive can restore the message exactly. Which attributes are the
+producer's is decided by who sent the message.
+
+Sizes are counted as SQS counts them (`message_size`). The evidence is bounded (`EVIDENCE_MAX_BYTES`) and the
+packing adds a fixed few bytes per attribute, so a dead letter is at most `DEAD_LETTER_HEADROOM_BYTES` bigger than
+its original: the DLQ's limit is that much above its queue's (sqs_jobs.catalog). Should it still not fit (a queue
+whose deployed limit was raised by hand), `fit_evidence` shortens the traceback, then the error message, then
+drops the timestamps, source and job/ID; the error type, failure class and attempts always stay, and the producer's
+attributes are never dropped: they go to the attribute store instead (functions/worker/attribute_store.py).
 """
 
 from __future__ import annotations
@@ -14,14 +21,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from functions.worker.attribute_store import AttributeStore, StoredAttributes, StoredAttributesError
+from functions.worker.errors import DeadLetterError
 from functions.worker.provenance import (
     HELD_SINCE,
-    ORIGINAL_ATTRIBUTES,
     PRIOR_ATTEMPTS,
     RUNTIME_PREFIX,
+    SQS_MAX_ATTRIBUTES,
+    STORED_ATTRIBUTES,
     Attributes,
     MessageAttributes,
+    attributes_size,
+    pack,
+    packed_attribute,
 )
+from sqs_jobs.catalog import SQS_DEFAULT_MAX_MESSAGE_BYTES, SQS_MAX_MESSAGE_BYTES
 from sqs_jobs.envelope import Envelope
 
 ATTRIBUTE_PREFIX = RUNTIME_PREFIX
@@ -40,26 +54,44 @@ ID = "jobs.id"
 FAILURE_PERMANENT = "permanent"
 FAILURE_EXHAUSTED = "retries_exhausted"
 
-MAX_ERROR_MESSAGE_CHARS = 1024
-MAX_TRACEBACK_CHARS = 8192
-# SQS counts the body and every attribute's name, type and value in a message's size; its default limit is
-# 256 KiB. The original fitted its queue's limit: its copy, evidence added, must fit the DLQ's.
-SQS_DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024
-# When the evidence would not fit, the least useful goes first: the traceback is cut, then whole attributes.
-# A body at the very limit leaves no room at all: it is dead-lettered bare (the worker's log line has the error).
-_EVIDENCE_DROP_ORDER = (
-    TRACEBACK,
-    FIRST_FAILED_AT,
-    LAST_FAILED_AT,
-    SOURCE_QUEUE,
-    JOB,
-    ID,
-    ERROR_MESSAGE,
-    ATTEMPTS,
-    FAILURE,
-    ERROR_TYPE,
-    ORIGINAL_ATTRIBUTES,
-)
+# Each evidence value's most bytes (UTF-8, as SQS counts them).
+MAX_ERROR_TYPE_BYTES = 256
+MAX_ERROR_MESSAGE_BYTES = 1024
+MAX_TRACEBACK_BYTES = 8192
+MAX_FIELD_BYTES = 1024  # the source queue's ARN, the job and the ID
+_MAX_NUMBER_DIGITS = 20
+_ISO_STAMP_BYTES = len("2000-01-01T00:00:00.000+00:00")
+_LIMITS = {
+    ERROR_TYPE: ("String", MAX_ERROR_TYPE_BYTES),
+    ERROR_MESSAGE: ("String", MAX_ERROR_MESSAGE_BYTES),
+    TRACEBACK: ("String", MAX_TRACEBACK_BYTES),
+    FAILURE: ("String", max(len(FAILURE_PERMANENT), len(FAILURE_EXHAUSTED))),
+    ATTEMPTS: ("Number", _MAX_NUMBER_DIGITS),
+    FIRST_FAILED_AT: ("String", _ISO_STAMP_BYTES),
+    LAST_FAILED_AT: ("String", _ISO_STAMP_BYTES),
+    SOURCE_QUEUE: ("String", MAX_FIELD_BYTES),
+    JOB: ("String", MAX_FIELD_BYTES),
+    ID: ("String", MAX_FIELD_BYTES),
+}
+# The most the evidence attributes can weigh, as SQS counts them.
+EVIDENCE_MAX_BYTES = sum(len(name) + len(data_type) + limit for name, (data_type, limit) in _LIMITS.items())
+
+# When a dead letter would not fit its DLQ: shortened first (keeping the traceback's last frames and the message's
+# start), then dropped; what is never dropped (the error type, failure class and attempts) is left out of both.
+_SHORTENED_FIRST = ((TRACEBACK, True), (ERROR_MESSAGE, False))
+_DROPPED_NEXT = (FIRST_FAILED_AT, LAST_FAILED_AT, SOURCE_QUEUE, JOB, ID)
+# A shortened text keeps at least this much, or goes.
+_MIN_SHORTENED_BYTES = 64
+_MARKER = "...[truncated]..."
+
+
+class DeadLetterTooLargeError(DeadLetterError):
+    """Even the essential evidence can't fit the DLQ beside the original body: the record stays on its queue and
+    SQS's redrive policy moves it whole (attributes included, without evidence)."""
+
+
+class CopyTooLargeError(DeadLetterError):
+    """A hand-back copy would not fit its queue: the caller makes the original visible again instead."""
 
 
 @functools.cache
@@ -69,14 +101,20 @@ def _not_sqs_text() -> re.Pattern[str]:
     return re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
-def _sqs_text(text: str, limit: int, keep_tail: bool = False) -> str:
-    text = _not_sqs_text().sub("?", text)
-    if len(text) <= limit:
+def shorten(text: str, max_bytes: int, keep_tail: bool = False) -> str:
+    """`text` in at most `max_bytes` UTF-8 bytes (and at least the marker's), marked where it was cut; never
+    splits a character."""
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
         return text
-    marker = "...[truncated]..."
+    room = max(0, max_bytes - len(_MARKER))
     if keep_tail:  # a traceback's last frames say most
-        return marker + text[-(limit - len(marker)) :]
-    return text[: limit - len(marker)] + marker
+        return _MARKER + data[len(data) - room :].decode("utf-8", errors="ignore")
+    return data[:room].decode("utf-8", errors="ignore") + _MARKER
+
+
+def _sqs_text(text: str, max_bytes: int, keep_tail: bool = False) -> str:
+    return shorten(_not_sqs_text().sub("?", text), max_bytes, keep_tail)
 
 
 def iso_from_epoch_ms(epoch_ms: int | float) -> str:
@@ -100,80 +138,120 @@ def _string(value: str) -> dict[str, str]:
     return {"DataType": "String", "StringValue": value}
 
 
-def evidence_attributes(evidence: Evidence, producer: Attributes) -> dict[str, dict[str, Any]]:
-    """The dead letter's attributes: the evidence, and the producer's own attributes packed (or, when it set none,
-    the job and ID). Evidence of an earlier failure is never carried over: it is replaced."""
-    attributes: dict[str, dict[str, Any]] = {
-        ERROR_TYPE: _string(_sqs_text(evidence.error_type, 256)),
-        ERROR_MESSAGE: _string(_sqs_text(evidence.error_message or "(no message)", MAX_ERROR_MESSAGE_CHARS)),
-        TRACEBACK: _string(_sqs_text(evidence.traceback or "(none)", MAX_TRACEBACK_CHARS, keep_tail=True)),
-        FAILURE: _string(evidence.failure),
-        ATTEMPTS: {"DataType": "Number", "StringValue": str(evidence.attempts)},
-        FIRST_FAILED_AT: _string(evidence.first_failed_at),
-        LAST_FAILED_AT: _string(evidence.last_failed_at),
-        SOURCE_QUEUE: _string(evidence.source_queue),
+def evidence_attributes(evidence: Evidence, with_envelope: bool) -> Attributes:
+    """The dead letter's own attributes: the evidence, each value within its limit, and (`with_envelope`, when
+    the producer set no attribute of its own) the job and ID. Evidence of an earlier failure is never carried
+    over: it is replaced. SQS refuses empty values, so an unknown one is left out."""
+    texts = {
+        ERROR_TYPE: _sqs_text(evidence.error_type or "(unknown)", MAX_ERROR_TYPE_BYTES),
+        ERROR_MESSAGE: _sqs_text(evidence.error_message or "(no message)", MAX_ERROR_MESSAGE_BYTES),
+        TRACEBACK: _sqs_text(evidence.traceback or "(none)", MAX_TRACEBACK_BYTES, keep_tail=True),
+        FAILURE: evidence.failure,
+        FIRST_FAILED_AT: evidence.first_failed_at,
+        LAST_FAILED_AT: evidence.last_failed_at,
+        SOURCE_QUEUE: _sqs_text(evidence.source_queue, MAX_FIELD_BYTES),
     }
-    packed = MessageAttributes(bookkeeping={}, producer=producer).packed_producer()
-    if packed:
-        attributes.update(packed)
-    elif evidence.envelope is not None:
-        attributes[JOB] = _string(evidence.envelope.job)
-        attributes[ID] = _string(evidence.envelope.id)
+    if with_envelope and evidence.envelope is not None:
+        texts[JOB] = _sqs_text(evidence.envelope.job, MAX_FIELD_BYTES)
+        texts[ID] = _sqs_text(evidence.envelope.id, MAX_FIELD_BYTES)
+    attributes = {name: _string(text) for name, text in texts.items() if text}
+    attributes[ATTEMPTS] = {"DataType": "Number", "StringValue": str(evidence.attempts)[:_MAX_NUMBER_DIGITS]}
     return attributes
 
 
-def message_size(body: str, attributes: dict[str, Any]) -> int:
-    """A message's size as SQS counts it; `attributes` in SendMessage's or Lambda's event shape."""
-    size = len(body.encode("utf-8"))
-    for name, attribute in attributes.items():
-        data_type = attribute.get("DataType") or attribute.get("dataType") or ""
-        value = attribute.get("StringValue", attribute.get("stringValue", attribute.get("BinaryValue")))
-        if value is None:
-            value = attribute.get("binaryValue") or ""
-        size += len(name.encode("utf-8")) + len(data_type.encode("utf-8"))
-        size += len(value) if isinstance(value, bytes) else len(str(value).encode("utf-8"))
-    return size
+def message_size(body: str, attributes: Attributes) -> int:
+    """A message's size as SQS counts it: the body's UTF-8 bytes and each attribute's name, data type and value
+    (strings as UTF-8, binary values as raw bytes). `attributes` in SendMessage's (or ReceiveMessage's) shape."""
+    return len(body.encode("utf-8")) + attributes_size(attributes)
 
 
-def fit_evidence(body: str, attributes: dict[str, dict[str, Any]], limit: int) -> dict[str, dict[str, Any]]:
-    """Evidence cut down so the dead-lettered copy fits `limit`: a body near SQS's limit (hostile input) would
-    otherwise make the send fail, and the message go round until SQS's redrive moved it, without evidence."""
-    over = message_size(body, attributes) - limit
-    if over <= 0:
-        return attributes
-    fitted = dict(attributes)
-    traceback_text = fitted[TRACEBACK]["StringValue"].encode("utf-8")
-    if len(traceback_text) - over >= 64:
-        # Keep the tail (the last frames say most), cut by the excess plus room for the marker.
-        kept = traceback_text[over + 32 :].decode("utf-8", errors="ignore")
-        fitted[TRACEBACK] = _string("...[truncated]..." + kept)
-        if message_size(body, fitted) <= limit:
-            return fitted
-    for name in _EVIDENCE_DROP_ORDER:
-        fitted.pop(name, None)
-        if message_size(body, fitted) <= limit:
+def fit_evidence(body: str, evidence: Attributes, carried: Attributes, limit: int) -> Attributes | None:
+    """`evidence` and `carried` (the producer's attributes, packed or referenced: never cut) as one set of
+    attributes for a message of `body` within `limit`: the evidence shortened and then thinned in the documented
+    order, or None when even the error type, failure class and attempts leave no room."""
+    fitted = dict(evidence)
+
+    def excess() -> int:
+        return message_size(body, {**fitted, **carried}) - limit
+
+    over = excess()
+    for name, keep_tail in _SHORTENED_FIRST:
+        if over <= 0:
             break
-    return fitted
+        if name not in fitted:
+            continue
+        text = str(fitted[name]["StringValue"])
+        room = len(text.encode("utf-8")) - over
+        if room >= _MIN_SHORTENED_BYTES:
+            fitted[name] = _string(shorten(text, room, keep_tail=keep_tail))
+        else:
+            del fitted[name]
+        over = excess()
+    for name in _DROPPED_NEXT:
+        if over <= 0:
+            break
+        if fitted.pop(name, None) is not None:
+            over = excess()
+    return {**fitted, **carried} if over <= 0 else None
 
 
 class DeadLetterQueue:
     """Sends failed records to the queue's DLQ (and deferred ones back to their queue). The caller acknowledges
-    the original only after the send returns, so a crash in between duplicates a message, never loses one."""
+    the original only after the send returns, so a crash in between duplicates a message, never loses one.
 
-    def __init__(self, sqs_client: Any, dlq_url: str) -> None:
+    `dlq_max_bytes` and `queue_max_bytes` are the queues' MaximumMessageSize (the catalog's
+    `dlq_max_message_bytes` and `max_message_bytes`); `attribute_store` keeps a dead letter's producer attributes
+    when they can't travel in it (without one, such a record stays on its queue: DeadLetterTooLargeError)."""
+
+    def __init__(
+        self,
+        sqs_client: Any,
+        dlq_url: str,
+        *,
+        dlq_max_bytes: int = SQS_MAX_MESSAGE_BYTES,
+        queue_max_bytes: int = SQS_DEFAULT_MAX_MESSAGE_BYTES,
+        attribute_store: AttributeStore | None = None,
+    ) -> None:
         self._sqs = sqs_client
         self._dlq_url = dlq_url
+        self._dlq_max_bytes = dlq_max_bytes
+        self._queue_max_bytes = queue_max_bytes
+        self._store = attribute_store
+
+    def dead_letter(self, body: str, evidence: Evidence, attributes: MessageAttributes) -> Attributes:
+        """The attributes `body` is dead-lettered with: the evidence, fitted to the DLQ, and the producer's own
+        attributes, packed in it or (only if they can't fit) stored and referenced."""
+        producer = dict(attributes.producer)
+        carried: Attributes = {}
+        reference = attributes.bookkeeping.get(STORED_ATTRIBUTES)
+        if reference:  # a dead letter of ours that SQS moved back whole: its attributes are still stored
+            try:
+                if self._store is None:
+                    raise StoredAttributesError("no attribute store to read them from")
+                producer = {**self._store.load(StoredAttributes.parse(reference)), **producer}
+            except StoredAttributesError:
+                carried = {STORED_ATTRIBUTES: _string(reference)}  # passed on as it came: never lost here
+        own = evidence_attributes(evidence, with_envelope=not producer and not carried)
+        carried = {**packed_attribute(producer), **carried}
+        fitted = fit_evidence(body, own, carried, self._dlq_max_bytes)
+        if fitted is None and producer and self._store is not None:
+            stored = self._store.put(pack(producer))
+            fitted = fit_evidence(body, own, stored.to_attribute(), self._dlq_max_bytes)
+        if fitted is None:
+            raise DeadLetterTooLargeError(
+                f"a dead letter of a {message_size(body, {})}-byte body with its producer's attributes "
+                f"({attributes_size(producer)} bytes) and the essential evidence exceeds the DLQ's "
+                f"{self._dlq_max_bytes} bytes"
+                + ("" if self._store is not None else ", and no attribute store was given")
+            )
+        return fitted
 
     def send(self, body: str, evidence: Evidence, record: dict[str, Any], attributes: MessageAttributes) -> str:
         """Dead-letter `record` (a Lambda SQS record) whose attributes, split by sender, are `attributes`."""
         request: dict[str, Any] = {
             "QueueUrl": self._dlq_url,
             "MessageBody": body,
-            "MessageAttributes": fit_evidence(
-                body,
-                evidence_attributes(evidence, attributes.producer),
-                max(SQS_DEFAULT_MAX_MESSAGE_BYTES, message_size(body, record.get("messageAttributes") or {})),
-            ),
+            "MessageAttributes": self.dead_letter(body, evidence, attributes),
         }
         group_id = (record.get("attributes") or {}).get("MessageGroupId")
         if group_id:  # a FIFO DLQ needs the group; the source message ID makes a resend of this one a no-op
@@ -182,22 +260,49 @@ class DeadLetterQueue:
         response = self._sqs.send_message(**request)
         return str(response["MessageId"])
 
+    def copy_attributes(
+        self, body: str, attributes: MessageAttributes, prior: int | None = None, held_since: float | None = None
+    ) -> Attributes:
+        """A hand-back copy's attributes. The producer's travel as they came (same names and values: the copy is
+        no bigger than the original, bookkeeping aside) unless one is named `jobs.*`, which on a message the
+        runtime sent would read as bookkeeping, or there would be more than SQS's 10: then they are packed, and
+        CopyTooLargeError says when that copy would not fit the queue."""
+        bookkeeping: Attributes = {}
+        if prior is not None:
+            bookkeeping[PRIOR_ATTEMPTS] = {"DataType": "Number", "StringValue": str(max(0, prior))}
+        if held_since is not None:
+            bookkeeping[HELD_SINCE] = {"DataType": "Number", "StringValue": f"{held_since:.3f}"}
+        reference = attributes.bookkeeping.get(STORED_ATTRIBUTES)
+        if reference:
+            bookkeeping[STORED_ATTRIBUTES] = _string(reference)
+        producer = attributes.producer
+        as_they_came = (
+            not any(name.startswith(RUNTIME_PREFIX) for name in producer)
+            and len(producer) + len(bookkeeping) <= SQS_MAX_ATTRIBUTES
+        )
+        sent = {**(producer if as_they_came else packed_attribute(producer)), **bookkeeping}
+        size = message_size(body, sent)
+        if size > self._queue_max_bytes:
+            raise CopyTooLargeError(
+                f"a hand-back copy of {size} bytes (its producer's attributes "
+                f"{'as they came' if as_they_came else 'packed'}) exceeds its queue's {self._queue_max_bytes} bytes"
+            )
+        return sent
+
     def requeue(
         self,
         queue_url: str,
         body: str,
         attributes: MessageAttributes,
-        prior: int,
+        prior: int | None = None,
         delay_s: int = 0,
         held_since: float | None = None,
     ) -> str:
         """Send an unrun copy of a record back to its (standard) queue, due in `delay_s`, remembering `prior`
-        runs and, if open breakers held it, since when; the producer's attributes go with it, packed."""
-        sent = attributes.packed_producer()
-        sent[PRIOR_ATTEMPTS] = {"DataType": "Number", "StringValue": str(max(0, prior))}
-        if held_since is not None:
-            sent[HELD_SINCE] = {"DataType": "Number", "StringValue": f"{held_since:.3f}"}
-        response = self._sqs.send_message(
-            QueueUrl=queue_url, MessageBody=body, MessageAttributes=sent, DelaySeconds=delay_s
-        )
+        runs and, if open breakers held it, since when (each only when given); see `copy_attributes`."""
+        sent = self.copy_attributes(body, attributes, prior=prior, held_since=held_since)
+        request: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": body, "DelaySeconds": delay_s}
+        if sent:
+            request["MessageAttributes"] = sent
+        response = self._sqs.send_message(**request)
         return str(response["MessageId"])

@@ -358,9 +358,20 @@ class Worker:
     @cached_property
     def _dead_letters(self) -> DeadLetterQueue:
         """Built on the first dead letter or copy; a batch that all succeeds never needs it."""
+        from functions.worker.attribute_store import AttributeStore
         from functions.worker.deadletter import DeadLetterQueue
 
-        return DeadLetterQueue(_ClientPerCall(self._sqs), self.settings.dlq_url)
+        return DeadLetterQueue(
+            _ClientPerCall(self._sqs),
+            self.settings.dlq_url,
+            dlq_max_bytes=self._queue.dlq_max_message_bytes,
+            queue_max_bytes=self._queue.max_message_bytes,
+            # A producer's attributes that can't fit their dead letter wait in the idempotency table.
+            attribute_store=AttributeStore(
+                _ClientPerCall(lambda: self._clients.within("dynamodb", self._call_time_s())),
+                self.settings.idempotency_table,
+            ),
+        )
 
     def _sqs(self) -> Any:
         """The SQS client for one of the runtime's own calls, bounded by the invocation's remaining time."""
@@ -850,14 +861,21 @@ class Worker:
         ledger's); a FIFO queue can't without breaking its group's order, so it is dead-lettered here."""
         record = delivery.record
         if not self._queue.fifo:
+            from functions.worker.deadletter import CopyTooLargeError
+
             try:
                 self._dead_letters.requeue(
                     self.settings.queue_url,
                     record.body,
                     delivery.attributes,
-                    prior=0,
                     delay_s=min(SQS_MAX_DELAY_S, verdict.delay_s),
                 )
+            except CopyTooLargeError:
+                # Only a producer that named its attributes `jobs.*` gets a copy bigger than its message: it keeps
+                # the message itself, and SQS's redrive moves it on its next receive.
+                self._obs.logger.warning("a fresh copy would not fit its queue; the message itself goes back")
+                self._change_visibility(record.receipt_handle, verdict.delay_s)
+                raise RetryLater(verdict.cause) from None
             except Exception:
                 self._runtime_fault("requeue")
                 self._obs.logger.exception("could not send a fresh copy on the last receive; SQS may move it bare")

@@ -72,7 +72,9 @@ class ConsoleBackend:
         return spec, self._locations()[spec.name]
 
     def _dlq(self, where: QueueLocation) -> DeadLetterQueue:
-        return DeadLetterQueue.of(self._client("sqs"), where, receive_wait_s=0)
+        return DeadLetterQueue.of(
+            self._client("sqs"), where, receive_wait_s=0, dynamodb=lambda: self._client("dynamodb")
+        )
 
     # Reading
 

@@ -34,6 +34,7 @@ from jobctl.local.emulator import EventSourceMapping, Handler, MappingSwitch
 from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.heartbeat import HeartbeatCanary
 from jobctl.local.metrics_agent import MetricsAgent
+from jobctl.local.moto_limits import enforce_message_limits
 from jobctl.local.moto_locks import serialize_moto
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import DEFAULT_STACK_NAME, LocalDeployment, provision, worker_function_name
@@ -186,6 +187,7 @@ class LocalEngine:
         check_port_free(self.host, self.port)
         serialize_moto()  # moto's SQS and DynamoDB are not thread-safe, and the pollers are many threads
         record_senders()  # SenderId names the IAM identity that sent a message, as on AWS
+        enforce_message_limits()  # a message over its queue's size, attributes counted, is refused, as on AWS
         self._switch_interval_s = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch_interval_s, GIL_SWITCH_INTERVAL_S))
         self._server = _LocalMotoServer(ip_address=self.host, port=self.port, verbose=False)

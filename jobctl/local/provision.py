@@ -63,6 +63,7 @@ def queue_attributes(spec: QueueSpec, dlq_arn: str) -> dict[str, str]:
     return {
         "VisibilityTimeout": str(spec.visibility_timeout_s),
         "MessageRetentionPeriod": str(spec.retention_s),
+        "MaximumMessageSize": str(spec.max_message_bytes),
         "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": spec.receive_limit}),
         "SqsManagedSseEnabled": "true",
     }
@@ -71,6 +72,7 @@ def queue_attributes(spec: QueueSpec, dlq_arn: str) -> dict[str, str]:
 def dlq_attributes(spec: QueueSpec, source_arn: str) -> dict[str, str]:
     return {
         "MessageRetentionPeriod": str(spec.dlq_retention_s),
+        "MaximumMessageSize": str(spec.dlq_max_message_bytes),
         "RedriveAllowPolicy": json.dumps({"redrivePermission": "byQueue", "sourceQueueArns": [source_arn]}),
         "SqsManagedSseEnabled": "true",
     }

@@ -25,6 +25,15 @@ SQS_MAX_DELAY_S = 15 * MINUTE
 SQS_MAX_RETENTION_S = 14 * DAY
 SQS_MIN_RETENTION_S = MINUTE
 SQS_MAX_RECEIVE_COUNT = 1000
+# A queue's MaximumMessageSize: the body plus every attribute's name, data type and value (UTF-8; binary values as
+# raw bytes). SQS accepts 1 KiB to 1 MiB; 256 KiB was its default until 2025 and is what older queues have.
+SQS_MIN_MESSAGE_BYTES = 1024
+SQS_MAX_MESSAGE_BYTES = 1024 * 1024
+SQS_DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024
+# What a dead letter may need beyond its original message: the evidence and the packing of the producer's
+# attributes, both bounded in functions/worker/deadletter.py (tests/unit/test_deadletter.py proves the bound). A
+# queue's limit leaves this much room below its DLQ's, SQS's largest.
+DEAD_LETTER_HEADROOM_BYTES = 16 * 1024
 LAMBDA_MAX_TIMEOUT_S = 15 * MINUTE
 ESM_MIN_CONCURRENCY = 2
 ESM_MAX_CONCURRENCY = 1000
@@ -324,10 +333,18 @@ class QueueSpec:
     # many calls in flight: a downstream sees up to max_concurrency x parallel_records (see `max_in_flight`).
     parallel_records: int = DEFAULT_PARALLEL_RECORDS
     circuit_breaker: CircuitBreakerSpec = field(default_factory=CircuitBreakerSpec)
+    # The largest message the queue accepts (its MaximumMessageSize), body and attributes as SQS counts them. Its
+    # DLQ takes SQS's largest, so a dead letter always has room for its evidence (`dlq_max_message_bytes`).
+    max_message_bytes: int = SQS_DEFAULT_MAX_MESSAGE_BYTES
     # The queue's maxReceiveCount; None derives it (see `receive_limit`). The runtime counts runs itself (in the
     # key's idempotency record), so this is only the safety net for what it can't count: a worker that dies before
     # a record's run starts (a broken deploy).
     max_receives: int | None = None
+
+    @property
+    def dlq_max_message_bytes(self) -> int:
+        """The DLQ's MaximumMessageSize: SQS's largest, at least DEAD_LETTER_HEADROOM_BYTES above the queue's."""
+        return SQS_MAX_MESSAGE_BYTES
 
     @property
     def receive_limit(self) -> int:
@@ -395,6 +412,16 @@ class QueueSpec:
                 return job
         raise KeyError(name)
 
+    def _message_size_problems(self, where: str) -> list[str]:
+        largest = SQS_MAX_MESSAGE_BYTES - DEAD_LETTER_HEADROOM_BYTES
+        if SQS_MIN_MESSAGE_BYTES <= self.max_message_bytes <= largest:
+            return []
+        return [
+            f"{where}: max_message_bytes {self.max_message_bytes} is outside {SQS_MIN_MESSAGE_BYTES}..{largest}: "
+            f"SQS accepts {SQS_MIN_MESSAGE_BYTES}..{SQS_MAX_MESSAGE_BYTES}, and the DLQ keeps "
+            f"{DEAD_LETTER_HEADROOM_BYTES} bytes above the queue's limit for a dead letter's evidence"
+        ]
+
     def problems(self) -> list[str]:
         """Every rule this queue breaks, as sentences naming the accepted values."""
         where = f"queue {self.name!r}"
@@ -427,24 +454,13 @@ class QueueSpec:
             found.append(f"{where}: parallel_records {self.parallel_records} is outside 1..{MAX_PARALLEL_RECORDS}")
         found += self.circuit_breaker.problems(where)
         found += self._receive_problems(where)
+        found += self._message_size_problems(where)
         if self.visibility_timeout_s > SQS_MAX_VISIBILITY_S:
             found.append(
                 f"{where}: visibility timeout {self.visibility_timeout_s}s (6 x function_timeout_s + "
                 f"batching_window_s) is over SQS's {SQS_MAX_VISIBILITY_S}s"
             )
-        for label, value in (("retention_s", self.retention_s), ("dlq_retention_s", self.dlq_retention_s)):
-            if not SQS_MIN_RETENTION_S <= value <= SQS_MAX_RETENTION_S:
-                found.append(f"{where}: {label} {value} is outside {SQS_MIN_RETENTION_S}..{SQS_MAX_RETENTION_S}")
-        if self.dlq_retention_s <= self.retention_s:
-            found.append(
-                f"{where}: dlq_retention_s ({self.dlq_retention_s}) must be longer than retention_s "
-                f"({self.retention_s}); the DLQ counts from the original enqueue time"
-            )
-        if self.idempotency_expiry_s <= self.dlq_retention_s:
-            found.append(
-                f"{where}: idempotency_expiry_s ({self.idempotency_expiry_s}) must be longer than "
-                f"dlq_retention_s ({self.dlq_retention_s}), or a redrive could repeat a completed job"
-            )
+        found += self._retention_problems(where)
         if not 1 <= self.backoff_base_s <= self.backoff_cap_s <= SQS_MAX_VISIBILITY_S:
             found.append(
                 f"{where}: backoff needs 1 <= backoff_base_s ({self.backoff_base_s}) <= backoff_cap_s "
@@ -471,6 +487,23 @@ class QueueSpec:
                         f"{where}: job {job.name!r} needs unknown resource {resource!r}; "
                         f"known: {', '.join(sorted(RESOURCES))}"
                     )
+        return found
+
+    def _retention_problems(self, where: str) -> list[str]:
+        found: list[str] = []
+        for label, value in (("retention_s", self.retention_s), ("dlq_retention_s", self.dlq_retention_s)):
+            if not SQS_MIN_RETENTION_S <= value <= SQS_MAX_RETENTION_S:
+                found.append(f"{where}: {label} {value} is outside {SQS_MIN_RETENTION_S}..{SQS_MAX_RETENTION_S}")
+        if self.dlq_retention_s <= self.retention_s:
+            found.append(
+                f"{where}: dlq_retention_s ({self.dlq_retention_s}) must be longer than retention_s "
+                f"({self.retention_s}); the DLQ counts from the original enqueue time"
+            )
+        if self.idempotency_expiry_s <= self.dlq_retention_s:
+            found.append(
+                f"{where}: idempotency_expiry_s ({self.idempotency_expiry_s}) must be longer than "
+                f"dlq_retention_s ({self.dlq_retention_s}), or a redrive could repeat a completed job"
+            )
         return found
 
     def _receive_problems(self, where: str) -> list[str]:

@@ -25,6 +25,7 @@ from functions.worker.runtime import Worker
 from jobctl.local.chaos import Chaos
 from jobctl.local.emulator import EventSourceMapping, Invocation
 from jobctl.local.lambda_events import LocalLambdaContext
+from jobctl.local.moto_limits import enforce_message_limits
 from jobctl.local.moto_locks import serialize_moto
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import LocalDeployment, provision
@@ -51,6 +52,7 @@ def clients(aws_credentials: None) -> Iterator[ClientFactory]:
     record_senders()  # SenderId names who sent a message, as on AWS: the worker's role, or the test (a producer)
     # Records of a batch run side by side: conditional writes must be atomic, as on AWS (moto's aren't).
     serialize_moto()
+    enforce_message_limits()  # a message too big for its queue, attributes counted, is refused, as on AWS
     with mock_aws():
         yield ClientFactory(session=boto3.session.Session(region_name=REGION))
 
@@ -192,8 +194,12 @@ def envelope(job: str, entity_id: str) -> str:
 
 
 def attributes_of(message: dict[str, Any]) -> dict[str, str]:
-    """A received message's string attributes (the dead-letter evidence) by name."""
-    return {name: value["StringValue"] for name, value in message.get("MessageAttributes", {}).items()}
+    """A received message's string and number attributes (the dead-letter evidence) by name."""
+    return {
+        name: value["StringValue"]
+        for name, value in message.get("MessageAttributes", {}).items()
+        if "StringValue" in value
+    }
 
 
 @pytest.fixture

@@ -13,16 +13,18 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqs_jobs.catalog import CATALOG
+
 NOT_JSON = "EnvelopeNotJSONError"
 NOT_OBJECT = "EnvelopeNotObjectError"
 FIELD = "EnvelopeFieldError"
 TOO_LARGE = "EnvelopeTooLargeError"
 UNKNOWN_JOB = "UnknownJobError"
 
-# SQS's default largest message; moto checks the body alone against it (real SQS counts the attributes too).
+# The queues' largest message (the catalog's default `max_message_bytes`); the DLQ takes SQS's largest, 1 MiB.
 # Every case is sent on its own (SendMessage, not a 256 KiB SendMessageBatch) and received with the good
 # records in one delivery: ReceiveMessage and Lambda's 6 MB payload take ten messages of 256 KiB.
-SQS_MAX_MESSAGE_BYTES = 256 * 1024
+SQS_MAX_MESSAGE_BYTES = CATALOG.queue("orders").max_message_bytes
 
 JOB = "order_confirmation"
 
@@ -33,8 +35,6 @@ class HostileCase:
     body: str
     error_type: str
     attributes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # So close to SQS's size limit that only the essential evidence fits beside the body (no traceback).
-    evidence_trimmed: bool = False
 
 
 def _obj(**fields: Any) -> str:
@@ -102,10 +102,8 @@ CORPUS: tuple[HostileCase, ...] = (
     HostileCase("bulky_extra_field_16kib", _padded(16 * 1024), TOO_LARGE),
     HostileCase("huge_body_200kib", _padded(200 * 1024), TOO_LARGE),
     HostileCase("huge_body_near_256kib", _padded(SQS_MAX_MESSAGE_BYTES - 4096), TOO_LARGE),
-    # 300 bytes short of the limit: the traceback and timestamps make way; type, message, failure, attempts fit.
-    HostileCase(
-        "huge_body_300_bytes_under_256kib", _padded(SQS_MAX_MESSAGE_BYTES - 300), TOO_LARGE, evidence_trimmed=True
-    ),
+    # 300 bytes short of the queue's limit: the DLQ's headroom still holds all the evidence.
+    HostileCase("huge_body_300_bytes_under_256kib", _padded(SQS_MAX_MESSAGE_BYTES - 300), TOO_LARGE),
     HostileCase("huge_multibyte_body", _obj(note="é" * 40_000), TOO_LARGE),
     HostileCase("huge_garbage_not_json", "x" * (100 * 1024), TOO_LARGE),
     # --- the job field

@@ -6,17 +6,15 @@ attempt, byte for byte, with evidence naming the EnvelopeError subclass; nothing
 
 from __future__ import annotations
 
-import base64
-import json
 from typing import Any
 
 import pytest
 
 from functions.worker import deadletter
 from functions.worker import errors as worker_errors
-from functions.worker.provenance import ORIGINAL_ATTRIBUTES
+from functions.worker.provenance import ORIGINAL_ATTRIBUTES, unpack
 from tests.functional.conftest import Harness, attributes_of, envelope
-from tests.functional.hostile_corpus import CORPUS, SQS_MAX_MESSAGE_BYTES, HostileCase
+from tests.functional.hostile_corpus import CORPUS, HostileCase
 
 GOOD_ORDERS = {"5001": "good-one@example.com", "5002": "good-two@example.com"}
 
@@ -78,35 +76,31 @@ def test_hostile_message_is_dead_lettered_once_while_good_records_of_its_batch_s
     assert evidence[deadletter.ERROR_TYPE] == case.error_type
     message = evidence[deadletter.ERROR_MESSAGE]
     assert message.strip() and "\n" not in message and "\r" not in message
-    assert len(message) <= deadletter.MAX_ERROR_MESSAGE_CHARS
-    if not case.evidence_trimmed:
-        assert case.error_type in evidence[deadletter.TRACEBACK]
-        assert evidence[deadletter.SOURCE_QUEUE] == harness.deployment.queues["orders"].arn
+    assert len(message.encode("utf-8")) <= deadletter.MAX_ERROR_MESSAGE_BYTES
+    # The DLQ's headroom above its queue's limit holds all the evidence, even beside a body at that limit.
+    assert case.error_type in evidence[deadletter.TRACEBACK]
+    assert evidence[deadletter.SOURCE_QUEUE] == harness.deployment.queues["orders"].arn
     assert deadletter.JOB not in evidence  # an unparseable envelope names no job
     assert len(dead["MessageAttributes"]) <= 10
-    # Real SQS counts the attributes in its 256 KiB limit (moto checks the body only): the copy must fit.
-    assert _sqs_size(dead) <= SQS_MAX_MESSAGE_BYTES
+    # Real SQS counts the attributes in its limit (moto checks the body only): the dead letter must fit the DLQ.
+    assert _sqs_size(dead) == deadletter.message_size(dead["Body"], dead["MessageAttributes"])
+    assert _sqs_size(dead) <= harness.deployment.queues["orders"].spec.dlq_max_message_bytes
 
     # Every attribute the producer set travels with it for a redrive, packed: `jobs.*` names included, as the
     # producer's data (they changed nothing the runtime counted: one attempt, its own evidence).
     own = case.attributes
     if own:
-        originals = json.loads(evidence[ORIGINAL_ATTRIBUTES])
-        assert set(originals) == set(own)
-        for name, value in own.items():
-            if "BinaryValue" in value:
-                assert base64.b64decode(originals[name]["BinaryValue"]) == value["BinaryValue"]
-            else:
-                assert originals[name] == value
+        assert unpack(dead["MessageAttributes"][ORIGINAL_ATTRIBUTES]["BinaryValue"]) == own
     else:
-        assert ORIGINAL_ATTRIBUTES not in evidence
+        assert ORIGINAL_ATTRIBUTES not in dead["MessageAttributes"]
 
 
-def test_a_body_at_the_size_limit_is_dead_lettered_bare_rather_than_left_to_go_round(harness: Harness) -> None:
-    # A body of exactly SQS's limit leaves no room for evidence: on real SQS a copy with evidence would be
-    # refused, and the message would be retried until SQS's redrive moved it. It is dead-lettered at once, bare,
-    # and the worker's log line says why.
-    body = _padded_to(SQS_MAX_MESSAGE_BYTES)
+def test_a_body_at_its_queues_exact_limit_is_dead_lettered_with_all_its_evidence(harness: Harness) -> None:
+    # The most a producer can send: a body of exactly the queue's limit. The DLQ's room above that limit takes
+    # the whole evidence; nothing is cut, and the message is not left to go round until SQS's redrive moves it.
+    limit = harness.deployment.queues["orders"].spec.max_message_bytes
+    body = _padded_to(limit)
+    assert len(body.encode("utf-8")) == limit
     harness.put_order("5001", email="good-one@example.com")
     harness.send(envelope("order_confirmation", "5001"))
     harness.send(body)
@@ -117,7 +111,14 @@ def test_a_body_at_the_size_limit_is_dead_lettered_bare_rather_than_left_to_go_r
     assert harness.queue_counts() == (0, 0)
     [dead] = harness.dead_letters()
     assert dead["Body"] == body
-    assert _sqs_size(dead) <= SQS_MAX_MESSAGE_BYTES
+    evidence = attributes_of(dead)
+    assert evidence[deadletter.ERROR_TYPE] == "EnvelopeTooLargeError"
+    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_PERMANENT
+    assert evidence[deadletter.ATTEMPTS] == "1"
+    assert "EnvelopeTooLargeError" in evidence[deadletter.TRACEBACK]
+    assert "[truncated]" not in evidence[deadletter.TRACEBACK]
+    assert {deadletter.FIRST_FAILED_AT, deadletter.LAST_FAILED_AT, deadletter.SOURCE_QUEUE} <= set(evidence)
+    assert limit < _sqs_size(dead) <= harness.deployment.queues["orders"].spec.dlq_max_message_bytes
     [logged] = [line for line in harness.log_lines() if line.get("message") == "job dead-lettered"]
     assert logged["error_type"] == "EnvelopeTooLargeError"
     assert logged["failure"] == deadletter.FAILURE_PERMANENT

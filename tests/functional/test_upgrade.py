@@ -13,6 +13,7 @@ import pytest
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig
 
 from functions.worker.clients import ClientFactory
+from functions.worker.provenance import MessageAttributes, from_received
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from jobctl.local.provision import provision
 from sqs_jobs.catalog import Catalog, JobSpec, QueueSpec
@@ -101,7 +102,8 @@ def test_a_copy_the_previous_runtime_handed_back_keeps_its_runs_and_its_producer
     [dead] = upgraded.dead_letters("upgraded")
     evidence = attributes_of(dead)
     assert (evidence["jobs.failure"], evidence["jobs.attempts"]) == ("retries_exhausted", "3")
-    assert "t-1" in evidence["jobs.original_attributes"]
+    carried = MessageAttributes.split(from_received(dead["MessageAttributes"]), sent_by_runtime=True).producer
+    assert carried == {"trace": {"DataType": "String", "StringValue": "t-1"}}
 
 
 def test_a_copy_that_had_used_all_its_runs_still_gets_one_so_nothing_is_dead_lettered_for_the_upgrade(

@@ -18,7 +18,7 @@ from functions.worker import deadletter
 from functions.worker.clients import ClientFactory
 from functions.worker.errors import WorkerConfigError
 from functions.worker.observability import RUNTIME_JOB, Observability
-from functions.worker.provenance import ORIGINAL_ATTRIBUTES, MessageAttributes
+from functions.worker.provenance import ORIGINAL_ATTRIBUTES, MessageAttributes, unpack
 from functions.worker.runtime import Worker
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from jobctl.local.lambda_events import sqs_record
@@ -154,11 +154,11 @@ def test_a_producers_attributes_are_kept_whole_even_when_named_like_evidence(har
     [dead] = harness.dead_letters()
     evidence = attributes_of(dead)
     assert evidence[deadletter.ERROR_TYPE] == "OrderNotFoundError"
-    assert json.loads(evidence[ORIGINAL_ATTRIBUTES]) == {
+    assert unpack(dead["MessageAttributes"][ORIGINAL_ATTRIBUTES]["BinaryValue"]) == {
         "tenant": {"DataType": "String", "StringValue": "acme"},
         deadletter.ERROR_TYPE: {"DataType": "String", "StringValue": "ForgedError"},
     }
-    assert len(evidence) <= 10  # SQS's limit on message attributes
+    assert len(dead["MessageAttributes"]) <= 10  # SQS's limit on message attributes
     assert deadletter.JOB not in evidence  # in the body; its slot carries the originals
 
 
@@ -192,7 +192,9 @@ def test_a_dead_letter_redriven_as_is_has_its_old_evidence_replaced_and_its_prod
     evidence = attributes_of(dead)
     assert evidence[deadletter.ERROR_TYPE] == "OrderNotFoundError"
     assert evidence[deadletter.ATTEMPTS] == "1"
-    assert json.loads(evidence[ORIGINAL_ATTRIBUTES]) == {"tenant": {"DataType": "String", "StringValue": "acme"}}
+    assert unpack(dead["MessageAttributes"][ORIGINAL_ATTRIBUTES]["BinaryValue"]) == {
+        "tenant": {"DataType": "String", "StringValue": "acme"}
+    }
 
 
 @pytest.mark.parametrize(

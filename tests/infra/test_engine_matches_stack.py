@@ -63,6 +63,7 @@ def test_source_queue_matches(synth: Synth, local: LocalDeployment, spec: QueueS
     assert local.queues[spec.name].arn.endswith(":" + stack["QueueName"])
     assert int(engine["VisibilityTimeout"]) == stack["VisibilityTimeout"]
     assert int(engine["MessageRetentionPeriod"]) == stack["MessageRetentionPeriod"]
+    assert int(engine["MaximumMessageSize"]) == stack["MaximumMessageSize"] == spec.max_message_bytes
     redrive = json.loads(engine["RedrivePolicy"])
     assert int(redrive["maxReceiveCount"]) == stack["RedrivePolicy"]["maxReceiveCount"]
     assert redrive["deadLetterTargetArn"] == local.queues[spec.name].dlq_arn
@@ -75,6 +76,7 @@ def test_dead_letter_queue_matches(synth: Synth, local: LocalDeployment, spec: Q
 
     assert local.queues[spec.name].dlq_arn.endswith(":" + stack["QueueName"])
     assert int(engine["MessageRetentionPeriod"]) == stack["MessageRetentionPeriod"]
+    assert int(engine["MaximumMessageSize"]) == stack["MaximumMessageSize"] == spec.dlq_max_message_bytes
     # moto doesn't return RedriveAllowPolicy; compare what the engine sets.
     source_arn = local.queues[spec.name].arn
     allow = json.loads(dlq_attributes(spec, source_arn)["RedriveAllowPolicy"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infra.naming import physical_queue_name
-from sqs_jobs.catalog import CATALOG, DAY, QueueSpec
+from sqs_jobs.catalog import CATALOG, DAY, DEAD_LETTER_HEADROOM_BYTES, SQS_MAX_MESSAGE_BYTES, QueueSpec
 from tests.infra.cfn import of_type, props, queue_id, render
 from tests.infra.conftest import Synth
 
@@ -56,6 +56,17 @@ def test_dlq_keeps_messages_14_days_longer_than_the_source(synth: Synth, spec: Q
     assert source["MessageRetentionPeriod"] == spec.retention_s
     # A standard queue's DLQ counts retention from the original enqueue time.
     assert dlq["MessageRetentionPeriod"] > source["MessageRetentionPeriod"]
+
+
+@QUEUES
+def test_dlq_has_room_above_the_source_for_a_dead_letters_evidence(synth: Synth, spec: QueueSpec) -> None:
+    source = props(synth.resources, queue_id(synth.resources, synth.context.stack_name, spec))
+    dlq = props(synth.resources, queue_id(synth.resources, synth.context.stack_name, spec, dlq=True))
+
+    # Both set explicitly: SQS's default (1 MiB for queues created since 2025) would leave the DLQ no room.
+    assert source["MaximumMessageSize"] == spec.max_message_bytes
+    assert dlq["MaximumMessageSize"] == SQS_MAX_MESSAGE_BYTES
+    assert dlq["MaximumMessageSize"] - source["MaximumMessageSize"] >= DEAD_LETTER_HEADROOM_BYTES
 
 
 @QUEUES

@@ -11,6 +11,7 @@ from aws_cdk import Token
 from aws_cdk.assertions import Match, Template
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
+from functions.worker import attribute_store
 from infra.naming import (
     ALARM_TOPIC_ARN_OUTPUT,
     DLQ_URL,
@@ -57,6 +58,8 @@ def test_idempotency_table_uses_powertools_defaults(synth: Synth) -> None:
 
     assert table["AttributeDefinitions"] == [{"AttributeName": "id", "AttributeType": "S"}]
     assert table["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
+    # The attribute store writes its chunks to the same table: same key, and the same TTL lets them expire.
+    assert (attribute_store.KEY_ATTRIBUTE, attribute_store.EXPIRY_ATTRIBUTE) == ("id", "expiration")
 
 
 @pytest.mark.parametrize("partition_key", ["id", "order_id", "invoice_id"], ids=["idempotency", "orders", "invoices"])

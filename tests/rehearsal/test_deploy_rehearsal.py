@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from functions.worker.deadletter import FAILURE_PERMANENT, DeadLetterQueue, Evidence, iso_from_epoch_ms
-from functions.worker.provenance import MessageAttributes, Provenance, from_event, pack
+from functions.worker.provenance import MessageAttributes, Provenance, from_event, portable
 from infra.naming import (
     DLQ_URL,
     QUEUE_ARN,
@@ -285,7 +285,7 @@ def test_discard_archives_each_message_before_deleting_it(
     assert {entry["error_type"] for entry in archived} == {"EnvelopeNotJSONError"}
     # The producer's attributes as jobctl archives them (binary values as base64 text).
     assert {entry["id"]: entry["attributes"] for entry in archived} == {
-        "801": json.loads(pack(PRODUCER_ATTRIBUTES)),
+        "801": portable(PRODUCER_ATTRIBUTES),
         "802": {},
     }
 

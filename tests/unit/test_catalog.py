@@ -13,6 +13,7 @@ import pytest
 from sqs_jobs.catalog import (
     CATALOG,
     DAY,
+    DEAD_LETTER_HEADROOM_BYTES,
     ESM_MAX_BATCHING_WINDOW_S,
     ESM_MAX_CONCURRENCY,
     ESM_MIN_CONCURRENCY,
@@ -23,7 +24,9 @@ from sqs_jobs.catalog import (
     MINUTE,
     RESOURCES,
     SETTLE_MARGIN_S,
+    SQS_DEFAULT_MAX_MESSAGE_BYTES,
     SQS_MAX_BATCH_SIZE,
+    SQS_MAX_MESSAGE_BYTES,
     SQS_MAX_RECEIVE_COUNT,
     SQS_MAX_RETENTION_S,
     SQS_MAX_VISIBILITY_S,
@@ -235,6 +238,9 @@ def test_specs_are_immutable() -> None:
         ({"jobs": (JobSpec(name="send_mail", handler="functions.jobs.x", time_limit_s=58),)}, "between 1 and 57"),
         ({"jobs": (JobSpec(name="send_mail", handler="functions.jobs.x", time_limit_s=0),)}, "time_limit_s 0"),
         ({"function_timeout_s": 3}, "function_timeout_s >= 4"),
+        ({"max_message_bytes": 1023}, "max_message_bytes 1023 is outside 1024..1032192"),
+        # SQS would take it, but the DLQ could not hold such a message with its evidence.
+        ({"max_message_bytes": SQS_MAX_MESSAGE_BYTES}, "DLQ keeps 16384 bytes above the queue's limit"),
     ],
     ids=lambda value: re.sub(r"\W+", "-", str(value))[:40] if isinstance(value, dict) else None,
 )
@@ -273,6 +279,8 @@ def test_each_rule_violation_is_a_catalog_error_naming_the_problem(changes: dict
         {"parallel_records": MAX_PARALLEL_RECORDS},
         {"circuit_breaker": CircuitBreakerSpec(failure_threshold=1, open_s=0.1, max_open_s=0.1, max_hold_s=0)},
         {"circuit_breaker": CircuitBreakerSpec(open_s=900, max_open_s=900, max_hold_s=SQS_MAX_VISIBILITY_S)},
+        {"max_message_bytes": 1024},
+        {"max_message_bytes": SQS_MAX_MESSAGE_BYTES - DEAD_LETTER_HEADROOM_BYTES},
     ],
 )
 def test_values_at_the_edge_of_each_range_are_accepted(changes: dict[str, Any]) -> None:
@@ -280,6 +288,15 @@ def test_values_at_the_edge_of_each_range_are_accepted(changes: dict[str, Any]) 
 
     assert spec.problems() == []
     assert Catalog(queues=(spec,)).queues == (spec,)
+
+
+def test_a_queue_takes_256_kib_messages_and_its_dlq_the_largest_sqs_allows() -> None:
+    spec = queue()
+
+    # 256 KiB, not SQS's 1 MiB default of today: the DLQ holds the same message plus its evidence.
+    assert spec.max_message_bytes == SQS_DEFAULT_MAX_MESSAGE_BYTES == 262_144
+    assert spec.dlq_max_message_bytes == SQS_MAX_MESSAGE_BYTES == 1_048_576
+    assert queue(max_message_bytes=900_000).dlq_max_message_bytes - 900_000 >= DEAD_LETTER_HEADROOM_BYTES
 
 
 def test_all_problems_are_reported_together() -> None:
