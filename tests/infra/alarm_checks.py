@@ -226,7 +226,7 @@ def check_failure_rate(under_test: QueueUnderTest) -> None:
     assert rate(1, 1) == 0.0, "a quiet queue: one failure in two runs is no rate to page on"
     assert rate(None, least - 1) == 0.0, "below the minimum volume, even all failing says nothing"
     assert rate(least - 1, None) == 0.0, "too few runs: 0, whatever failed"
-    assert rate(5 * least, None) is None, "enough runs and no failure reported: no datapoint"
+    assert rate(5 * least, None) == 0.0, "enough runs and no failure reported: a missing failure count is 0"
     assert rate(None, None) is None
     assert alarm["Threshold"] == under_test.spec.alarms.failure_rate
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
@@ -246,7 +246,8 @@ def check_stalled(under_test: QueueUnderTest) -> None:
     assert evaluate(expression, {visible: 5, deleted: None}) == 1, "no delete datapoint is no delete"
     assert evaluate(expression, {visible: 5, deleted: 2}) == 0
     assert evaluate(expression, {visible: 0, deleted: 0}) == 0
-    assert evaluate(expression, {visible: None, deleted: None}) is None
+    # A minute whose datapoints SQS has not shown yet is a real 0 (FILL), not a missing point.
+    assert evaluate(expression, {visible: None, deleted: None}) == 0
     assert alarm["Threshold"] == 1
     assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
     # Every minute of stalled_after_s must be stalled.
