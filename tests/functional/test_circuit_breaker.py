@@ -20,7 +20,7 @@ from functions.worker.runtime import Worker
 from jobctl.local.emulator import Invocation
 from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.provision import provision
-from sqs_jobs.catalog import CATALOG, Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
+from sqs_jobs.catalog import CATALOG, AlarmThresholds, Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope, metric_values
 from tests.functional.test_generate_invoice import body, put_invoice, wait_for_abandoned_runs
 
@@ -31,6 +31,8 @@ INVOICES = replace(
     CATALOG.queue("invoices"),
     parallel_records=1,
     max_attempts=3,
+    # Retried at most twice: the retrying alarm can fire from the second failure on.
+    alarms=AlarmThresholds(retry_attempts=2),
     backoff_base_s=1,
     backoff_cap_s=2,
     circuit_breaker=BREAKER,

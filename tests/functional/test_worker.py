@@ -23,7 +23,7 @@ from functions.worker.runtime import Worker
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from jobctl.local.lambda_events import sqs_record
 from jobctl.local.provision import provision
-from sqs_jobs.catalog import Catalog, JobSpec, QueueSpec
+from sqs_jobs.catalog import AlarmThresholds, Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope, lambda_context
 from tests.functional.sample_jobs import empty_key, flaky
 
@@ -46,6 +46,8 @@ TEST_CATALOG = Catalog(
         QueueSpec(
             name="testing",
             max_attempts=3,
+            # Its jobs are retried at most twice: the retrying alarm can fire from the second failure on.
+            alarms=AlarmThresholds(retry_attempts=2),
             jobs=(
                 JobSpec(name="flaky", handler="tests.functional.sample_jobs.flaky"),
                 JobSpec(name="empty_key", handler="tests.functional.sample_jobs.empty_key"),
