@@ -312,10 +312,10 @@ class QueueAlarms(Construct):
                 # The runtime samples RetryAttempt only for failed runs that will be retried.
                 missing=Missing.NOT_BREACHING,
                 meaning=(
-                    f"A job of the {name} queue failed {limits.retry_attempts} runs in a row within 5 min and is "
-                    f"being retried (RetryAttempt, Maximum): it is dead-lettered after {spec.max_attempts} failed "
-                    "runs. The worker's log line 'job failed; retrying after backoff' names the job, its id and "
-                    "the error."
+                    f"A job of the {name} queue failed {limits.retry_attempts} runs in a row, the last in the past 5 "
+                    "min, and is being retried (RetryAttempt, Maximum): it is dead-lettered after "
+                    f"{spec.max_attempts} failed runs. The worker's log line 'job failed; retrying after backoff' "
+                    "names the job, its id and the error."
                 ),
                 anchor="a-job-failing-again-and-again",
                 first=[status],
