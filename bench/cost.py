@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from infra.naming import QUEUE_SIGNALS
+from infra.naming import QUEUE_SIGNALS, queue_signals
 from sqs_jobs.catalog import CATALOG, Catalog, QueueSpec
 
 PRICES_AS_OF = "2026-11-29"
@@ -28,7 +28,8 @@ HOURS_PER_MONTH = 730
 MINUTES_PER_MONTH = HOURS_PER_MONTH * 60
 SQS_CHUNK_BYTES = 64 * 1024  # SQS bills each 64 KiB of a request's payload as one request
 # The stack's alarms per queue: one per queue signal (age, DLQ depth, backlog, DLQ arrivals, failure rate, stalled,
-# heartbeat missing, runtime faults, circuit open, ...) and 1 per job (its p99 duration against its time limit).
+# heartbeat missing, runtime faults, circuit open, retrying, ...) and 1 per job (its p99 duration against its time
+# limit). A queue that never retries (max_attempts 1) has no retrying alarm: `queue_signals`.
 ALARMS_PER_QUEUE = len(QUEUE_SIGNALS)
 ALARMS_PER_JOB = 1
 # The runtime's EMF metrics per job (JobSucceeded, JobDuplicate, JobFailed, JobRetried, JobDeadLettered x2 reasons,
@@ -90,7 +91,7 @@ duplicates u, message S bytes (attempts a = 1 + r, invocations per job i = a / (
   DynamoDB RRU      = a x reads per job (1)
   Logs GB           = (log bytes per job + i x platform bytes per invocation) / 2^30
 fixed per month, spread over jobs_per_month:
-  alarms            = ALARMS + 1 x jobs on the queue
+  alarms            = ALARMS (one fewer if max_attempts is 1) + 1 x jobs on the queue
   metrics           = 3 + 10 x jobs on the queue (an upper bound)
   heartbeats        = 43,800 min / interval (EventBridge Scheduler invocations; each also 1 send, 1 receive,
                       1 delete and 1 Lambda invocation)
@@ -140,7 +141,7 @@ def queue_cost(spec: QueueSpec, prices: Prices = Prices(), assume: Assumptions =
     sqs_price = prices.sqs_fifo_per_million_requests if spec.fifo else prices.sqs_standard_per_million_requests
 
     months_per_million_jobs = MILLION / assume.jobs_per_month
-    alarms = ALARMS_PER_QUEUE + ALARMS_PER_JOB * len(spec.jobs)
+    alarms = len(queue_signals(spec)) + ALARMS_PER_JOB * len(spec.jobs)
     metrics = METRICS_PER_QUEUE + METRICS_PER_JOB * len(spec.jobs)
     heartbeats_per_month = MINUTES_PER_MONTH * 60 / spec.alarms.heartbeat_interval_s
     heartbeat_usd_per_month = (

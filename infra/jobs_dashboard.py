@@ -170,6 +170,15 @@ class JobsDashboard(Construct):
                 [monitoring.circuit_openings(spec), monitoring.circuit_held(spec)],
                 [cloudwatch.HorizontalAnnotation(value=limits.circuit_opened, label="circuit-open alarm")],
             ),
+            # A job failing run after run (the retrying alarm's figure): how close it is to the DLQ.
+            _graph(
+                f"{name}: most failed runs in a row of one job (per 5 min)",
+                [monitoring.retry_attempts(spec)],
+                [
+                    cloudwatch.HorizontalAnnotation(value=spec.retry_alarm_attempts, label="retrying alarm"),
+                    cloudwatch.HorizontalAnnotation(value=spec.max_attempts, label="max_attempts (dead letter)"),
+                ],
+            ),
         )
 
 

@@ -26,17 +26,23 @@ from functions.worker.observability import (
     FAILED,
     HEARTBEAT,
     RETRIED,
+    RETRY_ATTEMPT,
     RUNTIME_FAULT,
     RUNTIME_JOB,
     SUCCEEDED,
     UNPARSEABLE_JOB,
 )
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
-from sqs_jobs.catalog import HEARTBEAT_JOB, MINUTE, QueueSpec
+from sqs_jobs.catalog import HEARTBEAT_JOB, METRIC_LAG_S, MINUTE, QueueSpec
 
 ONE_MINUTE = Duration.minutes(1)
 # The window of the runtime's counts and durations: enough runs to say something, short enough to page soon.
 FIVE_MINUTES = Duration.minutes(5)
+# How long a backlog must last before it pages: a bulk publish that drains sooner doesn't.
+BACKLOG_MINUTES = 5
+# A one-minute alarm on SQS's metrics: 1 breaching datapoint among the newest 1 + METRIC_LAG_S minutes. With 1 of 1,
+# an evaluation range of fewer periods than the lag (AWS doesn't say how many it fetches) would hold no datapoint.
+LATE_TOLERANT_PERIODS = 1 + METRIC_LAG_S // MINUTE
 # CloudWatch: an alarm's metric math may reference at most 10 metrics (a hard limit).
 ALARM_MAX_METRICS = 10
 # CloudWatch: an alarm's period x evaluation periods may cover at most one day.
@@ -59,15 +65,16 @@ def problems(spec: QueueSpec) -> list[str]:
     where = f"queue {spec.name!r}"
     alarms = spec.alarms
     found: list[str] = []
-    # Scheduler rates and alarm periods are whole minutes.
-    for label, value in (
-        ("heartbeat_interval_s", alarms.heartbeat_interval_s),
-        ("heartbeat_missing_after_s", alarms.heartbeat_missing_after_s),
-        ("stalled_after_s", alarms.stalled_after_s),
+    # Scheduler rates and alarm periods are whole minutes; an alarm looks back at most a day (the stalled alarm
+    # METRIC_LAG_S more than stalled_after_s).
+    for label, value, looks_back_s in (
+        ("heartbeat_interval_s", alarms.heartbeat_interval_s, 0),
+        ("heartbeat_missing_after_s", alarms.heartbeat_missing_after_s, alarms.heartbeat_missing_after_s),
+        ("stalled_after_s", alarms.stalled_after_s, alarms.stalled_after_s + METRIC_LAG_S),
     ):
         if value % MINUTE:
             found.append(f"{where}: alarms.{label} {value} must be a whole number of minutes")
-        if value > ALARM_MAX_RANGE_S:
+        if looks_back_s > ALARM_MAX_RANGE_S:
             found.append(f"{where}: alarms.{label} {value} is over CloudWatch's one-day alarm range")
     metrics = len(counted_jobs(spec, SUCCEEDED)) + len(counted_jobs(spec, FAILED))
     if metrics > ALARM_MAX_METRICS:
@@ -165,9 +172,10 @@ def failure_rate(spec: QueueSpec) -> cloudwatch.MathExpression:
 
 
 def stalled(queue: sqs.IQueue) -> cloudwatch.MathExpression:
-    """1 for each minute in which messages waited and none was deleted, else 0."""
+    """1 for each minute in which messages waited and none was deleted, else 0, on every minute of the alarm's query:
+    FILL gives a minute without a delete datapoint 0 deletes, and the minutes whose datapoints SQS has not shown yet
+    (no `visible`, which counts as 0) a real 0 (not stalled)."""
     return cloudwatch.MathExpression(
-        # A minute without a delete datapoint counts as no delete.
         expression="IF(visible > 0 AND FILL(deleted, 0) == 0, 1, 0)",
         using_metrics={
             "visible": queue.metric_approximate_number_of_messages_visible(statistic="Minimum", period=ONE_MINUTE),
@@ -178,9 +186,19 @@ def stalled(queue: sqs.IQueue) -> cloudwatch.MathExpression:
     )
 
 
-def stalled_periods(spec: QueueSpec) -> int:
-    """One-minute periods in stalled_after_s (`check` makes it whole minutes)."""
-    return math.ceil(spec.alarms.stalled_after_s / MINUTE)
+def backlog_periods() -> tuple[int, int]:
+    """(M, N) of the backlog alarm, on one-minute datapoints: above the threshold in 5 of the newest 5 + lag minutes.
+    The newest minutes are missing while SQS's datapoints are late; N leaves room for them, so whatever the
+    evaluation range, 5 real minutes decide."""
+    return BACKLOG_MINUTES, BACKLOG_MINUTES + METRIC_LAG_S // MINUTE
+
+
+def stalled_periods(spec: QueueSpec) -> tuple[int, int]:
+    """(M, N) of the stalled alarm: stalled in M of the N newest minutes. M is stalled_after_s in minutes (`check`
+    makes it whole); N adds METRIC_LAG_S, because the newest minutes whose SQS datapoints are late are 0 (see
+    `stalled`): with M of M the alarm could never fire while SQS's metrics lag."""
+    stalled_minutes = math.ceil(spec.alarms.stalled_after_s / MINUTE)
+    return stalled_minutes, stalled_minutes + METRIC_LAG_S // MINUTE
 
 
 def time_to_drain(queue: sqs.IQueue) -> cloudwatch.MathExpression:
@@ -232,13 +250,41 @@ def circuit_held(spec: QueueSpec) -> cloudwatch.MathExpression:
     return queue_total(spec, DEFERRED, "held", "held by open breakers", reason=CIRCUIT_OPEN_REASON)
 
 
-def heartbeats(spec: QueueSpec, period: Duration | None = None) -> cloudwatch.Metric:
-    """Heartbeats the worker recorded (job `heartbeat`); by default summed over heartbeat_missing_after_s."""
-    return job_metric(
-        spec.name,
-        HEARTBEAT_JOB,
-        HEARTBEAT,
-        period=period or Duration.seconds(spec.alarms.heartbeat_missing_after_s),
+def heartbeats(spec: QueueSpec, period: Duration = ONE_MINUTE) -> cloudwatch.Metric:
+    """Heartbeats the worker recorded (job `heartbeat`), summed per `period`."""
+    return job_metric(spec.name, HEARTBEAT_JOB, HEARTBEAT, period=period)
+
+
+def heartbeat_minutes(spec: QueueSpec) -> cloudwatch.MathExpression:
+    """Heartbeats per minute, 0 in every minute of the alarm's query without one. One period of
+    heartbeat_missing_after_s would not do: a past period holding the last heartbeat is a real datapoint, and while
+    it stays in the alarm's evaluation range CloudWatch ignores missing data and the alarm stays OK."""
+    return cloudwatch.MathExpression(
+        expression="FILL(beats, 0)",
+        using_metrics={"beats": heartbeats(spec)},
+        period=ONE_MINUTE,
+        label="heartbeats per minute",
+    )
+
+
+def heartbeat_periods(spec: QueueSpec) -> int:
+    """Minutes without a heartbeat before the alarm fires (`check` makes heartbeat_missing_after_s whole minutes)."""
+    return math.ceil(spec.alarms.heartbeat_missing_after_s / MINUTE)
+
+
+def retry_attempts(spec: QueueSpec) -> cloudwatch.MathExpression:
+    """The most runs in a row one key of the queue's jobs failed and will be retried after, per 5 minutes:
+    MAX over the jobs of RetryAttempt's Maximum. MAX of an array is per timestamp (not the whole-query number
+    AWS advises against in alarms)."""
+    using = {
+        f"attempt{index}": job_metric(spec.name, job, RETRY_ATTEMPT, statistic="Maximum")
+        for index, job in enumerate(spec.job_names)
+    }
+    return cloudwatch.MathExpression(
+        expression=f"MAX([{', '.join(using)}])",
+        using_metrics=using,
+        period=FIVE_MINUTES,
+        label="most failed runs in a row",
     )
 
 

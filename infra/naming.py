@@ -10,6 +10,7 @@ import re
 
 # What publishers and operators read (SSM parameter keys and names, the scheduler's names) lives with the
 # publisher, in sqs_jobs; re-exported here for the stack.
+from sqs_jobs.catalog import QueueSpec
 from sqs_jobs.stack_names import (
     DLQ_URL,
     QUEUE_ARN,
@@ -46,6 +47,7 @@ __all__ = [
     "QUEUE_ENDPOINT_KEYS",
     "QUEUE_SIGNALS",
     "QUEUE_URL",
+    "RETRYING",
     "RUNTIME_FAULTS",
     "SCHEDULER_ROLE_ARN",
     "SCHEDULES_DLQ_ARN",
@@ -65,6 +67,7 @@ __all__ = [
     "parameter_name",
     "pascal_case",
     "physical_queue_name",
+    "queue_signals",
     "recurring_schedule_name",
     "schedule_group_name",
     "schedules_parameter_name",
@@ -101,6 +104,8 @@ WORKER_THROTTLES = "worker-throttles"
 HEARTBEAT_MISSING = "heartbeat-missing"
 RUNTIME_FAULTS = "runtime-faults"
 CIRCUIT_OPEN = "circuit-open"
+# One job's key failing run after run, before it is dead-lettered (none for a queue that never retries).
+RETRYING = "retrying"
 # Stack-wide (not per queue): `<stack_name>-schedules-failed-deliveries`.
 SCHEDULE_DELIVERIES_FAILED = "schedules-failed-deliveries"
 # One signal per queue, in this order, then one duration signal per job (`duration_signal`).
@@ -116,7 +121,14 @@ QUEUE_SIGNALS = (
     HEARTBEAT_MISSING,
     RUNTIME_FAULTS,
     CIRCUIT_OPEN,
+    RETRYING,
 )
+
+
+def queue_signals(spec: QueueSpec) -> tuple[str, ...]:
+    """The queue-wide signals `spec` has an alarm for: every one, less RETRYING if its jobs are never retried
+    (max_attempts 1: a failure is a dead letter at once, which the DLQ alarms see)."""
+    return tuple(signal for signal in QUEUE_SIGNALS if signal != RETRYING or spec.max_attempts > 1)
 
 
 def physical_queue_name(stack_name: str, queue_name: str, dlq: bool = False, fifo: bool = False) -> str:

@@ -26,6 +26,7 @@ from infra.naming import (
     FAILURE_RATE,
     HEARTBEAT_MISSING,
     OLDEST_MESSAGE_AGE,
+    RETRYING,
     RUNTIME_FAULTS,
     STALLED,
     WORKER_ERRORS,
@@ -34,6 +35,7 @@ from infra.naming import (
     duration_signal,
     pascal_case,
     physical_queue_name,
+    queue_signals,
 )
 from sqs_jobs.catalog import QueueSpec
 
@@ -77,36 +79,45 @@ class QueueAlarms(Construct):
         dlq_name = physical_queue_name(stack_name, name, dlq=True, fifo=spec.fifo)
 
         # The article's incident: a hung job found the next morning. Age says "stuck" sooner and more surely
-        # than backlog size.
+        # than backlog size. SQS leaves out a standard queue's message received 3+ times (retrying jobs): the
+        # retrying alarm below watches those.
         self._alarm(
             OLDEST_MESSAGE_AGE,
             metric=queue.metric_approximate_age_of_oldest_message(period=PERIOD, statistic="Maximum"),
             threshold=limits.oldest_message_age_s,
             comparison=Comparison.GREATER_THAN_THRESHOLD,
+            # 1 of the newest 1 + lag minutes: a late datapoint is still seen, however few periods CloudWatch
+            # fetches.
+            evaluation_periods=monitoring.LATE_TOLERANT_PERIODS,
+            datapoints_to_alarm=1,
             # No data: an empty queue that SQS stopped reporting (idle for hours): nothing is waiting.
             missing=Missing.NOT_BREACHING,
             meaning=(
                 f"A job on the {name} queue has waited more than {limits.oldest_message_age_s / 60:g} min: the "
-                "workers are stuck, failing and retrying, throttled, or too few for the load. Raise "
-                "max_concurrency in the catalog only if the downstream can take it."
+                "workers are stuck, throttled, or too few for the load. Raise max_concurrency in the catalog only "
+                "if the downstream can take it. (SQS leaves a standard queue's message received 3+ times out of "
+                "this age: a job failing again and again is the retrying alarm's.)"
             ),
             anchor="oldest-message-too-old",
             first=[status],
         )
-        # A burst, or workers too slow, before the age alarm sees it. Minimum over 5 minutes: the backlog stayed
-        # above the threshold the whole time, so a bulk publish that drains within minutes doesn't page.
+        # A burst, or workers too slow, before the age alarm sees it. Above the threshold in 5 one-minute
+        # datapoints: a bulk publish that drains within minutes doesn't page. Not the Minimum of one 5-minute
+        # period: while SQS's last minutes are late, that period holds only its first minutes.
+        backlog_minutes, backlog_window = monitoring.backlog_periods()
         self._alarm(
             BACKLOG,
-            metric=queue.metric_approximate_number_of_messages_visible(
-                period=monitoring.FIVE_MINUTES, statistic="Minimum"
-            ),
+            metric=queue.metric_approximate_number_of_messages_visible(period=PERIOD, statistic="Minimum"),
             threshold=limits.backlog,
             comparison=Comparison.GREATER_THAN_THRESHOLD,
+            evaluation_periods=backlog_window,
+            datapoints_to_alarm=backlog_minutes,
             # No data: an idle, empty queue.
             missing=Missing.NOT_BREACHING,
             meaning=(
-                f"More than {limits.backlog} jobs stayed waiting on the {name} queue for 5 min: a burst, or "
-                f"workers too slow or too few (max_concurrency {spec.max_concurrency})."
+                f"More than {limits.backlog} jobs waited on the {name} queue in {backlog_minutes} of the last "
+                f"{backlog_window} minutes: a burst, or workers too slow or too few (max_concurrency "
+                f"{spec.max_concurrency})."
             ),
             anchor="backlog-too-large",
             first=[status],
@@ -117,6 +128,9 @@ class QueueAlarms(Construct):
             metric=dead_letter_queue.metric_approximate_number_of_messages_visible(period=PERIOD, statistic="Maximum"),
             threshold=limits.dlq_depth,
             comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            # As the age: 1 of the newest 1 + lag minutes.
+            evaluation_periods=monitoring.LATE_TOLERANT_PERIODS,
+            datapoints_to_alarm=1,
             # SQS reports a queue that holds messages; no data means an empty, idle DLQ: all clear.
             missing=Missing.NOT_BREACHING,
             meaning=(
@@ -160,20 +174,23 @@ class QueueAlarms(Construct):
         )
         # Backlog and no deletes: nothing consumes (a disabled event source, broken permissions, reserved
         # concurrency 0), the cases in which every runtime metric goes quiet.
+        stalled_minutes, stalled_window = monitoring.stalled_periods(spec)
         self._alarm(
             STALLED,
             metric=monitoring.stalled(queue),
             threshold=1,
             comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            evaluation_periods=monitoring.stalled_periods(spec),
-            # SQS publishes every minute for a queue that holds messages, so while jobs wait there is data (a
-            # missing delete count is filled with 0 in the expression). No data means a queue empty and idle
-            # for hours: not stalled. Breaching would page for every idle queue.
+            # M of N: the newest minutes, whose SQS datapoints are not in yet, count as 0 (FILL), so N leaves
+            # room for SQS's lag.
+            evaluation_periods=stalled_window,
+            datapoints_to_alarm=stalled_minutes,
+            # FILL gives every minute of the query a value, so missing data never decides; should it, an empty
+            # queue SQS stopped reporting is idle, not stalled.
             missing=Missing.NOT_BREACHING,
             meaning=(
-                f"Jobs have waited on the {name} queue and none was deleted for "
-                f"{limits.stalled_after_s / 60:g} min: nothing is consuming (event source disabled, permissions "
-                "broken, reserved concurrency 0)."
+                f"Jobs have waited on the {name} queue and none was deleted in {stalled_minutes} of the last "
+                f"{stalled_window} minutes: nothing is consuming (event source disabled, permissions broken, "
+                "reserved concurrency 0)."
             ),
             anchor="consumer-stalled",
             first=[status],
@@ -225,18 +242,22 @@ class QueueAlarms(Construct):
                 first=[status],
             )
         # End-to-end liveness: the canary's heartbeat went through the queue and a worker recorded it.
+        missing_minutes = monitoring.heartbeat_periods(spec)
         self._alarm(
             HEARTBEAT_MISSING,
-            metric=monitoring.heartbeats(spec),
+            metric=monitoring.heartbeat_minutes(spec),
             threshold=1,
             comparison=Comparison.LESS_THAN_THRESHOLD,
-            # Silence is the alarm: a stopped schedule, queue, event source or worker emits nothing at all.
+            # Every one of the last heartbeat_missing_after_s minutes without a heartbeat (FILL makes each a 0).
+            evaluation_periods=missing_minutes,
+            # Silence is the alarm: a stopped schedule, queue, event source or worker emits nothing at all. FILL
+            # gives every minute a value; should a series with no datapoint at all stay empty, missing data
+            # still breaches.
             missing=Missing.BREACHING,
             meaning=(
-                f"No heartbeat got through the {name} queue and its worker for "
-                f"{limits.heartbeat_missing_after_s / 60:g} min (the canary sends one every "
-                f"{limits.heartbeat_interval_s / 60:g} min): the schedule, the queue, the event source or the "
-                "worker is down."
+                f"No heartbeat got through the {name} queue and its worker for {missing_minutes} min (the canary "
+                f"sends one every {limits.heartbeat_interval_s / 60:g} min): the schedule, the queue, the event "
+                "source or the worker is down."
             ),
             anchor="heartbeat-missing",
             first=[status],
@@ -260,8 +281,8 @@ class QueueAlarms(Construct):
             first=[status],
         )
         # A downstream of the queue's jobs is down: a worker's circuit breaker opened. The jobs that need it wait
-        # (handed back, not charged an attempt) for up to max_hold_s: meanwhile nothing fails, nothing is
-        # dead-lettered, and on a standard queue every hand-back is a fresh message that resets the age.
+        # (handed back, no run spent) for up to max_hold_s: meanwhile nothing fails, nothing is dead-lettered, and
+        # a message received 3+ times is out of a standard queue's oldest-message age.
         breaker = spec.circuit_breaker
         self._alarm(
             CIRCUIT_OPEN,
@@ -280,6 +301,25 @@ class QueueAlarms(Construct):
             anchor="circuit-open",
             first=[status],
         )
+        # One job failing run after run. SQS leaves a standard queue's message received 3+ times out of the
+        # oldest-age metric, the failure rate needs volume, and the DLQ alarms see it only once it is dead-lettered.
+        if RETRYING in queue_signals(spec):
+            self._alarm(
+                RETRYING,
+                metric=monitoring.retry_attempts(spec),
+                threshold=spec.retry_alarm_attempts,
+                comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                # The runtime samples RetryAttempt only for failed runs that will be retried.
+                missing=Missing.NOT_BREACHING,
+                meaning=(
+                    f"A job of the {name} queue failed {spec.retry_alarm_attempts} runs in a row, the last in the "
+                    "past 5 min, and is being retried (RetryAttempt, Maximum): it is dead-lettered after "
+                    f"{spec.max_attempts} failed runs. The worker's log line 'job failed; retrying after backoff' "
+                    "names the job, its id and the error."
+                ),
+                anchor="a-job-failing-again-and-again",
+                first=[status],
+            )
 
     def _alarm(
         self,
@@ -293,6 +333,7 @@ class QueueAlarms(Construct):
         anchor: str,
         first: Sequence[str],
         evaluation_periods: int = 1,
+        datapoints_to_alarm: int | None = None,
     ) -> cloudwatch.Alarm:
         alarm = cloudwatch.Alarm(
             self,
@@ -302,9 +343,9 @@ class QueueAlarms(Construct):
             metric=metric,
             threshold=threshold,
             comparison_operator=comparison,
-            # All of the periods must breach.
+            # All of the periods must breach, unless the alarm says how many.
             evaluation_periods=evaluation_periods,
-            datapoints_to_alarm=evaluation_periods,
+            datapoints_to_alarm=evaluation_periods if datapoints_to_alarm is None else datapoints_to_alarm,
             treat_missing_data=missing,
         )
         alarm.add_alarm_action(self._action)

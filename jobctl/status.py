@@ -11,7 +11,15 @@ from typing import Any
 
 import botocore.exceptions
 
-from functions.worker.observability import CIRCUIT_OPENED, FAILED, HEARTBEAT, RUNTIME_JOB, SUCCEEDED, UNPARSEABLE_JOB
+from functions.worker.observability import (
+    CIRCUIT_OPENED,
+    FAILED,
+    HEARTBEAT,
+    RETRY_ATTEMPT,
+    RUNTIME_JOB,
+    SUCCEEDED,
+    UNPARSEABLE_JOB,
+)
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
 from jobctl.discovery import QueueLocation
 from jobctl.queue_control import QueueControlError, is_paused
@@ -46,6 +54,8 @@ class QueueStatus:
     paused: bool | None = None
     # Times a circuit breaker of the queue's downstreams opened in the window (any worker, any downstream).
     circuit_opened: int = 0
+    # The most runs in a row one job's key failed and was retried after, in the window (RetryAttempt's Maximum).
+    retry_attempt_max: int = 0
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -75,6 +85,7 @@ class QueueStatus:
             "last_heartbeat_at": self.last_heartbeat_at.isoformat() if self.last_heartbeat_at else None,
             "paused": self.paused,
             "circuit_opened": self.circuit_opened,
+            "retry_attempt_max": self.retry_attempt_max,
             "healthy": self.healthy,
             "problems": list(self.problems),
         }
@@ -112,6 +123,7 @@ class _Readings:
     last_success_at: datetime | None
     last_heartbeat_at: datetime | None
     circuit_opened: int = 0
+    retry_attempt_max: int = 0
 
 
 def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, window_s: int) -> _Readings:
@@ -134,6 +146,9 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
     for index, job in enumerate((*spec.job_names, UNPARSEABLE_JOB)):
         queries.append(stat(f"ok{index}", job_metric(spec.name, job, SUCCEEDED), "Sum"))
         queries.append(stat(f"failed{index}", job_metric(spec.name, job, FAILED), "Sum"))
+    # What the retrying alarm watches: which attempt the most-failing key was when it failed (never unparseable).
+    for index, job in enumerate(spec.job_names):
+        queries.append(stat(f"retry{index}", job_metric(spec.name, job, RETRY_ATTEMPT), "Maximum"))
     lookback_s = max(window_s, spec.alarms.heartbeat_missing_after_s, spec.alarms.stalled_after_s)
     response = cloudwatch.get_metric_data(
         MetricDataQueries=queries, StartTime=now - timedelta(seconds=lookback_s), EndTime=now + timedelta(minutes=1)
@@ -146,7 +161,7 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
         if stamp >= now - timedelta(seconds=AGE_LOOKBACK_S)
     ]
     window_start = now - timedelta(seconds=window_s)
-    succeeded = failed = circuit_opened = 0
+    succeeded = failed = circuit_opened = retry_attempt_max = 0
     last_success: datetime | None = None
     for query_id, result in results.items():
         in_window = [
@@ -161,6 +176,8 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
             failed += int(sum(in_window))
         elif query_id == "circuit":
             circuit_opened = int(sum(in_window))
+        elif query_id.startswith("retry"):
+            retry_attempt_max = max([retry_attempt_max, *(int(value) for value in in_window)])
     return _Readings(
         oldest_age_s=max(recent_ages)[1] if recent_ages else None,
         succeeded=succeeded,
@@ -168,6 +185,7 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
         last_success_at=last_success,
         last_heartbeat_at=_last_positive(results.get("hb", {})),
         circuit_opened=circuit_opened,
+        retry_attempt_max=retry_attempt_max,
     )
 
 
@@ -205,6 +223,7 @@ def queue_status(
         window_s=window_s,
         paused=_paused(lambda_client, location.arn),
         circuit_opened=readings.circuit_opened,
+        retry_attempt_max=readings.retry_attempt_max,
     )
     status.problems = diagnose(status, spec, now)
     return status
@@ -247,6 +266,12 @@ def diagnose(status: QueueStatus, spec: QueueSpec, now: datetime) -> list[str]:
             f"circuit breakers opened {status.circuit_opened} time(s) in the last {status.window_s // 60} min: a "
             "downstream is failing (the workers' 'circuit opened' log lines name it); the jobs that need it wait "
             f"without spending attempts for up to {spec.circuit_breaker.max_hold_s // 60} min"
+        )
+    if spec.max_attempts > 1 and status.retry_attempt_max >= spec.retry_alarm_attempts:
+        problems.append(
+            f"a job failed {status.retry_attempt_max} runs in a row in the last {status.window_s // 60} min and is "
+            f"being retried; it is dead-lettered after {spec.max_attempts} (the workers' 'job failed; retrying "
+            "after backoff' log lines name it, its id and the error)"
         )
     quiet_since = status.last_success_at
     no_recent_success = quiet_since is None or (now - quiet_since).total_seconds() > alarms.stalled_after_s

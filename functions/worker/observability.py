@@ -90,9 +90,10 @@ class Observability:
         )
 
     def flush_metrics(self) -> None:
-        if self.output is None and self.metrics_sink is None:
-            self.metrics.flush_metrics()
-            return
+        """Write the metrics added since the last flush as one EMF document: compact JSON on one line, to `output`
+        (stdout by default, which Lambda ships to CloudWatch Logs). Never through Powertools' own flush, which prints
+        nothing when POWERTOOLS_DEV or POWERTOOLS_METRICS_DISABLED is set: the alarms depend on these metrics, and
+        CloudWatch extracts them only from a log event that is one JSON object."""
         document = self.metrics.serialize_metric_set()
         stream = self.output or sys.stdout
         stream.write(json.dumps(document, separators=(",", ":")) + "\n")

@@ -47,6 +47,11 @@ SETTLE_MARGIN_S = 2
 # time limit plus the settle margin plus this must fit the function timeout, or even a fresh invocation would
 # hand the record back unrun.
 INVOCATION_START_S = 1
+# How late CloudWatch may show SQS's and the runtime's metrics (observed up to about 2 minutes; AWS publishes no
+# bound). The stalled and heartbeat alarms leave this much room (docs/monitoring.md).
+METRIC_LAG_S = 2 * MINUTE
+# A heartbeat may land in the minute after the one it was due in (delivery and the worker's start).
+HEARTBEAT_JITTER_S = MINUTE
 # Records of one batch run at once unless a queue says otherwise: a whole default batch (see QueueSpec).
 DEFAULT_PARALLEL_RECORDS = 10
 # Each record running at once is a thread in one execution environment, and a connection to each downstream.
@@ -72,6 +77,10 @@ class UnknownQueueError(KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its argument; ours is a sentence.
         return str(self.args[0])
+
+
+# The retrying alarm's default threshold: a job's third failed run in a row (see AlarmThresholds.retry_attempts).
+DEFAULT_RETRY_ALARM_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -100,8 +109,21 @@ class AlarmThresholds:
     # How often the heartbeat canary publishes to the queue, and how long without one the alarm waits.
     heartbeat_interval_s: int = 5 * MINUTE
     heartbeat_missing_after_s: int = 15 * MINUTE
+    # One job failing run after run: the alarm fires when a run that will be retried was at least this attempt of
+    # its key (the runtime's RetryAttempt, Maximum over 5 minutes). None: 3, or max_attempts - 1 when the queue
+    # allows fewer runs (`retry_alarm_attempts`). 3: two failures in a row can be a blip, a third is a pattern;
+    # with the default backoff (30 s base, 120 s cap) the third failure comes at most 90 s after the first, while
+    # the tenth (the dead letter) comes 465 s later on average (docs/monitoring.md).
+    retry_attempts: int | None = None
 
-    def problems(self, where: str) -> list[str]:
+    def retry_alarm_attempts(self, max_attempts: int) -> int:
+        """The retrying alarm's threshold for a queue whose jobs run at most `max_attempts` times."""
+        if self.retry_attempts is not None:
+            return self.retry_attempts
+        return max(1, min(DEFAULT_RETRY_ALARM_ATTEMPTS, max_attempts - 1))
+
+    def problems(self, where: str, max_attempts: int) -> list[str]:
+        """Every rule the thresholds break, for a queue whose jobs run at most `max_attempts` times."""
         found: list[str] = []
         if self.oldest_message_age_s < MINUTE:
             found.append(f"{where}: alarms.oldest_message_age_s must be at least {MINUTE}")
@@ -117,12 +139,31 @@ class AlarmThresholds:
             found.append(f"{where}: alarms.duration_ratio {self.duration_ratio} must be in (0, 1]")
         if self.stalled_after_s < 5 * MINUTE:
             found.append(f"{where}: alarms.stalled_after_s must be at least {5 * MINUTE} (SQS metrics lag minutes)")
-        if not MINUTE <= self.heartbeat_interval_s < self.heartbeat_missing_after_s:
+        slack_s = HEARTBEAT_JITTER_S + METRIC_LAG_S
+        if not MINUTE <= self.heartbeat_interval_s <= self.heartbeat_missing_after_s - slack_s:
             found.append(
-                f"{where}: heartbeats need 60 <= alarms.heartbeat_interval_s ({self.heartbeat_interval_s}) < "
-                f"alarms.heartbeat_missing_after_s ({self.heartbeat_missing_after_s})"
+                f"{where}: heartbeats need 60 <= alarms.heartbeat_interval_s ({self.heartbeat_interval_s}) <= "
+                f"alarms.heartbeat_missing_after_s ({self.heartbeat_missing_after_s}) - {slack_s} (a heartbeat may "
+                f"be a minute late and its metric {METRIC_LAG_S // MINUTE} minutes late: less would page for a "
+                "healthy queue)"
             )
+        found += self._retry_problems(where, max_attempts)
         return found
+
+    def _retry_problems(self, where: str, max_attempts: int) -> list[str]:
+        if self.retry_attempts is None:
+            return []  # derived: always one that can fire
+        if self.retry_attempts < 1:
+            return [f"{where}: alarms.retry_attempts {self.retry_attempts} must be at least 1"]
+        # RetryAttempt is sampled for runs that will be retried: attempts 1 .. max_attempts - 1. A queue without
+        # retries (max_attempts 1) has no retry alarm at all; its failures are dead letters at once.
+        if 1 < max_attempts <= self.retry_attempts:
+            return [
+                f"{where}: alarms.retry_attempts {self.retry_attempts} can never fire: with max_attempts "
+                f"{max_attempts} a job is retried after at most {max_attempts - 1} failed runs (its next failure "
+                f"dead-letters it); set alarms.retry_attempts to at most {max_attempts - 1}"
+            ]
+        return []
 
 
 @dataclass(frozen=True)
@@ -367,6 +408,11 @@ class QueueSpec:
         return 6 * self.function_timeout_s + self.batching_window_s
 
     @property
+    def retry_alarm_attempts(self) -> int:
+        """The retrying alarm's threshold: `alarms.retry_attempts`, or 3 (at most max_attempts - 1)."""
+        return self.alarms.retry_alarm_attempts(self.max_attempts)
+
+    @property
     def records_in_parallel(self) -> int:
         """How many records of one batch the worker runs at once: never more than a batch holds."""
         return min(self.parallel_records, self.batch_size)
@@ -466,7 +512,7 @@ class QueueSpec:
                 f"{where}: backoff needs 1 <= backoff_base_s ({self.backoff_base_s}) <= backoff_cap_s "
                 f"({self.backoff_cap_s}) <= {SQS_MAX_VISIBILITY_S} (SQS's visibility limit)"
             )
-        found += self.alarms.problems(where)
+        found += self.alarms.problems(where, self.max_attempts)
         for job in self.jobs:
             if job.name == HEARTBEAT_JOB:
                 found.append(f"{where}: job name {HEARTBEAT_JOB!r} is reserved for the runtime's heartbeat canary")

@@ -31,6 +31,7 @@ INVOICES = replace(
     CATALOG.queue("invoices"),
     parallel_records=1,
     max_attempts=3,
+    # Retried at most twice: the retrying alarm can fire from the second failure on.
     backoff_base_s=1,
     backoff_cap_s=2,
     circuit_breaker=BREAKER,

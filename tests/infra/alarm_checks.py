@@ -15,7 +15,7 @@ from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
 from infra.naming import alarm_name
 from sqs_jobs.catalog import HEARTBEAT_JOB, MINUTE, QueueSpec
 from tests.infra.cfn import Resources, find_one, props, queue_id, render, worker_id
-from tests.infra.metric_math import evaluate
+from tests.infra.metric_math import Alarm, evaluate
 
 UNPARSEABLE = "(unparseable)"
 FIVE_MINUTES = 5 * MINUTE
@@ -34,13 +34,18 @@ SIGNALS: dict[str, tuple[str, tuple[str, ...]]] = {
     "heartbeat-missing": ("heartbeat-missing", ("jobctl status {q}",)),
     "runtime-faults": ("runtime-faults", ("jobctl status {q}",)),
     "circuit-open": ("circuit-open", ("jobctl status {q}",)),
+    "retrying": ("a-job-failing-again-and-again", ("jobctl status {q}",)),
 }
 DURATION_ANCHOR = "jobs-near-their-time-limit"
+# SQS's and the runtime's metrics may show up to this many minutes late (the catalog's METRIC_LAG_S).
+LAG_MINUTES = 2
 
 
 def signals(spec: QueueSpec) -> list[str]:
-    """Every alarm signal the queue must have: the queue-wide ones, and one duration alarm per job."""
-    return [*SIGNALS, *(f"duration-{job}" for job in spec.job_names)]
+    """Every alarm signal the queue must have: the queue-wide ones (no retrying alarm where nothing is retried),
+    and one duration alarm per job."""
+    queue_wide = [signal for signal in SIGNALS if signal != "retrying" or spec.max_attempts > 1]
+    return [*queue_wide, *(f"duration-{job}" for job in spec.job_names)]
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,28 @@ class QueueUnderTest:
 
     def job_dimensions(self, job: str) -> dict[str, str]:
         return {"queue": self.spec.name, "job": job, "service": SERVICE_NAME}
+
+    def model(self, signal: str) -> tuple[Alarm, dict[str, tuple[str, str]]]:
+        """The alarm as CloudWatch evaluates it, and what each of its metric IDs reads, as (metric name, subject):
+        subject `queue` or `dlq` for SQS, `function` for Lambda, else the job of the runtime's metric."""
+        properties = self.alarm(signal)
+        if "Metrics" in properties:
+            metrics = {q["Id"]: _metric(q["MetricStat"]) for q in properties["Metrics"] if "MetricStat" in q}
+        else:
+            metrics = {"m": single_metric(properties)}
+        return Alarm.from_properties(properties), {key: (m.name, self._subject(m)) for key, m in metrics.items()}
+
+    def _subject(self, metric: Metric) -> str:
+        if metric.namespace == "AWS/SQS":
+            queue = metric.dimensions["QueueName"]
+            assert queue in (self.queue_name(), self.queue_name(dlq=True)), queue
+            return "dlq" if queue == self.queue_name(dlq=True) else "queue"
+        if metric.namespace == "AWS/Lambda":
+            assert metric.dimensions == {"FunctionName": self.function_name()}
+            return "function"
+        assert metric.namespace == METRICS_NAMESPACE, metric
+        assert metric.dimensions == self.job_dimensions(metric.dimensions["job"]), metric
+        return metric.dimensions["job"]
 
 
 def _metric(stat: Mapping[str, Any]) -> Metric:
@@ -133,7 +160,9 @@ def check_common(under_test: QueueUnderTest, signal: str) -> None:
     assert spec.name in meaning or signal.startswith("duration-"), meaning
     for command in first:
         assert command.format(q=spec.name) in rest.split("; "), rest
-    assert alarm["DatapointsToAlarm"] == alarm["EvaluationPeriods"]
+    # Every period must breach, except where SQS's lag needs room (M of N).
+    if signal not in ("stalled", "backlog", "oldest-message-age", "dlq-depth"):
+        assert alarm["DatapointsToAlarm"] == alarm["EvaluationPeriods"]
 
 
 def check_oldest_message_age(under_test: QueueUnderTest) -> None:
@@ -144,20 +173,24 @@ def check_oldest_message_age(under_test: QueueUnderTest) -> None:
     )
     assert alarm["Threshold"] == under_test.spec.alarms.oldest_message_age_s
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
-    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+    # One breaching minute among the newest 1 + LAG_MINUTES: seen however late it is.
+    assert (alarm["DatapointsToAlarm"], alarm["EvaluationPeriods"]) == (1, 1 + LAG_MINUTES)
+    assert alarm["TreatMissingData"] == "notBreaching"
+    assert "received 3+ times" in alarm["AlarmDescription"]
     assert f"{under_test.spec.alarms.oldest_message_age_s // MINUTE} min" in alarm["AlarmDescription"]
 
 
 def check_backlog(under_test: QueueUnderTest) -> None:
     alarm = under_test.alarm("backlog")
     metric = single_metric(alarm)
-    # Minimum over 5 minutes: the backlog stayed above the threshold the whole time.
+    # Above the threshold in 5 one-minute datapoints, among the newest 5 + LAG_MINUTES.
     assert metric == Metric(
-        "AWS/SQS", "ApproximateNumberOfMessagesVisible", {"QueueName": under_test.queue_name()}, "Minimum", 300
+        "AWS/SQS", "ApproximateNumberOfMessagesVisible", {"QueueName": under_test.queue_name()}, "Minimum", MINUTE
     )
     assert alarm["Threshold"] == under_test.spec.alarms.backlog
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
-    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+    assert (alarm["DatapointsToAlarm"], alarm["EvaluationPeriods"]) == (5, 5 + LAG_MINUTES)
+    assert alarm["TreatMissingData"] == "notBreaching"
 
 
 def check_dlq_depth(under_test: QueueUnderTest) -> None:
@@ -172,7 +205,8 @@ def check_dlq_depth(under_test: QueueUnderTest) -> None:
     )
     assert alarm["Threshold"] == under_test.spec.alarms.dlq_depth
     assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
-    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+    assert (alarm["DatapointsToAlarm"], alarm["EvaluationPeriods"]) == (1, 1 + LAG_MINUTES)
+    assert alarm["TreatMissingData"] == "notBreaching"
     assert "redrive" in alarm["AlarmDescription"]
 
 
@@ -226,7 +260,7 @@ def check_failure_rate(under_test: QueueUnderTest) -> None:
     assert rate(1, 1) == 0.0, "a quiet queue: one failure in two runs is no rate to page on"
     assert rate(None, least - 1) == 0.0, "below the minimum volume, even all failing says nothing"
     assert rate(least - 1, None) == 0.0, "too few runs: 0, whatever failed"
-    assert rate(5 * least, None) is None, "enough runs and no failure reported: no datapoint"
+    assert rate(5 * least, None) == 0.0, "enough runs and no failure reported: a missing failure count is 0"
     assert rate(None, None) is None
     assert alarm["Threshold"] == under_test.spec.alarms.failure_rate
     assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
@@ -246,13 +280,15 @@ def check_stalled(under_test: QueueUnderTest) -> None:
     assert evaluate(expression, {visible: 5, deleted: None}) == 1, "no delete datapoint is no delete"
     assert evaluate(expression, {visible: 5, deleted: 2}) == 0
     assert evaluate(expression, {visible: 0, deleted: 0}) == 0
-    assert evaluate(expression, {visible: None, deleted: None}) is None
+    # A minute whose datapoints SQS has not shown yet is a real 0 (FILL), not a missing point.
+    assert evaluate(expression, {visible: None, deleted: None}) == 0
     assert alarm["Threshold"] == 1
     assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
-    # Every minute of stalled_after_s must be stalled.
+    # Stalled in every minute of stalled_after_s, among as many minutes more as SQS's metrics may be late.
     minutes = under_test.spec.alarms.stalled_after_s // MINUTE
-    assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == minutes
+    assert (alarm["DatapointsToAlarm"], alarm["EvaluationPeriods"]) == (minutes, minutes + LAG_MINUTES)
     assert alarm["TreatMissingData"] == "notBreaching"
+    assert f"in {minutes} of the last {minutes + LAG_MINUTES} minutes" in alarm["AlarmDescription"]
 
 
 def _check_worker(under_test: QueueUnderTest, signal: str, metric_name: str) -> None:
@@ -287,17 +323,20 @@ def check_duration(under_test: QueueUnderTest, job: str) -> None:
 def check_heartbeat_missing(under_test: QueueUnderTest) -> None:
     spec = under_test.spec
     alarm = under_test.alarm("heartbeat-missing")
-    metric = single_metric(alarm)
-    assert metric == Metric(
-        METRICS_NAMESPACE,
-        "Heartbeat",
-        under_test.job_dimensions(HEARTBEAT_JOB),
-        "Sum",
-        spec.alarms.heartbeat_missing_after_s,
+    expression, metrics = math(alarm)
+    (beats,) = metrics
+    assert metrics[beats] == Metric(
+        METRICS_NAMESPACE, "Heartbeat", under_test.job_dimensions(HEARTBEAT_JOB), "Sum", MINUTE
     )
+    # Every minute of the query has a value: a heartbeat count, or 0 (breaching) for a minute without one.
+    assert evaluate(expression, {beats: None}) == 0
+    assert evaluate(expression, {beats: 1}) == 1
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "LessThanThreshold")
+    minutes = spec.alarms.heartbeat_missing_after_s // MINUTE
+    assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == minutes
     # Silence is the alarm.
-    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "breaching")
+    assert alarm["TreatMissingData"] == "breaching"
+    assert f"for {minutes} min" in alarm["AlarmDescription"]
 
 
 def check_runtime_faults(under_test: QueueUnderTest) -> None:
@@ -326,6 +365,32 @@ def check_circuit_open(under_test: QueueUnderTest) -> None:
     assert "'circuit opened'" in description and "(field downstream)" in description, description
 
 
+def check_retrying(under_test: QueueUnderTest) -> None:
+    spec = under_test.spec
+    alarm = under_test.alarm("retrying")
+    expression, metrics = math(alarm)
+    attempts = ids_of(metrics, "RetryAttempt")
+    assert attempts.keys() == metrics.keys()
+    # Every job of the queue; unreadable messages are never retried, so no (unparseable).
+    assert sorted(attempts.values()) == sorted(spec.job_names)
+    for key, job in attempts.items():
+        assert metrics[key] == Metric(
+            METRICS_NAMESPACE, "RetryAttempt", under_test.job_dimensions(job), "Maximum", FIVE_MINUTES
+        )
+    # The most-failing key of any job, whichever job it is.
+    for key in attempts:
+        assert evaluate(expression, {other: 4.0 if other == key else 1.0 for other in attempts}) == 4.0
+        assert evaluate(expression, {other: 2.0 if other == key else None for other in attempts}) == 2.0
+    assert evaluate(expression, dict.fromkeys(attempts)) is None
+    assert alarm["Threshold"] == spec.retry_alarm_attempts < spec.max_attempts
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    # The runtime samples RetryAttempt only for a failed run that will be retried.
+    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+    description = alarm["AlarmDescription"]
+    assert f"failed {spec.retry_alarm_attempts} runs in a row" in description, description
+    assert f"dead-lettered after {spec.max_attempts} failed runs" in description, description
+
+
 def check_signal(under_test: QueueUnderTest, signal: str) -> None:
     check_common(under_test, signal)
     if signal.startswith("duration-"):
@@ -343,4 +408,5 @@ def check_signal(under_test: QueueUnderTest, signal: str) -> None:
         "heartbeat-missing": check_heartbeat_missing,
         "runtime-faults": check_runtime_faults,
         "circuit-open": check_circuit_open,
+        "retrying": check_retrying,
     }[signal](under_test)

@@ -105,6 +105,27 @@ def check_dashboard_queue(resources: Resources, stack_name: str, spec: QueueSpec
     circuits = graph(body, f"{name}: circuit breakers opened, and records they held (per 5 min)")
     check_circuit_breakers(circuits, spec)
 
+    retries = graph(body, f"{name}: most failed runs in a row of one job (per 5 min)")
+    check_retries(retries, spec)
+
+
+def check_retries(widget: Widget, spec: QueueSpec) -> None:
+    """The retrying alarm's figure: MAX over the jobs of RetryAttempt's Maximum, with its threshold and the attempt
+    that dead-letters."""
+    lines = list(plain_metrics(widget))
+    attempts = {options["id"]: dims for _, metric, dims, options in lines if metric == "RetryAttempt"}
+    assert len(attempts) == len(lines), "nothing but RetryAttempt per job"
+    assert sorted(dims["job"] for dims in attempts.values()) == sorted(spec.job_names)
+    for namespace, _, dims, options in lines:
+        assert (namespace, options["stat"], options.get("visible")) == (METRICS_NAMESPACE, "Maximum", False)
+        assert dims == {"queue": spec.name, "job": dims["job"], "service": SERVICE_NAME}
+    shown = expressions(widget)["most failed runs in a row"]
+    assert evaluate(shown["expression"], {key: float(index + 1) for index, key in enumerate(attempts)}) == len(attempts)
+    assert horizontal_lines(widget) == {
+        "retrying alarm": spec.retry_alarm_attempts,
+        "max_attempts (dead letter)": spec.max_attempts,
+    }
+
 
 def check_circuit_breakers(widget: Widget, spec: QueueSpec) -> None:
     """Openings (every downstream's: no reason dimension) and the records open breakers held, summed over jobs."""

@@ -9,7 +9,7 @@ import pytest
 
 from infra.naming import alarm_name
 from sqs_jobs.catalog import CATALOG, MINUTE, AlarmThresholds, QueueSpec
-from tests.infra.alarm_checks import SIGNALS, QueueUnderTest, check_signal, signals, single_metric
+from tests.infra.alarm_checks import SIGNALS, QueueUnderTest, check_signal, signals
 from tests.infra.cfn import of_type, props
 from tests.infra.conftest import REPO_ROOT, Synth
 
@@ -34,8 +34,10 @@ def test_every_queue_has_exactly_its_alarms(synth: Synth) -> None:
     stack_wide = {f"{synth.context.stack_name}-schedules-failed-deliveries"}
 
     assert names == expected | stack_wide
-    # 11 per queue, plus one per job: 12 for each of today's one-job queues; plus the stack-wide one.
-    assert len(names) == sum(11 + len(spec.jobs) for spec in CATALOG) + 1
+    # 12 per queue (each retries its jobs), plus one per job: 13 for each of today's one-job queues; plus the
+    # stack-wide one.
+    assert all(spec.max_attempts > 1 for spec in CATALOG)
+    assert len(names) == sum(12 + len(spec.jobs) for spec in CATALOG) + 1
 
 
 def test_every_alarm_name_lets_it_publish_to_the_topic(synth: Synth) -> None:
@@ -62,7 +64,10 @@ def test_the_catalog_defaults_are_the_documented_ones() -> None:
         heartbeat_interval_s=5 * MINUTE,
         heartbeat_missing_after_s=15 * MINUTE,
         circuit_opened=1,
+        # Derived: 3, or max_attempts - 1 where a queue allows fewer runs.
+        retry_attempts=None,
     )
+    assert AlarmThresholds().retry_alarm_attempts(max_attempts=10) == 3
 
 
 @QUEUES
@@ -75,9 +80,11 @@ def test_default_thresholds_reach_the_template(synth: Synth, spec: QueueSpec) ->
     assert under_test.alarm("dlq-depth")["Threshold"] == 1
     assert under_test.alarm("dlq-arrivals")["Threshold"] == 1
     assert under_test.alarm("failure-rate")["Threshold"] == 0.1
-    assert under_test.alarm("stalled")["EvaluationPeriods"] == 10
-    assert single_metric(under_test.alarm("heartbeat-missing")).period == 900
+    stalled = under_test.alarm("stalled")
+    assert (stalled["DatapointsToAlarm"], stalled["EvaluationPeriods"]) == (10, 12)
+    assert under_test.alarm("heartbeat-missing")["EvaluationPeriods"] == 15
     assert under_test.alarm("circuit-open")["Threshold"] == 1
+    assert under_test.alarm("retrying")["Threshold"] == 3
     for job in spec.job_names:
         expected_ms = 0.8 * spec.time_limit_s(job) * 1000
         assert under_test.alarm(f"duration-{job}")["Threshold"] == expected_ms

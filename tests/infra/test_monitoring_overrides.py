@@ -20,7 +20,7 @@ from infra.monitoring import MonitoringError
 from infra.naming import ALARM_TOPIC_ARN_OUTPUT
 from infra.stack import build_app
 from sqs_jobs.catalog import MINUTE, AlarmThresholds, Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
-from tests.infra.alarm_checks import QueueUnderTest, check_signal, signals, single_metric
+from tests.infra.alarm_checks import QueueUnderTest, check_signal, signals
 from tests.infra.cfn import of_type, props
 from tests.infra.dashboard_checks import check_dashboard_queue
 from tests.infra.heartbeat_checks import check_heartbeat_canary, schedule
@@ -39,6 +39,7 @@ OVERRIDES = AlarmThresholds(
     heartbeat_interval_s=2 * MINUTE,
     heartbeat_missing_after_s=10 * MINUTE,
     circuit_opened=3,
+    retry_attempts=5,
 )
 REPORTS = QueueSpec(
     name="reports",
@@ -53,7 +54,14 @@ REPORTS = QueueSpec(
         JobSpec(name="send_report", handler=HANDLER),
     ),
 )
-CUSTOM = Catalog(queues=(REPORTS,))
+# A queue that never retries: no retrying alarm (it could never fire), every other alarm as usual.
+RECEIPTS = QueueSpec(
+    name="receipts",
+    description="A test queue: one attempt per job.",
+    max_attempts=1,
+    jobs=(JobSpec(name="print_receipt", handler=HANDLER),),
+)
+CUSTOM = Catalog(queues=(REPORTS, RECEIPTS))
 
 
 @dataclass(frozen=True)
@@ -76,9 +84,21 @@ def test_every_override_differs_from_the_default() -> None:
         assert getattr(OVERRIDES, field.name) != getattr(AlarmThresholds(), field.name), field.name
 
 
-@pytest.mark.parametrize("signal", signals(REPORTS))
-def test_each_alarm_follows_the_catalog(custom: Custom, signal: str) -> None:
-    check_signal(QueueUnderTest(custom.resources, custom.stack_name, REPORTS, TOPIC_ARN), signal)
+@pytest.mark.parametrize(
+    ("spec", "signal"),
+    [(spec, signal) for spec in CUSTOM for signal in signals(spec)],
+    ids=[f"{spec.name}-{signal}" for spec in CUSTOM for signal in signals(spec)],
+)
+def test_each_alarm_follows_the_catalog(custom: Custom, spec: QueueSpec, signal: str) -> None:
+    check_signal(QueueUnderTest(custom.resources, custom.stack_name, spec, TOPIC_ARN), signal)
+
+
+def test_a_queue_that_never_retries_has_no_retrying_alarm(custom: Custom) -> None:
+    names = {props(custom.resources, key)["AlarmName"] for key in of_type(custom.resources, "AWS::CloudWatch::Alarm")}
+
+    assert f"{custom.stack_name}-reports-retrying" in names
+    assert f"{custom.stack_name}-receipts-retrying" not in names
+    assert "retrying" not in signals(RECEIPTS)
 
 
 def test_the_thresholds_are_the_overrides(custom: Custom) -> None:
@@ -89,9 +109,11 @@ def test_the_thresholds_are_the_overrides(custom: Custom) -> None:
     assert under_test.alarm("dlq-depth")["Threshold"] == 3
     assert under_test.alarm("dlq-arrivals")["Threshold"] == 4
     assert under_test.alarm("failure-rate")["Threshold"] == 0.25
-    assert under_test.alarm("stalled")["EvaluationPeriods"] == 20
-    assert single_metric(under_test.alarm("heartbeat-missing")).period == 600
+    stalled = under_test.alarm("stalled")
+    assert (stalled["DatapointsToAlarm"], stalled["EvaluationPeriods"]) == (20, 22)
+    assert under_test.alarm("heartbeat-missing")["EvaluationPeriods"] == 10
     assert under_test.alarm("circuit-open")["Threshold"] == 3
+    assert under_test.alarm("retrying")["Threshold"] == 5
     # 50% of an explicit 200 s limit, and of the queue's default (half the 300 s function timeout).
     assert under_test.alarm("duration-render_report")["Threshold"] == 100_000
     assert under_test.alarm("duration-send_report")["Threshold"] == 75_000
@@ -102,8 +124,9 @@ def test_the_fifo_queue_gets_its_heartbeat_in_a_message_group(custom: Custom) ->
     check_heartbeat_canary(custom.resources, custom.stack_name, REPORTS)
 
 
-def test_the_dashboard_follows_the_catalog(custom: Custom) -> None:
-    check_dashboard_queue(custom.resources, custom.stack_name, REPORTS)
+@pytest.mark.parametrize("spec", CUSTOM.queues, ids=lambda spec: spec.name)
+def test_the_dashboard_follows_the_catalog(custom: Custom, spec: QueueSpec) -> None:
+    check_dashboard_queue(custom.resources, custom.stack_name, spec)
 
 
 def test_an_existing_topic_replaces_the_stacks_own(custom: Custom) -> None:
@@ -111,8 +134,8 @@ def test_an_existing_topic_replaces_the_stacks_own(custom: Custom) -> None:
     for kind in ("AWS::SNS::Topic", "AWS::SNS::TopicPolicy", "AWS::SNS::Subscription", "AWS::KMS::Key"):
         assert not of_type(custom.resources, kind), kind
     alarms = of_type(custom.resources, "AWS::CloudWatch::Alarm")
-    # The queue's, and the stack-wide failed-deliveries alarm of the job schedules.
-    assert len(alarms) == len(signals(REPORTS)) + 1
+    # The queues', and the stack-wide failed-deliveries alarm of the job schedules.
+    assert len(alarms) == sum(len(signals(spec)) for spec in CUSTOM) + 1
     for key in alarms:
         assert props(custom.resources, key)["AlarmActions"] == [TOPIC_ARN]
     assert custom.outputs[ALARM_TOPIC_ARN_OUTPUT]["Value"] == TOPIC_ARN

@@ -51,3 +51,16 @@ def test_an_opened_circuit_breaker_is_a_problem_as_it_is_an_alarm(opened: int, r
     if reported:
         assert f"opened {opened} time(s)" in problems[0] and "15 min" in problems[0]
     assert status.to_dict()["circuit_opened"] == opened
+
+
+@pytest.mark.parametrize(("most", "reported"), [(0, False), (2, False), (3, True), (9, True)])
+def test_a_job_failing_again_and_again_is_a_problem_as_it_is_an_alarm(most: int, reported: bool) -> None:
+    spec = CATALOG.queue("orders")
+    assert spec.retry_alarm_attempts == 3 and spec.max_attempts == 10
+    status = _status(50, 0)
+    status.retry_attempt_max = most
+    problems = [problem for problem in diagnose(status, spec, NOW) if "runs in a row" in problem]
+    assert bool(problems) is reported
+    if reported:
+        assert f"failed {most} runs in a row" in problems[0] and "dead-lettered after 10" in problems[0]
+    assert status.to_dict()["retry_attempt_max"] == most
