@@ -279,49 +279,50 @@ class RunLedger(DynamoDBPersistenceLayer):
 
     def _update_record(self, data_record: DataRecord) -> None:
         started = self._scope().started
-        values: dict[str, Any] = {
-            ":response_data": {"S": data_record.response_data},
-            ":expiry": {"N": str(data_record.expiry_timestamp)},
-            ":status": {"S": data_record.status},
-            ":zero": {"N": "0"},
-        }
-        assignments = [
-            "#response_data = :response_data",
-            "#expiry = :expiry",
-            "#status = :status",
-            "#runs = :zero",
-        ]
-        if started is not None:
-            values[":completed_run"] = {"N": str(started.number)}
-            assignments.append("#completed_run = :completed_run")
-        self._client().update_item(
-            TableName=self.table_name,
-            Key=self._key(data_record.idempotency_key),
-            UpdateExpression="SET "
-            + ", ".join(assignments)
-            + " REMOVE #in_progress_expiry, #held_since, #first_failed_at, #pending",
-            ExpressionAttributeNames={
-                "#response_data": self.data_attr,
-                "#expiry": self.expiry_attr,
-                "#status": self.status_attr,
-                "#runs": RUNS,
-                "#completed_run": COMPLETED_RUN,
-                "#in_progress_expiry": self.in_progress_expiry_attr,
-                "#held_since": HELD_SINCE,
-                "#first_failed_at": FIRST_FAILED_AT,
-                "#pending": PENDING_DEAD_LETTER,
-            },
-            ExpressionAttributeValues=values,
+        self._write_completion(
+            data_record.idempotency_key,
+            started.number if started is not None else None,
+            {":response_data": {"S": data_record.response_data}, ":expiry": {"N": str(data_record.expiry_timestamp)}},
+            time_left_s=self._scope().time_left(),
         )
 
     def complete(self, run: StartedRun, *, time_left_s: float) -> None:
         """Mark the run completed without its result: a second try when Powertools' completion write failed."""
+        self._write_completion(
+            run.before.record_id,
+            run.number,
+            {":expiry": {"N": str(self._get_expiry_timestamp())}},
+            time_left_s=time_left_s,
+            only_if_in_progress=True,
+        )
+
+    def _write_completion(
+        self,
+        record_id: str,
+        run: int | None,
+        values: dict[str, Any],
+        *,
+        time_left_s: float,
+        only_if_in_progress: bool = False,
+    ) -> None:
+        """COMPLETED, `runs` back to 0 and the completing run kept; `values` the expiry and, if given, the result."""
+        values = {**values, ":completed": {"S": COMPLETED}, ":zero": {"N": "0"}}
+        assignments = ["#status = :completed", "#expiry = :expiry", "#runs = :zero"]
+        if ":response_data" in values:
+            assignments.append("#response_data = :response_data")
+        if run is not None:
+            values[":run"] = {"N": str(run)}
+            assignments.append("#completed_run = :run")
+        condition: dict[str, str] = {}
+        if only_if_in_progress and run is not None:
+            condition["ConditionExpression"] = "#status = :inprogress AND #runs = :run"
+            values[":inprogress"] = {"S": INPROGRESS}
         self._client(time_left_s).update_item(
             TableName=self.table_name,
-            Key=self._key(run.before.record_id),
-            UpdateExpression="SET #status = :completed, #expiry = :expiry, #runs = :zero, #completed_run = :run "
-            "REMOVE #in_progress_expiry, #held_since, #first_failed_at, #pending",
-            ConditionExpression="#status = :inprogress AND #runs = :run",
+            Key=self._key(record_id),
+            UpdateExpression="SET "
+            + ", ".join(assignments)
+            + " REMOVE #in_progress_expiry, #held_since, #first_failed_at, #pending",
             ExpressionAttributeNames={
                 "#status": self.status_attr,
                 "#expiry": self.expiry_attr,
@@ -331,14 +332,10 @@ class RunLedger(DynamoDBPersistenceLayer):
                 "#held_since": HELD_SINCE,
                 "#first_failed_at": FIRST_FAILED_AT,
                 "#pending": PENDING_DEAD_LETTER,
+                **({"#response_data": self.data_attr} if ":response_data" in values else {}),
             },
-            ExpressionAttributeValues={
-                ":completed": {"S": COMPLETED},
-                ":inprogress": {"S": INPROGRESS},
-                ":expiry": {"N": str(self._get_expiry_timestamp())},
-                ":zero": {"N": "0"},
-                ":run": {"N": str(run.number)},
-            },
+            ExpressionAttributeValues=values,
+            **condition,
         )
 
     def delete_record(self, data: dict[str, Any], exception: Exception) -> None:

@@ -304,7 +304,8 @@ def test_job_defined_key_is_used(testing: Harness) -> None:
     testing.send(json.dumps({"job": "empty_key", "id": "2", "tenant": "t-1"}), queue="testing")
     testing.deliver("testing")
     testing.deliver("testing")
-    assert empty_key.RUNS == ["1"]  # same key "t-1": the second is a duplicate
+    # Same key "t-1": one of the two runs, the other is its duplicate (side by side in one batch, either may win).
+    assert len(empty_key.RUNS) == 1 and empty_key.RUNS[0] in {"1", "2"}
 
 
 def test_a_publisher_key_belongs_to_its_job_so_two_jobs_sharing_it_both_run(testing: Harness) -> None:
