@@ -562,6 +562,7 @@ class Worker:
             time_left=lambda: self._call_time_s(SETTLE_MARGIN_S if not execution.completed else 0.0),
             seed_runs=int(_number(delivery.attributes, PRIOR_ATTEMPTS) or 0),
             seed_held_since=_number(delivery.attributes, HELD_SINCE),
+            first_delivery=delivery.receives == 1,
         )
         try:
             outcome = self._run_patiently(execution, key, limit_s)

@@ -133,6 +133,14 @@ def moto_server() -> Iterator[str]:
     server.stop()
 
 
+def slowly(operation: Any) -> Any:
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(SLOW_STORE_S)
+        return operation(*args, **kwargs)
+
+    return slow
+
+
 def test_with_a_slow_idempotency_store_the_invocation_still_answers_before_its_deadline(
     moto_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -151,13 +159,8 @@ def test_with_a_slow_idempotency_store_the_invocation_still_answers_before_its_d
     queue = deployment.queues["slow"]
     clients("sqs").send_message(QueueUrl=queue.url, MessageBody=envelope("slow_flaky", "1"))
     # Every write to the idempotency table takes 6 s to answer (the server thread waits; the socket stays open)
-    slowed = DynamoDBBackend.update_item
-
-    def slow_update_item(*args: Any, **kwargs: Any) -> Any:
-        time.sleep(SLOW_STORE_S)
-        return slowed(*args, **kwargs)
-
-    monkeypatch.setattr(DynamoDBBackend, "update_item", slow_update_item)
+    for operation in ("put_item", "update_item"):
+        monkeypatch.setattr(DynamoDBBackend, operation, slowly(getattr(DynamoDBBackend, operation)))
     mapping = EventSourceMapping(
         queue=queue, sqs_client=clients("sqs"), handler_factory=lambda: worker.handle, function_name="slow-worker"
     )

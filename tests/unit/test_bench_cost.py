@@ -131,8 +131,9 @@ def test_a_tiny_run_of_the_real_worker_meets_the_goal() -> None:
     assert new.idempotency_conditional_checks == 0
     assert duplicate.idempotency_writes == duplicate.idempotency_conditional_checks == 3
     assert duplicate.effective_writes == 0
-    # The run's start (in progress, its run counted) and its completion: two updates of the key's record.
-    assert new.calls == {"idempotency UpdateItem": 2 * 3, "SqsJobs-orders GetItem": 3}
+    # The run's start (a new key on its message's first delivery: a conditional put, its run counted) and its
+    # completion (an update).
+    assert new.calls == {"idempotency PutItem": 3, "idempotency UpdateItem": 3, "SqsJobs-orders GetItem": 3}
     # A job retried once: two runs, each its start and its end; every mail still sent once.
     assert (retry.side_effects, retry.effective_writes) == (3, 4 * 3)
     # A hand-back before any run writes nothing, and sends nothing.
