@@ -8,15 +8,16 @@ import select
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from typing import Any
 
 import boto3
 import pytest
 
 from jobctl.local.chaos import ChaosSettings
-from jobctl.local.engine import free_port
+from jobctl.local.engine import LocalEngine, free_port, running_engine
 from jobctl.soak import DEFAULT_CHAOS, SoakPlan, run_soak
-from sqs_jobs.catalog import CATALOG
+from sqs_jobs.catalog import CATALOG, Catalog
 from tests.e2e.processes import jobctl_local
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +44,8 @@ def test_jobctl_local_with_chaos_fails_downstream_calls_and_keeps_the_job() -> N
         # The worker logs to the engine's stdout: wait for its account of the failed attempt.
         failure = _wait_for_log(process, "job failed; retrying after backoff", timeout_s=30)
         assert failure["job"] == "order_confirmation" and failure["id"] == "77"
-        assert failure["classification"] == "transient" and "Throttling" in failure["error"]
+        # Its first call (the order's read) already met its service's throttling
+        assert failure["classification"] == "transient" and "ProvisionedThroughputExceeded" in failure["error"]
         # Every SES call was throttled: no mail, and the job is neither lost nor dead-lettered.
         assert session.client("ses", endpoint_url=endpoint).get_send_quota()["SentLast24Hours"] == 0
         names: list[Any] = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
@@ -95,3 +97,53 @@ def test_chaos_soak_keeps_every_promise() -> None:
     broken = sum(job.permanent for job in report.jobs)
     assert broken > 0 and report.dead_lettered == broken
     assert isinstance(report.chaos, ChaosSettings) and report.chaos.seed == 2026
+
+
+# One queue on the soak's clock: 8 s invocations, a 4 s time limit (half the timeout), two environments.
+SHORT = Catalog(queues=(replace(CATALOG.queue("orders"), function_timeout_s=8, max_concurrency=2),))
+
+
+def _order(engine: LocalEngine, order_id: str) -> None:
+    assert engine.deployment is not None
+    item = {"order_id": {"S": order_id}, "email": {"S": f"{order_id}@example.com"}}
+    engine.clients()("dynamodb").put_item(TableName=engine.deployment.resources["orders_table"], Item=item)
+    url = engine.deployment.queues["orders"].url
+    engine.clients()("sqs").send_message(
+        QueueUrl=url, MessageBody=json.dumps({"job": "order_confirmation", "id": order_id})
+    )
+
+
+def test_a_slow_cold_start_hands_its_first_batch_back_unrun_and_the_job_runs_once_after() -> None:
+    output = io.StringIO()
+    chaos = ChaosSettings(slow_start=1.0, slow_start_s=4.0, seed=1)
+    with running_engine(port=0, catalog=SHORT, chaos=chaos, worker_output=output) as engine:
+        _order(engine, "88")
+        assert engine.wait_until_idle(timeout_s=60)
+        mails = [mail for mail in engine.sent_mail() if mail["subject"] == "Your order 88 is confirmed"]
+        assert engine.chaos is not None and engine.chaos.injected()["slow_start"] == 2  # each new environment
+    lines = [json.loads(line) for line in output.getvalue().splitlines() if line.startswith("{")]
+    # The build took 4 of the invocation's 8 s: too little left for the 4 s limit and its margin, so the batch
+    # went back unrun (never dead-lettered as unservable), and the warm environment ran the job once.
+    handed_back = [line for line in lines if line.get("message") == "handed back unrun; visible again later"]
+    assert handed_back and all(line["reason"] == "no_time" for line in handed_back)
+    assert not [line for line in lines if line.get("message") == "job dead-lettered"]
+    assert len(mails) == 1
+
+
+def test_a_slow_idempotency_store_answers_its_writes_late_on_the_socket_and_only_them() -> None:
+    chaos = ChaosSettings(slow_store=1.0, slow_store_s=1.0, seed=1)
+    with running_engine(port=0, catalog=SHORT, chaos=chaos, worker_output=io.StringIO()) as engine:
+        assert engine.deployment is not None
+        dynamodb = engine.clients()("dynamodb")
+        started = time.monotonic()
+        dynamodb.put_item(TableName=engine.deployment.resources["orders_table"], Item={"order_id": {"S": "1"}})
+        assert time.monotonic() - started < 0.5  # another table: at once
+        started = time.monotonic()
+        dynamodb.put_item(TableName=engine.deployment.idempotency_table, Item={"id": {"S": "probe"}})
+        assert time.monotonic() - started >= 1.0  # the idempotency table: a second late...
+        assert "Item" in dynamodb.get_item(TableName=engine.deployment.idempotency_table, Key={"id": {"S": "probe"}})
+        # ...and a job still runs once, its start and completion each answered a second late
+        _order(engine, "89")
+        assert engine.wait_until_idle(timeout_s=60)
+        assert [mail["subject"] for mail in engine.sent_mail()].count("Your order 89 is confirmed") == 1
+        assert engine.chaos is not None and engine.chaos.injected()["slow_store"] >= 3
