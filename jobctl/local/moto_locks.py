@@ -41,7 +41,7 @@ _held = threading.local()  # this thread's nesting depth inside the lock
 _PATCHED = "_jobctl_serialized"
 SERIALIZED_BACKENDS: tuple[type, ...] = (SQSBackend, DynamoDBBackend)
 # How soon a long poll looks again when the only visible messages belong to groups in flight (moto would spin).
-HELD_BACK_RECHECK_S = 0.05
+HELD_BACK_RECHECK_S = 0.2
 
 
 def _depth() -> int:
