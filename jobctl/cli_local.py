@@ -48,8 +48,10 @@ def _chaos_settings(spec: str | None) -> ChaosSettings | None:
     "--chaos",
     metavar="SPEC",
     callback=lambda _ctx, _param, value: _chaos_settings(value),
-    help="Inject faults, e.g. transient=0.2,hang=0.01,crash=0.01,duplicate=0.05[,hang_s=5][,seed=7]: rates per "
-    "downstream call (transient, hang), per record run (crash before the ack), per delivery (duplicate).",
+    help="Inject faults, e.g. transient=0.1,hang=0.01,crash=0.01,duplicate=0.05[,hang_s=5][,seed=7]: rates per "
+    "call a job makes, AWS or HTTP (transient, hang), per record run (crash before the ack), per delivery "
+    "(duplicate), per new environment (slow_start, slow_start_s), per idempotency-table write (slow_store, "
+    "slow_store_s), per invoicing API answer (drip, drip_s). See docs/chaos.md.",
 )
 @click.option(
     "--scheduler-speed",

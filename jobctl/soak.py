@@ -1,19 +1,29 @@
 """`make soak`: thousands of jobs through the local engine with faults injected, then a check of every promise.
 
-Faults (jobctl/local/chaos.py): transient failures and hangs of the downstream calls (SES, the invoicing API),
-crashes after the side effects before the ack, duplicate deliveries; and permanent failures from the data (an
-order or invoice that doesn't exist, or lacks what the job needs). Afterwards it checks that:
+Jobs: the example jobs (order confirmations, invoices, and order updates on the FIFO queue, published in groups
+of one order's updates) and, beside them, jobs written the way a new team writes them (jobctl/soak_jobs/: a mail
+job whose result is a datetime, a plain string, an object with no JSON form, too big to keep, ...), on the standard
+and the FIFO queue. Some messages carry big non-ASCII producer attributes (emoji, CJK, a binary value).
+
+Faults (jobctl/local/chaos.py): transient failures and hangs of every call a job makes (any AWS service through
+`context.client`, any HTTP call through `context.http`), the invoicing API's own 503s, late and dripping answers,
+crashes after the side effects before the ack, duplicate deliveries, slow cold starts, a slow idempotency store;
+and permanent failures from the data (an order or invoice that doesn't exist, or lacks what the job needs).
+Afterwards it checks that:
 
 - every job ended once: done, or dead-lettered - never both, never neither;
 - every done job's side effect (mail sent, invoice created and stored) happened exactly once;
-- every permanent failure is in the DLQ with its evidence, and nothing else is;
+- every permanent failure is in the DLQ with its evidence and its producer's attributes (read back as jobctl
+  reads them), and nothing else is;
+- each order's updates were mailed in the order they were published (its FIFO message group's order);
 - nothing is left in flight: the source queues are empty, no idempotency record is still IN_PROGRESS before its
   deadline (one past it is a run's start that landed after its call timed out: reported, not in flight).
 
 Time is compressed so that it runs in minutes: 8 s function timeouts, 3 s time limits, 1-2 s backoff, circuit
-breakers open 0.5-2 s (the catalog's other settings are kept, records in parallel included). moto's SQS slows as
-its backlog grows, so jobs are published in waves that keep at most `window` messages waiting and `backlog`
-messages unsettled (waiting, running, in backoff, or invisible after a crash).
+breakers open 0.5-2 s, the jobs' HTTP calls bounded at 2.5 s (the catalog's other settings are kept, records in
+parallel included). moto's SQS slows as its backlog grows, so jobs are published in waves that keep at most
+`window` messages waiting and `backlog` messages unsettled (waiting, running, in backoff, or invisible after a
+crash).
 
     python -m jobctl.soak --jobs 10000           # `make soak` runs 10,000; `make test` runs 2,000
 
@@ -23,6 +33,7 @@ Progress (jobs published and settled) goes to stderr when it is a terminal, or w
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import random
@@ -36,41 +47,103 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from functions.worker.attribute_store import StoredAttributesError
 from functions.worker.deadletter import ERROR_MESSAGE, ERROR_TYPE, FAILURE, FAILURE_PERMANENT
+from functions.worker.provenance import Attributes, Provenance, value_bytes
+from jobctl.dlq import DeadLetter, DeadLetterQueue
 from jobctl.local.chaos import ChaosSettings
 from jobctl.local.engine import WAITING, LocalEngine
-from sqs_jobs.catalog import CATALOG, Catalog
+from jobctl.soak_jobs import odd_results
+from sqs_jobs.catalog import CATALOG, Catalog, JobSpec
+from sqs_jobs.envelope import Envelope
 from sqs_jobs.publisher import JobPublisher
 
 ORDER_JOB = "order_confirmation"
 INVOICE_JOB = "generate_invoice"
-# The issue's mix: 20 % transient, 2 % permanent, 1 % crash after the side effect, 5 % duplicate delivery; and a
-# few hangs, each cut by the time limit.
-DEFAULT_CHAOS = ChaosSettings(transient=0.2, hang=0.005, crash=0.01, duplicate=0.05, hang_s=4.0)
+UPDATE_JOB = "order_update_mail"
+# A new team's mail job (jobctl/soak_jobs/odd_results.py), on the standard queue and on the FIFO queue.
+ODD_RESULT_JOB = "odd_result_receipt"
+ODD_RESULT_FIFO_JOB = "odd_result_update_receipt"
+# The soak's own jobs, added to the catalog's queues only for the soak: the runtime never names them.
+SOAK_JOBS: Mapping[str, tuple[JobSpec, ...]] = {
+    "orders": (
+        JobSpec(
+            name=ODD_RESULT_JOB,
+            handler="jobctl.soak_jobs.odd_results",
+            description="Soak only: a new team's mail job with odd results.",
+            resources=("orders_table", "mail_sender"),
+        ),
+    ),
+    "order_updates": (
+        JobSpec(
+            name=ODD_RESULT_FIFO_JOB,
+            handler="jobctl.soak_jobs.odd_results",
+            description="Soak only: the same, on the FIFO queue.",
+            resources=("orders_table", "mail_sender"),
+        ),
+    ),
+}
+# Jobs that read an order (the others: an invoice).
+ORDER_JOBS = (ORDER_JOB, UPDATE_JOB, ODD_RESULT_JOB, ODD_RESULT_FIFO_JOB)
+# The mix: 10 % of a job's calls fail transiently (a job makes 2-3 calls, so about a fifth of its runs fail, as the
+# issue's 20 %), 1 % crash after the side effect, 5 % duplicate delivery; a few hangs, each cut by the time limit or
+# the HTTP call's deadline; a third of new environments start slowly (past what their first batch can serve), 2 %
+# of the idempotency table's writes answer late (past the runtime's bounded call, often), 2 % of the invoicing API's
+# answers drip (past the HTTP call's deadline).
+DEFAULT_CHAOS = ChaosSettings(
+    transient=0.1,
+    hang=0.003,
+    crash=0.01,
+    duplicate=0.05,
+    slow_start=0.3,
+    slow_store=0.02,
+    drip=0.02,
+    hang_s=4.0,
+    slow_start_s=4.0,
+    slow_store_s=3.0,
+    drip_s=4.0,
+)
 DEFAULT_PERMANENT = 0.02
 # What a permanent job's evidence may name: its record is missing, or lacks a field the job needs.
-PERMANENT_ERRORS = {
-    ORDER_JOB: {"OrderNotFoundError", "OrderDataError"},
-    INVOICE_JOB: {"InvoiceNotFoundError", "InvoiceDataError"},
+ORDER_ERRORS = frozenset({"OrderNotFoundError", "OrderDataError"})
+PERMANENT_ERRORS: Mapping[str, frozenset[str]] = {
+    **dict.fromkeys(ORDER_JOBS, ORDER_ERRORS),
+    INVOICE_JOB: frozenset({"InvoiceNotFoundError", "InvoiceDataError"}),
 }
 SOAK_FUNCTION_TIMEOUT_S = 8
 # Above what a healthy job takes with every record of every queue in flight against one moto process (p99 about
 # 1 s), below a hang: a limit under healthy latency cuts runs whose last call then completes (docs/chaos.md).
 SOAK_TIME_LIMIT_S = 3
+# The jobs' HTTP calls on the same clock (deployed: connect 10 s + read 30 s under a 60 s limit): a whole call
+# (2.5 s) ends before the time limit, so a dripping answer meets the call's own deadline.
+SOAK_HTTP_TIMEOUTS_S = (1.0, 1.5)
 SOAK_BACKOFF_BASE_S = 1
 SOAK_BACKOFF_CAP_S = 2
 # Circuit breakers on the same compressed clock: open for 0.5 s, at most 2 s.
 SOAK_BREAKER_OPEN_S = 0.5
 SOAK_BREAKER_MAX_OPEN_S = 2.0
-_SUBJECT_ID = re.compile(r"^Your order (.+) is confirmed$")
 _BATCH_WRITE_MAX = 25
+# A mail's subject names its job and key: what each job's module writes.
+_CONFIRMED = re.compile(r"^Your order (.+) is confirmed$")
+_UPDATE = re.compile(r"^Your order (.+): update (.+)$")
+_RECEIPT = re.compile(r"^Receipt (\S+) (.+)$")
+UNKNOWN_MAIL = "(unknown)"
+# Big producer attributes: about 140 KB as SQS counts them (4-byte emoji, 3-byte CJK, raw binary), so the message
+# takes half its queue's 256 KiB and its dead letter must carry them packed beside the evidence.
+_EMOJI = "😀🎉🚀🌏🍣🧾"
+_CJK = "注文更新送信確認領収書"
+_EMOJI_CHARACTERS = 12_000
+_CJK_CHARACTERS = 10_000
+_BINARY_BYTES = 64 * 1024
 # Told (published, settled) as the soak goes: settled jobs are done or dead-lettered.
 SoakProgress = Callable[[int, int], None]
+# A job as its effects and dead letters name it: (job, key), the key being the publisher's or else the ID.
+JobRef = tuple[str, str]
 
 
 def soak_catalog(catalog: Catalog = CATALOG) -> Catalog:
-    """The catalog with its clock compressed; attempts, batch sizes, records in parallel and concurrency stay as
-    they are."""
+    """The catalog with its clock compressed and the soak's own jobs added; attempts, batch sizes, records in
+    parallel and concurrency stay as they are."""
     return Catalog(
         queues=tuple(
             replace(
@@ -81,11 +154,47 @@ def soak_catalog(catalog: Catalog = CATALOG) -> Catalog:
                 circuit_breaker=replace(
                     queue.circuit_breaker, open_s=SOAK_BREAKER_OPEN_S, max_open_s=SOAK_BREAKER_MAX_OPEN_S
                 ),
-                jobs=tuple(replace(job, time_limit_s=SOAK_TIME_LIMIT_S) for job in queue.jobs),
+                jobs=tuple(
+                    replace(job, time_limit_s=SOAK_TIME_LIMIT_S)
+                    for job in (*queue.jobs, *SOAK_JOBS.get(queue.name, ()))
+                ),
             )
             for queue in catalog
         )
     )
+
+
+def big_attributes(seed: str) -> Attributes:
+    """A producer's big non-ASCII attributes, different for each `seed` (a job's name)."""
+    rng = random.Random(seed)
+    return {
+        "note": {"DataType": "String", "StringValue": seed + "".join(rng.choices(_EMOJI, k=_EMOJI_CHARACTERS))},
+        "title": {"DataType": "String", "StringValue": "".join(rng.choices(_CJK, k=_CJK_CHARACTERS)) + seed},
+        "thumbnail": {"DataType": "Binary", "BinaryValue": rng.randbytes(_BINARY_BYTES)},
+        "locale": {"DataType": "String.locale", "StringValue": "ja-JP"},
+    }
+
+
+def attributes_fingerprint(attributes: Attributes) -> str:
+    """The attributes' names, data types and value bytes, hashed: equal exactly when they are byte for byte."""
+    digest = hashlib.sha256()
+    for name in sorted(attributes):
+        for part in (name, str(attributes[name].get("DataType", ""))):
+            digest.update(len(part.encode()).to_bytes(4, "big") + part.encode())
+        value = value_bytes(attributes[name])
+        digest.update(len(value).to_bytes(4, "big") + value)
+    return digest.hexdigest()
+
+
+def mail_ref(subject: str) -> JobRef:
+    """The job a mail was sent for, from its subject (UNKNOWN_MAIL and the subject when no job writes it)."""
+    if match := _CONFIRMED.match(subject):
+        return ORDER_JOB, match.group(1)
+    if match := _UPDATE.match(subject):
+        return UPDATE_JOB, match.group(2)
+    if match := _RECEIPT.match(subject):
+        return match.group(1), match.group(2)
+    return UNKNOWN_MAIL, subject
 
 
 @dataclass(frozen=True)
@@ -94,17 +203,39 @@ class SoakJob:
     id: str
     # None: the job can succeed; else how its data is broken ("missing" record or "bad" record).
     broken: str | None = None
+    # The publisher's key: an order update's name (`<order>-u<n>`); None for the others.
+    key: str | None = None
+    # Published with big non-ASCII producer attributes (big_attributes(name)).
+    big_attributes: bool = False
 
     @property
     def permanent(self) -> bool:
         return self.broken is not None
 
+    @property
+    def ref(self) -> JobRef:
+        return self.job, self.key or self.id
+
+    @property
+    def name(self) -> str:
+        """Its idempotency key: `<job>:<key or id>`."""
+        return f"{self.job}:{self.key or self.id}"
+
 
 @dataclass(frozen=True)
 class SoakPlan:
     jobs: int = 2000
-    invoice_share: float = 0.3
+    # Shares of the entities: invoices, orders with updates (FIFO, 1..max_updates each), a new team's jobs (odd
+    # results; half on each queue); the rest are order confirmations.
+    invoice_share: float = 0.25
+    update_share: float = 0.15
+    max_updates: int = 4
+    odd_result_share: float = 0.05
     permanent: float = DEFAULT_PERMANENT
+    # Messages published with big non-ASCII attributes: a share of the jobs that can succeed, and of those that
+    # can't (so that enough dead letters show the attributes kept).
+    big_attributes: float = 0.01
+    big_attributes_broken: float = 0.5
     chaos: ChaosSettings = DEFAULT_CHAOS
     # Messages waiting for a poller at most, and unsettled at most: moto's receive cost grows with its backlog.
     window: int = 60
@@ -115,29 +246,70 @@ class SoakPlan:
     def __post_init__(self) -> None:
         if self.jobs < 1 or self.window < 1 or self.backlog < self.window or self.timeout_s <= 0:
             raise ValueError("jobs, window and timeout_s must be positive, and backlog at least window")
-        if not (0 <= self.invoice_share <= 1 and 0 <= self.permanent <= 1):
-            raise ValueError("invoice_share and permanent must be between 0 and 1")
+        shares = (self.invoice_share, self.update_share, self.odd_result_share)
+        rates = (*shares, self.permanent, self.big_attributes, self.big_attributes_broken)
+        if not all(0 <= rate <= 1 for rate in rates) or sum(shares) > 1:
+            raise ValueError(
+                "invoice_share, update_share, odd_result_share, permanent and the big_attributes shares must be "
+                "between 0 and 1, and the job shares at most 1 together"
+            )
+        if self.max_updates < 1:
+            raise ValueError(f"max_updates {self.max_updates} must be at least 1")
 
     def build_jobs(self) -> list[SoakJob]:
-        """The same jobs for the same seed: which are invoices, which are broken and how."""
+        """The same jobs for the same seed: what each entity is, which are broken and how, and in what order they
+        are published (an order's updates one after another, in their order)."""
         rng = random.Random(self.seed)
-        jobs = []
-        for number in range(1, self.jobs + 1):
-            invoice = rng.random() < self.invoice_share
+        jobs: list[SoakJob] = []
+        number = 0
+        while len(jobs) < self.jobs:
+            number += 1
+            entity = f"{number:07d}"
+            roll = rng.random()
             broken = rng.choice(("missing", "bad")) if rng.random() < self.permanent else None
-            jobs.append(SoakJob(INVOICE_JOB if invoice else ORDER_JOB, f"{number:07d}", broken))
-        return jobs
+            share = self.big_attributes_broken if broken else self.big_attributes
+            if roll < self.invoice_share:
+                jobs.append(SoakJob(INVOICE_JOB, entity, broken, big_attributes=rng.random() < share))
+            elif roll < self.invoice_share + self.update_share:
+                for update in range(1, rng.randint(1, self.max_updates) + 1):
+                    big = rng.random() < share
+                    jobs.append(SoakJob(UPDATE_JOB, entity, broken, key=f"{entity}-u{update}", big_attributes=big))
+            elif roll < self.invoice_share + self.update_share + self.odd_result_share:
+                job = rng.choice((ODD_RESULT_JOB, ODD_RESULT_FIFO_JOB))
+                jobs.append(SoakJob(job, entity, broken, big_attributes=rng.random() < share))
+            else:
+                jobs.append(SoakJob(ORDER_JOB, entity, broken, big_attributes=rng.random() < share))
+        return jobs[: self.jobs]
+
+
+def planned_faults(jobs: Sequence[SoakJob]) -> dict[str, int]:
+    """What the plan itself puts in: big attributes, the odd results by kind, the FIFO updates and their groups."""
+    counts: Counter[str] = Counter()
+    for job in jobs:
+        counts["big_attributes"] += job.big_attributes
+        if job.job in (ODD_RESULT_JOB, ODD_RESULT_FIFO_JOB):
+            counts[f"result.{odd_results.result_kind(job.id)}"] += 1
+        if job.job == UPDATE_JOB:
+            counts["fifo.updates"] += 1
+    counts["fifo.groups"] = len({job.id for job in jobs if job.job == UPDATE_JOB})
+    return {name: count for name, count in counts.items() if count}
 
 
 @dataclass
 class Observed:
     """What the soak found after the queues drained: the side effects, the DLQ, what is left."""
 
-    mails: Counter[str] = field(default_factory=Counter)  # by order ID
+    mails: Counter[JobRef] = field(default_factory=Counter)  # by the job each mail's subject names
+    # Per order, its updates in the order SES accepted their mails (moto keeps sent mail in send order).
+    update_mails: dict[str, list[str]] = field(default_factory=dict)
     invoices_created: Counter[str] = field(default_factory=Counter)  # by invoice ID (one per Idempotency-Key)
     stored_pdfs: set[str] = field(default_factory=set)  # invoice IDs with a PDF in the bucket
-    # (job, id) -> the evidence attributes of each DLQ copy
-    dead_letters: dict[tuple[str, str], list[dict[str, str]]] = field(default_factory=dict)
+    # JobRef -> the evidence of each DLQ copy (the runtime's own attributes: none on a message it didn't send)
+    dead_letters: dict[JobRef, list[dict[str, str]]] = field(default_factory=dict)
+    # JobRef -> the producer's attributes of each DLQ copy, restored as jobctl restores them (attributes_fingerprint)
+    dead_letter_attributes: dict[JobRef, list[str]] = field(default_factory=dict)
+    # DLQ messages whose producer's attributes could not be read back (their store), each said why
+    unreadable_attributes: list[str] = field(default_factory=list)
     unparseable_dead_letters: list[str] = field(default_factory=list)
     left_in_queues: dict[str, int] = field(default_factory=dict)  # queue -> messages not settled
     idempotency_records: Counter[str] = field(default_factory=Counter)  # by status
@@ -150,35 +322,19 @@ class Observed:
 def check(jobs: Sequence[SoakJob], observed: Observed) -> list[str]:
     """Every broken promise, one line each; empty when all held."""
     problems: list[str] = []
-    known = {(job.job, job.id) for job in jobs}
     if not observed.drained:
         problems.append("the queues did not drain before the timeout")
     for job in jobs:
-        name = f"{job.job}:{job.id}"
-        effects = observed.mails[job.id] if job.job == ORDER_JOB else observed.invoices_created[job.id]
-        copies = observed.dead_letters.get((job.job, job.id), [])
-        if job.permanent:
-            if not copies:
-                problems.append(f"{name} ({job.broken} data) is not in the DLQ")
-            if effects:
-                problems.append(f"{name} ({job.broken} data) had {effects} side effect(s)")
-            for evidence in copies:
-                if evidence.get(ERROR_TYPE) not in PERMANENT_ERRORS[job.job] or evidence.get(FAILURE) != (
-                    FAILURE_PERMANENT
-                ):
-                    problems.append(f"{name} is in the DLQ without its evidence: {evidence}")
-            continue
-        if copies:
-            problems.append(f"{name} can succeed but was dead-lettered: {copies[0].get(ERROR_MESSAGE)!r}")
-        if effects != 1:
-            problems.append(f"{name} had {effects} side effects, not exactly 1")
-        if job.job == INVOICE_JOB and job.id not in observed.stored_pdfs:
-            problems.append(f"{name} has no PDF in the bucket")
-    unknown = [key for key in observed.dead_letters if key not in known]
-    problems += [f"unexpected job in the DLQ: {job}:{entity}" for job, entity in unknown]
+        problems += _job_problems(job, observed)
+    problems += _order_problems(jobs, observed)
+    known = {job.ref for job in jobs}
+    problems += [
+        f"unexpected job in the DLQ: {job}:{key}" for job, key in observed.dead_letters if (job, key) not in known
+    ]
     problems += [f"a DLQ message is not a job: {body[:200]!r}" for body in observed.unparseable_dead_letters]
-    ids = {job.id for job in jobs}
-    problems += [f"mail for unknown order {order!r}" for order in observed.mails if order not in ids]
+    problems += [f"a dead letter's attributes could not be read back: {why}" for why in observed.unreadable_attributes]
+    problems += [f"mail nobody asked for: {job}:{key}" for job, key in observed.mails if (job, key) not in known]
+    ids = {job.id for job in jobs if job.job == INVOICE_JOB}
     problems += [f"invoice for unknown ID {invoice!r}" for invoice in observed.invoices_created if invoice not in ids]
     problems += [
         f"{count} message(s) left in queue {queue}" for queue, count in observed.left_in_queues.items() if count
@@ -192,6 +348,49 @@ def check(jobs: Sequence[SoakJob], observed: Observed) -> list[str]:
     return problems
 
 
+def _job_problems(job: SoakJob, observed: Observed) -> list[str]:
+    name = job.name
+    effects = observed.invoices_created[job.id] if job.job == INVOICE_JOB else observed.mails[job.ref]
+    copies = observed.dead_letters.get(job.ref, [])
+    problems: list[str] = []
+    if job.big_attributes and copies:
+        expected = attributes_fingerprint(big_attributes(job.name))
+        kept = observed.dead_letter_attributes.get(job.ref, [])
+        if len(kept) != len(copies) or any(fingerprint != expected for fingerprint in kept):
+            problems.append(f"{name} is in the DLQ without its producer's attributes")
+    if job.permanent:
+        if not copies:
+            problems.append(f"{name} ({job.broken} data) is not in the DLQ")
+        if effects:
+            problems.append(f"{name} ({job.broken} data) had {effects} side effect(s)")
+        for evidence in copies:
+            if evidence.get(ERROR_TYPE) not in PERMANENT_ERRORS[job.job] or evidence.get(FAILURE) != FAILURE_PERMANENT:
+                problems.append(f"{name} is in the DLQ without its evidence: {evidence}")
+        return problems
+    if copies:
+        problems.append(f"{name} can succeed but was dead-lettered: {copies[0].get(ERROR_MESSAGE)!r}")
+    if effects != 1:
+        problems.append(f"{name} had {effects} side effects, not exactly 1")
+    if job.job == INVOICE_JOB and job.id not in observed.stored_pdfs:
+        problems.append(f"{name} has no PDF in the bucket")
+    return problems
+
+
+def _order_problems(jobs: Sequence[SoakJob], observed: Observed) -> list[str]:
+    """Each order's updates must have been mailed in the order they were published: their message group's."""
+    published: dict[str, list[str]] = defaultdict(list)
+    for job in jobs:
+        if job.job == UPDATE_JOB and job.key is not None and not job.permanent:
+            published[job.id].append(job.key)
+    problems = []
+    for order, updates in published.items():
+        mailed = list(dict.fromkeys(update for update in observed.update_mails.get(order, []) if update in updates))
+        in_publish_order = [update for update in updates if update in mailed]
+        if mailed != in_publish_order:
+            problems.append(f"order {order}'s updates were mailed out of order: {mailed} (published {updates})")
+    return problems
+
+
 @dataclass
 class SoakReport:
     plan: SoakPlan
@@ -200,6 +399,7 @@ class SoakReport:
     observed: Observed
     problems: list[str]
     elapsed_s: float
+    # Faults by kind: chaos's, and the plan's own (planned_faults).
     injected: dict[str, int]
     engine_stats: dict[str, dict[str, Any]]
     # Records of a batch each queue's worker ran at once.
@@ -218,8 +418,13 @@ class SoakReport:
         """DLQ copies beyond one per job: SQS delivered the failing message twice and both deliveries failed."""
         return sum(len(copies) - 1 for copies in self.observed.dead_letters.values())
 
+    @property
+    def dead_letters_with_big_attributes(self) -> int:
+        """Dead-lettered jobs published with big attributes: each is checked to have kept them."""
+        return sum(1 for job in self.jobs if job.big_attributes and job.ref in self.observed.dead_letters)
+
     def lines(self) -> Iterator[str]:
-        done = sum(self.observed.mails.values()) + sum(self.observed.invoices_created.values())
+        mails, invoices = sum(self.observed.mails.values()), sum(self.observed.invoices_created.values())
         rate = len(self.jobs) / self.elapsed_s
         yield f"chaos soak: {len(self.jobs)} jobs in {self.elapsed_s:.1f}s ({rate:.1f} jobs/s)"
         yield f"  chaos: {self.chaos.describe()}; permanent (broken data) {self.plan.permanent:g}"
@@ -233,11 +438,16 @@ class SoakReport:
                 f"{stats['duplicates']} duplicate deliveries"
             )
         expected_dead = sum(job.permanent for job in self.jobs)
-        mails, invoices = sum(self.observed.mails.values()), sum(self.observed.invoices_created.values())
-        yield f"  side effects: {done} ({mails} mails, {invoices} invoices) for {len(self.jobs) - expected_dead} jobs"
+        yield (
+            f"  side effects: {mails + invoices} ({mails} mails, {invoices} invoices) for "
+            f"{len(self.jobs) - expected_dead} jobs"
+        )
+        groups = {job.id for job in self.jobs if job.job == UPDATE_JOB and not job.permanent}
+        yield f"  FIFO: the updates of {len(groups)} orders mailed, each order's in its published order"
         yield (
             f"  dead-lettered: {self.dead_lettered} jobs of {expected_dead} broken "
-            f"({self.extra_dead_letter_copies} extra copies from duplicate deliveries)"
+            f"({self.extra_dead_letter_copies} extra copies from duplicate deliveries; "
+            f"{self.dead_letters_with_big_attributes} with big attributes, kept)"
         )
         yield (
             f"  idempotency records: {dict(self.observed.idempotency_records)}"
@@ -249,31 +459,34 @@ class SoakReport:
             )
         )
         if self.passed:
-            yield "  PASSED: every job ended once, every side effect happened once, nothing is in flight"
+            yield "  PASSED: every job ended once, every side effect happened once, in order, nothing is in flight"
         else:
             yield f"  FAILED: {len(self.problems)} problem(s)"
             yield from (f"    - {problem}" for problem in self.problems[:50])
 
 
 def _seed(engine: LocalEngine, jobs: Sequence[SoakJob]) -> None:
+    """Each entity's record once (an order's updates share it), as broken as its jobs are."""
     assert engine.deployment is not None
-    tables = {ORDER_JOB: engine.deployment.resources["orders_table"]}
-    tables[INVOICE_JOB] = engine.deployment.resources["invoices_table"]
-    requests: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    orders, invoices = engine.deployment.resources["orders_table"], engine.deployment.resources["invoices_table"]
+    items: dict[str, dict[str, dict[str, Any]]] = {orders: {}, invoices: {}}
     for job in jobs:
         if job.broken == "missing":
             continue
-        if job.job == ORDER_JOB:
+        if job.job in ORDER_JOBS:
             item = {"order_id": {"S": job.id}, "customer_name": {"S": f"Customer {job.id}"}, "total": {"N": "10.5"}}
+            item["status"] = {"S": "shipped"}
             if job.broken is None:
                 item["email"] = {"S": f"order-{job.id}@example.com"}
+            items[orders][job.id] = item
         else:
             item = {"invoice_id": {"S": job.id}, "customer": {"S": f"Customer {job.id}"}, "currency": {"S": "EUR"}}
             if job.broken is None:
                 item["amount"] = {"N": "99.90"}
-        requests[tables[job.job]].append({"PutRequest": {"Item": item}})
+            items[invoices][job.id] = item
     dynamodb = engine.clients()("dynamodb")
-    for table, puts in requests.items():
+    for table, by_id in items.items():
+        puts = [{"PutRequest": {"Item": item}} for item in by_id.values()]
         for start in range(0, len(puts), _BATCH_WRITE_MAX):
             pending: Mapping[str, Any] = {table: puts[start : start + _BATCH_WRITE_MAX]}
             while pending:
@@ -284,6 +497,40 @@ def _unsettled(counts: Mapping[str, Mapping[str, int]]) -> int:
     return sum(sum(queue.values()) for queue in counts.values())
 
 
+class _Publisher:
+    """Publishes the soak's jobs in their order: through JobPublisher, and those with big attributes one by one
+    (JobPublisher sends no attributes), in the message group JobPublisher would choose (the ID)."""
+
+    def __init__(self, engine: LocalEngine) -> None:
+        assert engine.deployment is not None
+        self._sqs = engine.clients()("sqs")
+        self._catalog = engine.catalog
+        self._urls = {name: queue.url for name, queue in engine.deployment.queues.items()}
+        self._jobs = JobPublisher(self._sqs, self._urls, catalog=engine.catalog)
+
+    def publish(self, wave: Sequence[SoakJob]) -> None:
+        plain: list[Envelope] = []
+        for job in wave:
+            envelope = self._jobs.envelope(job.job, job.id, key=job.key)
+            if not job.big_attributes:
+                plain.append(envelope)
+                continue
+            if plain:
+                self._jobs.publish_many(plain)
+                plain = []
+            queue = self._catalog.queue_for_job(job.job)
+            request: dict[str, Any] = {
+                "QueueUrl": self._urls[queue.name],
+                "MessageBody": envelope.to_json(),
+                "MessageAttributes": big_attributes(job.name),
+            }
+            if queue.fifo:
+                request["MessageGroupId"] = envelope.id
+            self._sqs.send_message(**request)
+        if plain:
+            self._jobs.publish_many(plain)
+
+
 def _publish_in_waves(
     engine: LocalEngine,
     jobs: Sequence[SoakJob],
@@ -291,13 +538,7 @@ def _publish_in_waves(
     deadline: float,
     progress: SoakProgress | None = None,
 ) -> bool:
-    assert engine.deployment is not None
-    sqs = engine.clients()("sqs")
-    publisher = JobPublisher(
-        sqs,
-        {name: queue.url for name, queue in engine.deployment.queues.items()},
-        catalog=engine.catalog,
-    )
+    publisher = _Publisher(engine)
     next_job = 0
     while time.monotonic() < deadline:
         counts = engine.queue_counts()
@@ -307,7 +548,7 @@ def _publish_in_waves(
         room = min(plan.window - waiting, plan.backlog - unsettled)
         if next_job < len(jobs) and room > 0:
             wave = jobs[next_job : next_job + room]
-            publisher.publish_many([(job.job, job.id) for job in wave])
+            publisher.publish(wave)
             next_job += len(wave)
             continue
         if next_job >= len(jobs) and unsettled == 0:
@@ -317,34 +558,57 @@ def _publish_in_waves(
 
 
 def _drain_dead_letters(engine: LocalEngine, observed: Observed) -> None:
+    """Every DLQ message, read as jobctl reads it (evidence only on what the worker's role sent, the producer's
+    attributes unpacked, or read back from where the runtime stored them), and deleted: a FIFO DLQ hands out no
+    more of a message group while one of its messages is in flight."""
     assert engine.deployment is not None
-    sqs = engine.clients()("sqs")
+    sqs, dynamodb = engine.clients()("sqs"), engine.clients()("dynamodb")
     for queue in engine.deployment.queues.values():
+        reader = DeadLetterQueue(
+            sqs, queue.dlq_url, queue.url, Provenance.of([queue.worker_role_id]), dynamodb=lambda: dynamodb
+        )
         while True:
             messages = sqs.receive_message(
-                QueueUrl=queue.dlq_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], VisibilityTimeout=300
+                QueueUrl=queue.dlq_url,
+                MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"],
+                MessageSystemAttributeNames=["All"],
+                VisibilityTimeout=300,
             ).get("Messages", [])
             if not messages:
                 break
             for message in messages:
-                evidence = {
-                    name: value.get("StringValue", "") for name, value in message.get("MessageAttributes", {}).items()
-                }
-                try:
-                    body = json.loads(message["Body"])
-                    key = (str(body["job"]), str(body["id"]))
-                except (ValueError, KeyError, TypeError):
-                    observed.unparseable_dead_letters.append(message["Body"])
-                    continue
-                observed.dead_letters.setdefault(key, []).append(evidence)
+                _observe_dead_letter(reader, DeadLetter.from_message(message, reader.provenance), observed)
+            sqs.delete_message_batch(
+                QueueUrl=queue.dlq_url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)],
+            )
+
+
+def _observe_dead_letter(reader: DeadLetterQueue, letter: DeadLetter, observed: Observed) -> None:
+    try:
+        body = json.loads(letter.body)
+        ref = (str(body["job"]), str(body.get("key") or body["id"]))
+    except (ValueError, KeyError, TypeError):
+        observed.unparseable_dead_letters.append(letter.body)
+        return
+    try:
+        letter = reader.restore(letter)
+    except StoredAttributesError as error:
+        observed.unreadable_attributes.append(f"{ref[0]}:{ref[1]}: {error}")
+    observed.dead_letters.setdefault(ref, []).append(letter.evidence)
+    attributes = letter.publisher_attributes
+    observed.dead_letter_attributes.setdefault(ref, []).append(attributes_fingerprint(attributes) if attributes else "")
 
 
 def _observe(engine: LocalEngine, drained: bool) -> Observed:
     assert engine.deployment is not None
     observed = Observed(drained=drained)
     for mail in engine.sent_mail():
-        match = _SUBJECT_ID.match(str(mail["subject"]))
-        observed.mails[match.group(1) if match else f"<subject {mail['subject']!r}>"] += 1
+        subject = str(mail["subject"])
+        observed.mails[mail_ref(subject)] += 1
+        if update := _UPDATE.match(subject):
+            observed.update_mails.setdefault(update.group(1), []).append(update.group(2))
     for invoice_id in engine.invoicing.stats()["invoices"].values():
         observed.invoices_created[invoice_id] += 1
     s3 = engine.clients()("s3")
@@ -374,18 +638,25 @@ def run_soak(plan: SoakPlan, worker_output: TextIO | None = None, progress: Soak
     jobs = plan.build_jobs()
     chaos = replace(plan.chaos, seed=plan.chaos.seed if plan.chaos.seed is not None else plan.seed)
     started = time.monotonic()
-    engine = LocalEngine(port=0, catalog=soak_catalog(), chaos=chaos, worker_output=worker_output)
+    engine = LocalEngine(
+        port=0,
+        catalog=soak_catalog(),
+        chaos=chaos,
+        worker_output=worker_output,
+        http_timeouts_s=SOAK_HTTP_TIMEOUTS_S,
+    )
     with engine:
         _seed(engine, jobs)
         drained = _publish_in_waves(engine, jobs, plan, deadline=started + plan.timeout_s, progress=progress)
-        # Runs cut at their time limit may still be finishing (a hang ends after hang_s): let them, then stop.
-        time.sleep(chaos.hang_s + 0.5)
+        # Runs cut at their time limit may still be finishing (a hang ends after hang_s, a drip after drip_s, a
+        # slow write's answer after slow_store_s): let them, then stop.
+        time.sleep(max(chaos.hang_s, chaos.drip_s, chaos.slow_store_s) + 0.5)
         mappings = dict(engine.mappings)  # stop_workers() forgets them; their counts are the report's
         engine.stop_workers()
         elapsed_s = time.monotonic() - started
         observed = _observe(engine, drained)
         assert engine.chaos is not None
-        injected = engine.chaos.injected()
+        injected = {**engine.chaos.injected(), **planned_faults(jobs)}
         stats = {name: mapping.stats.snapshot() for name, mapping in mappings.items()}
     return SoakReport(
         plan=plan,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from functions.jobs.records import load_item
+from functions.jobs.records import load_item, text_of
 from functions.worker.errors import PermanentError, RecordNotFoundError
 from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
@@ -23,14 +23,9 @@ class OrderDataError(PermanentError):
     """The order exists but lacks what a confirmation needs (an e-mail address)."""
 
 
-def _text(item: dict[str, Any], name: str) -> str | None:
-    value = item.get(name, {}).get("S")
-    return value if isinstance(value, str) and value.strip() else None
-
-
 def _total(item: dict[str, Any]) -> str:
     raw = item.get("total", {}).get("N")
-    currency = _text(item, "currency") or ""
+    currency = text_of(item, "currency") or ""
     try:
         return f"{Decimal(raw):.2f} {currency}".strip() if raw is not None else ""
     except InvalidOperation:
@@ -39,10 +34,10 @@ def _total(item: dict[str, Any]) -> str:
 
 def run(envelope: Envelope, context: JobContext) -> dict[str, str]:
     order = load_item(context, "orders_table", "order_id", envelope.id, OrderNotFoundError)
-    recipient = _text(order, "email")
+    recipient = text_of(order, "email")
     if recipient is None:
         raise OrderDataError(f"order {envelope.id!r} has no e-mail address to confirm to")
-    name = _text(order, "customer_name") or "customer"
+    name = text_of(order, "customer_name") or "customer"
     total = _total(order)
     body = f"Hello {name},\n\nthank you for your order {envelope.id}."
     if total:

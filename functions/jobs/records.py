@@ -19,3 +19,9 @@ def load_item(
     if item is None:
         raise missing(f"{key} {entity_id!r} does not exist in table {table!r}")
     return item
+
+
+def text_of(item: dict[str, Any], name: str) -> str | None:
+    """A string attribute of a DynamoDB item (its wire form), or None when it is absent, not a string or blank."""
+    value = item.get(name, {}).get("S")
+    return value if isinstance(value, str) and value.strip() else None

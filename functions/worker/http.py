@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json as jsonlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from http.client import HTTPException
@@ -44,6 +44,10 @@ _READ_CHUNK_BYTES = 64 * 1024
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 _Number = TypeVar("_Number", int, float)
+# Called in the calling thread just before a request is sent, with its method, URL and the seconds left of its
+# whole-call timeout: an OSError it raises is the call's failure as a failed connection's would be (the local
+# engine's chaos injects refused connections and hangs here). None in Lambda.
+BeforeSend = Callable[[str, str, float], None]
 
 
 @dataclass(frozen=True)
@@ -102,9 +106,11 @@ class HttpClient:
         total_timeout_s: float | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         connections_per_host: int = 1,
+        before_send: BeforeSend | None = None,
     ) -> None:
         """`total_timeout_s` bounds each call from its start to its last body byte (default: connect + read);
-        `connect_timeout_s` bounds each connect and `read_timeout_s` each wait for data within it."""
+        `connect_timeout_s` bounds each connect and `read_timeout_s` each wait for data within it. `before_send`:
+        see BeforeSend."""
         connect_timeout_s = _positive("connect_timeout_s", connect_timeout_s)
         read_timeout_s = _positive("read_timeout_s", read_timeout_s)
         total_timeout_s = connect_timeout_s + read_timeout_s if total_timeout_s is None else total_timeout_s
@@ -117,6 +123,7 @@ class HttpClient:
         # One kept-alive connection per record running at once: fewer and parallel records open a new
         # connection per call and throw it away again.
         self._pool = DeadlinePoolManager(maxsize=max(1, connections_per_host))
+        self._before_send = before_send
 
     def request(
         self,
@@ -159,6 +166,8 @@ class HttpClient:
             sent_headers.setdefault("Content-Type", "application/json")
         with watching(Deadline(self.total_timeout_s)) as deadline:
             try:
+                if self._before_send is not None:
+                    self._before_send(method, url, deadline.left_s())
                 raw = self._pool.request(
                     method,
                     url,

@@ -1,40 +1,76 @@
 """Fault injection for the local engine (`jobctl local --chaos ...`): the faults a job meets on AWS, on demand.
 
-    transient   a downstream call fails and nothing happens: SES answers Throttling, the invoicing API 503
-    hang        a downstream call blocks for `hang_s`: SES then times out having sent nothing; the invoicing
-                API creates the invoice and answers only after `hang_s` (the article's incident)
+    transient   a job's call fails and nothing happens: an AWS call (any service, through `context.client`)
+                answers its service's throttling error; an HTTP call (`context.http`) finds its connection
+                refused before anything is sent; the invoicing API also answers 503 by itself
+    hang        a job's call blocks: an AWS call for `hang_s`, then times out having sent nothing; an HTTP call
+                until its whole-call timeout (or `hang_s`), having sent nothing; the invoicing API by itself
+                creates the invoice and answers only after `hang_s` (the article's incident)
     crash       the execution environment dies after the batch's side effects, before the ack: the event source
                 deletes nothing and starts a new environment; the messages come back after their visibility
     duplicate   SQS delivers a message twice: a received message is made visible again at once, so another
                 poller receives it (same MessageId, receive count + 1) while the first copy still runs
+    slow_start  a new execution environment's first build of the worker takes `slow_start_s`, inside its
+                first invocation (as functions/entry.py builds it), so the batch has that much less time
+    slow_store  a worker's write to the idempotency table is made, and its answer comes `slow_store_s` late, on
+                the socket (the runtime's bounded call may give up first, and the write has landed anyway)
+    drip        the invoicing API sends its answer (status line, headers, body) a byte at a time, over `drip_s`
 
-Rates are probabilities in [0, 1]: per downstream call (transient, hang), per record that ran (crash), per
-received message (duplicate). A seed makes a run repeatable as far as thread timing allows.
+Rates are probabilities in [0, 1]: per job call (transient, hang: one draw per AWS or HTTP call a job makes in its
+run, never the runtime's own calls; the invoicing API draws again per request it serves), per record that ran
+(crash), per received message (duplicate), per new execution environment (slow_start), per write to the
+idempotency table (slow_store), per request to the invoicing API (drip). A seed makes a run repeatable as far as
+thread timing allows.
 """
 
 from __future__ import annotations
 
+import errno
 import random
 import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.exceptions import ReadTimeoutError
 
+from functions.worker.time_limit import current_run
+
+if TYPE_CHECKING:
+    from functions.worker.clients import ClientFactory
+
 # Each fault, and what its rate is counted per.
 FAULTS: Mapping[str, str] = {
-    "transient": "downstream call",
-    "hang": "downstream call",
+    "transient": "job's call",
+    "hang": "job's call",
     "crash": "record that ran",
     "duplicate": "received message",
+    "slow_start": "new execution environment",
+    "slow_store": "write to the idempotency table",
+    "drip": "answer of the invoicing API",
 }
-DEFAULT_HANG_S = 5.0
-# The SES operations that send mail: where transient failures and hangs are injected.
-SES_SEND_EVENTS = ("before-call.ses.SendEmail", "before-call.ses.SendRawEmail")
+# How long each slow fault lasts (seconds): the setting's name, the fault's, and its default.
+DURATIONS: Mapping[str, tuple[str, float]] = {
+    "hang_s": ("hang", 5.0),
+    "slow_start_s": ("slow_start", 4.0),
+    "slow_store_s": ("slow_store", 3.0),
+    "drip_s": ("drip", 5.0),
+}
+MAX_DURATION_S = 900.0
+# Every AWS call a job makes, whatever the service: botocore's `before-call.<service>.<operation>` events.
+AWS_CALL_EVENT = "before-call"
+# Each service's own throttling answer (code, HTTP status), from its API reference; others answer the generic one.
+THROTTLED: Mapping[str, tuple[str, int]] = {
+    "ses": ("Throttling", 400),
+    "dynamodb": ("ProvisionedThroughputExceededException", 400),
+    "s3": ("SlowDown", 503),
+}
+DEFAULT_THROTTLED = ("ThrottlingException", 400)
+# The downstream name of every HTTP call a job makes, in `injected` (`transient.http`, `hang.http`).
+HTTP_DOWNSTREAM = "http"
 
 
 class ChaosSpecError(ValueError):
@@ -43,13 +79,19 @@ class ChaosSpecError(ValueError):
 
 @dataclass(frozen=True)
 class ChaosSettings:
-    """How often each fault happens; all zero is no chaos."""
+    """How often each fault happens, and how long the slow ones last; all rates zero is no chaos."""
 
     transient: float = 0.0
     hang: float = 0.0
     crash: float = 0.0
     duplicate: float = 0.0
-    hang_s: float = DEFAULT_HANG_S
+    slow_start: float = 0.0
+    slow_store: float = 0.0
+    drip: float = 0.0
+    hang_s: float = DURATIONS["hang_s"][1]
+    slow_start_s: float = DURATIONS["slow_start_s"][1]
+    slow_store_s: float = DURATIONS["slow_store_s"][1]
+    drip_s: float = DURATIONS["drip_s"][1]
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -60,13 +102,16 @@ class ChaosSettings:
             raise ChaosSpecError(
                 f"transient ({self.transient}) + hang ({self.hang}) is over 1: both are shares of the same calls"
             )
-        if not 0.0 < self.hang_s <= 900.0:
-            raise ChaosSpecError(f"hang_s={self.hang_s!r} must be above 0 and at most 900 seconds")
+        for name in DURATIONS:
+            if not 0.0 < getattr(self, name) <= MAX_DURATION_S:
+                raise ChaosSpecError(
+                    f"{name}={getattr(self, name)!r} must be above 0 and at most {MAX_DURATION_S:g} seconds"
+                )
 
     @classmethod
     def parse(cls, spec: str) -> ChaosSettings:
-        """From `transient=0.2,hang=0.01,crash=0.01,duplicate=0.05[,hang_s=5][,seed=7]`."""
-        accepted = [*FAULTS, "hang_s", "seed"]
+        """From `transient=0.2,hang=0.01,crash=0.01,duplicate=0.05[,slow_start=0.3,slow_start_s=4][,seed=7]`."""
+        accepted = [*FAULTS, *DURATIONS, "seed"]
         usage = f"expected comma-separated name=value with names {', '.join(accepted)}, e.g. transient=0.2,crash=0.01"
         values: dict[str, Any] = {}
         for item in (part.strip() for part in spec.split(",")):
@@ -88,8 +133,14 @@ class ChaosSettings:
         return cls(**values)
 
     def describe(self) -> str:
+        """The rates, how long the slow faults last (hang_s always, the others when their fault is on), the seed."""
         shown = [f"{f.name}={getattr(self, f.name)}" for f in fields(self) if f.name in FAULTS]
-        return ", ".join([*shown, f"hang_s={self.hang_s:g}", f"seed={self.seed}"])
+        shown += [
+            f"{name}={getattr(self, name):g}"
+            for name, (fault, _) in DURATIONS.items()
+            if name == "hang_s" or getattr(self, fault) > 0
+        ]
+        return ", ".join([*shown, f"seed={self.seed}"])
 
 
 class Chaos:
@@ -100,16 +151,20 @@ class Chaos:
         self._rng = random.Random(settings.seed)
         self._lock = threading.Lock()
         self._injected: Counter[str] = Counter()
-        # Waiting hangs end at once when the engine stops.
+        # Waiting faults end at once when the engine stops.
         self._stopping = threading.Event()
 
     def injected(self) -> dict[str, int]:
-        """Faults injected so far, by kind (`transient.ses`, `hang.invoicing`, `crash`, `duplicate`, ...)."""
+        """Faults injected so far, by kind (`transient.ses`, `hang.http`, `transient.invoicing`, `crash`, ...)."""
         with self._lock:
             return dict(self._injected)
 
     def stop(self) -> None:
         self._stopping.set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep `seconds`, or less if the engine stops; True when it stopped."""
+        return self._stopping.wait(max(0.0, seconds))
 
     def _draw(self, rate: float) -> bool:
         if rate <= 0.0:
@@ -121,8 +176,16 @@ class Chaos:
         with self._lock:
             self._injected[fault] += 1
 
+    def _drawn(self, rate: float, fault: str) -> bool:
+        drawn = self._draw(rate)
+        if drawn:
+            self._count(fault)
+        return drawn
+
     def downstream_fault(self, downstream: str) -> str | None:
-        """For one downstream call: "transient", "hang" or None (no fault). One draw splits the two rates."""
+        """For one call to a downstream: "transient", "hang" or None (no fault). One draw splits the two rates."""
+        if self.settings.transient + self.settings.hang <= 0.0:
+            return None
         with self._lock:
             roll = self._rng.random()
         fault = None
@@ -136,7 +199,7 @@ class Chaos:
 
     def hang(self) -> None:
         """Block for hang_s, or until the engine stops."""
-        self._stopping.wait(self.settings.hang_s)
+        self.wait(self.settings.hang_s)
 
     def crash_after(self, records_run: int) -> bool:
         """Whether the environment dies after running these records, before the ack: one draw per record."""
@@ -146,33 +209,62 @@ class Chaos:
         return crashed
 
     def duplicate(self) -> bool:
-        duplicated = self._draw(self.settings.duplicate)
-        if duplicated:
-            self._count("duplicate")
-        return duplicated
+        return self._drawn(self.settings.duplicate, "duplicate")
 
-    # --- SES, through botocore's event hooks on the workers' session ------------------------------------------
+    def slow_start_s(self) -> float:
+        """For a new execution environment: how long its first build takes beyond the usual (0.0: as usual)."""
+        return self.settings.slow_start_s if self._drawn(self.settings.slow_start, "slow_start") else 0.0
 
-    def register_ses(self, events: Any) -> None:
-        """Hook SES's send operations on a boto3 session's event system: every client made from it after this
-        is affected, the engine's own clients (made from other sessions) are not."""
-        for event in SES_SEND_EVENTS:
-            events.register(event, self._before_ses_send)
+    def store_delay_s(self) -> float:
+        """For one write to the idempotency table: how late its answer comes (0.0: at once)."""
+        return self.settings.slow_store_s if self._drawn(self.settings.slow_store, "slow_store") else 0.0
 
-    def _before_ses_send(self, model: Any, **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
-        fault = self.downstream_fault("ses")
+    def drip_s(self) -> float:
+        """For one answer of the invoicing API: how long sending it a byte at a time takes (0.0: at once)."""
+        return self.settings.drip_s if self._drawn(self.settings.drip, "drip.invoicing") else 0.0
+
+    # --- a job's AWS calls: botocore's event hooks on the worker's clients -------------------------------------
+
+    def register_aws(self, clients: ClientFactory) -> None:
+        """Hook every AWS call of every client `clients` makes (ClientFactory.register): the faults reach a job's
+        calls only (`current_run()`), never the runtime's own on the same clients, nor any other factory's."""
+        clients.register(AWS_CALL_EVENT, self._before_aws_call)
+
+    def _before_aws_call(self, event_name: str = "", **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+        if current_run() is None:
+            return None
+        service = event_name.split(".")[1] if event_name.count(".") >= 2 else "aws"
+        fault = self.downstream_fault(service)
         if fault == "hang":
             started = time.monotonic()
             self.hang()
-            # Nothing was sent: the connection never answered.
-            raise ReadTimeoutError(endpoint_url=f"ses ({time.monotonic() - started:.1f}s, injected hang)")
+            # Nothing was sent: the connection never answered. Raised before botocore's own retries, so one hang
+            # is one call's whole timeout.
+            raise ReadTimeoutError(endpoint_url=f"{service} ({time.monotonic() - started:.1f}s, injected hang)")
         if fault == "transient":
             # A real botocore error path: returning a response here skips the HTTP call, and botocore raises
-            # the ClientError it would raise for this answer.
-            status = 400
+            # the ClientError it would raise for this answer (its after-call hooks see it, as the breakers do).
+            code, status = THROTTLED.get(service, DEFAULT_THROTTLED)
             parsed = {
-                "Error": {"Code": "Throttling", "Message": "Maximum sending rate exceeded (injected)"},
+                "Error": {"Code": code, "Message": f"Rate exceeded (injected {service} throttling)"},
                 "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": {}},
             }
-            return AWSResponse(url="https://email.local/", status_code=status, headers=HTTPHeaders(), raw=None), parsed
+            return AWSResponse(url=f"https://{service}.local/", status_code=status, headers=HTTPHeaders(), raw=None), (
+                parsed
+            )
         return None
+
+    # --- a job's HTTP calls: the hook point of functions/worker/http.py's HttpClient ----------------------------
+
+    def before_http_send(self, method: str, url: str, time_left_s: float) -> None:
+        """HttpClient's `before_send`: client-side faults of a job's HTTP call, before anything is sent. A refused
+        connection, or a hang that lasts until the call's whole-call timeout (at most hang_s): both OSErrors, which
+        the client turns into its own errors as for a real connection."""
+        if current_run() is None:
+            return
+        fault = self.downstream_fault(HTTP_DOWNSTREAM)
+        if fault == "transient":
+            raise ConnectionRefusedError(errno.ECONNREFUSED, f"Connection refused (injected) for {method} {url}")
+        if fault == "hang":
+            self.wait(min(self.settings.hang_s, time_left_s))
+            raise TimeoutError(f"timed out (injected hang) for {method} {url}")

@@ -10,12 +10,14 @@ LocalEngine(chaos=ChaosSettings.parse("transient=0.2,crash=0.01")) injects fault
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 import socket
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TextIO
@@ -27,6 +29,7 @@ from moto.server import ThreadedMotoServer
 from werkzeug.serving import make_server
 
 from functions.worker.clients import ClientFactory
+from functions.worker.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, HttpClient
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from jobctl.local.chaos import Chaos, ChaosSettings
@@ -54,6 +57,10 @@ UNSETTLED_ATTRIBUTES = (WAITING, "ApproximateNumberOfMessagesNotVisible", "Appro
 DEFAULT_REGION = "us-east-1"
 # moto accepts any credentials; these make the engine work on a machine that has none.
 LOCAL_ACCESS_KEY = "local"
+# DynamoDB's write operations (its JSON protocol's X-Amz-Target, `DynamoDB_20120810.<operation>`).
+DYNAMODB_WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem"})
+# How late the server answers one request (seconds, 0: at once), from its WSGI environ and body.
+AnswerDelay = Callable[[Mapping[str, Any], bytes], float]
 
 
 def free_port() -> int:
@@ -75,9 +82,10 @@ class _CachingDispatcher(DomainDispatcherApplication):
     request - listing its package directory and trying hundreds of URL patterns - under a lock all requests
     share, which made it the engine's bottleneck."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer_delay: AnswerDelay | None = None) -> None:
         super().__init__(create_backend_app)
         self._backends: dict[str | None, Any] = {}
+        self._answer_delay = answer_delay
 
     def get_backend_for_host(self, host: str | None) -> Any:
         # Called under the dispatcher's lock.
@@ -85,13 +93,37 @@ class _CachingDispatcher(DomainDispatcherApplication):
             self._backends[host] = super().get_backend_for_host(host)
         return self._backends[host]
 
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        if self._answer_delay is None:
+            return super().__call__(environ, start_response)  # type: ignore[no-any-return]
+        # Read the body once to judge the request, and hand moto a fresh copy of it.
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        environ["wsgi.input"] = io.BytesIO(body)
+        delay_s = self._answer_delay(environ, body)
+        if delay_s <= 0:
+            return super().__call__(environ, start_response)  # type: ignore[no-any-return]
+        # The request is served (a write is made) at once; its answer, not yet sent, waits on this request's own
+        # server thread: outside moto's lock, so the other requests go on.
+        answer = list(super().__call__(environ, start_response))
+        time.sleep(delay_s)
+        return answer
+
 
 class _LocalMotoServer(ThreadedMotoServer):
-    """ThreadedMotoServer with the caching dispatcher (the same server otherwise: moto's request handler)."""
+    """ThreadedMotoServer with the caching dispatcher (the same server otherwise: moto's request handler), which
+    may answer some requests late (`answer_delay`)."""
+
+    def __init__(self, *args: Any, answer_delay: AnswerDelay | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._answer_delay = answer_delay
 
     def _server_entry(self) -> None:
         self._server = make_server(
-            self._ip_address, self._port, _CachingDispatcher(), True, request_handler=MotoRequestHandler
+            self._ip_address,
+            self._port,
+            _CachingDispatcher(self._answer_delay),
+            True,
+            request_handler=MotoRequestHandler,
         )
         self._server_ready_event.set()
         self._server.serve_forever()
@@ -115,7 +147,10 @@ class LocalEngine:
         heartbeat_interval_s: float | None = None,
         chaos: ChaosSettings | None = None,
         scheduler_clock: Callable[[], datetime] | None = None,
+        http_timeouts_s: tuple[float, float] | None = None,
     ) -> None:
+        """`http_timeouts_s`: the jobs' HTTP client's connect and read timeouts (None: the client's defaults, as
+        deployed); its whole-call timeout is their sum."""
         self.port = port or free_port()
         self.host = host
         self.region = region
@@ -142,6 +177,7 @@ class LocalEngine:
         self.schedules: LocalSchedules | None = None
         self.scheduler: LocalScheduler | None = None
         self._role_clients: dict[str, Any] = {}
+        self._http_timeouts_s = http_timeouts_s
 
     @property
     def endpoint_url(self) -> str:
@@ -168,10 +204,11 @@ class LocalEngine:
         into their downstream calls."""
         assert self.deployment is not None
         session = self.deployment.worker_session(self.clients()("sts"), queue, self._function_name(queue))
+        clients = self.clients(session)
         if self.chaos is not None:
-            # The hooks reach every client made from this session, and no other (the engine's own).
-            self.chaos.register_ses(session.events)
-        return self.clients(session)
+            # The hooks reach every client this worker's factory makes, and no other (the engine's own).
+            self.chaos.register_aws(clients)
+        return clients
 
     def start(self) -> LocalEngine:
         try:
@@ -190,7 +227,12 @@ class LocalEngine:
         enforce_message_limits()  # a message over its queue's size, attributes counted, is refused, as on AWS
         self._switch_interval_s = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch_interval_s, GIL_SWITCH_INTERVAL_S))
-        self._server = _LocalMotoServer(ip_address=self.host, port=self.port, verbose=False)
+        self._server = _LocalMotoServer(
+            ip_address=self.host,
+            port=self.port,
+            verbose=False,
+            answer_delay=self._slow_store_delay if self.chaos is not None else None,
+        )
         self._server.start()
         # moto's backends live in this process; an engine always starts from an empty account.
         urllib.request.urlopen(urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")).close()
@@ -257,14 +299,55 @@ class LocalEngine:
         return self._role_clients[role_arn]
 
     def _worker_handler(self, queue: str) -> Handler:
+        """A new execution environment (one per poller, with its own state), run as functions/entry.py runs one on
+        Lambda: the worker is built inside the first invocation, its time measured from the invocation's entry,
+        so a slow build (chaos's slow_start) is that invocation's time."""
+        slow_start_s = self.chaos.slow_start_s() if self.chaos is not None else 0.0
+        built: list[Worker] = []
+
+        def handle(event: Mapping[str, Any], context: Any) -> Mapping[str, Any]:
+            remaining_s = context.get_remaining_time_in_millis() / 1000
+            if not built:
+                if slow_start_s and self.chaos is not None:
+                    self.chaos.wait(slow_start_s)
+                built.append(self._build_worker(queue))
+            built[0].invocation_started(remaining_s)
+            return built[0].handle(event, context)
+
+        return handle
+
+    def _build_worker(self, queue: str) -> Worker:
         assert self.deployment is not None
-        # One Worker per poller: each poller is one Lambda execution environment with its own state.
-        worker = Worker(
+        return Worker(
             settings=self.deployment.worker_settings(queue),
             clients=self._worker_clients(queue),
             observability=Observability.create(output=self._worker_output, metrics_sink=self._forward_metrics),
+            http_client=self._jobs_http_client(queue),
         )
-        return worker.handle
+
+    def _jobs_http_client(self, queue: str) -> HttpClient | None:
+        """The jobs' HTTP client when the engine changes it (chaos hooked in, other timeouts); None: the worker
+        builds its own, as deployed."""
+        if self.chaos is None and self._http_timeouts_s is None:
+            return None
+        connect_s, read_s = self._http_timeouts_s or (DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S)
+        return HttpClient(
+            connect_timeout_s=connect_s,
+            read_timeout_s=read_s,
+            connections_per_host=self.catalog.queue(queue).records_in_parallel,
+            before_send=self.chaos.before_http_send if self.chaos is not None else None,
+        )
+
+    def _slow_store_delay(self, environ: Mapping[str, Any], body: bytes) -> float:
+        """How late the server answers a request: chaos's slow_store for a write to the idempotency table."""
+        operation = str(environ.get("HTTP_X_AMZ_TARGET", "")).rpartition(".")[2]
+        if self.chaos is None or self.deployment is None or operation not in DYNAMODB_WRITES:
+            return 0.0
+        try:
+            table = json.loads(body).get("TableName")
+        except (ValueError, AttributeError):
+            return 0.0
+        return self.chaos.store_delay_s() if table == self.deployment.idempotency_table else 0.0
 
     def _forward_metrics(self, document: dict[str, Any]) -> None:
         if self.metrics is not None:

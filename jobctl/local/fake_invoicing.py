@@ -19,6 +19,10 @@ is refused with 409). Modes, optionally for some invoice IDs only (`only_ids`; t
 
 Slow and hung requests wait on a condition that every mode change and `stop()` wake, so a stop is prompt even
 with requests stuck in `hang`: they are answered 503 and the server closes.
+
+With chaos (jobctl/local/chaos.py) it also fails some requests by itself (503, or a late answer after creating the
+invoice) and drips some answers: the status line, headers and body a byte at a time over `drip_s`, so a client
+whose timeouts are per socket read never times out (the jobs' HTTP client bounds the whole call).
 """
 
 from __future__ import annotations
@@ -205,6 +209,15 @@ class FakeInvoicingApi:
 
     # --- the API ----------------------------------------------------------------------------------------------
 
+    def answer_drip_s(self) -> float:
+        """How long the next answer takes to send, a byte at a time (0.0: sent at once)."""
+        return self._chaos.drip_s() if self._chaos is not None else 0.0
+
+    def pause(self, seconds: float) -> bool:
+        """Wait `seconds` (a dripping answer between two bytes); False when the server is stopping."""
+        with self._changed:
+            return not self._changed.wait_for(lambda: self._stopping, timeout=seconds)
+
     def _mode_for(self, invoice_id: str | None) -> str:
         # Under the lock. Invoices outside `only_ids` (and requests without an ID) are served normally.
         if self._only_ids is not None and invoice_id not in self._only_ids:
@@ -305,7 +318,8 @@ def _handler_for(api: FakeInvoicingApi) -> type[BaseHTTPRequestHandler]:
                 self._send(*_problem(HTTPStatus.BAD_REQUEST, str(error)))
                 return
             if self.path == "/invoices":
-                self._send(*api.handle_invoice(self.headers.get(IDEMPOTENCY_HEADER), payload))
+                answer = api.handle_invoice(self.headers.get(IDEMPOTENCY_HEADER), payload)
+                self._send(*answer, drip_s=api.answer_drip_s())
             elif self.path == "/_control":
                 try:
                     stats = api.control(payload)
@@ -331,8 +345,11 @@ def _handler_for(api: FakeInvoicingApi) -> type[BaseHTTPRequestHandler]:
             except (UnicodeDecodeError, json.JSONDecodeError) as error:
                 raise ValueError(f"body is not JSON: {error}") from None
 
-        def _send(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        def _send(self, status: int, headers: dict[str, str], body: bytes, drip_s: float = 0.0) -> None:
             try:
+                if drip_s > 0:
+                    self._drip(status, headers, body, drip_s)
+                    return
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
@@ -341,5 +358,16 @@ def _handler_for(api: FakeInvoicingApi) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(body)
             except OSError:
                 pass  # the client gave up (its read timeout, a cut run): nothing to answer to
+
+        def _drip(self, status: int, headers: dict[str, str], body: bytes, drip_s: float) -> None:
+            """The whole answer, status line first, one byte at a time over `drip_s` (the connection unbuffered)."""
+            head = [f"{self.protocol_version} {status} {HTTPStatus(status).phrase}"]
+            head += [f"{name}: {value}" for name, value in {**headers, "Content-Length": str(len(body))}.items()]
+            answer = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+            between_s = drip_s / len(answer)
+            for index in range(len(answer)):
+                self.wfile.write(answer[index : index + 1])
+                if not api.pause(between_s):
+                    return  # stopping: the client gets a truncated answer, as from a server going away
 
     return Handler

@@ -671,6 +671,24 @@ CATALOG = Catalog(
                 ),
             ),
         ),
+        # Order matters here: an order's updates are mailed in the order they happened. One message group per order
+        # (JobPublisher's default group is the ID), the publisher's key naming the update, so each runs once.
+        QueueSpec(
+            name="order_updates",
+            description="Order update mails, in order per order (FIFO: one message group per order).",
+            fifo=True,
+            # Up to 10 orders' updates at once; each order's one at a time, in order.
+            parallel_records=10,
+            jobs=(
+                JobSpec(
+                    name="order_update_mail",
+                    handler="functions.jobs.order_update_mail",
+                    description="Mail the customer one update of an order (the key names it: <order>-u<n>), in the "
+                    "order the updates were published.",
+                    resources=("orders_table", "mail_sender"),
+                ),
+            ),
+        ),
         # The article's incident, replayed: a PDF from an external API that may hang. Each call is bounded by
         # the HTTP client (connect 10 s + read 30 s), each run by the time limit, and at most two workers call
         # the API at once, so one stuck invoice costs one attempt, never the whole queue.

@@ -8,15 +8,17 @@ import select
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from typing import Any
 
 import boto3
 import pytest
 
 from jobctl.local.chaos import ChaosSettings
-from jobctl.local.engine import free_port
+from jobctl.local.engine import LocalEngine, free_port, running_engine
 from jobctl.soak import DEFAULT_CHAOS, SoakPlan, run_soak
-from sqs_jobs.catalog import CATALOG
+from jobctl.soak_jobs import odd_results
+from sqs_jobs.catalog import CATALOG, Catalog
 from tests.e2e.processes import jobctl_local
 
 pytestmark = pytest.mark.e2e
@@ -29,7 +31,8 @@ def test_jobctl_local_with_chaos_fails_downstream_calls_and_keeps_the_job() -> N
     port = free_port()
     with jobctl_local("--port", str(port), "--chaos", "transient=1,seed=3") as process:
         assert process.stdout is not None
-        banner = [process.stdout.readline() for _ in range(6)]
+        # Its banner: the engine's line, one per catalog queue, the invoicing API's, then the chaos
+        banner = [process.stdout.readline() for _ in range(len(CATALOG.queues) + 3)]
         assert any("chaos: transient=1.0" in line for line in banner), banner
         endpoint = f"http://127.0.0.1:{port}"
         session = boto3.session.Session(aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
@@ -42,7 +45,8 @@ def test_jobctl_local_with_chaos_fails_downstream_calls_and_keeps_the_job() -> N
         # The worker logs to the engine's stdout: wait for its account of the failed attempt.
         failure = _wait_for_log(process, "job failed; retrying after backoff", timeout_s=30)
         assert failure["job"] == "order_confirmation" and failure["id"] == "77"
-        assert failure["classification"] == "transient" and "Throttling" in failure["error"]
+        # Its first call (the order's read) already met its service's throttling
+        assert failure["classification"] == "transient" and "ProvisionedThroughputExceeded" in failure["error"]
         # Every SES call was throttled: no mail, and the job is neither lost nor dead-lettered.
         assert session.client("ses", endpoint_url=endpoint).get_send_quota()["SentLast24Hours"] == 0
         names: list[Any] = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
@@ -82,11 +86,18 @@ def test_chaos_soak_keeps_every_promise() -> None:
 
     assert report.passed, text
     assert len(report.jobs) == CI_SOAK_JOBS
-    # With a batch's records side by side on both example queues.
-    assert report.records_in_parallel["orders"] > 1 and report.records_in_parallel["invoices"] > 1
-    # The faults really happened, each kind, in both downstreams.
-    for fault in ("transient.ses", "transient.invoicing", "crash", "duplicate"):
+    # With a batch's records side by side on the example queues, the FIFO one included.
+    assert all(report.records_in_parallel[queue] > 1 for queue in ("orders", "invoices", "order_updates"))
+    # The faults really happened, each kind: on the jobs' AWS calls of every service they use and their HTTP
+    # calls, the invoicing API's own, the deliveries, the environments, the store; and what the plan puts in.
+    faults = ["transient.ses", "transient.dynamodb", "transient.s3", "transient.http", "transient.invoicing"]
+    faults += ["crash", "duplicate", "slow_start", "slow_store", "drip.invoicing", "big_attributes", "fifo.groups"]
+    for fault in faults:
         assert report.injected.get(fault, 0) > 0, (fault, report.injected)
+    results = {name.removeprefix("result.") for name in report.injected if name.startswith("result.")}
+    assert results & odd_results.DROPPED and results - odd_results.DROPPED, results
+    # Dead letters of messages with big non-ASCII attributes were read back with them (the check compares them).
+    assert report.dead_letters_with_big_attributes > 0
     # The event source's own counts agree with what chaos injected.
     assert set(report.engine_stats) == set(CATALOG.queue_names)
     assert sum(stats["crashes"] for stats in report.engine_stats.values()) == report.injected["crash"]
@@ -94,3 +105,53 @@ def test_chaos_soak_keeps_every_promise() -> None:
     broken = sum(job.permanent for job in report.jobs)
     assert broken > 0 and report.dead_lettered == broken
     assert isinstance(report.chaos, ChaosSettings) and report.chaos.seed == 2026
+
+
+# One queue on the soak's clock: 8 s invocations, a 4 s time limit (half the timeout), two environments.
+SHORT = Catalog(queues=(replace(CATALOG.queue("orders"), function_timeout_s=8, max_concurrency=2),))
+
+
+def _order(engine: LocalEngine, order_id: str) -> None:
+    assert engine.deployment is not None
+    item = {"order_id": {"S": order_id}, "email": {"S": f"{order_id}@example.com"}}
+    engine.clients()("dynamodb").put_item(TableName=engine.deployment.resources["orders_table"], Item=item)
+    url = engine.deployment.queues["orders"].url
+    engine.clients()("sqs").send_message(
+        QueueUrl=url, MessageBody=json.dumps({"job": "order_confirmation", "id": order_id})
+    )
+
+
+def test_a_slow_cold_start_hands_its_first_batch_back_unrun_and_the_job_runs_once_after() -> None:
+    output = io.StringIO()
+    chaos = ChaosSettings(slow_start=1.0, slow_start_s=4.0, seed=1)
+    with running_engine(port=0, catalog=SHORT, chaos=chaos, worker_output=output) as engine:
+        _order(engine, "88")
+        assert engine.wait_until_idle(timeout_s=60)
+        mails = [mail for mail in engine.sent_mail() if mail["subject"] == "Your order 88 is confirmed"]
+        assert engine.chaos is not None and engine.chaos.injected()["slow_start"] == 2  # each new environment
+    lines = [json.loads(line) for line in output.getvalue().splitlines() if line.startswith("{")]
+    # The build took 4 of the invocation's 8 s: too little left for the 4 s limit and its margin, so the batch
+    # went back unrun (never dead-lettered as unservable), and the warm environment ran the job once.
+    handed_back = [line for line in lines if line.get("message") == "handed back unrun; visible again later"]
+    assert handed_back and all(line["reason"] == "no_time" for line in handed_back)
+    assert not [line for line in lines if line.get("message") == "job dead-lettered"]
+    assert len(mails) == 1
+
+
+def test_a_slow_idempotency_store_answers_its_writes_late_on_the_socket_and_only_them() -> None:
+    chaos = ChaosSettings(slow_store=1.0, slow_store_s=1.0, seed=1)
+    with running_engine(port=0, catalog=SHORT, chaos=chaos, worker_output=io.StringIO()) as engine:
+        assert engine.deployment is not None
+        dynamodb = engine.clients()("dynamodb")
+        started = time.monotonic()
+        dynamodb.put_item(TableName=engine.deployment.resources["orders_table"], Item={"order_id": {"S": "1"}})
+        assert time.monotonic() - started < 0.5  # another table: at once
+        started = time.monotonic()
+        dynamodb.put_item(TableName=engine.deployment.idempotency_table, Item={"id": {"S": "probe"}})
+        assert time.monotonic() - started >= 1.0  # the idempotency table: a second late...
+        assert "Item" in dynamodb.get_item(TableName=engine.deployment.idempotency_table, Key={"id": {"S": "probe"}})
+        # ...and a job still runs once, its start and completion each answered a second late
+        _order(engine, "89")
+        assert engine.wait_until_idle(timeout_s=60)
+        assert [mail["subject"] for mail in engine.sent_mail()].count("Your order 89 is confirmed") == 1
+        assert engine.chaos is not None and engine.chaos.injected()["slow_store"] >= 3

@@ -138,7 +138,8 @@ def test_a_hanging_invoicing_api_no_longer_stops_the_queue(engine: LocalEngine, 
 def test_jobctl_local_starts_the_fake_invoicing_api_in_the_mode_asked_and_prints_its_url() -> None:
     with jobctl_local("--port", str(free_port()), "--invoicing-mode", "hang") as process:
         assert process.stdout is not None
-        banner = [process.stdout.readline() for _ in range(5)]
+        # Its banner: the engine's line, one per catalog queue, then the invoicing API's
+        banner = [process.stdout.readline() for _ in range(len(CATALOG.queues) + 2)]
         [line] = [line for line in banner if "invoicing API (fake):" in line]
         url = line.split("invoicing API (fake):", 1)[1].split()[0]
         with urllib.request.urlopen(f"{url}/_stats", timeout=5) as response:

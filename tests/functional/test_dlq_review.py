@@ -10,10 +10,14 @@ import pytest
 from functions.jobs import dlq_review
 from functions.jobs.dlq_summary import NO_EVIDENCE
 from functions.worker import deadletter
+from sqs_jobs.catalog import CATALOG
 from tests.functional.conftest import Harness, envelope
 
 REVIEW = json.dumps({"job": "dlq_review", "id": "2026-12-07T09:00:00Z"})
 MISSING_ORDERS = ("9001", "9002", "9003")
+# The review covers every catalog queue; the tests dead-letter on `orders` only.
+QUEUES = f"{len(CATALOG.queues)} queues"
+OTHER_QUEUES = ", ".join(name for name in CATALOG.queue_names if name != "orders")
 
 
 @pytest.fixture(autouse=True)
@@ -75,14 +79,14 @@ def test_the_summary_counts_each_dlq_by_error_type_with_the_commands_to_triage(h
     review(harness)
     # Then one summary went to the alarm topic
     [notification] = summaries(harness, inbox)
-    assert notification["Subject"] == "[SqsJobs] DLQ review: 4 dead letters in 1 of 3 queues"
+    assert notification["Subject"] == f"[SqsJobs] DLQ review: 4 dead letters in 1 of {QUEUES}"
     text = notification["Message"]
-    assert "DLQ review 2026-12-07T09:00:00Z: 4 dead letters in 1 of 3 queues." in text
+    assert f"DLQ review 2026-12-07T09:00:00Z: 4 dead letters in 1 of {QUEUES}." in text
     assert "orders: 4 dead letters (DLQ depth 4)" in text
     assert "      3  OrderNotFoundError\n" in text
     assert "      1  EnvelopeNotJSONError\n" in text
     assert "  oldest: under a minute old (sent 20" in text
-    assert "Empty: invoices, maintenance.\n" in text
+    assert f"Empty: {OTHER_QUEUES}.\n" in text
     # with the commands an operator pastes, naming a real message
     letters = {
         message["MessageId"]: message["MessageAttributes"][deadletter.ERROR_TYPE]["StringValue"]
@@ -118,14 +122,14 @@ def test_the_review_consumes_nothing(harness: Harness, inbox: str) -> None:
     harness.send(json.dumps({"job": "dlq_review", "id": "2026-12-14T09:00:00Z"}), queue="maintenance")
     assert harness.deliver(queue="maintenance") is not None
     subjects = [notification["Subject"] for notification in summaries(harness, inbox)]
-    assert subjects == ["[SqsJobs] DLQ review: 4 dead letters in 1 of 3 queues"] * 2
+    assert subjects == [f"[SqsJobs] DLQ review: 4 dead letters in 1 of {QUEUES}"] * 2
 
 
 def test_an_all_empty_review_still_publishes(harness: Harness, inbox: str) -> None:
     review(harness)
     [notification] = summaries(harness, inbox)
-    assert notification["Subject"] == "[SqsJobs] DLQ review: all empty (3 queues)"
-    assert "Empty: orders, invoices, maintenance.\n" in notification["Message"]
+    assert notification["Subject"] == f"[SqsJobs] DLQ review: all empty ({QUEUES})"
+    assert f"Empty: {', '.join(CATALOG.queue_names)}.\n" in notification["Message"]
     assert "if it stops arriving, it did not run" in notification["Message"]
 
 
@@ -156,7 +160,7 @@ def test_an_unreadable_dlq_is_reported_and_the_rest_reviewed(harness: Harness, i
     harness.clients("sqs").delete_queue(QueueUrl=harness.deployment.queues["invoices"].dlq_url)
     review(harness)
     [notification] = summaries(harness, inbox)
-    assert notification["Subject"] == "[SqsJobs] DLQ review: 4 dead letters in 1 of 3 queues, 1 DLQ NOT READ"
+    assert notification["Subject"] == f"[SqsJobs] DLQ review: 4 dead letters in 1 of {QUEUES}, 1 DLQ NOT READ"
     assert "invoices: DLQ NOT READ: " in notification["Message"]
     assert "NonExistentQueue" in notification["Message"]
     assert "orders: 4 dead letters" in notification["Message"]
@@ -183,6 +187,6 @@ def test_a_capped_scan_says_at_least_and_still_consumes_nothing(
     dead_letter_orders(harness)
     review(harness)
     [notification] = summaries(harness, inbox)
-    assert notification["Subject"] == "[SqsJobs] DLQ review: at least 4 dead letters in 1 of 3 queues"
+    assert notification["Subject"] == f"[SqsJobs] DLQ review: at least 4 dead letters in 1 of {QUEUES}"
     assert "orders: at least 4 dead letters (DLQ depth 4; read the first 2)" in notification["Message"]
     assert harness.queue_counts(dead_letter=True) == (4, 0)

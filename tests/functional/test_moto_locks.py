@@ -2,7 +2,9 @@
 
 Without jobctl/local/moto_locks.py these fail: SQS loses messages (a send racing a delete), delivers some twice
 and fails deletes (measured: 4 lost, 19 duplicates, 2 failed deletes of 3,000); DynamoDB lets two conditional
-puts of one new key both succeed (11 of 300 keys) - the idempotency record's guarantee.
+puts of one new key both succeed (11 of 300 keys) - the idempotency record's guarantee; a FIFO long poll hands
+out a group's next messages while its first is in flight with another poller, or while its first, made visible by
+a duplicate delivery, waits out the backoff its first receiver gave it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from moto.core.models import DEFAULT_ACCOUNT_ID
+from moto.sqs.models import sqs_backends
 
 from jobctl.local.engine import GIL_SWITCH_INTERVAL_S
 from jobctl.local.moto_locks import serialize_moto
@@ -122,3 +126,57 @@ def test_a_conditional_put_of_a_new_key_has_exactly_one_winner(engine_switch_int
 
         assert {key: len(found) for key, found in winners.items() if len(found) != 1} == {}
         assert len(winners) == KEYS
+
+
+def test_a_fifo_long_poll_never_takes_a_groups_next_message_while_an_earlier_one_is_in_flight() -> None:
+    serialize_moto()
+    with mock_aws():
+        sqs: Any = boto3.client("sqs", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+        attributes = {"FifoQueue": "true", "ContentBasedDeduplication": "true", "VisibilityTimeout": "60"}
+        url = sqs.create_queue(QueueName="updates.fifo", Attributes=attributes)["QueueUrl"]
+        queue = sqs_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].get_queue("updates.fifo")
+        waited: list[list[str]] = []
+
+        def long_poll() -> None:
+            messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+            waited.append([message["Body"] for message in messages.get("Messages", [])])
+
+        # Given a poller waiting on the empty queue
+        poller = threading.Thread(target=long_poll)
+        poller.start()
+        time.sleep(0.2)
+        # When, before it wakes, a group's three messages arrive and another poller receives the first
+        with queue._messages_lock:  # what wakes the waiting poll: held, so it wakes only after the receive below
+            entries = [{"Id": str(n), "MessageBody": f"u{n}", "MessageGroupId": "order-1"} for n in (1, 2, 3)]
+            sqs.send_message_batch(QueueUrl=url, Entries=entries)
+            [first] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1)["Messages"]
+        poller.join(10)
+
+        # Then the waiting poll gets nothing of that group while u1 is in flight, as SQS does...
+        assert first["Body"] == "u1"
+        assert waited == [[]]
+        # ...and once u1 is deleted the group goes on, in order
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
+        rest = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        assert [message["Body"] for message in rest] == ["u2", "u3"]
+
+
+def test_a_fifo_message_hidden_again_after_a_duplicate_delivery_holds_its_group() -> None:
+    serialize_moto()
+    with mock_aws():
+        sqs: Any = boto3.client("sqs", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+        attributes = {"FifoQueue": "true", "ContentBasedDeduplication": "true", "VisibilityTimeout": "60"}
+        url = sqs.create_queue(QueueName="updates.fifo", Attributes=attributes)["QueueUrl"]
+        entries = [{"Id": str(n), "MessageBody": f"u{n}", "MessageGroupId": "order-1"} for n in (1, 2)]
+        sqs.send_message_batch(QueueUrl=url, Entries=entries)
+        first, second = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        # Given u1 delivered again (SQS's at-least-once, as the engine's chaos does it) while its receiver runs it
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=0)
+        # When that receiver fails u1 with a backoff and makes u2, skipped behind it, visible at once
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=60)
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"], VisibilityTimeout=0)
+        # Then u2 is not handed out before u1: the group waits for its head
+        assert sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []) == []
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=0)
+        again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        assert [message["Body"] for message in again] == ["u1", "u2"]

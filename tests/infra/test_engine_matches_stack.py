@@ -119,10 +119,11 @@ def test_tables_have_the_same_keys_and_ttl(synth: Synth, local: LocalDeployment,
 
 def test_mail_sender_identity_matches(synth: Synth, local: LocalDeployment) -> None:
     # The stack hands the worker its sender (and creates the identity only on request); the engine verifies it.
-    [orders] = [spec for spec in CATALOG if "mail_sender" in spec.resources]
-    function = props(synth.resources, worker_id(synth.resources, orders))
-
-    assert local.resources["mail_sender"] == function["Environment"]["Variables"]["JOBS_RESOURCE_MAIL_SENDER"]
+    mailing = [spec for spec in CATALOG if "mail_sender" in spec.resources]
+    assert mailing
+    for spec in mailing:
+        function = props(synth.resources, worker_id(synth.resources, spec))
+        assert local.resources["mail_sender"] == function["Environment"]["Variables"]["JOBS_RESOURCE_MAIL_SENDER"]
     assert local.resources["mail_sender"] in _client("ses").list_identities()["Identities"]
 
 

@@ -16,8 +16,8 @@ def test_every_catalog_queue_has_a_queue_and_a_dlq(synth: Synth) -> None:
     queues_in_stack = [props(synth.resources, key) for key in of_type(synth.resources, "AWS::SQS::Queue")]
     names = {queue["QueueName"] for queue in queues_in_stack if "QueueName" in queue}
     stack_name = synth.context.stack_name
-    queues = {physical_queue_name(stack_name, spec.name) for spec in CATALOG}
-    dlqs = {physical_queue_name(stack_name, spec.name, dlq=True) for spec in CATALOG}
+    queues = {physical_queue_name(stack_name, spec.name, fifo=spec.fifo) for spec in CATALOG}
+    dlqs = {physical_queue_name(stack_name, spec.name, dlq=True, fifo=spec.fifo) for spec in CATALOG}
     assert names == queues | dlqs
     # And one more, with a generated name: the job schedules' DLQ (test_schedules.py).
     assert len(queues_in_stack) == len(names) + 1
@@ -94,7 +94,7 @@ def test_dlq_accepts_only_its_own_source_queue(synth: Synth, spec: QueueSpec) ->
     assert policy["redrivePermission"] == "byQueue"
     # Built from the source's name, not a reference to it: a reference would be a circular dependency.
     assert [render(arn) for arn in policy["sourceQueueArns"]] == [
-        f"arn:aws:sqs:${{Region}}:${{Account}}:{physical_queue_name(stack_name, spec.name)}"
+        f"arn:aws:sqs:${{Region}}:${{Account}}:{physical_queue_name(stack_name, spec.name, fifo=spec.fifo)}"
     ]
 
 

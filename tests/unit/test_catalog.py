@@ -132,8 +132,19 @@ def test_records_in_parallel_never_exceed_a_batch_and_bound_what_a_downstream_se
 
 
 def test_the_example_queues_run_what_fits_their_downstreams() -> None:
-    assert {spec.name: spec.records_in_parallel for spec in CATALOG} == {"orders": 10, "invoices": 5, "maintenance": 1}
+    assert CATALOG.queue("orders").records_in_parallel == 10
+    assert CATALOG.queue("order_updates").records_in_parallel == 10  # ten orders at once, each order's in turn
+    assert CATALOG.queue("invoices").records_in_parallel == 5
     assert CATALOG.queue("invoices").max_in_flight == 10  # the API of the incident
+    assert CATALOG.queue("maintenance").records_in_parallel == 1
+
+
+def test_the_fifo_example_keeps_each_orders_updates_in_order_with_room_for_skipped_receives() -> None:
+    updates = CATALOG.queue_for_job("order_update_mail")
+    assert updates.name == "order_updates" and updates.fifo
+    assert updates.resources == ("orders_table", "mail_sender")
+    # A message may be received behind each of up to a batch of failing messages of its order's group
+    assert updates.receive_limit == updates.max_attempts * updates.batch_size + HAND_BACK_RECEIVES
 
 
 def test_default_max_attempts_follows_lambdas_guidance_of_at_least_five() -> None:

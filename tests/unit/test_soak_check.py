@@ -6,29 +6,68 @@ from collections import Counter
 
 import pytest
 
+from functions.jobs import order_update_mail
 from functions.worker.deadletter import ERROR_TYPE, FAILURE, FAILURE_EXHAUSTED, FAILURE_PERMANENT
-from jobctl.soak import DEFAULT_CHAOS, INVOICE_JOB, ORDER_JOB, Observed, SoakJob, SoakPlan, check, soak_catalog
+from jobctl.soak import (
+    DEFAULT_CHAOS,
+    INVOICE_JOB,
+    ODD_RESULT_FIFO_JOB,
+    ODD_RESULT_JOB,
+    ORDER_JOB,
+    SOAK_HTTP_TIMEOUTS_S,
+    UNKNOWN_MAIL,
+    UPDATE_JOB,
+    Observed,
+    SoakJob,
+    SoakPlan,
+    attributes_fingerprint,
+    big_attributes,
+    check,
+    mail_ref,
+    planned_faults,
+    soak_catalog,
+)
+from jobctl.soak_jobs import odd_results
+from sqs_jobs.catalog import CATALOG
 
 JOBS = [
     SoakJob(ORDER_JOB, "0000001"),
     SoakJob(INVOICE_JOB, "0000002"),
-    SoakJob(ORDER_JOB, "0000003", broken="missing"),
+    SoakJob(ORDER_JOB, "0000003", broken="missing", big_attributes=True),
     SoakJob(INVOICE_JOB, "0000004", broken="bad"),
+    SoakJob(UPDATE_JOB, "0000005", key="0000005-u1"),
+    SoakJob(UPDATE_JOB, "0000005", key="0000005-u2", big_attributes=True),
+    SoakJob(UPDATE_JOB, "0000005", key="0000005-u3"),
+    SoakJob(ODD_RESULT_FIFO_JOB, "0000006"),
 ]
+BROKEN_WITH_ATTRIBUTES = JOBS[2]
 
 
 def all_well() -> Observed:
     """What a perfect run leaves behind for JOBS."""
     return Observed(
-        mails=Counter({"0000001": 1}),
+        mails=Counter(
+            {
+                (ORDER_JOB, "0000001"): 1,
+                (UPDATE_JOB, "0000005-u1"): 1,
+                (UPDATE_JOB, "0000005-u2"): 1,
+                (UPDATE_JOB, "0000005-u3"): 1,
+                (ODD_RESULT_FIFO_JOB, "0000006"): 1,
+            }
+        ),
+        update_mails={"0000005": ["0000005-u1", "0000005-u2", "0000005-u3"]},
         invoices_created=Counter({"0000002": 1}),
         stored_pdfs={"0000002"},
         dead_letters={
             (ORDER_JOB, "0000003"): [{ERROR_TYPE: "OrderNotFoundError", FAILURE: FAILURE_PERMANENT}],
             (INVOICE_JOB, "0000004"): [{ERROR_TYPE: "InvoiceDataError", FAILURE: FAILURE_PERMANENT}],
         },
-        left_in_queues={"orders": 0, "invoices": 0},
-        idempotency_records=Counter({"COMPLETED": 2}),
+        dead_letter_attributes={
+            (ORDER_JOB, "0000003"): [attributes_fingerprint(big_attributes(BROKEN_WITH_ATTRIBUTES.name))],
+            (INVOICE_JOB, "0000004"): [""],
+        },
+        left_in_queues={"orders": 0, "invoices": 0, "order_updates": 0},
+        idempotency_records=Counter({"COMPLETED": 6}),
     )
 
 
@@ -39,12 +78,13 @@ def test_a_perfect_run_has_no_problems() -> None:
 def test_extra_dead_letter_copies_of_a_broken_job_are_not_a_problem() -> None:
     observed = all_well()
     observed.dead_letters[(ORDER_JOB, "0000003")].append({ERROR_TYPE: "OrderNotFoundError", FAILURE: FAILURE_PERMANENT})
+    observed.dead_letter_attributes[(ORDER_JOB, "0000003")] *= 2
     assert check(JOBS, observed) == []
 
 
 def _break(observed: Observed, fault: str) -> None:
     if fault == "mail twice":
-        observed.mails["0000001"] = 2
+        observed.mails[(ORDER_JOB, "0000001")] = 2
     elif fault == "job lost":
         observed.invoices_created.clear()
     elif fault == "pdf missing":
@@ -52,25 +92,44 @@ def _break(observed: Observed, fault: str) -> None:
     elif fault == "broken job not dead-lettered":
         del observed.dead_letters[(ORDER_JOB, "0000003")]
     elif fault == "broken job had a side effect":
-        observed.mails["0000003"] = 1
+        observed.mails[(ORDER_JOB, "0000003")] = 1
     elif fault == "good job dead-lettered":
         observed.dead_letters[(ORDER_JOB, "0000001")] = [{ERROR_TYPE: "Throttling", FAILURE: FAILURE_EXHAUSTED}]
     elif fault == "evidence missing":
         observed.dead_letters[(INVOICE_JOB, "0000004")] = [{}]
     elif fault == "wrong failure":
         observed.dead_letters[(INVOICE_JOB, "0000004")] = [{ERROR_TYPE: "InvoiceDataError", FAILURE: "exhausted"}]
+    elif fault == "attributes lost":
+        observed.dead_letter_attributes[(ORDER_JOB, "0000003")] = [""]
+    elif fault == "attributes changed":
+        changed = {
+            **big_attributes(BROKEN_WITH_ATTRIBUTES.name),
+            "locale": {"DataType": "String", "StringValue": "ja-JP"},
+        }
+        observed.dead_letter_attributes[(ORDER_JOB, "0000003")] = [attributes_fingerprint(changed)]
+    elif fault == "attributes unreadable":
+        observed.unreadable_attributes.append("order_confirmation:0000003: expired")
+    elif fault == "update lost":
+        del observed.mails[(UPDATE_JOB, "0000005-u2")]
+        observed.update_mails["0000005"].remove("0000005-u2")
+    elif fault == "updates out of order":
+        observed.update_mails["0000005"] = ["0000005-u1", "0000005-u3", "0000005-u2"]
+    elif fault == "odd result mailed twice":
+        observed.mails[(ODD_RESULT_FIFO_JOB, "0000006")] = 2
     elif fault == "stranger in the DLQ":
         observed.dead_letters[(ORDER_JOB, "9999999")] = [{}]
     elif fault == "unparseable in the DLQ":
         observed.unparseable_dead_letters.append("garbage")
     elif fault == "mail nobody asked for":
-        observed.mails["7777777"] = 1
+        observed.mails[(ORDER_JOB, "7777777")] = 1
+    elif fault == "mail no job writes":
+        observed.mails[(UNKNOWN_MAIL, "hello")] = 1
     elif fault == "left in queue":
-        observed.left_in_queues["orders"] = 3
+        observed.left_in_queues["order_updates"] = 3
     elif fault == "in progress":
         observed.idempotency_records["INPROGRESS"] = 1
     elif fault == "completed count":
-        observed.idempotency_records["COMPLETED"] = 3
+        observed.idempotency_records["COMPLETED"] = 7
     elif fault == "not drained":
         observed.drained = False
     else:
@@ -88,12 +147,19 @@ def _break(observed: Observed, fault: str) -> None:
         ("good job dead-lettered", "order_confirmation:0000001 can succeed but was dead-lettered"),
         ("evidence missing", "generate_invoice:0000004 is in the DLQ without its evidence"),
         ("wrong failure", "generate_invoice:0000004 is in the DLQ without its evidence"),
+        ("attributes lost", "order_confirmation:0000003 is in the DLQ without its producer's attributes"),
+        ("attributes changed", "order_confirmation:0000003 is in the DLQ without its producer's attributes"),
+        ("attributes unreadable", "a dead letter's attributes could not be read back: order_confirmation:0000003"),
+        ("update lost", "order_update_mail:0000005-u2 had 0 side effects"),
+        ("updates out of order", "order 0000005's updates were mailed out of order"),
+        ("odd result mailed twice", "odd_result_update_receipt:0000006 had 2 side effects"),
         ("stranger in the DLQ", "unexpected job in the DLQ: order_confirmation:9999999"),
         ("unparseable in the DLQ", "a DLQ message is not a job"),
-        ("mail nobody asked for", "mail for unknown order '7777777'"),
-        ("left in queue", "3 message(s) left in queue orders"),
+        ("mail nobody asked for", "mail nobody asked for: order_confirmation:7777777"),
+        ("mail no job writes", "mail nobody asked for: (unknown):hello"),
+        ("left in queue", "3 message(s) left in queue order_updates"),
         ("in progress", "1 idempotency record(s) still IN_PROGRESS"),
-        ("completed count", "3 completed idempotency records for 2 jobs"),
+        ("completed count", "7 completed idempotency records for 6 jobs"),
         ("not drained", "did not drain"),
     ],
 )
@@ -102,6 +168,12 @@ def test_each_broken_promise_is_named(fault: str, named: str) -> None:
     _break(observed, fault)
     problems = check(JOBS, observed)
     assert any(named in problem for problem in problems), problems
+
+
+def test_a_lost_update_is_not_also_reported_as_out_of_order() -> None:
+    observed = all_well()
+    _break(observed, "update lost")
+    assert not any("out of order" in problem for problem in check(JOBS, observed))
 
 
 def test_an_in_progress_record_past_its_deadline_is_not_in_flight() -> None:
@@ -113,36 +185,100 @@ def test_an_in_progress_record_past_its_deadline_is_not_in_flight() -> None:
     assert check(JOBS, observed) == []
 
 
+def test_each_jobs_mail_subject_names_its_job() -> None:
+    assert mail_ref("Your order 0000001 is confirmed") == (ORDER_JOB, "0000001")
+    assert mail_ref(order_update_mail.subject("0000005", "0000005-u2")) == (UPDATE_JOB, "0000005-u2")
+    assert mail_ref(odd_results.subject(ODD_RESULT_JOB, "0000006")) == (ODD_RESULT_JOB, "0000006")
+    assert mail_ref("hello") == (UNKNOWN_MAIL, "hello")
+
+
 def test_the_plan_is_the_same_for_the_same_seed_and_has_what_was_asked() -> None:
-    plan = SoakPlan(jobs=5000, invoice_share=0.3, permanent=0.02, seed=11)
+    plan = SoakPlan(jobs=5000, invoice_share=0.3, update_share=0.2, odd_result_share=0.1, permanent=0.02, seed=11)
     jobs = plan.build_jobs()
     assert jobs == plan.build_jobs()
-    assert len({job.id for job in jobs}) == 5000
-    assert 1300 < sum(job.job == INVOICE_JOB for job in jobs) < 1700
+    assert len(jobs) == 5000
+    assert len({job.ref for job in jobs}) == 5000
+    kinds = Counter(job.job for job in jobs)
+    entities = Counter(job.job for job in {(job.job, job.id): job for job in jobs}.values())
+    assert sum(entities.values()) > 3000  # an order's updates share it
+    assert 0.25 < entities[INVOICE_JOB] / sum(entities.values()) < 0.35
+    assert kinds[UPDATE_JOB] > entities[UPDATE_JOB]  # groups of one order's updates
+    assert kinds[ODD_RESULT_JOB] > 0 and kinds[ODD_RESULT_FIFO_JOB] > 0
     broken = [job for job in jobs if job.permanent]
-    assert 60 < len(broken) < 140
     assert {job.broken for job in broken} == {"missing", "bad"}
+    # An order's updates come one after another, in their order, all broken alike
+    updates = [job for job in jobs if job.job == UPDATE_JOB]
+    for order in {job.id for job in updates}:
+        group = [job for job in updates if job.id == order]
+        assert [job.key for job in group] == [f"{order}-u{n}" for n in range(1, len(group) + 1)]
+        assert len({job.broken for job in group}) == 1
+    # Big attributes on about half the broken jobs, and on few of the others
+    assert 0.3 < sum(job.big_attributes for job in broken) / len(broken) < 0.7
+    assert sum(job.big_attributes for job in jobs if not job.permanent) < 0.03 * len(jobs)
     assert jobs != SoakPlan(jobs=5000, seed=12).build_jobs()
 
 
-def test_the_soak_catalog_compresses_time_and_keeps_the_rest() -> None:
-    from sqs_jobs.catalog import CATALOG
+def test_the_plan_counts_what_it_puts_in() -> None:
+    jobs = SoakPlan(jobs=2000, seed=3).build_jobs()
+    planned = planned_faults(jobs)
+    assert planned["big_attributes"] == sum(job.big_attributes for job in jobs)
+    assert planned["fifo.updates"] == sum(job.job == UPDATE_JOB for job in jobs)
+    odd = [job for job in jobs if job.job in (ODD_RESULT_JOB, ODD_RESULT_FIFO_JOB)]
+    assert sum(count for name, count in planned.items() if name.startswith("result.")) == len(odd)
+    # The runtime must drop some results and keep others
+    assert any(f"result.{kind}" in planned for kind in odd_results.DROPPED)
+    assert any(f"result.{kind}" in planned for kind in set(odd_results.RESULT_KINDS) - odd_results.DROPPED)
 
+
+def test_big_attributes_are_big_non_ascii_and_fit_their_queue() -> None:
+    from functions.worker.provenance import attributes_size
+
+    attributes = big_attributes("order_confirmation:1")
+    size = attributes_size(attributes)
+    assert 100_000 < size < CATALOG.queue("orders").max_message_bytes - 1024
+    note = attributes["note"]["StringValue"]
+    assert len(note.encode()) > 3 * len(note)  # mostly 4-byte emoji
+    assert attributes["thumbnail"]["DataType"] == "Binary"
+    assert attributes_fingerprint(attributes) == attributes_fingerprint(big_attributes("order_confirmation:1"))
+    assert attributes_fingerprint(attributes) != attributes_fingerprint(big_attributes("order_confirmation:2"))
+
+
+def test_the_soak_catalog_compresses_time_adds_its_own_jobs_and_keeps_the_rest() -> None:
     compressed = soak_catalog()
     for original, soak in zip(CATALOG, compressed, strict=True):
         assert soak.max_attempts == original.max_attempts
         assert soak.batch_size == original.batch_size and soak.max_concurrency == original.max_concurrency
-        assert soak.job_names == original.job_names
+        assert soak.fifo == original.fifo
+        assert soak.job_names[: len(original.job_names)] == original.job_names
         assert soak.visibility_timeout_s < original.visibility_timeout_s
         assert all(soak.time_limit_s(job) < soak.function_timeout_s for job in soak.job_names)
         assert soak.records_in_parallel == original.records_in_parallel
         assert soak.circuit_breaker.open_s < original.circuit_breaker.open_s
         assert soak.circuit_breaker.failure_threshold == original.circuit_breaker.failure_threshold
-    # A hang outlasts the time limit, so the soak's hangs are cut.
-    assert DEFAULT_CHAOS.hang_s > max(q.time_limit_s(j) for q in compressed for j in q.job_names)
+    # The soak's own jobs, on a standard and a FIFO queue; the runtime's catalog never names them
+    assert compressed.queue_for_job(ODD_RESULT_JOB).fifo is False
+    assert compressed.queue_for_job(ODD_RESULT_FIFO_JOB).fifo is True
+    assert ODD_RESULT_JOB not in CATALOG.job_names and ODD_RESULT_FIFO_JOB not in CATALOG.job_names
+    # A hang outlasts the time limit, so the soak's hangs are cut; a whole HTTP call ends before it, so a drip meets
+    # the call's own deadline; a slow start leaves its first batch too little time for a run
+    limit = max(q.time_limit_s(j) for q in compressed for j in q.job_names)
+    assert DEFAULT_CHAOS.hang_s > limit > sum(SOAK_HTTP_TIMEOUTS_S)
+    assert DEFAULT_CHAOS.drip_s > sum(SOAK_HTTP_TIMEOUTS_S)
+    assert compressed.queue("orders").function_timeout_s - DEFAULT_CHAOS.slow_start_s < limit + 2
 
 
-@pytest.mark.parametrize("bad", [{"jobs": 0}, {"window": 0}, {"window": 50, "backlog": 10}, {"permanent": 1.5}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"jobs": 0},
+        {"window": 0},
+        {"window": 50, "backlog": 10},
+        {"permanent": 1.5},
+        {"invoice_share": 0.6, "update_share": 0.6},
+        {"big_attributes": -0.1},
+        {"max_updates": 0},
+    ],
+)
 def test_bad_plans_are_refused(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         SoakPlan(**bad)  # type: ignore[arg-type]
