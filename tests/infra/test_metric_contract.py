@@ -156,11 +156,15 @@ class Account:
     faults: Faults
     monkeypatch: pytest.MonkeyPatch
 
-    def send(self, queue: str, body: str) -> None:
-        self.clients("sqs").send_message(QueueUrl=self.deployment.queues[queue].url, MessageBody=body)
+    def send(self, queue: str, body: str, group: str = "contract") -> None:
+        local = self.deployment.queues[queue]
+        fifo = {"MessageGroupId": group} if local.spec.fifo else {}
+        self.clients("sqs").send_message(QueueUrl=local.url, MessageBody=body, **fifo)
 
-    def job(self, queue: str, job: str, entity_id: str) -> None:
-        self.send(queue, json.dumps({"job": job, "id": entity_id}))
+    def job(self, queue: str, job: str, entity_id: str, key: str | None = None) -> None:
+        body = {"job": job, "id": entity_id, **({"key": key} if key is not None else {})}
+        # On a FIFO queue each job is its own group: one failing never holds back another of this test.
+        self.send(queue, json.dumps(body), group=f"{entity_id}.{key}")
 
     def environment(self, spec: QueueSpec) -> dict[str, str]:
         """The worker's environment as the template sets it: literal values as they are, the deployment's
@@ -270,6 +274,29 @@ def drive_orders(account: Account, spec: QueueSpec) -> None:
     account.faults.answers.clear()
 
 
+def drive_order_updates(account: Account, spec: QueueSpec) -> None:
+    """The FIFO example: the same outcomes as the orders queue's, each update named by its key."""
+    (job,) = spec.job_names
+    common_outcomes(account, spec)
+    put_order(account, "u-ok")
+    account.job(spec.name, job, "u-ok", key="u-ok-u1")  # succeeds
+    account.job(spec.name, job, "u-missing", key="u-missing-u1")  # no such order: permanent, dead-lettered
+    account.deliver(spec)
+    put_order(account, "u-last")
+    account.job(spec.name, job, "u-last", key="u-last-u1")
+    account.ran_before(f"{job}:u-last-u1", spec.max_attempts - 1)
+    account.faults.answers["ses.SendEmail"] = "Throttling"
+    account.deliver(spec)  # its last attempt fails: dead-lettered, retries exhausted
+    for n in range(spec.circuit_breaker.failure_threshold):
+        put_order(account, f"u-down-{n}")
+        account.job(spec.name, job, f"u-down-{n}", key=f"u-down-{n}-u1")
+    account.deliver(spec)  # each retried; SES's breaker opens
+    put_order(account, "u-held")
+    account.job(spec.name, job, "u-held", key="u-held-u1")
+    account.deliver(spec)  # refused by the open breaker: held back
+    account.faults.answers.clear()
+
+
 def drive_invoices(account: Account, spec: QueueSpec) -> None:
     (job,) = spec.job_names
     common_outcomes(account, spec)
@@ -307,7 +334,12 @@ def drive_maintenance(account: Account, spec: QueueSpec) -> None:
     account.faults.answers.clear()
 
 
-DRIVERS = {"orders": drive_orders, "invoices": drive_invoices, "maintenance": drive_maintenance}
+DRIVERS = {
+    "orders": drive_orders,
+    "order_updates": drive_order_updates,
+    "invoices": drive_invoices,
+    "maintenance": drive_maintenance,
+}
 
 
 @pytest.fixture(scope="module")
