@@ -26,6 +26,9 @@ _TICKET = "jobs.breaker_ticket"
 # before-call hook: botocore calls the handlers of a more specific event name first, and a before-call hook that
 # answers itself (an injected fault, a stub) ends the chain, so a generic before-call handler could be skipped.
 _BEFORE_CALL = "before-parameter-build"
+# Each HTTP attempt of a call, botocore's own retries included: a run cut while its call waited for a retry must
+# not send that retry.
+_BEFORE_SEND = "before-send"
 _AFTER_CALL = "after-call"
 _AFTER_CALL_ERROR = "after-call-error"
 _HOOK_ID = "jobs.downstream"
@@ -82,6 +85,7 @@ def register_aws_hooks(events: Any) -> None:
     """Hook a botocore client's events (idempotent). The check runs before the request is built, so a refused call
     is never made, injected faults included."""
     events.register_first(_BEFORE_CALL, _before_call, unique_id=f"{_HOOK_ID}.before")
+    events.register_first(_BEFORE_SEND, _before_send, unique_id=f"{_HOOK_ID}.send")
     events.register(_AFTER_CALL, _after_call, unique_id=f"{_HOOK_ID}.after")
     events.register(_AFTER_CALL_ERROR, _after_call_error, unique_id=f"{_HOOK_ID}.error")
 
@@ -105,6 +109,12 @@ def _before_call(event_name: str = "", context: dict[str, Any] | None = None, **
     if ticket is not None and context is not None:
         run.hold(ticket)
         context[_TICKET] = ticket
+
+
+def _before_send(event_name: str = "", **_: Any) -> None:
+    run = current_run()
+    if run is not None:
+        run.refuse_if_cut(_operation(event_name))
 
 
 def _after_call(

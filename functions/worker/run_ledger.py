@@ -332,7 +332,19 @@ class RunLedger(DynamoDBPersistenceLayer):
             run,
             {":expiry": {"N": str(self._get_expiry_timestamp())}},
             time_left_s=time_left_s,
-            only_if_in_progress=True,
+            only_if="#status = :inprogress AND #runs = :run",
+        )
+
+    def complete_after_cut(self, record_id: str, number: int, *, time_left_s: float) -> None:
+        """A run cut at its time limit whose code then ran to its end (no interruption, no call after the cut): its
+        side effects were all made before the cut, so its key is completed, while the record is still that run's,
+        in progress or failed by the cut; never once a later run has started (then that run decides)."""
+        self._write_completion(
+            record_id,
+            None,
+            {":expiry": {"N": str(self._get_expiry_timestamp())}, ":run": {"N": str(number)}},
+            time_left_s=time_left_s,
+            only_if="#runs = :run AND (#status = :inprogress OR #status = :failed)",
         )
 
     def _write_completion(
@@ -342,7 +354,7 @@ class RunLedger(DynamoDBPersistenceLayer):
         values: dict[str, Any],
         *,
         time_left_s: float,
-        only_if_in_progress: bool = False,
+        only_if: str | None = None,
     ) -> None:
         """COMPLETED, `runs` back to 0 and the completing run kept; `values` the expiry and, if given, the result.
 
@@ -357,6 +369,7 @@ class RunLedger(DynamoDBPersistenceLayer):
             assignments.append("#response_data = :response_data")
         if run is not None:
             values[":run"] = {"N": str(run.number)}
+        if ":run" in values:
             names["#completed_run"] = COMPLETED_RUN
             assignments.append("#completed_run = :run")
         held = run is None or run.held_since is not None
@@ -367,9 +380,11 @@ class RunLedger(DynamoDBPersistenceLayer):
             **({"#pending": PENDING_DEAD_LETTER} if run is None or run.before.pending_dead_letter else {}),
         }
         condition: dict[str, str] = {}
-        if only_if_in_progress and run is not None:
-            condition["ConditionExpression"] = "#status = :inprogress AND #runs = :run"
+        if only_if is not None:
+            condition["ConditionExpression"] = only_if
             values[":inprogress"] = {"S": INPROGRESS}
+            if ":failed" in only_if:
+                values[":failed"] = {"S": FAILED}
         self._client(time_left_s).update_item(
             TableName=self.table_name,
             Key=self._key(record_id),

@@ -100,6 +100,8 @@ _RECORD_LOG_KEYS = ("job", "id", "message_id", "receive", "attempt", "idempotenc
 # How long a record waits for a twin holding its key before it is handed back, and how often it looks.
 IN_PROGRESS_PATIENCE_S = 2.0
 IN_PROGRESS_POLL_S = 0.2
+# How long the write that records a cut run which finished its work may take (in that run's own thread).
+CUT_RUN_WRITE_S = 10.0
 # Kept back from the invocation's remaining time when the runtime's own calls are given their time: the
 # invocation must still return its answer after them.
 ANSWER_RESERVE_S = 0.25
@@ -224,6 +226,7 @@ class _Execution:
         self.run = JobRun(
             key=context.key,
             job=self.job.spec.name,
+            attempt=number,
             limit_s=self.limit_s,
             target=self.job.run,
             args=(context.envelope, context),
@@ -1055,13 +1058,32 @@ class Worker:
         )
 
     def _cut_run_ended(self, run: JobRun) -> None:
-        """The thread of a run cut at its limit is done at last (it is never reused)."""
+        """The thread of a run cut at its limit is done at last (it is never reused). If its code ran to its end
+        untouched (not interrupted, no call after the cut), every side effect it made was made before the cut:
+        its key is recorded completed, unless a later run has started, so the retry the cut scheduled is answered
+        as a duplicate instead of doing it all again."""
+        finished = run.error is None and run.interruptions == 0 and run.calls_after_cut == 0
+        recorded = False
+        if finished and run.attempt:
+            from functions.worker.run_ledger import is_condition_failure
+
+            try:
+                # Its own thread, after the record was settled: it holds no invocation's answer up.
+                self._ledger.complete_after_cut(
+                    idempotency_record_id(run.key), run.attempt, time_left_s=CUT_RUN_WRITE_S
+                )
+                recorded = True
+            except Exception as error:
+                if not is_condition_failure(error):
+                    self._runtime_fault("idempotency_store")
+                    self._obs.logger.exception("could not record a cut run that finished its work as completed")
         self._obs.logger.info(
             "run cut at its time limit has ended",
             extra={
                 "outcome": type(run.error).__name__ if run.error is not None else "returned",
                 "since_cut_s": _since(run.cut_at),
                 "interruptions": run.interruptions,
+                "recorded_completed": recorded,
             },
         )
 

@@ -102,6 +102,8 @@ class JobRun:
     target: Callable[..., Any]
     args: tuple[Any, ...]
     job: str = ""
+    # Which run of its key this is (1 = the first).
+    attempt: int = 0
     # Run in the job thread before and after the job's code (outside the frame the interruption may land in).
     on_start: Callable[[], None] | None = None
     on_end: Callable[[], None] | None = None

@@ -284,7 +284,8 @@ def test_a_cut_run_can_not_complete_a_side_effect_after_its_cut(clients: ClientF
     harness = harness_for(clients, api, FENCED)
     s3 = harness.worker_clients("fenced")("s3")
     release = threading.Event()
-    s3.meta.events.register("before-call.s3.ListBuckets", lambda **_: release.wait(20) and None)
+    # In flight at the cut: sent, its answer held back until `release` (once sent, only the answer can be refused)
+    s3.meta.events.register("before-parse.s3.ListBuckets", lambda **_: release.wait(20) and None)
     harness.send(envelope("two_step", "late"), queue="fenced")
     worker = harness.worker("fenced")
 
@@ -340,3 +341,46 @@ def test_on_a_fifo_queue_a_refusal_is_held_and_on_the_last_receive_dead_lettered
     assert evidence["jobs.failure"] == "receives_exhausted"
     assert "circuit_open" in evidence["jobs.error_message"] and "CircuitOpenError" in evidence["jobs.error_message"]
     assert api_calls(api, ["INV-A", "INV-B"]) == 1
+
+
+def test_a_call_botocore_retries_after_the_run_was_cut_never_sends_its_retry(clients: ClientFactory) -> None:
+    # Given a job's SES send whose first attempt times out (0.5 s) after its run's 0.3 s limit: botocore would
+    # retry it by itself, inside the one call the fence checked when it began
+    from botocore.exceptions import ReadTimeoutError
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.ses.models import ses_backends
+
+    from functions.worker.errors import JobTimeLimitError
+    from functions.worker.time_limit import JobRun, JobRunner
+
+    clients("ses").verify_email_identity(EmailAddress="jobs@example.com")
+    attempts: list[float] = []
+
+    def first_attempt_times_out(request: Any, **_: Any) -> None:
+        attempts.append(time.monotonic())
+        if len(attempts) == 1:  # its answer never comes (moto, the next handler, is never reached)
+            time.sleep(0.5)
+            raise ReadTimeoutError(endpoint_url=request.url)
+
+    # Before every other handler of the attempt, moto's included
+    clients("ses").meta.events.register_first("before-send.ses.SendEmail", first_attempt_times_out)
+
+    def send() -> None:
+        clients("ses").send_email(
+            Source="jobs@example.com",
+            Destination={"ToAddresses": ["a@example.com"]},
+            Message={"Subject": {"Data": "hi"}, "Body": {"Text": {"Data": "hi"}}},
+        )
+
+    refused: list[tuple[str, str]] = []
+    run = JobRun(
+        key="k", limit_s=0.3, target=send, args=(), on_call_after_cut=lambda _, what, how: refused.append((what, how))
+    )
+    # When the run is cut
+    with pytest.raises(JobTimeLimitError):
+        JobRunner().run(run)
+    run.done.wait(5)
+    # Then botocore's retry was refused before it was sent: no mail
+    assert len(attempts) == 2
+    assert ses_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].sent_messages == []
+    assert ("ses.SendEmail", "refused") in refused

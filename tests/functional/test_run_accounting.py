@@ -19,7 +19,7 @@ from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from jobctl.local.provision import provision
 from sqs_jobs.catalog import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record
-from tests.functional.sample_jobs import flaky, nap
+from tests.functional.sample_jobs import flaky, late_finisher, nap
 
 STANDARD = QueueSpec(
     name="standard",
@@ -47,7 +47,13 @@ ORDERED_TIGHT = QueueSpec(
         JobSpec(name="fifo_flaky", handler="tests.functional.sample_jobs.flaky", time_limit_s=2),
     ),
 )
-CATALOG = Catalog(queues=(STANDARD, ORDERED, ORDERED_TIGHT))
+# A job cut at its 1 s limit after its work was done.
+LATE = QueueSpec(
+    name="late",
+    function_timeout_s=10,
+    jobs=(JobSpec(name="late_finisher", handler="tests.functional.sample_jobs.late_finisher", time_limit_s=1),),
+)
+CATALOG = Catalog(queues=(STANDARD, ORDERED, ORDERED_TIGHT, LATE))
 
 
 @pytest.fixture
@@ -221,3 +227,28 @@ def test_fifo_a_record_skipped_on_its_last_receive_is_dead_lettered_with_evidenc
     assert (evidence["jobs.error_type"], evidence["jobs.failure"]) == ("ReceivesExhaustedError", "receives_exhausted")
     assert "skipped behind a failed message" in evidence["jobs.error_message"]
     assert "behind" not in flaky.SIDE_EFFECTS
+
+
+def test_a_run_cut_after_its_work_was_done_is_recorded_completed_so_its_retry_does_nothing_again(
+    accounting: Harness,
+) -> None:
+    late_finisher.SIDE_EFFECTS.clear()
+    accounting.send(envelope("late_finisher", "1"), queue="late")
+    worker = accounting.worker("late")
+    first = accounting.deliver("late", worker=worker)
+    # Cut at its limit: retried, as any cut run is
+    assert first is not None and len(first.failed_ids) == 1
+    deadline = time.monotonic() + 5
+    while worker._runner.cut_runs() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # Its code then ended untouched: nothing after the cut, so its key is completed
+    [ended] = [line for line in accounting.log_lines() if line.get("message") == "run cut at its time limit has ended"]
+    assert (ended["outcome"], ended["interruptions"], ended["recorded_completed"]) == ("returned", 0, True)
+    record = key_record(accounting, "late_finisher:1")
+    assert (record["status"], record["completed_run"]) == ("COMPLETED", 1)
+    # And the retry is a duplicate: the side effect stays one
+    accounting.expire_visibility(first, "late")
+    second = accounting.deliver("late", worker=worker)
+    assert second is not None and second.failed_ids == []
+    assert late_finisher.SIDE_EFFECTS["1"] == 1
+    assert [line["message"] for line in accounting.log_lines() if line.get("message") == "duplicate skipped"]

@@ -1,0 +1,19 @@
+"""Makes its side effect (counted per ID), then waits in library code past its time limit and returns: a run the
+time limit cuts after its work was done, which ends a moment later without anything more."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from functions.worker.jobs import JobContext
+from sqs_jobs.envelope import Envelope
+
+SIDE_EFFECTS: Counter[str] = Counter()
+# Past the 1 s limit, well before the runtime interrupts a cut run again (1 s after the cut).
+WAIT_S = 1.3
+
+
+def run(envelope: Envelope, context: JobContext) -> None:
+    SIDE_EFFECTS[envelope.id] += 1
+    threading.Event().wait(WAIT_S)  # in threading: never interrupted there
