@@ -108,21 +108,17 @@ def test_a_hanging_invoicing_api_no_longer_stops_the_queue(engine: LocalEngine, 
     others = set(INVOICE_IDS) - {HUNG}
     wait_for(lambda: others <= stored_invoices(engine), 30, "the invoices the API answers for are stored")
     assert HUNG not in stored_invoices(engine)
-    # The hung one is cut and retried, again and again, not lost and not dead-lettered.
-    wait_for(
-        lambda: engine.stats()[QUEUE]["failed_records"] >= 2,
-        30,
-        "the hung invoice is reported failed (retried) at least twice",
-    )
+    # The hung one is cut and retried, again and again, not lost and not dead-lettered. (Cold workers may first
+    # hand records back unrun, for want of time: those are failed records too, so the cuts are what is counted.)
+    def cuts() -> list[dict[str, Any]]:
+        lines = map(json.loads, worker_log.getvalue().splitlines())
+        return [line for line in lines if line.get("error_type") == "JobTimeLimitError"]
+
+    wait_for(lambda: len(cuts()) >= 2, 30, "the hung invoice is cut at its time limit and retried at least twice")
     assert HUNG not in stored_invoices(engine)
     assert dead_letter_count(engine) == 0
     assert engine.stats()[QUEUE]["timeouts"] == 0  # every invocation returned within its function timeout
-    cuts = [
-        line
-        for line in map(json.loads, worker_log.getvalue().splitlines())
-        if line.get("error_type") == "JobTimeLimitError"
-    ]
-    assert cuts and {line["id"] for line in cuts} == {HUNG}
+    assert {line["id"] for line in cuts()} == {HUNG}
 
     # The API recovers: the hung invoice lands too, and the API created one invoice per job.
     engine.invoicing.set_mode("ok")

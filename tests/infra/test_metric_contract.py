@@ -379,7 +379,7 @@ def emitted(synth: Synth) -> Iterator[set[Series]]:
             clients("dynamodb").delete_table(TableName=account.deployment.idempotency_table)
             for spec in CATALOG:
                 account.become_worker(spec)
-                account.job(spec.name, spec.job_names[0], "after-the-table")
+                account.job(spec.name, spec.job_names[0], "after-the-table", key="after-the-table-1")
                 account.deliver(spec)
         monkeypatch.setattr(functions.entry, "_worker", None)
     yield emf_series(stdout.getvalue())
