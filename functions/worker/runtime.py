@@ -105,6 +105,11 @@ CUT_RUN_WRITE_S = 10.0
 # Kept back from the invocation's remaining time when the runtime's own calls are given their time: the
 # invocation must still return its answer after them.
 ANSWER_RESERVE_S = 0.25
+# Logged when a call a run had in flight at its cut is answered after it: its effect may have happened (what a
+# timeout can't take back), and the run's retry relies on the job's key.
+CUT_RUN_CALL_ENDED_MESSAGE = (
+    "call of a run cut at its time limit ended after the cut; the retry relies on the job's key"
+)
 
 # Errors the runtime raises about a record: classified by the runtime's rules alone, never the job's overrides.
 _RUNTIME_ERRORS = (
@@ -1051,9 +1056,7 @@ class Worker:
         after the record was settled, so it is said, with the cut run's own record keys (its thread's)."""
         self._tally.add(run.job or RUNTIME_JOB, CUT_RUN_CALL, reason="refused" if outcome == "refused" else "ended")
         self._obs.logger.warning(
-            "call of a run cut at its time limit: refused"
-            if outcome == "refused"
-            else "call of a run cut at its time limit ended after the cut; the retry relies on the job's key",
+            "call of a run cut at its time limit: refused" if outcome == "refused" else CUT_RUN_CALL_ENDED_MESSAGE,
             extra={"call": what, "outcome": outcome, "since_cut_s": _since(run.cut_at)},
         )
 

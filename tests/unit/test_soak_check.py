@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
 from collections import Counter
 
 import pytest
 
 from functions.jobs import order_update_mail
 from functions.worker.deadletter import ERROR_TYPE, FAILURE, FAILURE_EXHAUSTED, FAILURE_PERMANENT
+from functions.worker.runtime import CUT_RUN_CALL_ENDED_MESSAGE
 from jobctl.soak import (
     DEFAULT_CHAOS,
     INVOICE_JOB,
@@ -17,6 +20,7 @@ from jobctl.soak import (
     SOAK_HTTP_TIMEOUTS_S,
     UNKNOWN_MAIL,
     UPDATE_JOB,
+    CutRunWitness,
     Observed,
     SoakJob,
     SoakPlan,
@@ -183,6 +187,54 @@ def test_an_in_progress_record_past_its_deadline_is_not_in_flight() -> None:
     assert check(JOBS, observed) == ["1 idempotency record(s) still IN_PROGRESS before their deadline"]
     observed.stale_in_progress = 2
     assert check(JOBS, observed) == []
+
+
+def test_a_second_mail_is_allowed_only_for_a_send_the_runtime_reported_answered_after_a_cut() -> None:
+    observed = all_well()
+    observed.mails[(ORDER_JOB, "0000001")] = 2
+    observed.cut_in_flight[(ORDER_JOB, "0000001")] = 1
+    assert check(JOBS, observed) == []
+    observed.mails[(ORDER_JOB, "0000001")] = 3  # one more than the runtime reported
+    assert check(JOBS, observed) == [
+        "order_confirmation:0000001 had 3 side effects, not exactly 1 (1 sent by runs cut with the call in flight)"
+    ]
+    observed.mails[(ORDER_JOB, "0000001")] = 0  # a report never excuses a job that didn't happen
+    assert "order_confirmation:0000001 had 0 side effects" in check(JOBS, observed)[0]
+    observed = all_well()
+    observed.cut_in_flight[(INVOICE_JOB, "0000002")] = 1  # invoices are one per Idempotency-Key at the API
+    observed.invoices_created["0000002"] = 2
+    assert any("generate_invoice:0000002 had 2 side effects" in problem for problem in check(JOBS, observed))
+
+
+def _log_line(**fields: object) -> str:
+    return json.dumps({"level": "WARNING", "message": CUT_RUN_CALL_ENDED_MESSAGE, **fields}) + "\n"
+
+
+def test_the_witness_passes_the_log_on_and_notes_only_mail_sends_answered_after_a_cut() -> None:
+    output = io.StringIO()
+    witness = CutRunWitness(output)
+    mail = _log_line(
+        job=UPDATE_JOB, idempotency_key=f"{UPDATE_JOB}:0000005-u1", call="ses.SendEmail", outcome="answered 200"
+    )
+    lines = [
+        mail[:40],  # a line may come in pieces
+        mail[40:],
+        _log_line(job=ORDER_JOB, idempotency_key=f"{ORDER_JOB}:0000001", call="ses.SendEmail", outcome="refused"),
+        _log_line(job=ORDER_JOB, idempotency_key=f"{ORDER_JOB}:0000001", call="s3.PutObject", outcome="answered 200"),
+        _log_line(job=ORDER_JOB, idempotency_key=f"{ORDER_JOB}:0000001", call="ses.SendEmail", outcome="answered 400"),
+        json.dumps({"message": "job done", "job": ORDER_JOB, "call": "ses.SendEmail", "outcome": "answered 200"})
+        + "\n",
+        _log_line(
+            job=ODD_RESULT_JOB,
+            idempotency_key=f"{ODD_RESULT_JOB}:0000009",
+            call="ses.SendEmail",
+            outcome="answered 200",
+        ),
+    ]
+    for piece in lines:
+        witness.write(piece)
+    assert output.getvalue() == "".join(lines)
+    assert witness.mails == Counter({(UPDATE_JOB, "0000005-u1"): 1, (ODD_RESULT_JOB, "0000009"): 1})
 
 
 def test_each_jobs_mail_subject_names_its_job() -> None:
