@@ -108,6 +108,7 @@ def test_a_hanging_invoicing_api_no_longer_stops_the_queue(engine: LocalEngine, 
     others = set(INVOICE_IDS) - {HUNG}
     wait_for(lambda: others <= stored_invoices(engine), 30, "the invoices the API answers for are stored")
     assert HUNG not in stored_invoices(engine)
+
     # The hung one is cut and retried, again and again, not lost and not dead-lettered. (Cold workers may first
     # hand records back unrun, for want of time: those are failed records too, so the cuts are what is counted.)
     def cuts() -> list[dict[str, Any]]:
