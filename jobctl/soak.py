@@ -428,9 +428,9 @@ class SoakReport:
 
     @property
     def repeated_by_cuts(self) -> int:
-        """Mails beyond one per job, each explained by a send in flight at its run's cut (check() allows no other)."""
+        """Mails beyond one per job that a send in flight at its run's cut explains (check() names any other)."""
         return sum(
-            max(0, self.observed.mails[job.ref] - 1)
+            min(max(0, self.observed.mails[job.ref] - 1), self.observed.cut_in_flight[job.ref])
             for job in self.jobs
             if job.job != INVOICE_JOB and not job.permanent
         )
@@ -656,9 +656,6 @@ def _observe(engine: LocalEngine, drained: bool) -> Observed:
     return observed
 
 
-# The runtime's report of a call that was in flight when its run was cut and answered after the cut: the one way a
-# side effect may happen twice (docs/chaos.md).
-CUT_CALL_ENDED = CUT_RUN_CALL_ENDED_MESSAGE
 # The calls that are a mail job's side effect.
 MAIL_CALLS = frozenset({"ses.SendEmail", "ses.SendRawEmail"})
 
@@ -679,7 +676,8 @@ class CutRunWitness:
             lines = (self._partial + text).split("\n")
             self._partial = lines.pop()
             for line in lines:
-                if CUT_CALL_ENDED in line:
+                # The runtime's report of a call in flight at its run's cut, answered after it (docs/chaos.md).
+                if CUT_RUN_CALL_ENDED_MESSAGE in line:
                     self._note(line)
         return len(text)
 
@@ -693,7 +691,12 @@ class CutRunWitness:
             return
         answered = str(record.get("outcome", "")).startswith("answered 2")
         job, key = record.get("job"), str(record.get("idempotency_key", ""))
-        if record.get("message") == CUT_CALL_ENDED and answered and record.get("call") in MAIL_CALLS and job:
+        if (
+            record.get("message") == CUT_RUN_CALL_ENDED_MESSAGE
+            and answered
+            and record.get("call") in MAIL_CALLS
+            and job
+        ):
             self.mails[(job, key.removeprefix(f"{job}:"))] += 1
 
 

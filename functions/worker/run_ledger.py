@@ -330,7 +330,7 @@ class RunLedger(DynamoDBPersistenceLayer):
         self._write_completion(
             run.before.record_id,
             run,
-            {":expiry": {"N": str(self._get_expiry_timestamp())}},
+            {":expiry": {"N": str(self._get_expiry_timestamp())}, ":inprogress": {"S": INPROGRESS}},
             time_left_s=time_left_s,
             only_if="#status = :inprogress AND #runs = :run",
         )
@@ -342,7 +342,12 @@ class RunLedger(DynamoDBPersistenceLayer):
         self._write_completion(
             record_id,
             None,
-            {":expiry": {"N": str(self._get_expiry_timestamp())}, ":run": {"N": str(number)}},
+            {
+                ":expiry": {"N": str(self._get_expiry_timestamp())},
+                ":run": {"N": str(number)},
+                ":inprogress": {"S": INPROGRESS},
+                ":failed": {"S": FAILED},
+            },
             time_left_s=time_left_s,
             only_if="#runs = :run AND (#status = :inprogress OR #status = :failed)",
         )
@@ -356,7 +361,8 @@ class RunLedger(DynamoDBPersistenceLayer):
         time_left_s: float,
         only_if: str | None = None,
     ) -> None:
-        """COMPLETED, `runs` back to 0 and the completing run kept; `values` the expiry and, if given, the result.
+        """COMPLETED, `runs` back to 0 and the completing run kept; `values` the expiry, if given the result, and
+        the values `only_if` (the write's condition) names.
 
         The failure bookkeeping the record held when the run started is removed (a key reused after its record
         expires starts clean); only what was there, so a first run's completion stays as small a write as
@@ -379,12 +385,7 @@ class RunLedger(DynamoDBPersistenceLayer):
             **({"#first_failed_at": FIRST_FAILED_AT} if run is None or run.before.first_failed_at else {}),
             **({"#pending": PENDING_DEAD_LETTER} if run is None or run.before.pending_dead_letter else {}),
         }
-        condition: dict[str, str] = {}
-        if only_if is not None:
-            condition["ConditionExpression"] = only_if
-            values[":inprogress"] = {"S": INPROGRESS}
-            if ":failed" in only_if:
-                values[":failed"] = {"S": FAILED}
+        condition = {"ConditionExpression": only_if} if only_if is not None else {}
         self._client(time_left_s).update_item(
             TableName=self.table_name,
             Key=self._key(record_id),
