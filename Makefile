@@ -24,11 +24,12 @@ REHEARSAL_VENV := .venv-rehearsal
 REHEARSAL_CDK_ARGS ?=
 export REHEARSAL_CDK_ARGS
 
-.PHONY: help dev bundle wheel screenshots lint test rehearse demo synth deploy diff destroy local clean bench soak
+.PHONY: help dev bundle wheel screenshots lint check test rehearse demo synth deploy diff destroy local clean bench soak
 
 help:
 	@echo "make demo    run the order-confirmation job end to end on the embedded local engine"
 	@echo "make test    lint (ruff, mypy) and every test: unit, functional, infra, e2e (incl. a 2,000-job chaos soak), the console in a browser, rehearsal"
+	@echo "make check   the fast loop: lint, unit and functional tests (about 2 minutes)"
 	@echo "make rehearse  deploy the stack to LocalStack with the CDK CLI and run jobctl's procedure against it"
 	@echo "make soak    the chaos soak at 10,000 jobs (SOAK_JOBS=n to change): faults injected, every promise checked"
 	@echo "make wheel   build the publisher's wheel (sqs_jobs: JobPublisher and the job contract, needs only boto3) into dist/"
@@ -85,6 +86,10 @@ lint: $(VENV)/.synced
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
+
+# The fast loop while working: everything that needs no CDK synth, local engine, browser or LocalStack.
+check: lint
+	$(BIN)/pytest -n 3 --dist worksteal tests/unit tests/functional
 
 # Three pytest workers on two cores: many tests wait on a local engine or a browser, not the CPU (pytest-xdist);
 # work stealing keeps the others busy beside the soak, the longest test (495 s against 834 s with two workers).

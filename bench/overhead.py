@@ -94,11 +94,10 @@ def per_record_us(records: int, rounds: int) -> dict[str, list[float]]:
         AWS_DEFAULT_REGION=REGION,
         POWERTOOLS_TRACE_DISABLED="1",
     )
-    import boto3
     from moto import mock_aws
 
     from bench import bare_handler
-    from functions.worker.clients import ClientFactory
+    from functions.worker.clients import ClientFactory, new_session
     from functions.worker.observability import Observability
     from functions.worker.runtime import Worker
     from jobctl.local.lambda_events import LocalLambdaContext
@@ -111,7 +110,7 @@ def per_record_us(records: int, rounds: int) -> dict[str, list[float]]:
     catalog = Catalog(queues=(QueueSpec(name="bench", parallel_records=1, jobs=(noop,)),))
     timings: dict[str, list[float]] = {"bare Powertools": [], "this runtime": []}
     with mock_aws(), open(os.devnull, "w") as sink:
-        clients = ClientFactory(session=boto3.session.Session(region_name=REGION))
+        clients = ClientFactory(session=new_session(region_name=REGION))
         deployment = provision(clients, catalog=catalog, invoicing_api_url="http://127.0.0.1:9/unused")
         local = deployment.queues["bench"]
         worker = Worker(

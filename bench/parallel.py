@@ -60,10 +60,9 @@ def check_arguments(delay_s: float, batch: int, rounds: int) -> list[str]:
 def run_cases(delay_s: float, batch: int, rounds: int) -> dict[str, list[float]]:
     """Wall seconds of each case's batch, per round."""
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION=REGION)
-    import boto3
     from moto import mock_aws
 
-    from functions.worker.clients import ClientFactory
+    from functions.worker.clients import ClientFactory, new_session
     from functions.worker.observability import Observability
     from functions.worker.runtime import Worker
     from jobctl.local.emulator import EventSourceMapping
@@ -75,7 +74,7 @@ def run_cases(delay_s: float, batch: int, rounds: int) -> dict[str, list[float]]
     shipped = CATALOG.queue(QUEUE)
     with mock_aws(), FakeInvoicingApi() as api, open(os.devnull, "w") as sink:
         api.set_mode("slow", delay_s=delay_s)
-        clients = ClientFactory(session=boto3.session.Session(region_name=REGION))
+        clients = ClientFactory(session=new_session(region_name=REGION))
         catalog = Catalog(queues=(replace(shipped, batch_size=batch),))
         deployment = provision(clients, catalog=catalog, invoicing_api_url=api.url)
         sqs, dynamodb = clients("sqs"), clients("dynamodb")

@@ -165,10 +165,9 @@ def _mails_sent() -> int:
 
 def run(jobs: int = 100) -> list[PhaseResult]:
     """Run `jobs` new order confirmations, as many duplicates, retried jobs and hand-backs, on the real worker."""
-    import boto3
     from moto import mock_aws
 
-    from functions.worker.clients import ClientFactory
+    from functions.worker.clients import ClientFactory, new_session
     from jobctl.local.provision import provision
     from sqs_jobs.catalog import CATALOG, Catalog
 
@@ -178,7 +177,7 @@ def run(jobs: int = 100) -> list[PhaseResult]:
     )
     catalog = Catalog(queues=tuple(spec if queue.name == QUEUE else queue for queue in CATALOG))
     with _fake_credentials(), mock_aws():
-        clients = ClientFactory(session=boto3.session.Session(region_name=REGION))
+        clients = ClientFactory(session=new_session(region_name=REGION))
         bench = _Bench(clients, provision(clients, catalog=catalog), jobs)
         return [
             bench.phase("new", "bench"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Callable
@@ -9,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
+import botocore.loaders
+import botocore.session
 from botocore.config import Config
 
 from functions.worker.downstream import register_aws_hooks
@@ -53,6 +56,20 @@ CALL_BOUNDS = (
 )
 # Below the last bound: one attempt sharing the time left, in steps of this (few distinct clients), at least one.
 SHORT_CALL_STEP_S = 0.25
+
+
+@functools.cache
+def _shared_loader() -> botocore.loaders.Loader:
+    return botocore.loaders.create_loader()
+
+
+def new_session(**settings: Any) -> boto3.session.Session:
+    """A boto3 session (`settings` as for boto3.session.Session) that shares one process-wide loader of botocore's
+    service models with every other session made here: a fresh session would parse each model's JSON again, which
+    costs more than the rest of making a client (the local engine and the tests make sessions per worker)."""
+    core = botocore.session.Session()
+    core.register_component("data_loader", _shared_loader())
+    return boto3.session.Session(botocore_session=core, **settings)
 
 
 def call_bound(time_left_s: float) -> CallBound:
@@ -111,7 +128,7 @@ class ClientFactory:
         with self._lock:
             client = self._clients.get((service, bound))
             if client is None:
-                session = self._session or boto3.session.Session()
+                session = self._session or new_session()
                 config = self._config if bound is None else self._config.merge(bound.config())
                 client = session.client(service, endpoint_url=self._endpoint_url, config=config)  # type: ignore[call-overload]
                 register_aws_hooks(client.meta.events)

@@ -28,7 +28,7 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoReque
 from moto.server import ThreadedMotoServer
 from werkzeug.serving import make_server
 
-from functions.worker.clients import ClientFactory
+from functions.worker.clients import ClientFactory, new_session
 from functions.worker.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, HttpClient
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
@@ -184,7 +184,7 @@ class LocalEngine:
         return f"http://{self.host}:{self.port}"
 
     def session(self) -> boto3.session.Session:
-        return boto3.session.Session(
+        return new_session(
             region_name=self.region, aws_access_key_id=LOCAL_ACCESS_KEY, aws_secret_access_key=LOCAL_ACCESS_KEY
         )
 
@@ -289,7 +289,7 @@ class LocalEngine:
             credentials = self.clients()("sts").assume_role(RoleArn=role_arn, RoleSessionName="scheduler")[
                 "Credentials"
             ]
-            session = boto3.session.Session(
+            session = new_session(
                 aws_access_key_id=credentials["AccessKeyId"],
                 aws_secret_access_key=credentials["SecretAccessKey"],
                 aws_session_token=credentials["SessionToken"],

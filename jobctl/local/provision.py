@@ -15,6 +15,7 @@ from typing import Any
 
 import boto3
 
+from functions.worker.clients import new_session
 from functions.worker.settings import WorkerSettings
 from infra.asset_staging import RUNTIME_VERSION
 from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, parameter_name, physical_queue_name
@@ -117,7 +118,7 @@ class LocalDeployment:
         credentials = sts_client.assume_role(
             RoleArn=self.queues[queue].worker_role_arn, RoleSessionName=session_name[:64]
         )["Credentials"]
-        return boto3.session.Session(
+        return new_session(
             aws_access_key_id=credentials["AccessKeyId"],
             aws_secret_access_key=credentials["SecretAccessKey"],
             aws_session_token=credentials["SessionToken"],

@@ -11,9 +11,9 @@ import time
 from dataclasses import replace
 from typing import Any
 
-import boto3
 import pytest
 
+from functions.worker.clients import new_session
 from jobctl.local.chaos import ChaosSettings
 from jobctl.local.engine import LocalEngine, free_port, running_engine
 from jobctl.soak import DEFAULT_CHAOS, SoakPlan, run_soak
@@ -35,7 +35,7 @@ def test_jobctl_local_with_chaos_fails_downstream_calls_and_keeps_the_job() -> N
         banner = [process.stdout.readline() for _ in range(len(CATALOG.queues) + 3)]
         assert any("chaos: transient=1.0" in line for line in banner), banner
         endpoint = f"http://127.0.0.1:{port}"
-        session = boto3.session.Session(aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
+        session = new_session(aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
         ssm, sqs = session.client("ssm", endpoint_url=endpoint), session.client("sqs", endpoint_url=endpoint)
         session.client("dynamodb", endpoint_url=endpoint).put_item(
             TableName="SqsJobs-orders", Item={"order_id": {"S": "77"}, "email": {"S": "buyer@example.com"}}

@@ -9,10 +9,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
 from click.testing import CliRunner
 
+from functions.worker.clients import new_session
 from jobctl.cli import main as jobctl
 from jobctl.demo import run_demo
 from jobctl.local.engine import LocalEngine, free_port
@@ -93,7 +93,7 @@ def test_jobctl_local_serves_any_boto3_client_and_stops_cleanly_on_sigterm(tmp_p
         banner = process.stdout.readline()
         assert f"http://127.0.0.1:{port}" in banner, banner
         endpoint = f"http://127.0.0.1:{port}"
-        session = boto3.session.Session(aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
+        session = new_session(aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
         sqs = session.client("sqs", endpoint_url=endpoint)
         url = session.client("ssm", endpoint_url=endpoint).get_parameter(Name="/SqsJobs/queues/orders/url")[
             "Parameter"

@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, cast
 
-import boto3
 import pytest
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from moto import mock_aws
 
-from functions.worker.clients import ClientFactory
+from functions.worker.clients import ClientFactory, new_session
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from jobctl.local.chaos import Chaos
@@ -54,7 +53,7 @@ def clients(aws_credentials: None) -> Iterator[ClientFactory]:
     serialize_moto()
     enforce_message_limits()  # a message too big for its queue, attributes counted, is refused, as on AWS
     with mock_aws():
-        yield ClientFactory(session=boto3.session.Session(region_name=REGION))
+        yield ClientFactory(session=new_session(region_name=REGION))
 
 
 @dataclass

@@ -9,13 +9,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from moto.dynamodb.models import DynamoDBBackend
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
 import functions.entry
-from functions.worker.clients import CALL_BOUNDS, ClientFactory, call_bound
+from functions.worker.clients import CALL_BOUNDS, ClientFactory, call_bound, new_session
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from functions.worker.settings import WorkerSettings
@@ -145,7 +144,7 @@ def test_with_a_slow_idempotency_store_the_invocation_still_answers_before_its_d
     moto_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     flaky.ATTEMPTS_SEEN.clear()
-    session = boto3.session.Session(region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test")
+    session = new_session(region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test")
     clients = ClientFactory(session=session, endpoint_url=moto_server)
     catalog = Catalog(queues=(SLOW,))
     deployment = provision(clients, catalog=catalog)

@@ -9,13 +9,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig
 
 from functions import entry
 from functions.worker import deadletter
-from functions.worker.clients import ClientFactory
+from functions.worker.clients import ClientFactory, new_session
 from functions.worker.errors import WorkerConfigError
 from functions.worker.observability import RUNTIME_JOB, Observability
 from functions.worker.provenance import ORIGINAL_ATTRIBUTES, MessageAttributes, unpack
@@ -350,7 +349,7 @@ def test_a_dead_letter_send_failure_is_the_runtimes_fault_the_record_stays_and_c
 ) -> None:
     harness.send(envelope("order_confirmation", "9999"))
     worker = harness.worker()
-    broken = ClientFactory(session=boto3.session.Session(region_name="us-east-1"))
+    broken = ClientFactory(session=new_session(region_name="us-east-1"))
     monkeypatch.setattr(worker, "_dead_letters", deadletter.DeadLetterQueue(broken("sqs"), "https://invalid/none"))
     invocation = harness.deliver(worker=worker)
     assert invocation is not None and len(invocation.failed_ids) == 1

@@ -33,7 +33,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import boto3
 import botocore.handlers
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
@@ -41,7 +40,7 @@ from moto import mock_aws
 
 import functions.entry
 from functions.jobs import dlq_review
-from functions.worker.clients import ClientFactory
+from functions.worker.clients import ClientFactory, new_session
 from functions.worker.observability import Observability
 from functions.worker.settings import METRICS_NAMESPACE
 from jobctl.local.emulator import EventSourceMapping, Invocation
@@ -360,9 +359,7 @@ def emitted(synth: Synth) -> Iterator[set[Series]]:
         )
         record_senders()
         with mock_aws(), contextlib.redirect_stdout(stdout):
-            session = boto3.session.Session(
-                aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
-            )
+            session = new_session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION)
             clients = ClientFactory(session=session)
             account = Account(
                 clients=clients,

@@ -9,7 +9,6 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 from click.testing import CliRunner
@@ -18,7 +17,7 @@ from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.ses.models import SESBackend, ses_backends
 
 from functions.worker.classify import Kind, classify
-from functions.worker.clients import ClientFactory
+from functions.worker.clients import ClientFactory, new_session
 from functions.worker.errors import HttpTransientError
 from functions.worker.http import HttpClient, HttpDeadlineError
 from functions.worker.time_limit import JobRun, JobRunner
@@ -115,7 +114,7 @@ def in_a_job_run(call: Callable[[], Any]) -> Any:
 @pytest.fixture
 def aws() -> Iterator[tuple[ClientFactory, SESBackend]]:
     with mock_aws():
-        clients = ClientFactory(session=boto3.session.Session(region_name="us-east-1"))
+        clients = ClientFactory(session=new_session(region_name="us-east-1"))
         clients("ses").verify_email_identity(EmailAddress=SENDER)
         clients("dynamodb").create_table(
             TableName="orders",
@@ -178,7 +177,7 @@ def test_an_injected_aws_hang_times_out_after_hang_s_and_sends_nothing(aws: tupl
 def test_clients_of_other_factories_are_untouched(aws: tuple[ClientFactory, SESBackend]) -> None:
     clients, backend = aws
     Chaos(ChaosSettings(transient=1.0)).register_aws(clients)
-    other = ClientFactory(session=boto3.session.Session(region_name="us-east-1"))
+    other = ClientFactory(session=new_session(region_name="us-east-1"))
     in_a_job_run(lambda: _send(other("ses")))
     assert len(backend.sent_messages) == 1
 
