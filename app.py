@@ -9,8 +9,8 @@ import sys
 
 from infra.context import ContextError
 from infra.dependencies_layer import LayerMissingError
-from infra.job_resources import MissingResourceError
 from infra.monitoring import MonitoringError
+from infra.resource_providers import MissingResourceError
 from infra.stack import build_app
 
 

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from infra.naming import QUEUE_SIGNALS, queue_signals
-from sqs_jobs.catalog import CATALOG, Catalog, QueueSpec
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import Catalog, QueueSpec
 
 PRICES_AS_OF = "2026-11-29"
 MILLION = 1_000_000

@@ -41,7 +41,8 @@ from typing import Any
 from functions.worker.backoff import SQS_MAX_VISIBILITY_S, backoff_delay_s
 from functions.worker.breaker import Breakers, Ticket, hold_delay_s
 from functions.worker.errors import CircuitOpenError
-from sqs_jobs.catalog import HAND_BACK_RECEIVES, CircuitBreakerSpec, QueueSpec
+from sqs_jobs.limits import HAND_BACK_RECEIVES
+from sqs_jobs.specs import CircuitBreakerSpec, QueueSpec
 
 # The catalog's defaults, as every queue that sets nothing gets them (the shipped `orders` queue does).
 DEFAULTS = QueueSpec(name="outage_bench", jobs=())

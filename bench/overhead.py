@@ -20,6 +20,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REGION = "us-east-1"
 
@@ -102,16 +104,16 @@ def per_record_us(records: int, rounds: int) -> dict[str, list[float]]:
     from functions.worker.runtime import Worker
     from jobctl.local.lambda_events import LocalLambdaContext
     from jobctl.local.provision import provision
-    from sqs_jobs.catalog import Catalog, JobSpec, QueueSpec
+    from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 
     # One record at a time, as the bare handler runs them: what the runtime adds per record, not what running
     # records side by side changes (bench.parallel measures that).
     noop = JobSpec(name="noop", handler="bench.noop_job")
-    catalog = Catalog(queues=(QueueSpec(name="bench", parallel_records=1, jobs=(noop,)),))
+    catalog = Catalog(resources=APP_RESOURCES, queues=(QueueSpec(name="bench", parallel_records=1, jobs=(noop,)),))
     timings: dict[str, list[float]] = {"bare Powertools": [], "this runtime": []}
     with mock_aws(), open(os.devnull, "w") as sink:
         clients = ClientFactory(session=new_session(region_name=REGION))
-        deployment = provision(clients, catalog=catalog, invoicing_api_url="http://127.0.0.1:9/unused")
+        deployment = provision(clients, catalog=catalog, settings={"invoicing_api_url": "http://127.0.0.1:9/unused"})
         local = deployment.queues["bench"]
         worker = Worker(
             settings=deployment.worker_settings("bench"),

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+
 REGION = "us-east-1"
 QUEUE = "invoices"
 GOAL_RATIO = 2.0
@@ -68,15 +70,16 @@ def run_cases(delay_s: float, batch: int, rounds: int) -> dict[str, list[float]]
     from jobctl.local.emulator import EventSourceMapping
     from jobctl.local.fake_invoicing import FakeInvoicingApi
     from jobctl.local.provision import provision
-    from sqs_jobs.catalog import CATALOG, Catalog
+    from sqs_jobs.catalog import CATALOG
+    from sqs_jobs.specs import Catalog
 
     timings: dict[str, list[float]] = {case.label: [] for case in cases(batch)}
     shipped = CATALOG.queue(QUEUE)
     with mock_aws(), FakeInvoicingApi() as api, open(os.devnull, "w") as sink:
         api.set_mode("slow", delay_s=delay_s)
         clients = ClientFactory(session=new_session(region_name=REGION))
-        catalog = Catalog(queues=(replace(shipped, batch_size=batch),))
-        deployment = provision(clients, catalog=catalog, invoicing_api_url=api.url)
+        catalog = Catalog(resources=APP_RESOURCES, queues=(replace(shipped, batch_size=batch),))
+        deployment = provision(clients, catalog=catalog, settings={"invoicing_api_url": api.url})
         sqs, dynamodb = clients("sqs"), clients("dynamodb")
         local = deployment.queues[QUEUE]
         mapping = EventSourceMapping(

@@ -36,9 +36,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from bench.throughput import DEFAULT_BACKLOGS, REQUESTS, RunResult, run_engine, table
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 
 if TYPE_CHECKING:
-    from sqs_jobs.catalog import Catalog
+    from sqs_jobs.specs import Catalog
 
 JOB = "generate_invoice"
 QUEUE = "invoices"
@@ -63,11 +64,12 @@ def check_arguments(jobs: int, delay_s: float) -> list[str]:
 
 def one_at_a_time(catalog: Catalog, queue: str = QUEUE) -> Catalog:
     """`catalog` with `queue` at parallel_records=1 and every other queue as it is."""
-    from sqs_jobs.catalog import Catalog
+    from sqs_jobs.specs import Catalog
 
     catalog.queue(queue)  # an unknown queue is an error, not a silent no-op
     return Catalog(
-        queues=tuple(replace(spec, parallel_records=1) if spec.name == queue else spec for spec in catalog.queues)
+        resources=APP_RESOURCES,
+        queues=tuple(replace(spec, parallel_records=1) if spec.name == queue else spec for spec in catalog.queues),
     )
 
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sqs_jobs.catalog import Catalog
+    from sqs_jobs.specs import Catalog
 
 DEFAULT_JOBS = 1000
 DEFAULT_BACKLOGS = (50,)

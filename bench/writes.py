@@ -34,7 +34,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from unittest import mock
 
-from sqs_jobs.catalog import CircuitBreakerSpec
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.specs import CircuitBreakerSpec
 
 WRITE_OPERATIONS = frozenset(
     {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems", "ExecuteStatement"}
@@ -169,13 +170,16 @@ def run(jobs: int = 100) -> list[PhaseResult]:
 
     from functions.worker.clients import ClientFactory, new_session
     from jobctl.local.provision import provision
-    from sqs_jobs.catalog import CATALOG, Catalog
+    from sqs_jobs.catalog import CATALOG
+    from sqs_jobs.specs import Catalog
 
     # The orders queue with its breakers off (the retry phase's failures would open SES's) and short backoffs.
     spec = replace(
         CATALOG.queue(QUEUE), circuit_breaker=CircuitBreakerSpec(enabled=False), backoff_base_s=1, backoff_cap_s=1
     )
-    catalog = Catalog(queues=tuple(spec if queue.name == QUEUE else queue for queue in CATALOG))
+    catalog = Catalog(
+        resources=APP_RESOURCES, queues=tuple(spec if queue.name == QUEUE else queue for queue in CATALOG)
+    )
     with _fake_credentials(), mock_aws():
         clients = ClientFactory(session=new_session(region_name=REGION))
         bench = _Bench(clients, provision(clients, catalog=catalog), jobs)
@@ -194,7 +198,7 @@ class _Bench:
         from functions.worker.observability import Observability
         from functions.worker.runtime import Worker
         from jobctl.local.emulator import EventSourceMapping
-        from sqs_jobs.catalog import SETTLE_MARGIN_S
+        from sqs_jobs.limits import SETTLE_MARGIN_S
 
         self.jobs = jobs
         self.deployment = deployment

@@ -6,27 +6,26 @@ Pure (no CDK import): the app passes `app.node.try_get_context`. Nothing here re
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from infra.naming import physical_queue_name
-from sqs_jobs.catalog import CATALOG, Catalog
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.resources import AlarmTopic, Bucket, DeadLetterQueues, Endpoint, MailSender, Resource, Secret, Table
+from sqs_jobs.specs import Catalog
 
 STACK_NAME = "stack_name"
-MAIL_SENDER = "mail_sender"
 ALARM_EMAIL = "alarm_email"
 RETAIN_DATA = "retain_data"
-INVOICING_API_URL = "invoicing_api_url"
 ALARM_TOPIC_ARN = "alarm_topic_arn"
 CREATE_MAIL_IDENTITY = "create_mail_identity"
 MAIL_SANDBOX_RECIPIENTS = "mail_sandbox_recipients"
+# The stack's own settings. Each catalog resource has a context key too, its name (`resource_settings`).
 CONTEXT_KEYS = (
     STACK_NAME,
-    MAIL_SENDER,
     ALARM_EMAIL,
     RETAIN_DATA,
-    INVOICING_API_URL,
     ALARM_TOPIC_ARN,
     CREATE_MAIL_IDENTITY,
     MAIL_SANDBOX_RECIPIENTS,
@@ -39,6 +38,14 @@ _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 _DOMAIN = re.compile(r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}")
 # An SNS topic ARN: partition, region, 12-digit account, topic name (SNS's name rule; FIFO checked apart).
 _TOPIC_ARN = re.compile(r"arn:aws(-[a-z]+)*:sns:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:[A-Za-z0-9_-]{1,256}(\.fifo)?")
+# DynamoDB's table names, S3's bucket names, Secrets Manager's secret names (each service's naming rule).
+_TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
+_TABLE_ARN = re.compile(r"arn:aws(-[a-z]+)*:dynamodb:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:table/[A-Za-z0-9_.-]{3,255}")
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_SECRET_NAME = re.compile(r"[A-Za-z0-9/_+=.@-]{1,512}")
+_SECRET_ARN = re.compile(
+    r"arn:aws(-[a-z]+)*:secretsmanager:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}-[A-Za-z0-9]{6}"
+)
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
 # The CDK CLI passes cdk.json's context to the app; `python app.py` alone has none.
@@ -52,14 +59,10 @@ class ContextError(ValueError):
 @dataclass(frozen=True)
 class StackContext:
     stack_name: str
-    # Verified SES identity that the example job sends mail from.
-    mail_sender: str
     # Where alarm notifications go by e-mail; None: no subscription (subscribe to the topic yourself).
     alarm_email: str | None
     # Keep tables, log groups and the alarm key when the stack is deleted.
     retain_data: bool
-    # Base URL of the external invoicing API that generate_invoice calls (https, no trailing slash).
-    invoicing_api_url: str
     # An existing SNS topic every alarm notifies instead of one the stack creates; None: the stack's own topic.
     alarm_topic_arn: str | None = None
     # Create the SES identity of mail_sender in the stack. Off by default: CloudFormation fails the whole deploy
@@ -68,10 +71,9 @@ class StackContext:
     # In the SES sandbox SES authorizes a send against each recipient's identity too: the verified recipients
     # (addresses or domains) the worker's grant must also name. Empty once the account has production access.
     mail_sandbox_recipients: tuple[str, ...] = ()
-
-    @property
-    def mail_sender_domain(self) -> str:
-        return self.mail_sender.rpartition("@")[2]
+    # Per catalog resource whose context key is set: an existing table, bucket or secret (its name or ARN), an
+    # endpoint's URL, the mail sender's address. Absent: the stack creates it, or the catalog's default applies.
+    resource_settings: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, get: Callable[[str], object], catalog: Catalog = CATALOG) -> StackContext:
@@ -100,9 +102,6 @@ class StackContext:
                         physical_queue_name(stack_name, queue.name, dlq=True, fifo=queue.fifo)
                     except ValueError as exc:
                         problems.append(f"{STACK_NAME}: {exc}")
-        mail_sender = text(MAIL_SENDER, required=True)
-        if mail_sender and not _EMAIL.fullmatch(mail_sender):
-            problems.append(f"{MAIL_SENDER} {mail_sender!r} is not an e-mail address")
         alarm_email = text(ALARM_EMAIL, required=False)
         if alarm_email and not _EMAIL.fullmatch(alarm_email):
             problems.append(f"{ALARM_EMAIL} {alarm_email!r} is not an e-mail address (or leave it empty)")
@@ -119,21 +118,48 @@ class StackContext:
         retain_data = _flag(get(RETAIN_DATA), RETAIN_DATA, problems)
         create_mail_identity = _flag(get(CREATE_MAIL_IDENTITY), CREATE_MAIL_IDENTITY, problems)
         recipients = _identities(get(MAIL_SANDBOX_RECIPIENTS), MAIL_SANDBOX_RECIPIENTS, problems)
-        invoicing_api_url = text(INVOICING_API_URL, required=True)
-        if invoicing_api_url:
-            invoicing_api_url = _https_url(invoicing_api_url, INVOICING_API_URL, problems)
+        resource_settings: dict[str, str] = {}
+        for resource in catalog.resources:
+            if resource.name in CONTEXT_KEYS:
+                problems.append(
+                    f"resource {resource.name!r} has the name of the stack's own context key; rename the resource"
+                )
+                continue
+            value = text(resource.name, required=False)
+            if value:
+                resource_settings[resource.name] = _resource_setting(resource, value, problems)
         if problems:
             raise ContextError("bad CDK context: " + "; ".join(problems))
         return cls(
             stack_name=stack_name,
-            mail_sender=mail_sender,
             alarm_email=alarm_email or None,
             retain_data=retain_data,
-            invoicing_api_url=invoicing_api_url,
             alarm_topic_arn=alarm_topic_arn or None,
             create_mail_identity=create_mail_identity,
             mail_sandbox_recipients=recipients,
+            resource_settings=resource_settings,
         )
+
+
+def _resource_setting(resource: Resource, value: str, problems: list[str]) -> str:
+    """A resource's context value, checked against its kind's rule; a problem names what is accepted."""
+    key = resource.name
+    if isinstance(resource, Endpoint):
+        return _https_url(value, key, problems)
+    accepted: str | None = None
+    if isinstance(resource, MailSender) and not _EMAIL.fullmatch(value):
+        accepted = "an e-mail address (the verified SES identity mail is sent from)"
+    elif isinstance(resource, Table) and not (_TABLE_NAME.fullmatch(value) or _TABLE_ARN.fullmatch(value)):
+        accepted = "an existing DynamoDB table's name (3-255 of A-Z a-z 0-9 _ . -) or ARN, or empty to create one"
+    elif isinstance(resource, Bucket) and not _BUCKET_NAME.fullmatch(value):
+        accepted = "an existing S3 bucket's name (3-63 of a-z 0-9 . -), or empty to create one"
+    elif isinstance(resource, Secret) and not (_SECRET_NAME.fullmatch(value) or _SECRET_ARN.fullmatch(value)):
+        accepted = "an existing secret's name or complete ARN (Secrets Manager), or empty to create one"
+    elif isinstance(resource, (AlarmTopic, DeadLetterQueues)):
+        accepted = f"nothing: the stack provides its {resource.kind} itself (remove the context key)"
+    if accepted is not None:
+        problems.append(f"{key} {value!r} is not accepted for the {resource.kind} {key!r}: use {accepted}")
+    return value
 
 
 def _check_topic_arn(value: str, problems: list[str]) -> None:

@@ -19,7 +19,7 @@ from constructs import Construct
 from infra import monitoring
 from infra.naming import pascal_case
 from infra.scheduler_role import scheduler_role
-from sqs_jobs.catalog import HEARTBEAT_JOB, QueueSpec
+from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec
 from sqs_jobs.stack_names import recurring_input
 
 # FIFO queues need a message group; the heartbeats of a queue are one group of their own.

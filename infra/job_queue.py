@@ -24,7 +24,6 @@ from functions.worker.settings import (
     SERVICE_NAME,
     resource_env_name,
 )
-from infra.job_resources import MissingResourceError, ProvidedResource
 from infra.job_schedules import JobSchedules
 from infra.naming import (
     QUEUE_ARN,
@@ -36,8 +35,9 @@ from infra.naming import (
     physical_queue_name,
     schedules_parameter_name,
 )
+from infra.resource_providers import MissingResourceError, ProvidedResource
 from infra.worker_code import ARCHITECTURE, HANDLER, RUNTIME
-from sqs_jobs.catalog import QueueSpec
+from sqs_jobs.specs import QueueSpec
 
 # Outlives the DLQ's 14 days, so the logs of any dead-lettered job are still there when it is looked at.
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH

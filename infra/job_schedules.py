@@ -33,8 +33,9 @@ from infra.naming import (
 )
 from infra.queue_alarms import describe
 from infra.scheduler_role import SCHEDULER, scheduler_role
-from sqs_jobs.catalog import DAY, QueueSpec
+from sqs_jobs.limits import DAY
 from sqs_jobs.publisher import ONE_TIME_PREFIX, SCHEDULE_RETRY_ATTEMPTS, SCHEDULE_RETRY_MAX_AGE_S
+from sqs_jobs.specs import QueueSpec
 from sqs_jobs.stack_names import recurring_input
 
 # Retries of a failed send, for up to a day, then the DLQ: the publisher's one-time schedules use the same

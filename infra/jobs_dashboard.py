@@ -16,7 +16,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra import monitoring
-from sqs_jobs.catalog import QueueSpec
+from sqs_jobs.specs import QueueSpec
 
 WIDTH = 6  # four graphs to a row of 24
 HEIGHT = 6

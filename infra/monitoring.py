@@ -33,7 +33,8 @@ from functions.worker.observability import (
     UNPARSEABLE_JOB,
 )
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
-from sqs_jobs.catalog import HEARTBEAT_JOB, METRIC_LAG_S, MINUTE, QueueSpec
+from sqs_jobs.limits import METRIC_LAG_S, MINUTE
+from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec
 
 ONE_MINUTE = Duration.minutes(1)
 # The window of the runtime's counts and durations: enough runs to say something, short enough to page soon.

@@ -9,28 +9,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aws_cdk import Acknowledgment, CfnElement, Validations
+from aws_cdk import Acknowledgment, Validations
 from constructs import IConstruct
 
 if TYPE_CHECKING:
     from infra.job_queue import JobQueue
     from infra.stack import JobsStack
 
-# The catalog's name for the bucket resource (sqs_jobs.catalog.RESOURCES).
-INVOICES_BUCKET = "invoices_bucket"
-
 XRAY_STAR = (
     "Active tracing: X-Ray's PutTraceSegments and PutTelemetryRecords take no resource ARN, so '*' is the only "
     "resource they accept (added by tracing=ACTIVE). Every other grant of the role names one ARN."
-)
-INVOICE_OBJECTS = (
-    "s3:PutObject on <invoices bucket>/invoices/*: the job writes invoices/<invoice_id>.pdf and the IDs are not "
-    "known at deploy time. The wildcard is only the object key under one prefix of one bucket, for one action."
-)
-BUCKET_ACCESS_LOGS = (
-    "No server access logs: an access-log bucket would be a second retained bucket (itself without logs) for an "
-    "object store that only this stack's invoice worker writes; the bucket is private, TLS 1.2-only, versioned "
-    "and kept. Turn on CloudTrail S3 data events for the bucket if an audit trail of object access is required."
 )
 DLQ_WITHOUT_DLQ = (
     "This is a dead-letter queue: its messages are kept for inspection and redrive (jobctl), nothing consumes it, "
@@ -60,36 +48,33 @@ SQS_ESM_DESTINATION = (
 
 def acknowledge(stack: JobsStack) -> None:
     """Acknowledge the findings listed in docs/infrastructure.md, each on its own construct."""
-    bucket = stack.resources.invoices_bucket.bucket
-    _ack(bucket.node.default_child, "AwsSolutions-S1", BUCKET_ACCESS_LOGS)
-    # cdk-nag names a GetAtt in a finding's ID as <LogicalId.Attr>.
-    bucket_arn_token = f"<{stack.resolve(stack.get_logical_id(_cfn(bucket)))}.Arn>"
     for job_queue in stack.queues.values():
-        _acknowledge_queue(job_queue, bucket_arn_token)
+        _acknowledge_queue(job_queue)
+        # What a resource's grant brings to a worker's policy, acknowledged by its kind's provider
+        # (infra/resource_providers.py), once per kind.
+        policy = _worker_policy(job_queue)
+        for name in job_queue.spec.resources:
+            for rule, reason in stack.resources.provided[name].findings:
+                _ack(policy, rule, reason)
     schedules_dlq = stack.schedules.dead_letter_queue.node.default_child
     _ack(schedules_dlq, "AwsSolutions-SQS3", SCHEDULES_DLQ)
     _ack(schedules_dlq, "Serverless-SQSRedrivePolicy", SCHEDULES_DLQ)
 
 
-def _acknowledge_queue(job_queue: JobQueue, bucket_arn_token: str) -> None:
+def _worker_policy(job_queue: JobQueue) -> IConstruct | None:
     role = job_queue.function.role
     assert role is not None
-    policy = role.node.find_child("DefaultPolicy").node.default_child
-    _ack(policy, "AwsSolutions-IAM5[Resource::*]", XRAY_STAR)
-    if INVOICES_BUCKET in job_queue.spec.resources:
-        _ack(policy, f"AwsSolutions-IAM5[Resource::{bucket_arn_token}/invoices/*]", INVOICE_OBJECTS)
+    return role.node.find_child("DefaultPolicy").node.default_child
+
+
+def _acknowledge_queue(job_queue: JobQueue) -> None:
+    _ack(_worker_policy(job_queue), "AwsSolutions-IAM5[Resource::*]", XRAY_STAR)
     _ack(job_queue.dead_letter_queue.node.default_child, "Serverless-SQSRedrivePolicy", DLQ_WITHOUT_DLQ)
     _ack(job_queue.function.node.default_child, "Serverless-LambdaDLQ", SYNCHRONOUS_WORKER)
     _ack(job_queue.function.node.default_child, "AwsSolutions-L1", TESTED_RUNTIME)
     _ack(job_queue.function.node.default_child, "Serverless-LambdaLatestVersion", TESTED_RUNTIME)
     mapping = next(child for child in job_queue.function.node.children if child.node.id.startswith("SqsEventSource"))
     _ack(mapping.node.default_child, "Serverless-LambdaEventSourceMappingDestination", SQS_ESM_DESTINATION)
-
-
-def _cfn(construct: IConstruct) -> CfnElement:
-    child = construct.node.default_child
-    assert isinstance(child, CfnElement), construct.node.path
-    return child
 
 
 def _ack(construct: IConstruct | None, rule: str, reason: str) -> None:

@@ -10,7 +10,7 @@ import re
 
 # What publishers and operators read (SSM parameter keys and names, the scheduler's names) lives with the
 # publisher, in sqs_jobs; re-exported here for the stack.
-from sqs_jobs.catalog import QueueSpec
+from sqs_jobs.specs import QueueSpec
 from sqs_jobs.stack_names import (
     DLQ_URL,
     QUEUE_ARN,
@@ -39,10 +39,7 @@ __all__ = [
     "FAILURE_RATE",
     "HEARTBEAT_MISSING",
     "IDEMPOTENCY_TABLE_OUTPUT",
-    "INVOICES_BUCKET_OUTPUT",
-    "INVOICES_TABLE_OUTPUT",
     "OLDEST_MESSAGE_AGE",
-    "ORDERS_TABLE_OUTPUT",
     "QUEUE_ARN",
     "QUEUE_ENDPOINT_KEYS",
     "QUEUE_SIGNALS",
@@ -87,9 +84,6 @@ _OUTPUT_SUFFIX = {
 # Stack outputs that are not per queue.
 ALARM_TOPIC_ARN_OUTPUT = "AlarmTopicArn"
 IDEMPOTENCY_TABLE_OUTPUT = "IdempotencyTableName"
-ORDERS_TABLE_OUTPUT = "OrdersTableName"
-INVOICES_TABLE_OUTPUT = "InvoicesTableName"
-INVOICES_BUCKET_OUTPUT = "InvoicesBucketName"
 DASHBOARD_OUTPUT = "DashboardName"
 
 # A queue's alarm signals; its alarm names end with these (`<stack_name>-<queue>-<signal>`).

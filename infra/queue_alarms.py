@@ -37,7 +37,7 @@ from infra.naming import (
     physical_queue_name,
     queue_signals,
 )
-from sqs_jobs.catalog import QueueSpec
+from sqs_jobs.specs import QueueSpec
 
 # SQS publishes its metrics every minute; a longer period would delay the page by as much.
 PERIOD = Duration.minutes(1)

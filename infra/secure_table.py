@@ -8,7 +8,7 @@ from constructs import Construct
 
 
 class SecureTable(Construct):
-    """On-demand, point-in-time recovery, encrypted with the AWS-managed key, string partition key.
+    """On-demand, point-in-time recovery, encrypted with the AWS-managed key.
 
     `retain` keeps the table (and its data) when the stack is deleted.
     """
@@ -20,13 +20,17 @@ class SecureTable(Construct):
         *,
         partition_key: str,
         retain: bool,
+        partition_key_type: dynamodb.AttributeType = dynamodb.AttributeType.STRING,
+        sort_key: str | None = None,
+        sort_key_type: dynamodb.AttributeType = dynamodb.AttributeType.STRING,
         time_to_live_attribute: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.table = dynamodb.Table(
             self,
             "Table",
-            partition_key=dynamodb.Attribute(name=partition_key, type=dynamodb.AttributeType.STRING),
+            partition_key=dynamodb.Attribute(name=partition_key, type=partition_key_type),
+            sort_key=dynamodb.Attribute(name=sort_key, type=sort_key_type) if sort_key else None,
             # Job traffic is bursty and mostly idle: no capacity to plan or pay for when idle.
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(

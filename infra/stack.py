@@ -23,9 +23,6 @@ from infra.naming import (
     ALARM_TOPIC_ARN_OUTPUT,
     DASHBOARD_OUTPUT,
     IDEMPOTENCY_TABLE_OUTPUT,
-    INVOICES_BUCKET_OUTPUT,
-    INVOICES_TABLE_OUTPUT,
-    ORDERS_TABLE_OUTPUT,
     alarm_name_prefix,
     pascal_case,
 )
@@ -33,7 +30,8 @@ from infra.queue_alarms import QueueAlarms
 from infra.queue_endpoints import QueueEndpoints
 from infra.secure_table import SecureTable
 from infra.worker_code import worker_code
-from sqs_jobs.catalog import CATALOG, Catalog
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import Catalog
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The worker's code: its runtime and jobs, and the job contract it shares with publishers.
@@ -48,9 +46,9 @@ NAG_CONTEXT_KEY = "nag"
 
 
 class JobsStack(Stack):
-    """Per catalog queue: JobQueue, QueueAlarms, QueueEndpoints. Shared: tables, bucket, mail identity, the alarm
-    topic (or an existing one), the job schedules (group, DLQ, alarm), the heartbeat canary's schedules and the
-    dashboard."""
+    """Per catalog queue: JobQueue, QueueAlarms, QueueEndpoints. Per catalog resource what its kind provides
+    (JobResources). Shared: the idempotency table, the alarm topic (or an existing one), the job schedules (group,
+    DLQ, alarm), the heartbeat canary's schedules and the dashboard."""
 
     def __init__(
         self,
@@ -97,11 +95,10 @@ class JobsStack(Stack):
         self.resources = JobResources(
             self,
             "Resources",
-            mail_sender=context.mail_sender,
-            invoicing_api_url=context.invoicing_api_url,
+            catalog=catalog,
+            settings=context.resource_settings,
             retain=retain,
             stack_name=context.stack_name,
-            catalog=catalog,
             alarm_topic=self.alarm_topic,
             alarm_topic_key=alarm_topic.key,
             create_mail_identity=context.create_mail_identity,
@@ -187,24 +184,6 @@ class JobsStack(Stack):
             IDEMPOTENCY_TABLE_OUTPUT,
             value=self.idempotency_table.table_name,
             description="DynamoDB table of the workers' idempotency records",
-        )
-        CfnOutput(
-            self,
-            ORDERS_TABLE_OUTPUT,
-            value=self.resources.orders_table.table_name,
-            description="DynamoDB table of orders read by the example job (partition key order_id)",
-        )
-        CfnOutput(
-            self,
-            INVOICES_TABLE_OUTPUT,
-            value=self.resources.invoices_table.table_name,
-            description="DynamoDB table of invoices read by generate_invoice (partition key invoice_id)",
-        )
-        CfnOutput(
-            self,
-            INVOICES_BUCKET_OUTPUT,
-            value=self.resources.invoices_bucket.bucket.bucket_name,
-            description="S3 bucket of the invoice PDFs generate_invoice stores (invoices/<id>.pdf); kept on delete",
         )
         # cdk-nag acknowledgements, each with its reason (construct metadata only: the template is unchanged).
         nag_suppressions.acknowledge(self)

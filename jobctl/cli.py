@@ -24,8 +24,8 @@ COMMANDS = {
     "job": LazyCommand("jobctl.cli_job:job", "Look up one job by its name and ID."),
     "local": LazyCommand(
         "jobctl.cli_local:local",
-        "Run the local engine: moto server + the real workers behind an SQS event source emulator, and a fake of "
-        "the invoicing API that generate_invoice calls.",
+        "Run the local engine: moto server + the real workers behind an SQS event source emulator, every resource "
+        "of the catalog, and a stand-in of each endpoint that declares one.",
     ),
     "queue": LazyCommand(
         "jobctl.cli_queue:queue", "Pause or resume a queue's worker: jobs wait in the queue, nothing is lost."

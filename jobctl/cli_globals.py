@@ -337,7 +337,8 @@ def complete_queue(ctx: click.Context, _param: click.Parameter, incomplete: str)
 
 def complete_job(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """The jobs of the queue already on the line, else every job."""
-    from sqs_jobs.catalog import CATALOG, UnknownQueueError
+    from sqs_jobs.catalog import CATALOG
+    from sqs_jobs.specs import UnknownQueueError
 
     queue = ctx.params.get("queue")
     try:

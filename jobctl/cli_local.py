@@ -14,8 +14,19 @@ from jobctl.cli_globals import JobctlCommand
 from jobctl.cli_support import Options, fail
 from jobctl.local.chaos import ChaosSettings, ChaosSpecError
 from jobctl.local.engine import DEFAULT_PORT, LocalEngine
-from jobctl.local.fake_invoicing import MODES as INVOICING_MODES
 from jobctl.local.scheduler import FastClock
+from jobctl.local.standins import StandInError, parse_standin_option
+
+
+def _standin_options(values: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    options: dict[str, dict[str, str]] = {}
+    for value in values:
+        try:
+            name, parsed = parse_standin_option(value)
+        except StandInError as error:
+            raise click.BadParameter(str(error)) from None
+        options.setdefault(name, {}).update(parsed)
+    return options
 
 
 def _chaos_settings(spec: str | None) -> ChaosSettings | None:
@@ -31,18 +42,13 @@ def _chaos_settings(spec: str | None) -> ChaosSettings | None:
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 64), help="Pollers per queue (default: the catalog's).")
 @click.option(
-    "--invoicing-mode",
-    type=click.Choice(INVOICING_MODES),
-    default="ok",
-    show_default=True,
-    help="Start the fake invoicing API in this mode (change it later with POST <url>/_control).",
-)
-@click.option(
-    "--invoicing-port",
-    type=click.IntRange(0, 65535),
-    default=0,
-    show_default=True,
-    help="Port of the fake invoicing API (0: a free one).",
+    "--standin",
+    "standins",
+    metavar="NAME:KEY=VALUE,...",
+    multiple=True,
+    callback=lambda _ctx, _param, values: _standin_options(values),
+    help="Options of the stand-in of endpoint NAME (the catalog's Endpoint.standin), e.g. "
+    "invoicing_api_url:mode=hang,port=8081; repeat for several endpoints.",
 )
 @click.option(
     "--chaos",
@@ -65,13 +71,12 @@ def local(
     options: Options,
     port: int,
     concurrency: int | None,
-    invoicing_mode: str,
-    invoicing_port: int,
+    standins: dict[str, dict[str, str]],
     chaos: ChaosSettings | None,
     scheduler_speed: float,
 ) -> None:
-    """Run the local engine: moto server + the real workers behind an SQS event source emulator, and a fake of
-    the invoicing API that generate_invoice calls."""
+    """Run the local engine: moto server + the real workers behind an SQS event source emulator, every resource
+    of the catalog, and a stand-in of each endpoint that declares one."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     stop = threading.Event()
@@ -82,31 +87,34 @@ def local(
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    engine = LocalEngine(
-        port=port,
-        stack_name=options.stack,
-        concurrency=concurrency,
-        invoicing_mode=invoicing_mode,
-        invoicing_port=invoicing_port,
-        chaos=chaos,
-        scheduler_clock=FastClock(scheduler_speed) if scheduler_speed != 1 else None,
-    )
     try:
+        engine = LocalEngine(
+            port=port,
+            stack_name=options.stack,
+            concurrency=concurrency,
+            standin_options=standins,
+            chaos=chaos,
+            scheduler_clock=FastClock(scheduler_speed) if scheduler_speed != 1 else None,
+        )
         engine.start()
+    except StandInError as error:
+        fail(str(error))
     except OSError as error:
-        ports = f"port {port}" + (f" or {invoicing_port}" if invoicing_port else "")
-        fail(f"cannot start the local engine on {ports}: {error.strerror}")
+        fail(f"cannot start the local engine (port {port}, or a stand-in's port): {error.strerror}")
     assert engine.deployment is not None
     click.echo(f"local engine ready at {engine.endpoint_url} (region {engine.region}, stack {engine.stack_name})")
     for name, queue in engine.deployment.queues.items():
         click.echo(f"  queue {name}: {queue.url}  (DLQ {queue.dlq_url})")
-    click.echo(
-        f"  invoicing API (fake): {engine.invoicing.url}  mode {invoicing_mode}; "
-        f"GET {engine.invoicing.url}/_stats, POST {engine.invoicing.url}/_control"
-    )
+    for name, value in engine.deployment.resources.items():
+        kind = engine.catalog.resource(name).kind
+        shown = f"{value}  (stand-in)" if name in engine.standins else value
+        click.echo(f"  {kind} {name}: {shown}")
     if chaos is not None:
         click.echo(f"  chaos: {chaos.describe()}")
-    click.echo(f"  export AWS_ENDPOINT_URL={engine.endpoint_url} AWS_REGION={engine.region}")
+    # boto3 reads AWS_DEFAULT_REGION (AWS_REGION only in newer SDKs and the CLI): both, so either works.
+    click.echo(
+        f"  export AWS_ENDPOINT_URL={engine.endpoint_url} AWS_DEFAULT_REGION={engine.region} AWS_REGION={engine.region}"
+    )
     click.echo("  Ctrl-C stops polling, finishes the batches in flight and exits.", err=False)
     sys.stdout.flush()
     while not stop.wait(0.5):  # a timed wait keeps the main thread responsive to signals

@@ -26,9 +26,10 @@ from jobctl.discovery import DiscoveryError, QueueLocation, find_queues
 from jobctl.dlq import BadFilterError, BadRateError, DlqError
 from jobctl.job_lookup import JobLookupError
 from jobctl.queue_control import QueueControlError
-from sqs_jobs.catalog import CATALOG, QueueSpec, UnknownQueueError
+from sqs_jobs.catalog import CATALOG
 from sqs_jobs.errors import EnvelopeError
 from sqs_jobs.publisher import InvalidDelayError, PublishError, QueueNotConfiguredError
+from sqs_jobs.specs import QueueSpec, UnknownQueueError
 
 __all__ = [
     "EXIT_FAILED",

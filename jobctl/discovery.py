@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, parameter_name
-from sqs_jobs.catalog import CATALOG, Catalog
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import Catalog
 
 
 class DiscoveryError(Exception):

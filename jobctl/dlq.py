@@ -36,7 +36,8 @@ from functions.worker.provenance import (
     portable,
 )
 from jobctl.discovery import QueueLocation
-from sqs_jobs.catalog import CATALOG, Catalog
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import Catalog
 
 SQS_BATCH_MAX = 10
 # Long enough to scan a large DLQ in one pass; if jobctl dies, messages reappear after this.

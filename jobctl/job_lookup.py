@@ -19,8 +19,8 @@ from functions.worker.settings import ENV_IDEMPOTENCY_TABLE, idempotency_record_
 from jobctl.discovery import QueueLocation
 from jobctl.dlq import DeadLetter, DeadLetterQueue
 from jobctl.queue_control import QueueControlError, mappings
-from sqs_jobs.catalog import QueueSpec
 from sqs_jobs.envelope import Envelope, build_envelope
+from sqs_jobs.specs import QueueSpec
 
 COMPLETED = "completed"
 IN_PROGRESS = "in progress"

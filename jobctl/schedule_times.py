@@ -12,7 +12,7 @@ import re
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from sqs_jobs.catalog import CRON_MONTHS, CRON_WEEKDAYS, cron_value, schedule_expression_problem
+from sqs_jobs.schedule_expressions import CRON_MONTHS, CRON_WEEKDAYS, cron_value, schedule_expression_problem
 
 _AT = re.compile(r"^at\((\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\)$")
 _RATE = re.compile(r"^rate\((\d+) (minute|hour|day)s?\)$")

@@ -56,9 +56,11 @@ from jobctl.dlq import DeadLetter, DeadLetterQueue
 from jobctl.local.chaos import ChaosSettings
 from jobctl.local.engine import WAITING, LocalEngine
 from jobctl.soak_jobs import odd_results
-from sqs_jobs.catalog import CATALOG, Catalog, JobSpec
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.publisher import JobPublisher
+from sqs_jobs.specs import Catalog, JobSpec
 
 ORDER_JOB = "order_confirmation"
 INVOICE_JOB = "generate_invoice"
@@ -147,6 +149,7 @@ def soak_catalog(catalog: Catalog = CATALOG) -> Catalog:
     """The catalog with its clock compressed and the soak's own jobs added; attempts, batch sizes, records in
     parallel and concurrency stay as they are."""
     return Catalog(
+        resources=APP_RESOURCES,
         queues=tuple(
             replace(
                 queue,
@@ -162,7 +165,7 @@ def soak_catalog(catalog: Catalog = CATALOG) -> Catalog:
                 ),
             )
             for queue in catalog
-        )
+        ),
     )
 
 
@@ -632,7 +635,8 @@ def _observe(engine: LocalEngine, drained: bool) -> Observed:
         observed.mails[mail_ref(subject)] += 1
         if update := _UPDATE.match(subject):
             observed.update_mails.setdefault(update.group(1), []).append(update.group(2))
-    for invoice_id in engine.invoicing.stats()["invoices"].values():
+    invoicing_stats = engine.standins["invoicing_api_url"].stats()  # type: ignore[attr-defined]
+    for invoice_id in invoicing_stats["invoices"].values():
         observed.invoices_created[invoice_id] += 1
     s3 = engine.clients()("s3")
     for page in s3.get_paginator("list_objects_v2").paginate(

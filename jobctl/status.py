@@ -23,7 +23,7 @@ from functions.worker.observability import (
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
 from jobctl.discovery import QueueLocation
 from jobctl.queue_control import QueueControlError, is_paused
-from sqs_jobs.catalog import HEARTBEAT_JOB, QueueSpec
+from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec
 
 SQS_NAMESPACE = "AWS/SQS"
 OLDEST_AGE_METRIC = "ApproximateAgeOfOldestMessage"

@@ -15,11 +15,13 @@ from typing import Any
 from functions.jobs.records import load_item
 from functions.worker.errors import PermanentError, RecordNotFoundError
 from functions.worker.jobs import JobContext
+from sqs_jobs.catalog import INVOICES_PREFIX
 from sqs_jobs.envelope import Envelope
 
 PDF_MAGIC = b"%PDF"
 PDF_CONTENT_TYPE = "application/pdf"
-KEY_PREFIX = "invoices/"
+# The bucket resource's prefix: the only keys the worker's grant allows it to write.
+KEY_PREFIX = INVOICES_PREFIX
 
 
 class InvoiceNotFoundError(RecordNotFoundError):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions.worker.provenance import ORIGINAL_ATTRIBUTES, STORED_ATTRIBUTES, Attributes, unpack
-from sqs_jobs.catalog import DAY, SQS_MAX_RETENTION_S
+from sqs_jobs.limits import DAY, SQS_MAX_RETENTION_S
 
 # The idempotency table's partition key and TTL attribute (infra/stack.py: IDEMPOTENCY_PARTITION_KEY,
 # IDEMPOTENCY_TTL_ATTRIBUTE; tests/unit/test_attribute_store.py checks they agree).

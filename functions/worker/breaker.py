@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from functions.worker.errors import CircuitOpenError
-from sqs_jobs.catalog import SQS_MAX_DELAY_S, CircuitBreakerSpec
+from sqs_jobs.limits import SQS_MAX_DELAY_S
+from sqs_jobs.specs import CircuitBreakerSpec
 
 # A probe whose outcome never arrives (its run was abandoned in a way no hook saw) frees its slot after this long:
 # longer than any one call of a job may take (the HTTP client's 10 s connect + 30 s read, botocore's retries).

@@ -35,8 +35,8 @@ from functions.worker.provenance import (
     pack,
     packed_attribute,
 )
-from sqs_jobs.catalog import SQS_DEFAULT_MAX_MESSAGE_BYTES, SQS_MAX_MESSAGE_BYTES
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.limits import SQS_DEFAULT_MAX_MESSAGE_BYTES, SQS_MAX_MESSAGE_BYTES
 
 ATTRIBUTE_PREFIX = RUNTIME_PREFIX
 ERROR_TYPE = "jobs.error_type"

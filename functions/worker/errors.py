@@ -114,6 +114,11 @@ class RuntimeInfrastructureError(TransientError):
     service problem, not the job's fault. Retried and alarmed, never dead-lettered as the job's failure."""
 
 
+class SecretUnavailableError(TransientError):
+    """A job's secret can't be read (missing, not allowed, no value): the deployment's fault, retried with backoff
+    while someone fixes it; its message names the secret and AWS's error code, never a value."""
+
+
 class HttpError(JobError):
     """An HTTP call a job made failed; `status` is the response status, or None when there was no response."""
 

@@ -11,13 +11,14 @@ from aws_lambda_powertools import Logger
 
 from functions.worker.clients import ClientFactory
 from functions.worker.errors import IdempotencyKeyError, WorkerConfigError
-from sqs_jobs.catalog import JobSpec, QueueSpec
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.specs import JobSpec, QueueSpec
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from functions.worker.http import HttpClient, JobHttp
+    from functions.worker.secrets import SecretCache
 
 # What a job returns: kept in its idempotency record by the rule of functions/worker/results.py (any value that
 # converts to JSON; None keeps nothing).
@@ -38,6 +39,8 @@ class JobContext:
     lambda_context: LambdaContext
     # The worker's one HTTP client, built on a job's first request (most jobs make none).
     http_client_provider: Callable[[], HttpClient]
+    # The worker's secrets, read on first use and cached (functions/worker/secrets.py); None: the job has none.
+    secrets: SecretCache | None = None
 
     def resource(self, name: str) -> str:
         try:
@@ -46,6 +49,14 @@ class JobContext:
             raise WorkerConfigError(
                 f"job {self.envelope.job!r} needs resource {name!r}, which its JobSpec.resources does not list"
             ) from None
+
+    def secret(self, name: str) -> str:
+        """The value of the secret resource `name` (a Secret of the catalog that the job's resources list), read
+        from Secrets Manager on first use and kept for SECRET_CACHE_S. Never log it."""
+        secret_id = self.resource(name)
+        if self.secrets is None:
+            raise WorkerConfigError(f"job {self.envelope.job!r}: this worker has no secret store to read {name!r}")
+        return self.secrets.get(name, secret_id)
 
     def client(self, service: str) -> Any:
         return self.clients(service)

@@ -82,8 +82,9 @@ from functions.worker.provenance import HELD_SINCE, PRIOR_ATTEMPTS, MessageAttri
 from functions.worker.run_ledger import Failure, LedgerEntry, RunLedger, RunsExhaustedError, StartedRun
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, WorkerSettings, idempotency_record_id
 from functions.worker.time_limit import JobRun, JobRunner
-from sqs_jobs.catalog import HEARTBEAT_JOB, SETTLE_MARGIN_S, SQS_MAX_DELAY_S
 from sqs_jobs.envelope import Envelope, parse_envelope
+from sqs_jobs.limits import SETTLE_MARGIN_S, SQS_MAX_DELAY_S
+from sqs_jobs.specs import HEARTBEAT_JOB
 
 # Modules only a failure, a hand-back or a job's HTTP call needs are imported there, on first use, not at
 # cold start (docs/benchmarks.md, (a)).
@@ -93,6 +94,7 @@ if TYPE_CHECKING:
     from functions.worker.classify import Classification
     from functions.worker.deadletter import DeadLetterQueue
     from functions.worker.http import HttpClient
+    from functions.worker.secrets import SecretCache
 
 # The idempotency payload is {"key": "<business key>"}; Powertools hashes the value under this path.
 _KEY_PATH = "key"
@@ -385,6 +387,14 @@ class Worker:
         """The SQS client for one of the runtime's own calls, bounded by the invocation's remaining time."""
         return self._clients.within("sqs", self._call_time_s())
 
+    @cached_property
+    def _secrets(self) -> SecretCache:
+        """The worker's secret values, read through the jobs' own client: a read is part of the job's run (its
+        time limit and the service's breaker apply)."""
+        from functions.worker.secrets import SecretCache
+
+        return SecretCache(lambda: self._clients("secretsmanager"))
+
     def _http_client(self) -> HttpClient:
         """The worker's one HTTP client (one pool), built on a job's first request: most jobs make none."""
         with self._http_lock:
@@ -546,6 +556,7 @@ class Worker:
                 logger=self._obs.logger,
                 lambda_context=lambda_context,
                 http_client_provider=self._http_client,
+                secrets=self._secrets,
             )
 
         execution = _Execution(

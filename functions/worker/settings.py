@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from functions.worker.errors import WorkerConfigError
-from sqs_jobs.catalog import CATALOG, RESOURCES, Catalog, QueueSpec, UnknownQueueError
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import Catalog, QueueSpec, UnknownQueueError
 
 ENV_QUEUE_NAME = "JOBS_QUEUE_NAME"
 ENV_QUEUE_URL = "JOBS_QUEUE_URL"
@@ -71,7 +72,7 @@ class WorkerSettings:
             if value:
                 resources[resource] = value
             else:
-                problems.append(f"{resource_env_name(resource)} is not set ({RESOURCES[resource]})")
+                problems.append(f"{resource_env_name(resource)} is not set ({catalog.resource(resource).description})")
         if problems or queue is None:
             raise WorkerConfigError("worker environment is incomplete: " + "; ".join(problems))
         return cls(

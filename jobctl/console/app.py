@@ -22,8 +22,8 @@ from jobctl.discovery import DiscoveryError
 from jobctl.dlq import DlqError
 from jobctl.job_lookup import JobLookupError
 from jobctl.queue_control import QueueControlError
-from sqs_jobs.catalog import UnknownQueueError
 from sqs_jobs.errors import EnvelopeError
+from sqs_jobs.specs import UnknownQueueError
 
 # Errors an operator can act on: shown as one line on the page (and in an operation's result), never a traceback.
 OPERATOR_ERRORS: tuple[type[Exception], ...] = (

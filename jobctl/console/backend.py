@@ -18,7 +18,8 @@ from jobctl.discovery import QueueLocation, find_queues
 from jobctl.dlq import DeadLetter, DeadLetterQueue, Filter, group, group_key, not_idempotent, verify
 from jobctl.job_lookup import JobLookup, lookup
 from jobctl.status import QueueStatus, queue_status
-from sqs_jobs.catalog import CATALOG, Catalog, QueueSpec
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import Catalog, QueueSpec
 
 # How long a redrive's verification follows the moved jobs before it reports what it saw.
 VERIFY_TIMEOUT_S = 120

@@ -8,7 +8,7 @@ from typing import Any
 
 from functions.worker.observability import FAILED
 from jobctl.status import OLDEST_AGE_METRIC, SQS_NAMESPACE, VISIBLE_METRIC, job_metric
-from sqs_jobs.catalog import QueueSpec
+from sqs_jobs.specs import QueueSpec
 
 CHART_HOURS = 3
 PERIOD_S = 60

@@ -1,9 +1,9 @@
 """The local engine: an embedded moto server (no Docker) with the stack's resources and the real workers, plus
-a fake of the invoicing API that `generate_invoice` calls.
+a stand-in of each endpoint the catalog declares one for (jobctl/local/standins.py).
 
 with LocalEngine(port=0) as engine:        # or `jobctl local`
     engine.endpoint_url                    # any boto3 program or `aws --endpoint-url` reaches it
-    engine.invoicing.set_mode("hang")      # the fake invoicing API (jobctl/local/fake_invoicing.py)
+    engine.standins["<endpoint>"]          # a running stand-in, e.g. to change its mode
 
 LocalEngine(chaos=ChaosSettings.parse("transient=0.2,crash=0.01")) injects faults (jobctl/local/chaos.py).
 """
@@ -34,7 +34,6 @@ from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from jobctl.local.chaos import Chaos, ChaosSettings
 from jobctl.local.emulator import EventSourceMapping, Handler, MappingSwitch
-from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.heartbeat import HeartbeatCanary
 from jobctl.local.metrics_agent import MetricsAgent
 from jobctl.local.moto_limits import enforce_message_limits
@@ -42,7 +41,9 @@ from jobctl.local.moto_locks import serialize_moto
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import DEFAULT_STACK_NAME, LocalDeployment, provision, worker_function_name
 from jobctl.local.scheduler import LocalScheduler, LocalSchedules, provision_schedules
-from sqs_jobs.catalog import CATALOG, Catalog
+from jobctl.local.standins import build_standins
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import Catalog
 
 log = logging.getLogger("jobctl.local")
 
@@ -142,15 +143,16 @@ class LocalEngine:
         concurrency: int | None = None,
         run_workers: bool = True,
         worker_output: TextIO | None = None,
-        invoicing_mode: str = "ok",
-        invoicing_port: int = 0,
+        standin_options: Mapping[str, Mapping[str, str]] | None = None,
         heartbeat_interval_s: float | None = None,
         chaos: ChaosSettings | None = None,
         scheduler_clock: Callable[[], datetime] | None = None,
         http_timeouts_s: tuple[float, float] | None = None,
     ) -> None:
-        """`http_timeouts_s`: the jobs' HTTP client's connect and read timeouts (None: the client's defaults, as
-        deployed); its whole-call timeout is their sum."""
+        """`standin_options`: per endpoint with a stand-in (the catalog's `Endpoint.standin`), the options it is
+        built with, e.g. {"invoicing_api_url": {"mode": "hang"}}. `http_timeouts_s`: the jobs' HTTP client's
+        connect and read timeouts (None: the client's defaults, as deployed); its whole-call timeout is their
+        sum."""
         self.port = port or free_port()
         self.host = host
         self.region = region
@@ -164,8 +166,8 @@ class LocalEngine:
         self.deployment: LocalDeployment | None = None
         # Faults injected into the workers' downstream calls and deliveries; None: none.
         self.chaos = Chaos(chaos) if chaos is not None else None
-        # Serves from start() to stop(); its URL is the deployment's `invoicing_api_url`.
-        self.invoicing = FakeInvoicingApi(host=host, port=invoicing_port, mode=invoicing_mode, chaos=self.chaos)
+        # Each serves from start() to stop(); its URL is its endpoint's value in the deployment.
+        self.standins = build_standins(catalog, host=host, chaos=self.chaos, options=standin_options or {})
         # The stack's CloudWatch feeds and heartbeat schedule, locally; None until started.
         self.metrics: MetricsAgent | None = None
         self.heartbeats: HeartbeatCanary | None = None
@@ -236,9 +238,13 @@ class LocalEngine:
         self._server.start()
         # moto's backends live in this process; an engine always starts from an empty account.
         urllib.request.urlopen(urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")).close()
-        self.invoicing.start()
+        for standin in self.standins.values():
+            standin.start()
         self.deployment = provision(
-            self.clients(), catalog=self.catalog, stack_name=self.stack_name, invoicing_api_url=self.invoicing.url
+            self.clients(),
+            catalog=self.catalog,
+            stack_name=self.stack_name,
+            settings={name: standin.url for name, standin in self.standins.items()},
         )
         self._sqs = self.clients()("sqs")
         self.schedules = provision_schedules(self.clients(), self.deployment, self.catalog)
@@ -362,11 +368,12 @@ class LocalEngine:
             self.heartbeats.stop()
         if self.metrics is not None:
             self.metrics.stop()
-        # Before moto: a run cut at its time limit may still wait on the fake API or an injected hang; answered
+        # Before moto: a run cut at its time limit may still wait on a stand-in or an injected hang; answered
         # now, it can still clean up its idempotency record.
         if self.chaos is not None:
             self.chaos.stop()
-        self.invoicing.stop()
+        for standin in self.standins.values():
+            standin.stop()
         if self._server is not None:
             self._server.stop()
             self._server = None

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from jobctl.local.provision import LocalQueue
-from sqs_jobs.catalog import HEARTBEAT_JOB
+from sqs_jobs.specs import HEARTBEAT_JOB
 
 log = logging.getLogger("jobctl.local")
 

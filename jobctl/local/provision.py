@@ -1,15 +1,13 @@
 """Creates, on any SQS/DynamoDB/SES/S3 endpoint (the local moto server, or moto's mock_aws in tests), the same
-queues, DLQs, tables, bucket, SES identity and worker roles the CDK stack creates, with the same settings, from
-the same catalog."""
+queues, DLQs, worker roles and functions the CDK stack creates, and each catalog resource by its kind
+(jobctl/local/resource_providers.py), with the same settings, from the same catalog."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import re
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,22 +17,12 @@ from functions.worker.clients import new_session
 from functions.worker.settings import WorkerSettings
 from infra.asset_staging import RUNTIME_VERSION
 from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, parameter_name, physical_queue_name
-from sqs_jobs.catalog import CATALOG, Catalog, QueueSpec
+from jobctl.local.resource_providers import LocalResources, create_table
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import Catalog, QueueSpec
+from sqs_jobs.stack_names import resource_parameter_name
 
 DEFAULT_STACK_NAME = "SqsJobs"
-DEFAULT_MAIL_SENDER = "jobs@example.com"
-# Where jobs find the invoicing API when the caller has none to offer (tests on mock_aws that don't call it):
-# the discard port, so a job that does call it fails fast with a refused connection, a transient error.
-UNUSED_INVOICING_API_URL = "http://127.0.0.1:9/unused"
-# The stack's bucket has the same settings (tests/infra/test_engine_matches_stack.py compares them).
-BUCKET_ENCRYPTION = "AES256"
-BUCKET_PUBLIC_ACCESS_BLOCK = {
-    "BlockPublicAcls": True,
-    "IgnorePublicAcls": True,
-    "BlockPublicPolicy": True,
-    "RestrictPublicBuckets": True,
-}
-_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
 # Who may assume a worker role: Lambda, as in the stack.
 _LAMBDA_TRUST = json.dumps(
     {
@@ -187,72 +175,15 @@ def _detach_moto_sqs_triggers() -> None:
                 queue.lambda_event_source_mappings.clear()
 
 
-def _create_table(dynamodb: Any, name: str, key: str, ttl_attribute: str | None = None) -> None:
-    try:
-        dynamodb.create_table(
-            TableName=name,
-            KeySchema=[{"AttributeName": key, "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-    except dynamodb.exceptions.ResourceInUseException:
-        return
-    if ttl_attribute:
-        dynamodb.update_time_to_live(
-            TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute}
-        )
-
-
-def local_bucket_name(stack_name: str, purpose: str, account: str) -> str:
-    """`<stack>-<purpose>-<account>`, lowercase: S3 names are global, so the account keeps them apart.
-    (The stack lets CloudFormation generate its bucket names; this is the local engine's.)"""
-    name = f"{stack_name}-{purpose}-{account}".lower()
-    if not _BUCKET_NAME.fullmatch(name) or "--" in name:
-        raise ValueError(f"bucket name {name!r} is not a valid S3 name (3-63 of a-z, 0-9, '-'); shorten the stack name")
-    return name
-
-
-def _create_bucket(s3: Any, name: str) -> None:
-    region = s3.meta.region_name
-    # us-east-1 is the one region that refuses an explicit LocationConstraint.
-    location = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
-    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):  # provision() is idempotent
-        s3.create_bucket(Bucket=name, **location)
-    s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
-    s3.put_bucket_encryption(
-        Bucket=name,
-        ServerSideEncryptionConfiguration={
-            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": BUCKET_ENCRYPTION}}]
-        },
-    )
-    s3.put_public_access_block(Bucket=name, PublicAccessBlockConfiguration=BUCKET_PUBLIC_ACCESS_BLOCK)
-
-
-def local_alarm_topic_name(stack_name: str) -> str:
-    """The local engine's alarm topic. (The stack lets CloudFormation name its topic, or uses yours.)"""
-    return f"{stack_name}-alarms"
-
-
-def _dlq_review_resources(
-    client: Callable[[str], Any], stack_name: str, queues: dict[str, LocalQueue]
-) -> dict[str, str]:
-    """`alarm_topic` (the topic, created or found: CreateTopic of an existing name returns it) and
-    `dead_letter_queues` (every queue's DLQ and worker role, as JSON), which dlq_review reads."""
-    topic_arn = client("sns").create_topic(Name=local_alarm_topic_name(stack_name))["TopicArn"]
-    dead_letter_queues = {
-        name: {"dlq_url": local.dlq_url, "worker_role_id": local.worker_role_id} for name, local in queues.items()
-    }
-    return {"alarm_topic": str(topic_arn), "dead_letter_queues": json.dumps(dead_letter_queues)}
-
-
 def provision(
     client: Callable[[str], Any],
     catalog: Catalog = CATALOG,
     stack_name: str = DEFAULT_STACK_NAME,
-    mail_sender: str = DEFAULT_MAIL_SENDER,
-    invoicing_api_url: str = UNUSED_INVOICING_API_URL,
+    settings: Mapping[str, str] | None = None,
 ) -> LocalDeployment:
-    """Create (or find) every resource of the stack. Idempotent: a second call returns the same deployment."""
+    """Create (or find) every resource of the stack. Idempotent: a second call returns the same deployment.
+    `settings` sets a resource's local value by name: an endpoint's URL (its stand-in's), the mail sender's
+    address, a secret's value (else its `local_value`)."""
     sqs = client("sqs")
     iam = client("iam")
     queues: dict[str, LocalQueue] = {}
@@ -280,16 +211,19 @@ def provision(
 
     dynamodb = client("dynamodb")
     idempotency_table = f"{stack_name}-idempotency"
-    _create_table(dynamodb, idempotency_table, key="id", ttl_attribute="expiration")
-    orders_table = f"{stack_name}-orders"
-    _create_table(dynamodb, orders_table, key="order_id")
-    invoices_table = f"{stack_name}-invoices"
-    _create_table(dynamodb, invoices_table, key="invoice_id")
+    create_table(dynamodb, idempotency_table, key="id", ttl_attribute="expiration")
     # The account from a queue ARN (a catalog has at least one queue): no STS call needed.
     account = next(iter(queues.values())).arn.split(":")[4]
-    invoices_bucket = local_bucket_name(stack_name, "invoices", account)
-    _create_bucket(client("s3"), invoices_bucket)
-    client("ses").verify_email_identity(EmailAddress=mail_sender)
+    makers = LocalResources(
+        client,
+        stack_name=stack_name,
+        account=account,
+        settings=settings or {},
+        dead_letter_queues={
+            name: {"dlq_url": local.dlq_url, "worker_role_id": local.worker_role_id} for name, local in queues.items()
+        },
+    )
+    resources = {spec.name: makers.provide(spec) for spec in catalog.resources}
     ssm = client("ssm")
     for local in queues.values():
         parameters = queue_parameters(
@@ -297,19 +231,17 @@ def provision(
         )
         for name, value in parameters.items():
             ssm.put_parameter(Name=name, Value=value, Type="String", Overwrite=True)
+    # Each resource's value where services find it, as the stack writes it.
+    for resource in catalog.resources:
+        if resource.published:
+            parameter = resource_parameter_name(stack_name, resource.name)
+            ssm.put_parameter(Name=parameter, Value=resources[resource.name], Type="String", Overwrite=True)
     deployment = LocalDeployment(
         stack_name=stack_name,
         region=sqs.meta.region_name,
         queues=queues,
         idempotency_table=idempotency_table,
-        resources={
-            "orders_table": orders_table,
-            "mail_sender": mail_sender,
-            "invoices_table": invoices_table,
-            "invoices_bucket": invoices_bucket,
-            "invoicing_api_url": invoicing_api_url,
-            **_dlq_review_resources(client, stack_name, queues),
-        },
+        resources=resources,
     )
     lambda_client = client("lambda")
     for queue in queues:

@@ -26,8 +26,9 @@ from typing import Any
 from jobctl.local.provision import LocalDeployment
 from jobctl.local.ticker import Ticker
 from jobctl.schedule_times import next_fire
-from sqs_jobs.catalog import CATALOG, Catalog
+from sqs_jobs.catalog import CATALOG
 from sqs_jobs.publisher import SCHEDULE_RETRY_ATTEMPTS, SCHEDULE_RETRY_MAX_AGE_S
+from sqs_jobs.specs import Catalog
 from sqs_jobs.stack_names import (
     SCHEDULE_GROUP,
     SCHEDULER_ROLE_ARN,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from sqs_jobs.catalog import CATALOG, Catalog, JobSpec, QueueSpec
+from sqs_jobs.catalog import CATALOG
 from sqs_jobs.envelope import Envelope, build_envelope, parse_envelope
 from sqs_jobs.errors import (
     EnvelopeError,
@@ -31,6 +31,7 @@ from sqs_jobs.publisher import (
     QueueNotConfiguredError,
     SchedulingNotConfiguredError,
 )
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 
 try:
     __version__ = version("sqs-jobs")

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqs_jobs.catalog import CATALOG, SQS_MAX_DELAY_S, Catalog
+from sqs_jobs.catalog import CATALOG
 from sqs_jobs.envelope import Envelope, Scalar, build_envelope
+from sqs_jobs.limits import SQS_MAX_DELAY_S
+from sqs_jobs.specs import Catalog
 from sqs_jobs.stack_names import (
     DEFAULT_STACK_NAME,
     QUEUE_ARN,

@@ -61,3 +61,9 @@ def recurring_input(job: str) -> str:
     """What a catalog schedule sends: the job's envelope with the scheduled time as its ID, so a firing the
     scheduler delivers twice is one job (idempotency), and each firing is its own."""
     return json.dumps({"job": job, "id": SCHEDULED_TIME}, separators=(",", ":"))
+
+
+def resource_parameter_name(stack_name: str, resource: str) -> str:
+    """The SSM parameter holding a catalog resource's value (a table's or bucket's name, a secret's ARN, a URL,
+    an address), for services that use the same resource: `/<stack_name>/resources/<resource>`."""
+    return f"/{stack_name}/resources/{resource}"

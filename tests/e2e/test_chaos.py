@@ -18,7 +18,9 @@ from jobctl.local.chaos import ChaosSettings
 from jobctl.local.engine import LocalEngine, free_port, running_engine
 from jobctl.soak import DEFAULT_CHAOS, SoakPlan, run_soak
 from jobctl.soak_jobs import odd_results
-from sqs_jobs.catalog import CATALOG, Catalog
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.specs import Catalog
 from tests.e2e.processes import jobctl_local
 
 pytestmark = pytest.mark.e2e
@@ -31,14 +33,16 @@ def test_jobctl_local_with_chaos_fails_downstream_calls_and_keeps_the_job() -> N
     port = free_port()
     with jobctl_local("--port", str(port), "--chaos", "transient=1,seed=3") as process:
         assert process.stdout is not None
-        # Its banner: the engine's line, one per catalog queue, the invoicing API's, then the chaos
-        banner = [process.stdout.readline() for _ in range(len(CATALOG.queues) + 3)]
+        # Its banner: the engine's line, one per catalog queue, one per resource, then the chaos
+        banner = [process.stdout.readline() for _ in range(1 + len(CATALOG.queues) + len(CATALOG.resources) + 1)]
         assert any("chaos: transient=1.0" in line for line in banner), banner
         endpoint = f"http://127.0.0.1:{port}"
         session = new_session(aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
         ssm, sqs = session.client("ssm", endpoint_url=endpoint), session.client("sqs", endpoint_url=endpoint)
+        # A service finds the table where the stack publishes it: its resource parameter.
+        orders = ssm.get_parameter(Name="/SqsJobs/resources/orders_table")["Parameter"]["Value"]
         session.client("dynamodb", endpoint_url=endpoint).put_item(
-            TableName="SqsJobs-orders", Item={"order_id": {"S": "77"}, "email": {"S": "buyer@example.com"}}
+            TableName=orders, Item={"order_id": {"S": "77"}, "email": {"S": "buyer@example.com"}}
         )
         url = ssm.get_parameter(Name="/SqsJobs/queues/orders/url")["Parameter"]["Value"]
         sqs.send_message(QueueUrl=url, MessageBody='{"job": "order_confirmation", "id": "77"}')
@@ -108,7 +112,9 @@ def test_chaos_soak_keeps_every_promise() -> None:
 
 
 # One queue on the soak's clock: 8 s invocations, a 4 s time limit (half the timeout), two environments.
-SHORT = Catalog(queues=(replace(CATALOG.queue("orders"), function_timeout_s=8, max_concurrency=2),))
+SHORT = Catalog(
+    resources=APP_RESOURCES, queues=(replace(CATALOG.queue("orders"), function_timeout_s=8, max_concurrency=2),)
+)
 
 
 def _order(engine: LocalEngine, order_id: str) -> None:

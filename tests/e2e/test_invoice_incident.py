@@ -23,8 +23,11 @@ from typing import Any
 import pytest
 
 from jobctl.local.engine import LocalEngine, free_port
-from sqs_jobs.catalog import CATALOG, Catalog
+from jobctl.local.fake_invoicing import FakeInvoicingApi
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.publisher import JobPublisher
+from sqs_jobs.specs import Catalog
 from tests.e2e.processes import ROOT, cli_env, jobctl_local
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -45,7 +48,9 @@ INCIDENT = replace(
     # The longest limit a 6 s function serves: healthy runs stay far below it even on a loaded machine.
     jobs=tuple(replace(job, time_limit_s=3) for job in _INVOICES.jobs),
 )
-INCIDENT_CATALOG = Catalog(queues=tuple(INCIDENT if queue.name == QUEUE else queue for queue in CATALOG))
+INCIDENT_CATALOG = Catalog(
+    resources=APP_RESOURCES, queues=tuple(INCIDENT if queue.name == QUEUE else queue for queue in CATALOG)
+)
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.2) -> None:
@@ -87,6 +92,12 @@ def dead_letter_count(engine: LocalEngine) -> int:
     return sum(int(value) for value in attributes.values())
 
 
+def invoicing(engine: LocalEngine) -> FakeInvoicingApi:
+    standin = engine.standins["invoicing_api_url"]
+    assert isinstance(standin, FakeInvoicingApi)
+    return standin
+
+
 def test_a_hanging_invoicing_api_no_longer_stops_the_queue(engine: LocalEngine, worker_log: io.StringIO) -> None:
     assert engine.deployment is not None
     clients = engine.clients()
@@ -100,7 +111,7 @@ def test_a_hanging_invoicing_api_no_longer_stops_the_queue(engine: LocalEngine, 
                 "currency": {"S": "EUR"},
             },
         )
-    engine.invoicing.set_mode("hang", only_ids=[HUNG])
+    invoicing(engine).set_mode("hang", only_ids=[HUNG])
     publisher = JobPublisher(clients("sqs"), {QUEUE: engine.deployment.queues[QUEUE].url})
     publisher.publish_many([("generate_invoice", invoice_id) for invoice_id in INVOICE_IDS])
 
@@ -122,37 +133,38 @@ def test_a_hanging_invoicing_api_no_longer_stops_the_queue(engine: LocalEngine, 
     assert {line["id"] for line in cuts()} == {HUNG}
 
     # The API recovers: the hung invoice lands too, and the API created one invoice per job.
-    engine.invoicing.set_mode("ok")
+    invoicing(engine).set_mode("ok")
     wait_for(lambda: HUNG in stored_invoices(engine), 30, "the hung invoice is stored once the API answers")
     assert engine.wait_until_idle(timeout_s=30)
     assert stored_invoices(engine) == set(INVOICE_IDS)
-    assert engine.invoicing.created_count() == len(INVOICE_IDS)
-    assert engine.invoicing.created_count(HUNG) == 1
-    assert engine.invoicing.requests_for(f"generate_invoice:{HUNG}") >= 1
+    assert invoicing(engine).created_count() == len(INVOICE_IDS)
+    assert invoicing(engine).created_count(HUNG) == 1
+    assert invoicing(engine).requests_for(f"generate_invoice:{HUNG}") >= 1
     assert dead_letter_count(engine) == 0
 
 
 def test_jobctl_local_starts_the_fake_invoicing_api_in_the_mode_asked_and_prints_its_url() -> None:
-    with jobctl_local("--port", str(free_port()), "--invoicing-mode", "hang") as process:
+    with jobctl_local("--port", str(free_port()), "--standin", "invoicing_api_url:mode=hang") as process:
         assert process.stdout is not None
-        # Its banner: the engine's line, one per catalog queue, then the invoicing API's
-        banner = [process.stdout.readline() for _ in range(len(CATALOG.queues) + 2)]
-        [line] = [line for line in banner if "invoicing API (fake):" in line]
-        url = line.split("invoicing API (fake):", 1)[1].split()[0]
+        # Its banner: the engine's line, one per catalog queue, then one per resource
+        banner = [process.stdout.readline() for _ in range(1 + len(CATALOG.queues) + len(CATALOG.resources))]
+        [line] = [line for line in banner if "Endpoint invoicing_api_url:" in line]
+        assert line.rstrip().endswith("(stand-in)")
+        url = line.split("invoicing_api_url:", 1)[1].split()[0]
         with urllib.request.urlopen(f"{url}/_stats", timeout=5) as response:
             assert json.load(response)["mode"] == "hang"
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
 
 
-@pytest.mark.parametrize("busy", ["--port", "--invoicing-port"])
+@pytest.mark.parametrize("busy", ["--port", "--standin"])
 def test_jobctl_local_on_a_busy_port_fails_at_once_in_one_line(busy: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy_port = taken.getsockname()[1]
-        ports = {"--port": free_port(), "--invoicing-port": free_port(), busy: busy_port}
-        args = [arg for option, port in ports.items() for arg in (option, str(port))]
+        ports = {"--port": free_port(), "--standin": free_port(), busy: busy_port}
+        args = ["--port", str(ports["--port"]), "--standin", f"invoicing_api_url:port={ports['--standin']}"]
         env = cli_env()
 
         result = subprocess.run(
@@ -167,6 +179,23 @@ def test_jobctl_local_on_a_busy_port_fails_at_once_in_one_line(busy: str) -> Non
 
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        f"jobctl: error: cannot start the local engine on port {ports['--port']} or "
-        f"{ports['--invoicing-port']}: Address already in use"
+        f"jobctl: error: cannot start the local engine (port {ports['--port']}, or a stand-in's port): "
+        "Address already in use"
+    ]
+
+
+def test_jobctl_local_refuses_a_stand_in_option_it_has_no_endpoint_for_in_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "jobctl", "local", "--port", str(free_port()), "--standin", "images_api:mode=ok"],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "jobctl: error: no stand-in named 'images_api'; endpoints with one: invoicing_api_url"
     ]

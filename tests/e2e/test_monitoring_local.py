@@ -59,7 +59,7 @@ def test_an_invoicing_outage_opens_the_breaker_and_jobctl_status_says_so() -> No
                     "currency": {"S": "EUR"},
                 },
             )
-        running.invoicing.set_mode("503")
+        running.standins["invoicing_api_url"].set_mode("503")  # type: ignore[attr-defined]
         for number in range(12):
             clients("sqs").send_message(
                 QueueUrl=where.url, MessageBody=f'{{"job":"generate_invoice","id":"INV-{number}"}}'

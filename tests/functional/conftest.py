@@ -28,7 +28,8 @@ from jobctl.local.moto_limits import enforce_message_limits
 from jobctl.local.moto_locks import serialize_moto
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import LocalDeployment, provision
-from sqs_jobs.catalog import CATALOG, Catalog
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import Catalog
 
 REGION = "us-east-1"
 

@@ -20,7 +20,9 @@ from functions.worker.runtime import Worker
 from jobctl.local.emulator import Invocation
 from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.provision import provision
-from sqs_jobs.catalog import CATALOG, Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.specs import Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record, metric_values
 from tests.functional.test_generate_invoice import body, put_invoice, wait_for_abandoned_runs
 
@@ -58,7 +60,7 @@ FENCED = QueueSpec(
 
 def catalog_with(*queues: QueueSpec) -> Catalog:
     names = {queue.name for queue in queues}
-    return Catalog(queues=(*queues, *(queue for queue in CATALOG if queue.name not in names)))
+    return Catalog(resources=APP_RESOURCES, queues=(*queues, *(queue for queue in CATALOG if queue.name not in names)))
 
 
 @pytest.fixture
@@ -70,7 +72,7 @@ def api(clients: ClientFactory) -> Iterator[FakeInvoicingApi]:
 
 def harness_for(clients: ClientFactory, api: FakeInvoicingApi, *queues: QueueSpec) -> Harness:
     catalog = catalog_with(*queues)
-    deployment = provision(clients, catalog=catalog, invoicing_api_url=api.url)
+    deployment = provision(clients, catalog=catalog, settings={"invoicing_api_url": api.url})
     return Harness(clients=clients, deployment=deployment, catalog=catalog)
 
 

@@ -14,7 +14,8 @@ from functions.worker.clients import ClientFactory
 from functions.worker.provenance import Provenance
 from jobctl.dlq import NO_EVIDENCE, BadFilterError, DeadLetterQueue, DlqError, Filter, group, queue_busy, verify
 from jobctl.local.provision import provision
-from sqs_jobs.catalog import Catalog, JobSpec, QueueSpec
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness
 
 MISSING = ("9001", "9002", "9003")
@@ -252,13 +253,14 @@ def test_a_redrive_restores_binary_attributes_as_bytes(harness: Harness) -> None
 
 
 FIFO_CATALOG = Catalog(
+    resources=APP_RESOURCES,
     queues=(
         QueueSpec(
             name="ordered",
             fifo=True,
             jobs=(JobSpec(name="ordered_job", handler="tests.functional.sample_jobs.flaky"),),
         ),
-    )
+    ),
 )
 
 

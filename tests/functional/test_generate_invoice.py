@@ -27,7 +27,9 @@ from functions.worker.time_limit import CUT_THREAD_PREFIX
 from jobctl.local.emulator import Invocation
 from jobctl.local.fake_invoicing import FakeInvoicingApi, render_pdf
 from jobctl.local.provision import provision
-from sqs_jobs.catalog import CATALOG, Catalog
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.specs import Catalog
 from tests.functional.conftest import Harness, attributes_of, metric_values
 
 pytestmark = pytest.mark.timeout(60)
@@ -40,7 +42,9 @@ SHORT_LIMIT = replace(
     function_timeout_s=10,
     jobs=tuple(replace(job, time_limit_s=2) for job in INVOICES.jobs),
 )
-SHORT_LIMIT_CATALOG = Catalog(queues=tuple(SHORT_LIMIT if q.name == QUEUE else q for q in CATALOG))
+SHORT_LIMIT_CATALOG = Catalog(
+    resources=APP_RESOURCES, queues=tuple(SHORT_LIMIT if q.name == QUEUE else q for q in CATALOG)
+)
 # How long a test waits for a run the time limit abandoned (it still holds its HTTP call) to end.
 ABANDONED_RUN_GRACE_S = 10.0
 
@@ -79,7 +83,7 @@ def api(clients: ClientFactory) -> Iterator[FakeInvoicingApi]:
 
 
 def invoicing_harness(clients: ClientFactory, api_url: str, catalog: Catalog = CATALOG) -> Harness:
-    deployment = provision(clients, catalog=catalog, invoicing_api_url=api_url)
+    deployment = provision(clients, catalog=catalog, settings={"invoicing_api_url": api_url})
     return Harness(clients=clients, deployment=deployment, catalog=catalog)
 
 

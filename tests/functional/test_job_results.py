@@ -11,11 +11,13 @@ import pytest
 from functions.worker.clients import ClientFactory
 from functions.worker.observability import RESULT_DROPPED, RUNTIME_FAULT
 from jobctl.local.provision import provision
-from sqs_jobs.catalog import Catalog, JobSpec, QueueSpec
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, envelope, key_record, metric_values
 from tests.functional.sample_jobs import odd_result
 
 CATALOG = Catalog(
+    resources=APP_RESOURCES,
     queues=(
         QueueSpec(
             name="mail",
@@ -24,7 +26,7 @@ CATALOG = Catalog(
             backoff_cap_s=1,
             jobs=(JobSpec(name="odd_result", handler="tests.functional.sample_jobs.odd_result"),),
         ),
-    )
+    ),
 )
 
 

@@ -22,7 +22,8 @@ from functions.worker.runtime import Worker
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from jobctl.local.lambda_events import sqs_record
 from jobctl.local.provision import provision
-from sqs_jobs.catalog import Catalog, JobSpec, QueueSpec
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope, lambda_context
 from tests.functional.sample_jobs import empty_key, flaky
 
@@ -41,6 +42,7 @@ EVIDENCE_ATTRIBUTES = {
 }
 
 TEST_CATALOG = Catalog(
+    resources=APP_RESOURCES,
     queues=(
         QueueSpec(
             name="testing",
@@ -50,7 +52,7 @@ TEST_CATALOG = Catalog(
                 JobSpec(name="empty_key", handler="tests.functional.sample_jobs.empty_key"),
             ),
         ),
-    )
+    ),
 )
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
 from infra.naming import alarm_name
-from sqs_jobs.catalog import HEARTBEAT_JOB, MINUTE, QueueSpec
+from sqs_jobs.limits import MINUTE
+from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec
 from tests.infra.cfn import Resources, find_one, props, queue_id, render, worker_id
 from tests.infra.metric_math import Alarm, evaluate
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from functions.worker.settings import ENV_QUEUE_NAME
 from infra.naming import physical_queue_name
-from sqs_jobs.catalog import QueueSpec
+from sqs_jobs.specs import QueueSpec
 
 Resources = Mapping[str, Mapping[str, Any]]
 Permission = tuple[str, str]
@@ -78,14 +79,22 @@ def role_statements(resources: Resources, role: str) -> list[Mapping[str, Any]]:
 
 
 def permissions(statements: Iterable[Mapping[str, Any]]) -> set[Permission]:
-    """(action, rendered resource) pairs; only plain Allow statements are expected in a worker's role."""
+    """(action, rendered resource) pairs; only Allow statements are expected in a worker's role. A statement's
+    condition is part of what it allows: its resources read `<resource> if <condition as JSON>`."""
     pairs: set[Permission] = set()
     for statement in statements:
         assert statement["Effect"] == "Allow", statement
-        assert not {"Condition", "NotAction", "NotResource"} & set(statement), statement
+        assert not {"NotAction", "NotResource"} & set(statement), statement
+        condition = statement.get("Condition")
+        suffix = f" if {json.dumps(condition, sort_keys=True)}" if condition else ""
         for action in _as_list(statement["Action"]):
-            pairs.update((action, render(resource)) for resource in _as_list(statement["Resource"]))
+            pairs.update((action, render(resource) + suffix) for resource in _as_list(statement["Resource"]))
     return pairs
+
+
+def conditioned(resource: str, condition: Mapping[str, Any]) -> str:
+    """A resource as `permissions` renders it under `condition`."""
+    return f"{resource} if {json.dumps(condition, sort_keys=True)}"
 
 
 def _as_list(value: object) -> list[Any]:

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
-from sqs_jobs.catalog import MINUTE, QueueSpec
+from sqs_jobs.limits import MINUTE
+from sqs_jobs.specs import QueueSpec
 from tests.infra.cfn import Resources, of_type, props, queue_id, render, worker_id
 from tests.infra.metric_math import evaluate
 

@@ -7,8 +7,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from sqs_jobs.catalog import HEARTBEAT_JOB, MINUTE, QueueSpec
 from sqs_jobs.envelope import parse_envelope
+from sqs_jobs.limits import MINUTE
+from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec
 from tests.infra.cfn import Resources, find_one, of_type, permissions, props, queue_id, render, role_statements
 
 # What EventBridge Scheduler replaces with the time the schedule fired (ISO 8601, UTC).

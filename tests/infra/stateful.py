@@ -68,9 +68,8 @@ def replacements(before: Mapping[str, Mapping[str, Any]], after: Mapping[str, Ma
 
 
 def main() -> None:
-    from tests.infra.conftest import REPO_ROOT
-
     from infra.stack import build_app
+    from tests.infra.conftest import REPO_ROOT
 
     context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
     app, stack = build_app(context)

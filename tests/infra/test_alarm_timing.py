@@ -12,7 +12,8 @@ from statistics import quantiles
 import pytest
 
 from functions.worker.backoff import backoff_delay_s
-from sqs_jobs.catalog import CATALOG, QueueSpec
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import QueueSpec
 from tests.infra.alarm_checks import QueueUnderTest
 from tests.infra.alarm_scenarios import LAGS, T0, Scenario, evaluations, first_alarm, run_alarm
 from tests.infra.cfn import of_type

@@ -8,7 +8,9 @@ import re
 import pytest
 
 from infra.naming import alarm_name
-from sqs_jobs.catalog import CATALOG, MINUTE, AlarmThresholds, QueueSpec
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.limits import MINUTE
+from sqs_jobs.specs import AlarmThresholds, QueueSpec
 from tests.infra.alarm_checks import SIGNALS, QueueUnderTest, check_signal, signals
 from tests.infra.cfn import of_type, props
 from tests.infra.conftest import REPO_ROOT, Synth

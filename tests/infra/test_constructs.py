@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +21,13 @@ from aws_cdk.assertions import Template
 from infra.alarm_topic import AlarmTopic, NewAlarmTopic
 from infra.dependencies_layer import DependenciesLayer, LayerMissingError
 from infra.job_queue import JobQueue
-from infra.job_resources import JobResources, MissingResourceError
+from infra.job_resources import JobResources, UnsupportedResourceError
 from infra.job_schedules import JobSchedules
 from infra.naming import pascal_case
 from infra.secure_table import SecureTable
 from infra.stack import build_app
-from sqs_jobs.catalog import CATALOG, RESOURCES
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.resources import Resource
 from tests.infra.cfn import of_type, permissions, role_statements
 from tests.infra.conftest import REPO_ROOT
 
@@ -43,11 +44,10 @@ def _resources(stack: Stack, *, retain: bool = False, **settings: Any) -> JobRes
     return JobResources(
         stack,
         "Resources",
-        mail_sender="jobs@example.com",
-        invoicing_api_url=API_URL,
+        catalog=CATALOG,
+        settings={},
         retain=retain,
         stack_name="Test",
-        catalog=CATALOG,
         alarm_topic=topic.topic,
         alarm_topic_key=topic.key,
         **settings,
@@ -97,7 +97,9 @@ def test_in_the_ses_sandbox_the_grant_names_the_verified_recipients_too() -> Non
     [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
     named = {json.dumps(resource).split("identity/")[1].rstrip('"]}') for resource in statement["Resource"]}
     assert named == {"jobs@example.com", "example.com", "qa@example.org", "example.net"}
-    assert sorted(statement["Action"]) == ["ses:SendEmail", "ses:SendRawEmail"]
+    # SendEmail only (nothing sends raw mail), and only from the sender's address.
+    assert statement["Action"] == "ses:SendEmail"
+    assert statement["Condition"] == {"StringEquals": {"ses:FromAddress": "jobs@example.com"}}
 
 
 def test_alarm_email_gets_an_email_subscription() -> None:
@@ -121,12 +123,29 @@ def test_build_app_checks_the_layer_first(cdk_context: dict[str, Any], tmp_path:
         build_app(cdk_context, layer_dir=tmp_path / "layer")
 
 
-def test_a_catalog_resource_the_stack_does_not_provide_fails_synth(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("infra.job_resources.RESOURCES", {**RESOURCES, "payments_api": "an HTTP API"})
-    expected = re.escape("provides no payments_api: add it to JobResources.provided")
+@dataclass(frozen=True, kw_only=True)
+class Queue(Resource):
+    """A kind of resource no provider knows."""
 
-    with pytest.raises(MissingResourceError, match=expected):
-        _resources(_stack())
+
+def test_a_resource_of_a_kind_the_stack_has_no_provider_for_fails_synth_in_one_line() -> None:
+    catalog = replace(CATALOG, resources=(*CATALOG.resources, Queue(name="payments_queue", description="a queue")))
+    stack = _stack()
+    topic = AlarmTopic(stack, "Alarms", new=NewAlarmTopic(alarm_name_prefix="Test-", email=None, retain=False))
+
+    with pytest.raises(UnsupportedResourceError) as raised:
+        JobResources(
+            stack,
+            "Resources",
+            catalog=catalog,
+            settings={},
+            retain=False,
+            stack_name="Test",
+            alarm_topic=topic.topic,
+            alarm_topic_key=topic.key,
+        )
+
+    assert str(raised.value) == "resource 'payments_queue' is a Queue, which the stack has no provider for"
 
 
 def test_grant_publish_allows_sending_and_delaying_jobs_to_that_queue_only() -> None:
@@ -229,11 +248,10 @@ def test_an_existing_alarm_topic_is_published_to_by_arn_without_a_key_grant() ->
     resources = JobResources(
         stack,
         "Resources",
-        mail_sender="jobs@example.com",
-        invoicing_api_url=API_URL,
+        catalog=CATALOG,
+        settings={},
         retain=False,
         stack_name="Test",
-        catalog=CATALOG,
         alarm_topic=sns.Topic.from_topic_arn(stack, "Existing", topic_arn),
         alarm_topic_key=None,
     )
@@ -255,5 +273,5 @@ def test_a_dlq_index_missing_a_queue_fails_synth_once_a_worker_needs_it() -> Non
 
     resources.provided["dead_letter_queues"].grant(role)
 
-    with pytest.raises(RuntimeError, match="dead_letter_queues has no DLQ of queue 'invoices'"):
+    with pytest.raises(RuntimeError, match="the dead-letter queue index has no DLQ of queue 'invoices'"):
         Template.from_stack(stack)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from infra.naming import DASHBOARD_OUTPUT
-from sqs_jobs.catalog import CATALOG, QueueSpec
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import QueueSpec
 from tests.infra.cfn import of_type, props, render
 from tests.infra.conftest import Synth
 from tests.infra.dashboard_checks import check_dashboard_queue, dashboard_body

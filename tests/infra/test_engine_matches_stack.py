@@ -14,19 +14,16 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from jobctl.local.provision import (
-    DEFAULT_MAIL_SENDER,
-    DEFAULT_STACK_NAME,
-    UNUSED_INVOICING_API_URL,
-    LocalDeployment,
-    dlq_attributes,
-    provision,
-)
+from jobctl.local.provision import DEFAULT_STACK_NAME, LocalDeployment, dlq_attributes, provision
+from jobctl.local.resource_providers import UNUSED_ENDPOINT_URL
 from jobctl.local.scheduler import provision_schedules
-from sqs_jobs.catalog import CATALOG, RESOURCES, QueueSpec
-from sqs_jobs.stack_names import schedule_group_name
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.resources import Bucket, Endpoint, MailSender, Table
+from sqs_jobs.specs import QueueSpec
+from sqs_jobs.stack_names import resource_parameter_name, schedule_group_name
 from tests.infra.cfn import find_one, of_type, props, queue_id, worker_id
 from tests.infra.conftest import Synth
+from tests.infra.resource_grants import made
 
 QUEUES = pytest.mark.parametrize("spec", CATALOG.queues, ids=lambda spec: spec.name)
 
@@ -39,7 +36,7 @@ def _client(service: str) -> Any:
 def local(synth: Synth) -> Iterator[LocalDeployment]:
     # moto stays active for this module's tests only.
     with mock_aws():
-        deployment = provision(_client, stack_name=synth.context.stack_name, mail_sender=synth.context.mail_sender)
+        deployment = provision(_client, stack_name=synth.context.stack_name, settings=synth.context.resource_settings)
         # The engine provisions the scheduler's part beside the rest (jobctl/local/scheduler.py).
         provision_schedules(_client, deployment)
         yield deployment
@@ -52,7 +49,7 @@ def _queue_attributes(url: str) -> dict[str, str]:
 
 
 def test_engine_defaults_are_cdk_json_defaults(synth: Synth) -> None:
-    assert (DEFAULT_STACK_NAME, DEFAULT_MAIL_SENDER) == (synth.context.stack_name, synth.context.mail_sender)
+    assert synth.context.stack_name == DEFAULT_STACK_NAME
 
 
 @QUEUES
@@ -127,11 +124,13 @@ def test_mail_sender_identity_matches(synth: Synth, local: LocalDeployment) -> N
     assert local.resources["mail_sender"] in _client("ses").list_identities()["Identities"]
 
 
-def test_invoices_bucket_has_the_same_settings(synth: Synth, local: LocalDeployment) -> None:
-    (bucket,) = of_type(synth.resources, "AWS::S3::Bucket")
-    stack = props(synth.resources, bucket)
+@pytest.mark.parametrize(
+    "spec", [spec for spec in CATALOG.resources if isinstance(spec, Bucket)], ids=lambda spec: spec.name
+)
+def test_buckets_have_the_same_settings(synth: Synth, local: LocalDeployment, spec: Bucket) -> None:
+    stack = props(synth.resources, made(synth.resources, spec, "AWS::S3::Bucket"))
     s3 = _client("s3")
-    name = local.resources["invoices_bucket"]
+    name = local.resources[spec.name]
 
     encryption = s3.get_bucket_encryption(Bucket=name)["ServerSideEncryptionConfiguration"]["Rules"]
     assert [rule["ApplyServerSideEncryptionByDefault"] for rule in encryption] == [
@@ -142,10 +141,30 @@ def test_invoices_bucket_has_the_same_settings(synth: Synth, local: LocalDeploym
     assert public == stack["PublicAccessBlockConfiguration"]
 
 
-def test_every_resource_a_job_needs_is_provisioned(local: LocalDeployment) -> None:
-    assert set(local.resources) == set(RESOURCES)
-    # No invoicing API here: the placeholder refuses connections, so a job that calls it fails transiently.
-    assert local.resources["invoicing_api_url"] == UNUSED_INVOICING_API_URL
+@pytest.mark.parametrize(
+    "spec", [spec for spec in CATALOG.resources if isinstance(spec, Table)], ids=lambda spec: spec.name
+)
+def test_tables_have_the_same_keys(synth: Synth, local: LocalDeployment, spec: Table) -> None:
+    stack = props(synth.resources, made(synth.resources, spec, "AWS::DynamoDB::Table"))
+    table = _client("dynamodb").describe_table(TableName=local.resources[spec.name])["Table"]
+
+    assert table["KeySchema"] == stack["KeySchema"]
+    assert sorted(table["AttributeDefinitions"], key=str) == sorted(stack["AttributeDefinitions"], key=str)
+    assert table["BillingModeSummary"]["BillingMode"] == stack["BillingMode"]
+
+
+def test_every_declared_resource_is_provisioned_with_its_parameter(synth: Synth, local: LocalDeployment) -> None:
+    assert set(local.resources) == set(CATALOG.resource_names)
+    for spec in CATALOG.resources:
+        if isinstance(spec, Endpoint):
+            # The URL the caller sets (here the context's), else a placeholder that refuses connections, so a job
+            # that calls it fails transiently.
+            assert local.resources[spec.name] == synth.context.resource_settings.get(spec.name, UNUSED_ENDPOINT_URL)
+        if isinstance(spec, MailSender):
+            assert local.resources[spec.name] == synth.context.resource_settings.get(spec.name, spec.default_address)
+        if spec.published:
+            parameter = _client("ssm").get_parameter(Name=resource_parameter_name(local.stack_name, spec.name))
+            assert parameter["Parameter"]["Value"] == local.resources[spec.name]
 
 
 def test_recurring_schedules_match(synth: Synth, local: LocalDeployment) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sqs_jobs.catalog import CATALOG, QueueSpec
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import QueueSpec
 from tests.infra.cfn import of_type
 from tests.infra.conftest import Synth
 from tests.infra.heartbeat_checks import check_heartbeat_canary, heartbeat_schedules, is_heartbeat_group

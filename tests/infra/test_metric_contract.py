@@ -47,7 +47,8 @@ from jobctl.local.emulator import EventSourceMapping, Invocation
 from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import LocalDeployment, provision
-from sqs_jobs.catalog import CATALOG, HEARTBEAT_JOB, QueueSpec
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec
 from tests.infra.cfn import of_type, props, render, worker_id
 from tests.infra.conftest import Synth
 from tests.infra.dashboard_checks import dashboard_body, plain_metrics
@@ -363,7 +364,7 @@ def emitted(synth: Synth) -> Iterator[set[Series]]:
             clients = ClientFactory(session=session)
             account = Account(
                 clients=clients,
-                deployment=provision(clients, catalog=CATALOG, invoicing_api_url=api.url),
+                deployment=provision(clients, catalog=CATALOG, settings={"invoicing_api_url": api.url}),
                 synth=synth,
                 api=api,
                 faults=faults,

@@ -19,7 +19,9 @@ from infra.heartbeat_canary import HeartbeatCanary
 from infra.monitoring import MonitoringError
 from infra.naming import ALARM_TOPIC_ARN_OUTPUT
 from infra.stack import build_app
-from sqs_jobs.catalog import MINUTE, AlarmThresholds, Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.limits import MINUTE
+from sqs_jobs.specs import AlarmThresholds, Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
 from tests.infra.alarm_checks import QueueUnderTest, check_signal, signals
 from tests.infra.cfn import of_type, props
 from tests.infra.dashboard_checks import check_dashboard_queue
@@ -61,7 +63,7 @@ RECEIPTS = QueueSpec(
     max_attempts=1,
     jobs=(JobSpec(name="print_receipt", handler=HANDLER),),
 )
-CUSTOM = Catalog(queues=(REPORTS, RECEIPTS))
+CUSTOM = Catalog(resources=APP_RESOURCES, queues=(REPORTS, RECEIPTS))
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,7 @@ def test_thresholds_cloudwatch_or_scheduler_cannot_take_stop_synth(
     spec = replace(REPORTS, alarms=thresholds)
 
     with pytest.raises(MonitoringError, match=re.escape(problem)):
-        build_app(cdk_context, catalog=Catalog(queues=(spec,)))
+        build_app(cdk_context, catalog=Catalog(resources=APP_RESOURCES, queues=(spec,)))
 
 
 def test_a_queue_with_too_many_jobs_for_one_alarm_stops_synth(cdk_context: dict[str, Any]) -> None:
@@ -187,7 +189,7 @@ def test_a_queue_with_too_many_jobs_for_one_alarm_stops_synth(cdk_context: dict[
     spec = QueueSpec(name="crowded", jobs=jobs)
 
     with pytest.raises(MonitoringError, match="its 5 jobs need 11 metrics in the failure-rate alarm"):
-        build_app(cdk_context, catalog=Catalog(queues=(spec,)))
+        build_app(cdk_context, catalog=Catalog(resources=APP_RESOURCES, queues=(spec,)))
 
 
 def test_the_constructs_check_their_queues_too() -> None:

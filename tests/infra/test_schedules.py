@@ -16,8 +16,10 @@ from aws_cdk.assertions import Template
 
 from infra.job_schedules import JobSchedules
 from infra.naming import recurring_schedule_name, schedule_group_name
-from sqs_jobs.catalog import CATALOG, DAY, JobSpec, QueueSpec, Schedule
+from sqs_jobs.catalog import CATALOG
 from sqs_jobs.envelope import parse_envelope
+from sqs_jobs.limits import DAY
+from sqs_jobs.specs import JobSpec, QueueSpec, Schedule
 from tests.infra.alarm_checks import Metric, math
 from tests.infra.cfn import find_one, of_type, permissions, props, queue_id, render, role_statements
 from tests.infra.conftest import Synth

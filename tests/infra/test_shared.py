@@ -16,9 +16,6 @@ from infra.naming import (
     ALARM_TOPIC_ARN_OUTPUT,
     DLQ_URL,
     IDEMPOTENCY_TABLE_OUTPUT,
-    INVOICES_BUCKET_OUTPUT,
-    INVOICES_TABLE_OUTPUT,
-    ORDERS_TABLE_OUTPUT,
     QUEUE_ARN,
     QUEUE_ENDPOINT_KEYS,
     QUEUE_URL,
@@ -26,13 +23,20 @@ from infra.naming import (
     WORKER_ROLE_ID,
     output_key,
     parameter_name,
+    pascal_case,
 )
 from infra.stack import IDEMPOTENCY_PARTITION_KEY, IDEMPOTENCY_TTL_ATTRIBUTE
-from sqs_jobs.catalog import CATALOG, QueueSpec
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.resources import Bucket, Resource, Table
+from sqs_jobs.specs import QueueSpec
+from sqs_jobs.stack_names import resource_parameter_name
 from tests.infra.cfn import find_one, of_type, props, queue_id, render, role_id, worker_id
 from tests.infra.conftest import Synth
+from tests.infra.resource_grants import expected_value, made
 
 QUEUES = pytest.mark.parametrize("spec", CATALOG.queues, ids=lambda spec: spec.name)
+TABLE = "AWS::DynamoDB::Table"
+BUCKET = "AWS::S3::Bucket"
 
 
 def _table(synth: Synth, partition_key: str) -> dict[str, Any]:
@@ -62,13 +66,23 @@ def test_idempotency_table_uses_powertools_defaults(synth: Synth) -> None:
     assert (attribute_store.KEY_ATTRIBUTE, attribute_store.EXPIRY_ATTRIBUTE) == ("id", "expiration")
 
 
-@pytest.mark.parametrize("partition_key", ["id", "order_id", "invoice_id"], ids=["idempotency", "orders", "invoices"])
-def test_tables_are_on_demand_recoverable_and_encrypted(synth: Synth, partition_key: str) -> None:
-    table = _table(synth, partition_key)
-    properties = table["Properties"]
+# The idempotency table, and every table the catalog declares.
+TABLES = [None, *(spec for spec in CATALOG.resources if isinstance(spec, Table))]
+BUCKETS = pytest.mark.parametrize(
+    "spec", [spec for spec in CATALOG.resources if isinstance(spec, Bucket)], ids=lambda spec: spec.name
+)
 
-    assert properties["KeySchema"] == [{"AttributeName": partition_key, "KeyType": "HASH"}]
-    assert properties["AttributeDefinitions"] == [{"AttributeName": partition_key, "AttributeType": "S"}]
+
+@pytest.mark.parametrize("spec", TABLES, ids=lambda spec: spec.name if spec else "idempotency")
+def test_tables_are_on_demand_recoverable_and_encrypted(synth: Synth, spec: Table | None) -> None:
+    table = _table(synth, "id") if spec is None else dict(synth.resources[made(synth.resources, spec, TABLE)])
+    properties = table["Properties"]
+    keys = [("id", "HASH", "S")] if spec is None else _keys(spec)
+
+    assert properties["KeySchema"] == [{"AttributeName": name, "KeyType": role} for name, role, _ in keys]
+    assert properties["AttributeDefinitions"] == [
+        {"AttributeName": name, "AttributeType": kind} for name, _, kind in keys
+    ]
     assert properties["BillingMode"] == "PAY_PER_REQUEST"
     assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     # AWS_MANAGED: encrypted with the aws/dynamodb KMS key, which is SSEEnabled without a key ID.
@@ -77,8 +91,16 @@ def test_tables_are_on_demand_recoverable_and_encrypted(synth: Synth, partition_
     assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == expected_policy
 
 
-def test_invoices_bucket_is_private_encrypted_versioned_and_kept(synth: Synth) -> None:
-    (bucket_id,) = of_type(synth.resources, "AWS::S3::Bucket")
+def _keys(spec: Table) -> list[tuple[str, str, str]]:
+    keys = [(spec.partition_key, "HASH", spec.partition_key_type.value)]
+    if spec.sort_key:
+        keys.append((spec.sort_key, "RANGE", spec.sort_key_type.value))
+    return keys
+
+
+@BUCKETS
+def test_buckets_are_private_encrypted_versioned_and_kept(synth: Synth, spec: Bucket) -> None:
+    bucket_id = made(synth.resources, spec, BUCKET)
     bucket = synth.resources[bucket_id]
     properties = bucket["Properties"]
 
@@ -93,7 +115,7 @@ def test_invoices_bucket_is_private_encrypted_versioned_and_kept(synth: Synth) -
     }
     assert properties["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
     assert properties["VersioningConfiguration"] == {"Status": "Enabled"}
-    # Generated name (S3 names are global); kept whatever retain_data says: invoices are accounting records.
+    # Generated name (S3 names are global); kept whatever retain_data says (infra/job_bucket.py says why).
     assert "BucketName" not in properties
     assert bucket["DeletionPolicy"] == bucket["UpdateReplacePolicy"] == "Retain"
     # No auto-delete custom resource, whose Lambda could empty the bucket (the only functions are the workers:
@@ -101,9 +123,14 @@ def test_invoices_bucket_is_private_encrypted_versioned_and_kept(synth: Synth) -
     assert not [key for key, value in synth.resources.items() if value["Type"].startswith("Custom::")]
 
 
-def test_invoices_bucket_policy_denies_anything_but_tls_1_2(synth: Synth) -> None:
-    (bucket_id,) = of_type(synth.resources, "AWS::S3::Bucket")
-    (policy,) = of_type(synth.resources, "AWS::S3::BucketPolicy")
+@BUCKETS
+def test_bucket_policies_deny_anything_but_tls_1_2(synth: Synth, spec: Bucket) -> None:
+    bucket_id = made(synth.resources, spec, BUCKET)
+    (policy,) = [
+        key
+        for key in of_type(synth.resources, "AWS::S3::BucketPolicy")
+        if props(synth.resources, key)["Bucket"] == {"Ref": bucket_id}
+    ]
     statements = props(synth.resources, policy)["PolicyDocument"]["Statement"]
 
     assert props(synth.resources, policy)["Bucket"] == {"Ref": bucket_id}
@@ -221,7 +248,28 @@ def test_parameter_names_follow_the_documented_pattern(synth: Synth) -> None:
     stack_name = synth.context.stack_name
     keys = ("url", "dlq-url", "arn", "worker-role-id", "scheduler-role-arn")
     schedules = {f"/{stack_name}/schedules/{key}" for key in ("group", "dlq-arn", "dlq-url")}
-    assert names == {f"/{stack_name}/queues/{spec.name}/{key}" for spec in CATALOG for key in keys} | schedules
+    resources = {f"/{stack_name}/resources/{spec.name}" for spec in CATALOG.resources if _published(spec)}
+    queues = {f"/{stack_name}/queues/{spec.name}/{key}" for spec in CATALOG for key in keys}
+    assert names == queues | schedules | resources
+
+
+def _published(spec: Resource) -> bool:
+    return spec.published
+
+
+@pytest.mark.parametrize("spec", [spec for spec in CATALOG.resources if _published(spec)], ids=lambda spec: spec.name)
+def test_each_resource_has_an_output_and_a_parameter_holding_its_value(synth: Synth, spec: Resource) -> None:
+    value = expected_value(synth.resources, spec, synth.context.resource_settings)
+    [output] = [key for key in synth.outputs if key.startswith(pascal_case(spec.name))]
+    parameters = {
+        props(synth.resources, key)["Name"]: props(synth.resources, key)
+        for key in of_type(synth.resources, "AWS::SSM::Parameter")
+    }
+    parameter = parameters[resource_parameter_name(synth.context.stack_name, spec.name)]
+
+    assert synth.outputs[output]["Value"] == value
+    assert synth.outputs[output]["Description"] == spec.description
+    assert (parameter["Type"], parameter["Value"]) == ("String", value)
 
 
 def test_shared_outputs(synth: Synth) -> None:
@@ -229,18 +277,9 @@ def test_shared_outputs(synth: Synth) -> None:
     idempotency = find_one(
         synth.resources, "AWS::DynamoDB::Table", lambda p: p["KeySchema"][0]["AttributeName"] == "id"
     )
-    orders = find_one(
-        synth.resources, "AWS::DynamoDB::Table", lambda p: p["KeySchema"][0]["AttributeName"] == "order_id"
-    )
-    invoices = find_one(
-        synth.resources, "AWS::DynamoDB::Table", lambda p: p["KeySchema"][0]["AttributeName"] == "invoice_id"
-    )
-    (bucket,) = of_type(synth.resources, "AWS::S3::Bucket")
 
     assert synth.outputs[ALARM_TOPIC_ARN_OUTPUT]["Value"] == {"Ref": topic}
     assert synth.outputs[IDEMPOTENCY_TABLE_OUTPUT]["Value"] == {"Ref": idempotency}
-    assert synth.outputs[ORDERS_TABLE_OUTPUT]["Value"] == {"Ref": orders}
-    assert synth.outputs[INVOICES_TABLE_OUTPUT]["Value"] == {"Ref": invoices}
-    assert synth.outputs[INVOICES_BUCKET_OUTPUT]["Value"] == {"Ref": bucket}
-    # ...and DashboardName (test_dashboard.py).
-    assert len(synth.outputs) == 6 + len(QUEUE_ENDPOINT_KEYS) * len(CATALOG.queues)
+    # ...DashboardName (test_dashboard.py), each queue's and each published resource's.
+    published = [spec for spec in CATALOG.resources if _published(spec)]
+    assert len(synth.outputs) == 3 + len(QUEUE_ENDPOINT_KEYS) * len(CATALOG.queues) + len(published)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,9 @@ from functions.worker.settings import (
     SERVICE_NAME,
     resource_env_name,
 )
-from infra.naming import physical_queue_name
-from sqs_jobs.catalog import CATALOG, RESOURCES, QueueSpec
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.resources import AlarmTopic, DeadLetterQueues
+from sqs_jobs.specs import QueueSpec
 from tests.infra.cfn import (
     Permission,
     find_one,
@@ -35,6 +35,7 @@ from tests.infra.cfn import (
     worker_id,
 )
 from tests.infra.conftest import Synth
+from tests.infra.resource_grants import DLQ_REVIEW, dlq_arns, expected_grant, expected_value
 
 QUEUES = pytest.mark.parametrize("spec", CATALOG.queues, ids=lambda spec: spec.name)
 CONSUME = ("ChangeMessageVisibility", "DeleteMessage", "GetQueueAttributes", "GetQueueUrl", "ReceiveMessage")
@@ -49,68 +50,19 @@ def _table_id(synth: Synth, partition_key: str) -> str:
     )
 
 
-def _ses_identity(name: str) -> str:
-    return f"arn:aws:ses:${{Region}}:${{Account}}:identity/{name}"
-
-
-def _bucket_id(synth: Synth) -> str:
-    (bucket,) = of_type(synth.resources, "AWS::S3::Bucket")
-    return bucket
-
-
-def _topic_and_key(synth: Synth) -> tuple[str, str]:
-    (topic,) = of_type(synth.resources, "AWS::SNS::Topic")
-    (key,) = of_type(synth.resources, "AWS::KMS::Key")
-    return topic, key
-
-
-def _dlq_arns(synth: Synth) -> set[str]:
-    """Every catalog queue's DLQ, by ARN: built from its physical name, like the redrive-allow policy."""
-    stack_name = synth.context.stack_name
-    return {
-        f"arn:aws:sqs:${{Region}}:${{Account}}:{physical_queue_name(stack_name, spec.name, dlq=True, fifo=spec.fifo)}"
-        for spec in CATALOG
-    }
-
-
-# Reading the DLQs without consuming them (dlq_review): receive, hand back (visibility), count.
-DLQ_REVIEW = ("sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes")
-
-
-# What each catalog resource must grant a worker whose jobs need it: exactly this, nothing more.
-RESOURCE_GRANTS: dict[str, Callable[[Synth], set[Permission]]] = {
-    "orders_table": lambda synth: {("dynamodb:GetItem", f"{_table_id(synth, 'order_id')}.Arn")},
-    "mail_sender": lambda synth: {
-        (action, _ses_identity(identity))
-        for action in ("ses:SendEmail", "ses:SendRawEmail")
-        for identity in (synth.context.mail_sender, synth.context.mail_sender_domain)
-    },
-    "invoices_table": lambda synth: {("dynamodb:GetItem", f"{_table_id(synth, 'invoice_id')}.Arn")},
-    # Writing PDFs under invoices/ only: no reads, no deletes, nothing elsewhere in the bucket.
-    "invoices_bucket": lambda synth: {("s3:PutObject", f"{_bucket_id(synth)}.Arn/invoices/*")},
-    # A URL outside AWS: nothing to allow.
-    "invoicing_api_url": lambda synth: set(),
-    # Publishing to the stack's own topic, and the topic's customer-managed key that SNS uses for the publisher.
-    "alarm_topic": lambda synth: {
-        ("sns:Publish", f"Ref:{_topic_and_key(synth)[0]}"),
-        ("kms:GenerateDataKey", f"{_topic_and_key(synth)[1]}.Arn"),
-        ("kms:Decrypt", f"{_topic_and_key(synth)[1]}.Arn"),
-    },
-    # Reading every DLQ without consuming it: no DeleteMessage, no SendMessage, no other queue.
-    "dead_letter_queues": lambda synth: {(action, arn) for action in DLQ_REVIEW for arn in _dlq_arns(synth)},
-}
+def _grant(synth: Synth, resource: str) -> set[Permission]:
+    return expected_grant(
+        synth.resources,
+        CATALOG.resource(resource),
+        catalog=CATALOG,
+        stack_name=synth.context.stack_name,
+        settings=synth.context.resource_settings,
+        sandbox_recipients=synth.context.mail_sandbox_recipients,
+    )
 
 
 def _resource_value(synth: Synth, resource: str) -> object:
-    values = {
-        "orders_table": {"Ref": _table_id(synth, "order_id")},
-        "mail_sender": synth.context.mail_sender,
-        "invoices_table": {"Ref": _table_id(synth, "invoice_id")},
-        "invoices_bucket": {"Ref": _bucket_id(synth)},
-        "invoicing_api_url": synth.context.invoicing_api_url,
-        "alarm_topic": {"Ref": _topic_and_key(synth)[0]},
-    }
-    return values[resource]
+    return expected_value(synth.resources, CATALOG.resource(resource), synth.context.resource_settings)
 
 
 def _dead_letter_index(synth: Synth) -> dict[str, dict[str, str]]:
@@ -124,10 +76,6 @@ def _dead_letter_index(synth: Synth) -> dict[str, dict[str, str]]:
         }
         for spec in CATALOG
     }
-
-
-def test_every_catalog_resource_has_an_expected_grant() -> None:
-    assert set(RESOURCE_GRANTS) == set(RESOURCES)
 
 
 def test_one_worker_per_catalog_queue(synth: Synth) -> None:
@@ -239,7 +187,7 @@ def test_worker_role_has_exactly_the_grants_it_needs(synth: Synth, spec: QueueSp
         *{(f"dynamodb:{action}", f"{idempotency_table}.Arn") for action in IDEMPOTENCY},
     }
     for resource in spec.resources:
-        expected |= RESOURCE_GRANTS[resource](synth)
+        expected |= _grant(synth, resource)
 
     granted = permissions(role_statements(synth.resources, role_id(synth.resources, function)))
 
@@ -319,20 +267,22 @@ def pyc_flags(path: Path) -> int:
     return int.from_bytes(header[4:8], "little")
 
 
-def test_only_the_dlq_review_worker_may_read_the_dlqs_and_publish_alarms(synth: Synth) -> None:
-    # The runtime's own weekly review reads every DLQ and reports to the alarm topic; no other worker may do either.
+def test_only_workers_given_the_dlqs_or_the_alarm_topic_may_read_the_dlqs_or_publish_alarms(synth: Synth) -> None:
+    # Reading every DLQ and reporting to the alarm topic are resources of their own kinds; no other worker may.
+    all_dlqs = dlq_arns(CATALOG, synth.context.stack_name)
     readers = set()
     for spec in CATALOG:
         granted = permissions(
             role_statements(synth.resources, role_id(synth.resources, worker_id(synth.resources, spec)))
         )
-        touches_dlqs = {arn for _, arn in granted} & _dlq_arns(synth)
+        touches_dlqs = {arn for _, arn in granted} & all_dlqs
         publishes = {action for action, _ in granted if action.startswith(("sns:", "kms:"))}
-        if "dead_letter_queues" in spec.resources:
-            assert touches_dlqs == _dlq_arns(synth)
-            assert {action for action, arn in granted if arn in _dlq_arns(synth)} == set(DLQ_REVIEW)
+        kinds = {type(CATALOG.resource(name)) for name in spec.resources}
+        if DeadLetterQueues in kinds:
+            assert touches_dlqs == all_dlqs
+            assert {action for action, arn in granted if arn in all_dlqs} == set(DLQ_REVIEW)
             readers.add(spec.name)
         else:
             assert not touches_dlqs, spec.name
-        assert bool(publishes) == ("alarm_topic" in spec.resources), spec.name
-    assert readers == {"maintenance"}
+        assert bool(publishes) == (AlarmTopic in kinds), spec.name
+    assert readers, "the catalog has a job that reviews the DLQs"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sqs_jobs.catalog import MINUTE, AlarmThresholds, Catalog, CatalogError, JobSpec, QueueSpec
+from sqs_jobs.limits import MINUTE
+from sqs_jobs.specs import AlarmThresholds, Catalog, CatalogError, JobSpec, QueueSpec
 
 JOBS = (JobSpec(name="send_mail", handler="functions.jobs.x"),)
 

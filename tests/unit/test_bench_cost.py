@@ -7,7 +7,10 @@ import json
 import pytest
 
 from bench import cost, writes
-from sqs_jobs.catalog import CATALOG, Catalog, JobSpec, QueueSpec
+from jobctl.local.provision import DEFAULT_STACK_NAME
+from jobctl.local.resource_providers import local_resource_name
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 
 # Round prices so every figure below can be checked by hand.
 PRICES = cost.Prices(
@@ -133,7 +136,11 @@ def test_a_tiny_run_of_the_real_worker_meets_the_goal() -> None:
     assert duplicate.effective_writes == 0
     # The run's start (a new key on its message's first delivery: a conditional put, its run counted) and its
     # completion (an update).
-    assert new.calls == {"idempotency PutItem": 3, "idempotency UpdateItem": 3, "SqsJobs-orders GetItem": 3}
+    assert new.calls == {
+        "idempotency PutItem": 3,
+        "idempotency UpdateItem": 3,
+        f"{local_resource_name(DEFAULT_STACK_NAME, 'orders_table')} GetItem": 3,
+    }
     # A job retried once: two runs, each its start and its end; every mail still sent once.
     assert (retry.side_effects, retry.effective_writes) == (3, 4 * 3)
     # A hand-back before any run writes nothing, and sends nothing.

@@ -9,7 +9,7 @@ import pytest
 
 from functions.worker.breaker import PROBE_EXPIRY_S, Breakers, CircuitBreaker, Snapshot, State, hold_delay_s
 from functions.worker.errors import CircuitOpenError, TransientError
-from sqs_jobs.catalog import CircuitBreakerSpec
+from sqs_jobs.specs import CircuitBreakerSpec
 
 SPEC = CircuitBreakerSpec(failure_threshold=3, open_s=5.0, max_open_s=20.0)
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from sqs_jobs.catalog import (
-    CATALOG,
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.limits import (
     DAY,
     DEAD_LETTER_HEADROOM_BYTES,
     ESM_MAX_BATCHING_WINDOW_S,
@@ -22,7 +22,6 @@ from sqs_jobs.catalog import (
     LAMBDA_MAX_TIMEOUT_S,
     MAX_PARALLEL_RECORDS,
     MINUTE,
-    RESOURCES,
     SETTLE_MARGIN_S,
     SQS_DEFAULT_MAX_MESSAGE_BYTES,
     SQS_MAX_BATCH_SIZE,
@@ -31,6 +30,8 @@ from sqs_jobs.catalog import (
     SQS_MAX_RETENTION_S,
     SQS_MAX_VISIBILITY_S,
     SQS_MIN_RETENTION_S,
+)
+from sqs_jobs.specs import (
     AlarmThresholds,
     Catalog,
     CatalogError,
@@ -53,7 +54,7 @@ def queue(name: str = "mail", jobs: tuple[JobSpec, ...] | None = None, **changes
 
 def catalog_error(*queues: QueueSpec) -> str:
     with pytest.raises(CatalogError) as caught:
-        Catalog(queues=queues)
+        Catalog(queues=queues, resources=CATALOG.resources)
     return str(caught.value)
 
 
@@ -66,7 +67,7 @@ def test_the_shipped_catalog_is_valid() -> None:
     for spec in CATALOG:
         assert spec.problems() == []
     # Rebuilding it runs every rule again, including the cross-queue ones.
-    assert Catalog(queues=CATALOG.queues) == CATALOG
+    assert Catalog(queues=CATALOG.queues, resources=CATALOG.resources) == CATALOG
 
 
 def test_the_shipped_catalog_has_the_order_confirmation_job() -> None:
@@ -81,7 +82,7 @@ def test_the_shipped_catalog_has_the_order_confirmation_job() -> None:
 def test_every_resource_a_job_needs_is_described() -> None:
     for spec in CATALOG:
         for resource in spec.resources:
-            assert RESOURCES[resource].strip()
+            assert CATALOG.resource(resource).description.strip()
 
 
 @pytest.mark.parametrize("spec", [j for q in CATALOG for j in q.jobs], ids=[j.name for q in CATALOG for j in q.jobs])
@@ -363,7 +364,7 @@ def test_unknown_resource_is_rejected_and_the_known_ones_are_listed() -> None:
     message = catalog_error(queue(jobs=(job(resources=("orders_table", "redis")),)))
 
     assert "unknown resource 'redis'" in message
-    assert all(known in message for known in RESOURCES)
+    assert all(known in message for known in CATALOG.resource_names)
     assert "'orders_table'" not in message  # the known resource itself is fine
 
 
@@ -416,10 +417,11 @@ def test_handler_that_is_not_a_dotted_module_path_is_rejected(handler: str) -> N
 @pytest.fixture
 def two_queues() -> Catalog:
     return Catalog(
+        resources=CATALOG.resources,
         queues=(
             queue("mail", jobs=(job("send_mail", resources=("mail_sender",)), job("send_digest"))),
             queue("images", jobs=(job("resize", resources=("orders_table", "mail_sender")),)),
-        )
+        ),
     )
 
 

@@ -18,9 +18,10 @@ from jobctl.cli_support import exit_code_for
 from jobctl.discovery import DiscoveryError
 from jobctl.dlq import BadFilterError, DlqError, MoveTaskFailedError, NoMoveTaskError
 from jobctl.local.provision import DEFAULT_STACK_NAME
-from sqs_jobs.catalog import CATALOG, UnknownQueueError
+from sqs_jobs.catalog import CATALOG
 from sqs_jobs.errors import EnvelopeFieldError, UnknownJobError
 from sqs_jobs.publisher import InvalidDelayError, PartialPublishError, QueueNotConfiguredError
+from sqs_jobs.specs import UnknownQueueError
 
 GLOBAL = ("--profile", "--region", "--endpoint-url", "--stack", "--output", "--query", "--progress", "--debug")
 CLEAN_ENV = {

@@ -42,8 +42,8 @@ from functions.worker.provenance import (
     portable,
     unpack,
 )
-from sqs_jobs.catalog import DEAD_LETTER_HEADROOM_BYTES, SQS_MAX_RETENTION_S
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.limits import DEAD_LETTER_HEADROOM_BYTES, SQS_MAX_RETENTION_S
 from tests.previous_runtime import legacy_packing
 
 EMOJI = "\U0001f600"  # 4 bytes in UTF-8; 12 as the JSON escape "\ud83d\ude00"

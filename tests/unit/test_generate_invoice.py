@@ -7,7 +7,7 @@ import pytest
 
 from functions.jobs.generate_invoice import InvoiceDataError, invoice_request, pdf_key
 from functions.worker.http import HttpClient
-from sqs_jobs.catalog import CATALOG, RESOURCES
+from sqs_jobs.catalog import CATALOG
 
 
 def test_the_shipped_catalog_has_the_invoice_queue_set_for_the_incident() -> None:
@@ -17,7 +17,7 @@ def test_the_shipped_catalog_has_the_invoice_queue_set_for_the_incident() -> Non
     assert CATALOG.queue_for_job("generate_invoice") is invoices
     assert invoices.job("generate_invoice").handler == "functions.jobs.generate_invoice"
     assert invoices.resources == ("invoices_table", "invoices_bucket", "invoicing_api_url")
-    assert all(RESOURCES[name].strip() for name in invoices.resources)
+    assert all(CATALOG.resource(name).description.strip() for name in invoices.resources)
     assert invoices.function_timeout_s == 120
     assert invoices.max_concurrency == 2  # a small downstream
     limit = invoices.time_limit_s("generate_invoice")

@@ -8,7 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from jobctl.schedule_times import next_fire
-from sqs_jobs.catalog import CATALOG, Catalog, CatalogError, JobSpec, QueueSpec, Schedule, schedule_expression_problem
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.schedule_expressions import schedule_expression_problem
+from sqs_jobs.specs import Catalog, CatalogError, JobSpec, QueueSpec, Schedule
 
 WEDNESDAY = datetime(2026, 12, 2, 4, 0, tzinfo=UTC)
 

@@ -15,7 +15,9 @@ from functions.worker.settings import (
     WorkerSettings,
     resource_env_name,
 )
-from sqs_jobs.catalog import CATALOG, Catalog, JobSpec, QueueSpec
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 
 QUEUE_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
 DLQ_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq"
@@ -44,13 +46,14 @@ def config_error(environ: dict[str, str], catalog: Catalog = CATALOG) -> str:
 @pytest.fixture
 def two_queues() -> Catalog:
     return Catalog(
+        resources=APP_RESOURCES,
         queues=(
             QueueSpec(name="mail", jobs=(JobSpec(name="send_mail", handler="functions.jobs.send_mail"),)),
             QueueSpec(
                 name="images",
                 jobs=(JobSpec(name="resize", handler="functions.jobs.resize", resources=("orders_table",)),),
             ),
-        )
+        ),
     )
 
 

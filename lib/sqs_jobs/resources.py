@@ -1,0 +1,176 @@
+"""Resources a job may use, declared by kind in the app's catalog.
+
+Each kind has one provider in the stack (infra/resource_providers.py) and one in the local engine
+(jobctl/local/resource_providers.py); neither knows any app's resources. A job's `JobSpec.resources` names what
+it may use, and the worker receives exactly those: each as the value of its environment variable (a table's
+name, a bucket's name, a URL, a secret's ARN, an address), with the least grant its kind needs.
+
+Every resource has a context key, its name: `cdk deploy -c orders_table=OrderingService-Orders` uses a table that
+exists already instead of creating one (tables, buckets, secrets), and sets an endpoint's URL or the mail
+sender's address (docs/catalog.md, "Resources").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import ClassVar
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+# DynamoDB attribute names of the keys the stack declares: plain names, so jobs and tables agree on them.
+_ATTRIBUTE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,254}$")
+# An S3 key prefix a grant is scoped to: "" (the whole bucket) or path segments ending with "/".
+_PREFIX = re.compile(r"^([A-Za-z0-9!_.*'()-]+/)*$")
+
+
+class Access(StrEnum):
+    """What a job does with a table's items or a bucket's objects; the grant allows that and nothing else."""
+
+    READ = "read"
+    WRITE = "write"
+    READ_WRITE = "read_write"
+
+    @property
+    def reads(self) -> bool:
+        return self is not Access.WRITE
+
+    @property
+    def writes(self) -> bool:
+        return self is not Access.READ
+
+
+class KeyType(StrEnum):
+    """A DynamoDB key attribute's type."""
+
+    STRING = "S"
+    NUMBER = "N"
+    BINARY = "B"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resource:
+    """One resource of the app: its name (the job's handle, its context key, its environment variable's suffix)
+    and what it is for."""
+
+    name: str
+    description: str
+    # Whether the stack publishes its value (a stack output and an SSM parameter) for services that use it too.
+    published: ClassVar[bool] = True
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+    @property
+    def context_key(self) -> str:
+        return self.name
+
+    def problems(self) -> list[str]:
+        """Every rule this resource breaks, as sentences naming the accepted values."""
+        found: list[str] = []
+        if not _NAME.fullmatch(self.name):
+            found.append(f"resource name {self.name!r} must match {_NAME.pattern}")
+        if not self.description.strip():
+            found.append(f"resource {self.name!r} needs a description (what it is, who reads it)")
+        return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class Table(Resource):
+    """A DynamoDB table. Created by the stack (on demand, point-in-time recovery, encrypted), or an existing one
+    named by context. READ: GetItem, BatchGetItem, Query; WRITE: PutItem, UpdateItem, DeleteItem,
+    BatchWriteItem."""
+
+    partition_key: str
+    partition_key_type: KeyType = KeyType.STRING
+    sort_key: str | None = None
+    sort_key_type: KeyType = KeyType.STRING
+    access: Access = Access.READ
+
+    def problems(self) -> list[str]:
+        found = super().problems()
+        for label, key in (("partition_key", self.partition_key), ("sort_key", self.sort_key)):
+            if key is not None and not _ATTRIBUTE.fullmatch(key):
+                found.append(f"table {self.name!r}: {label} {key!r} must match {_ATTRIBUTE.pattern}")
+        return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bucket(Resource):
+    """An S3 bucket; the job's grant covers only keys under `prefix`. Created by the stack (private, encrypted,
+    TLS-only, versioned, always kept on delete), or an existing one named by context. READ: GetObject and
+    ListBucket of the prefix; WRITE: PutObject."""
+
+    prefix: str
+    access: Access = Access.READ
+
+    def problems(self) -> list[str]:
+        found = super().problems()
+        if not _PREFIX.fullmatch(self.prefix):
+            found.append(
+                f"bucket {self.name!r}: prefix {self.prefix!r} must be '' (the whole bucket) or path segments each "
+                "ending with '/', e.g. 'thumbnails/'"
+            )
+        return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoint(Resource):
+    """An HTTPS API outside AWS: its base URL, `default_url` unless the context key sets another. `standin`
+    ("module:callable") makes the local engine start a stand-in of it and give jobs its URL (docs/catalog.md)."""
+
+    default_url: str
+    standin: str | None = None
+
+    def problems(self) -> list[str]:
+        found = super().problems()
+        if not self.default_url.startswith("https://"):
+            found.append(f"endpoint {self.name!r}: default_url {self.default_url!r} must be an https:// URL")
+        if self.standin is not None and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", self.standin):
+            found.append(f"endpoint {self.name!r}: standin {self.standin!r} must be 'module:callable'")
+        return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class Secret(Resource):
+    """A Secrets Manager secret a job reads with `context.secret(name)` (cached for SECRET_CACHE_S, never in an
+    environment variable, never logged). Created by the stack with a random placeholder value (set the real one
+    with `aws secretsmanager put-secret-value`), or an existing one named (or its ARN given) by context. The local
+    engine stores `local_value`, which is never deployed."""
+
+    local_value: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MailSender(Resource):
+    """The address jobs send mail from through SES; `default_address` unless the context key sets another. The
+    grant allows ses:SendEmail from that address only (the ses:FromAddress condition)."""
+
+    default_address: str
+
+    def problems(self) -> list[str]:
+        found = super().problems()
+        if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", self.default_address):
+            found.append(f"mail sender {self.name!r}: default_address {self.default_address!r} is not an address")
+        return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlarmTopic(Resource):
+    """The stack's alarm topic (its ARN): a job may publish to it (e.g. a periodic report to the operators)."""
+
+    published: ClassVar[bool] = False  # the stack's AlarmTopicArn output says it already
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeadLetterQueues(Resource):
+    """Every queue's DLQ, to read without consuming (receive, hand straight back, count): a JSON object of queue
+    name -> {"dlq_url": ..., "worker_role_id": ...}, the role whose messages carry the runtime's evidence."""
+
+    published: ClassVar[bool] = False  # each queue's parameters say it already
+
+
+# How long a worker keeps a secret's value before reading it again: a rotated secret reaches every worker within
+# this time (AWS's Parameters and Secrets Lambda extension caches for the same 300 s by default).
+SECRET_CACHE_S = 300
