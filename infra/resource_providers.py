@@ -130,13 +130,11 @@ def provide_bucket(scope: Construct, spec: Bucket, existing: str | None) -> Prov
         # tagging and version actions and s3:Abort*, none of which a job uses.)
         granted = iam.Grant.add_to_principal(grantee=grantee, actions=object_actions, resource_arns=[objects_arn])
         if spec.access.reads:
-            # Listing, of the prefix only (the s3:prefix condition).
+            # Listing, of the prefix only (the s3:prefix condition); with no prefix, of the whole bucket.
+            conditions = {"StringLike": {"s3:prefix": f"{spec.prefix}*"}} if spec.prefix else None
             granted = granted.combine(
                 iam.Grant.add_to_principal(
-                    grantee=grantee,
-                    actions=["s3:ListBucket"],
-                    resource_arns=[bucket.bucket_arn],
-                    conditions={"StringLike": {"s3:prefix": [f"{spec.prefix}*"]}},
+                    grantee=grantee, actions=["s3:ListBucket"], resource_arns=[bucket.bucket_arn], conditions=conditions
                 )
             )
         return granted

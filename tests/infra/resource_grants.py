@@ -80,7 +80,8 @@ def expected_grant(
         found = set()
         if spec.access.reads:
             found.add(("s3:GetObject", f"{bucket}/{spec.prefix}*"))
-            found.add(("s3:ListBucket", conditioned(bucket, {"StringLike": {"s3:prefix": f"{spec.prefix}*"}})))
+            condition = {"StringLike": {"s3:prefix": f"{spec.prefix}*"}}
+            found.add(("s3:ListBucket", conditioned(bucket, condition) if spec.prefix else bucket))
         if spec.access.writes:
             found.add(("s3:PutObject", f"{bucket}/{spec.prefix}*"))
         return found

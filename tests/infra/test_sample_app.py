@@ -1,0 +1,105 @@
+"""A team's own app in the stack: the unrelated catalog of tests/sample_app synthesizes with a resource of every
+kind (one table another service owns, named by context), each with the least grant its kind needs, its output
+and parameter, and nothing of the example app."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sqs_jobs.resources import Table
+from tests.infra.cfn import of_type, permissions, props, role_id, role_statements, worker_id
+from tests.infra.resource_grants import TABLE_READ, expected_grant, expected_value
+from tests.sample_app.catalog import CATALOG
+
+EXISTING_USERS = "AccountsService-Users"
+CONTEXT = {"users_table": EXISTING_USERS, "thumbnail_api": "https://thumbs.internal.example.com/v1/"}
+
+
+@pytest.fixture(scope="module")
+def sample(cdk_context: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    from infra.stack import build_app
+
+    app, stack = build_app({**cdk_context, **CONTEXT}, catalog=CATALOG)
+    template = app.synth().get_stack_artifact(stack.artifact_id).template
+    return template, stack
+
+
+def test_it_creates_what_it_declares_and_nothing_of_the_example(sample: tuple[dict[str, Any], Any]) -> None:
+    template, _ = sample
+    resources = template["Resources"]
+    # Its created table and the idempotency table; the users table exists already and is only named.
+    assert len(of_type(resources, "AWS::DynamoDB::Table")) == 2
+    assert len(of_type(resources, "AWS::S3::Bucket")) == 1
+    assert len(of_type(resources, "AWS::SecretsManager::Secret")) == 1
+    assert len(of_type(resources, "AWS::Lambda::Function")) == 1
+    assert not of_type(resources, "AWS::SES::EmailIdentity")
+    text = str(template)
+    assert not [word for word in ("orders", "invoic", "order_confirmation", "dlq_review") if word in text]
+
+
+def test_the_worker_gets_each_resource_with_exactly_its_kinds_grant(sample: tuple[dict[str, Any], Any]) -> None:
+    template, stack = sample
+    resources = template["Resources"]
+    spec = CATALOG.queue("images")
+    function = worker_id(resources, spec)
+    granted = permissions(role_statements(resources, role_id(resources, function)))
+    settings = {"users_table": EXISTING_USERS, "thumbnail_api": "https://thumbs.internal.example.com/v1"}
+    expected: set[tuple[str, str]] = set()
+    variables = props(resources, function)["Environment"]["Variables"]
+    for name in spec.resources:
+        resource = CATALOG.resource(name)
+        if name == "users_table":
+            # The existing table, by the name the context gave: read only, that table only.
+            assert isinstance(resource, Table)
+            arn = f"arn:aws:dynamodb:${{Region}}:${{Account}}:table/{EXISTING_USERS}"
+            expected |= {(action, arn) for action in TABLE_READ}
+            assert variables[f"JOBS_RESOURCE_{name.upper()}"] == EXISTING_USERS
+            continue
+        expected |= expected_grant(resources, resource, catalog=CATALOG, stack_name=stack.stack_name, settings=settings)
+        assert variables[f"JOBS_RESOURCE_{name.upper()}"] == expected_value(resources, resource, settings)
+
+    resource_grants = {
+        (action, arn) for action, arn in granted if not action.startswith(("sqs:", "logs:", "xray:"))
+    } - {(action, arn) for action, arn in granted if arn.startswith("IdempotencyTable")}
+    assert resource_grants == expected
+    # The mail sender is declared but no job of the queue names it: no SES grant.
+    assert not [action for action, _ in granted if action.startswith("ses:")]
+
+
+def test_each_published_resource_has_its_output(sample: tuple[dict[str, Any], Any]) -> None:
+    template, _ = sample
+    outputs = template["Outputs"]
+    assert outputs["UsersTableName"]["Value"] == EXISTING_USERS
+    assert outputs["ThumbnailApiUrl"]["Value"] == "https://thumbs.internal.example.com/v1"
+    assert outputs["ImagesSenderAddress"]["Value"] == "img@example.org"
+    for name in ("ImagesTableName", "MediaBucketName", "ThumbnailApiKeyArn"):
+        assert name in outputs
+
+
+def test_a_bad_existing_name_fails_synth_in_one_line(cdk_context: dict[str, Any]) -> None:
+    from infra.context import ContextError
+    from infra.stack import build_app
+
+    with pytest.raises(ContextError) as raised:
+        build_app({**cdk_context, "media_bucket": "Not_A_Bucket"}, catalog=CATALOG)
+
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "media_bucket 'Not_A_Bucket' is not accepted for the Bucket 'media_bucket'" in message
+
+
+def test_cdk_nag_finds_nothing_unacknowledged_in_it(sample: tuple[dict[str, Any], Any]) -> None:
+    # The kinds' acknowledgements (a created secret without rotation, a bucket without access logs, an object
+    # wildcard under a prefix) are the providers': a new app brings none of its own.
+    from cdk_nag import AwsSolutionsChecks, ServerlessChecks
+
+    _, stack = sample
+    found = [
+        f"{violation.rule_name} at {resource.construct_path}: {violation.description}"
+        for pack in (AwsSolutionsChecks(), ServerlessChecks())
+        for violation in pack.validate_scope(stack).violations
+        for resource in violation.violating_resources
+    ]
+    assert found == []
