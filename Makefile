@@ -24,7 +24,7 @@ REHEARSAL_VENV := .venv-rehearsal
 REHEARSAL_CDK_ARGS ?=
 export REHEARSAL_CDK_ARGS
 
-.PHONY: help dev bundle wheel screenshots lint check test rehearse demo synth deploy diff destroy local clean bench soak
+.PHONY: help dev bundle wheel screenshots schema lint check test rehearse demo synth deploy diff destroy local clean bench soak
 
 help:
 	@echo "make demo    run the order-confirmation job end to end on the embedded local engine"
@@ -32,6 +32,7 @@ help:
 	@echo "make check   the fast loop: lint, unit and functional tests (about 2 minutes)"
 	@echo "make rehearse  deploy the stack to LocalStack with the CDK CLI and run jobctl's procedure against it"
 	@echo "make soak    the chaos soak at 10,000 jobs (SOAK_JOBS=n to change): faults injected, every promise checked"
+	@echo "make schema  write the catalog's job names into docs/envelope.schema.json (after adding or renaming a job)"
 	@echo "make wheel   build the publisher's wheel (sqs_jobs: JobPublisher and the job contract, needs only boto3) into dist/"
 	@echo "make dev     install everything (idempotent): .venv from uv.lock, the CDK CLI from package-lock.json"
 	@echo "make local   start the local engine (moto server + Lambda SQS emulator) until Ctrl-C"
@@ -76,6 +77,10 @@ build/layer/.built: uv.lock scripts/bundle_layer.sh | $(VENV)/.synced
 # The console's README screenshots (docs/images/), rendered by the browser tests' chromium on the local engine.
 screenshots: $(VENV)/.synced $(CHROMIUM)
 	$(BIN)/python -m scripts.console_screenshots
+
+# The job enum of docs/envelope.schema.json, from the catalog (tests/unit/test_envelope.py fails until it matches).
+schema: $(VENV)/.synced
+	$(BIN)/python -m scripts.envelope_schema
 
 # The publisher's distribution (lib/: sqs_jobs, needs only boto3), for services to install.
 wheel: | $(UV)

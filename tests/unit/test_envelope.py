@@ -749,7 +749,17 @@ def test_schema_gaps_are_exactly_the_documented_ones(validator: Any, schema: dic
 
 
 def test_schema_job_enum_is_the_catalog(schema: dict[str, Any]) -> None:
-    assert sorted(schema["properties"]["job"]["enum"]) == sorted(CATALOG.job_names)
+    assert sorted(schema["properties"]["job"]["enum"]) == sorted(CATALOG.job_names), "run `make schema`"
+
+
+def test_make_schema_writes_the_catalogs_jobs_into_the_enum_and_nothing_else() -> None:
+    from scripts.envelope_schema import with_job_enum
+
+    text = SCHEMA_PATH.read_text()
+    updated = with_job_enum(text, ("make_thumbnail", "order_confirmation"))
+
+    assert json.loads(updated)["properties"]["job"]["enum"] == ["make_thumbnail", "order_confirmation"]
+    assert with_job_enum(updated, CATALOG.job_names) == text
 
 
 def test_schema_limits_match_the_code(schema: dict[str, Any]) -> None:
