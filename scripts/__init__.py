@@ -1,0 +1,1 @@
+"""Developer scripts run with `python -m scripts.<name>` (Makefile targets)."""
