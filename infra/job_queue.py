@@ -14,14 +14,13 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from functions.worker.names import METRICS_NAMESPACE, SERVICE_NAME
 from functions.worker.settings import (
     ENV_DLQ_URL,
     ENV_IDEMPOTENCY_TABLE,
     ENV_QUEUE_NAME,
     ENV_QUEUE_URL,
     ENV_RUNTIME_ROLE_ID,
-    METRICS_NAMESPACE,
-    SERVICE_NAME,
     resource_env_name,
 )
 from infra.job_schedules import JobSchedules

@@ -18,21 +18,23 @@ from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sqs as sqs
 
-from functions.worker.observability import (
+from functions.worker.names import (
     CIRCUIT_OPENED,
     DEAD_LETTERED,
     DEFERRED,
     DURATION,
     FAILED,
     HEARTBEAT,
+    METRICS_NAMESPACE,
     RETRIED,
     RETRY_ATTEMPT,
     RUNTIME_FAULT,
     RUNTIME_JOB,
+    SERVICE_NAME,
     SUCCEEDED,
     UNPARSEABLE_JOB,
+    DeferReason,
 )
-from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
 from sqs_jobs.limits import METRIC_LAG_S, MINUTE
 from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec
 
@@ -53,8 +55,6 @@ MIN_DRAIN_RATE = 0.001
 DURATION_STATISTIC = "p99"
 # Metrics that failures of unreadable messages also feed (job dimension `(unparseable)`).
 _WITH_UNPARSEABLE = (FAILED, DEAD_LETTERED)
-# The JobDeferred reason of records handed back because a circuit breaker refused a call their job needed.
-CIRCUIT_OPEN_REASON = "circuit_open"
 
 
 class MonitoringError(ValueError):
@@ -248,7 +248,7 @@ def circuit_openings(spec: QueueSpec) -> cloudwatch.Metric:
 def circuit_held(spec: QueueSpec) -> cloudwatch.MathExpression:
     """Records handed back because an open breaker refused a call their job needed (JobDeferred, reason
     circuit_open), summed over the queue's jobs, per 5 minutes."""
-    return queue_total(spec, DEFERRED, "held", "held by open breakers", reason=CIRCUIT_OPEN_REASON)
+    return queue_total(spec, DEFERRED, "held", "held by open breakers", reason=DeferReason.CIRCUIT_OPEN)
 
 
 def heartbeats(spec: QueueSpec, period: Duration = ONE_MINUTE) -> cloudwatch.Metric:

@@ -9,7 +9,7 @@ from typing import Any
 from aws_cdk import App, CfnOutput, Stack, Tags, Validations
 from constructs import Construct
 
-from functions.worker.settings import SERVICE_NAME
+from functions.worker.names import SERVICE_NAME
 from infra import monitoring, nag_suppressions
 from infra.alarm_topic import AlarmTopic, NewAlarmTopic
 from infra.context import StackContext

@@ -49,7 +49,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from functions.worker.attribute_store import StoredAttributesError
-from functions.worker.deadletter import ERROR_MESSAGE, ERROR_TYPE, FAILURE, FAILURE_PERMANENT
+from functions.worker.deadletter import ERROR_MESSAGE, ERROR_TYPE, FAILURE
+from functions.worker.names import DeadLetterFailure
 from functions.worker.provenance import Attributes, Provenance, value_bytes
 from functions.worker.runtime import CUT_RUN_CALL_ENDED_MESSAGE
 from jobctl.dlq import DeadLetter, DeadLetterQueue
@@ -372,7 +373,10 @@ def _job_problems(job: SoakJob, observed: Observed) -> list[str]:
         if effects:
             problems.append(f"{name} ({job.broken} data) had {effects} side effect(s)")
         for evidence in copies:
-            if evidence.get(ERROR_TYPE) not in PERMANENT_ERRORS[job.job] or evidence.get(FAILURE) != FAILURE_PERMANENT:
+            if (
+                evidence.get(ERROR_TYPE) not in PERMANENT_ERRORS[job.job]
+                or evidence.get(FAILURE) != DeadLetterFailure.PERMANENT
+            ):
                 problems.append(f"{name} is in the DLQ without its evidence: {evidence}")
         return problems
     if copies:

@@ -11,16 +11,17 @@ from typing import Any
 
 import botocore.exceptions
 
-from functions.worker.observability import (
+from functions.worker.names import (
     CIRCUIT_OPENED,
     FAILED,
     HEARTBEAT,
+    METRICS_NAMESPACE,
     RETRY_ATTEMPT,
     RUNTIME_JOB,
+    SERVICE_NAME,
     SUCCEEDED,
     UNPARSEABLE_JOB,
 )
-from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
 from jobctl.discovery import QueueLocation
 from jobctl.queue_control import QueueControlError, is_paused
 from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec

@@ -23,6 +23,7 @@ from typing import Any
 
 from functions.worker.attribute_store import AttributeStore, StoredAttributes, StoredAttributesError
 from functions.worker.errors import DeadLetterError
+from functions.worker.names import DeadLetterFailure
 from functions.worker.provenance import (
     HELD_SINCE,
     PRIOR_ATTEMPTS,
@@ -50,9 +51,6 @@ SOURCE_QUEUE = "jobs.source_queue"
 JOB = "jobs.job"
 ID = "jobs.id"
 
-# Why a message was dead-lettered.
-FAILURE_PERMANENT = "permanent"
-FAILURE_EXHAUSTED = "retries_exhausted"
 
 # Each evidence value's most bytes (UTF-8, as SQS counts them).
 MAX_ERROR_TYPE_BYTES = 256
@@ -65,7 +63,7 @@ _LIMITS = {
     ERROR_TYPE: ("String", MAX_ERROR_TYPE_BYTES),
     ERROR_MESSAGE: ("String", MAX_ERROR_MESSAGE_BYTES),
     TRACEBACK: ("String", MAX_TRACEBACK_BYTES),
-    FAILURE: ("String", max(len(FAILURE_PERMANENT), len(FAILURE_EXHAUSTED))),
+    FAILURE: ("String", max(len(DeadLetterFailure.PERMANENT), len(DeadLetterFailure.RETRIES_EXHAUSTED))),
     ATTEMPTS: ("Number", _MAX_NUMBER_DIGITS),
     FIRST_FAILED_AT: ("String", _ISO_STAMP_BYTES),
     LAST_FAILED_AT: ("String", _ISO_STAMP_BYTES),

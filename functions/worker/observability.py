@@ -21,37 +21,15 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 
-from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
+from functions.worker.names import (
+    METRICS_NAMESPACE,
+    RETRY_ATTEMPT,
+    SERVICE_NAME,
+)
 
-# Metric names (EMF, dimensions: service, queue, job).
 # Serializes Logger set-up (see Observability.create).
 _LOGGER_SETUP = threading.Lock()
 
-SUCCEEDED = "JobSucceeded"
-DUPLICATE = "JobDuplicate"
-FAILED = "JobFailed"  # every failed run: retried or dead-lettered
-RETRIED = "JobRetried"
-DEAD_LETTERED = "JobDeadLettered"  # also per reason: permanent, retries_exhausted
-DEFERRED = "JobDeferred"  # handed back unrun (no time left, key busy), per reason
-DURATION = "JobDuration"  # milliseconds of each run that ran the job
-# Per failed run that will be retried: which attempt of its key it was (1 = its first run). Its Maximum says how
-# many times in a row the most-failing job of a window has failed, before it is dead-lettered.
-RETRY_ATTEMPT = "RetryAttempt"
-HEARTBEAT = "Heartbeat"  # a heartbeat canary message went through the queue and the worker
-# The runtime's own AWS resources failed it (idempotency table, DLQ, its queue), per reason; counted under the
-# pseudo-job RUNTIME_JOB, since the fault is the deployment's, not a job's.
-RUNTIME_FAULT = "RuntimeFault"
-RUNTIME_JOB = "(runtime)"
-# A run's result could not be kept in its idempotency record (the run still counts as completed), per reason:
-# not_json, too_large (functions/worker/results.py).
-RESULT_DROPPED = "ResultDropped"
-# A circuit breaker of a job's downstream opened (counted under RUNTIME_JOB, per reason: the downstream's name,
-# an HTTP host or an AWS service); the records that needed it are handed back as JobDeferred, reason circuit_open.
-CIRCUIT_OPENED = "CircuitOpened"
-# A run cut at its time limit called a downstream after the cut (reason refused) or got an answer to a call that
-# was in flight at the cut (reason ended): its effect may have happened after the record was settled.
-CUT_RUN_CALL = "CutRunCall"
-UNPARSEABLE_JOB = "(unparseable)"
 # Values per EMF document, kept below Powertools' and CloudWatch's 100.
 EMF_MAX_VALUES = 99
 # The unit of each sampled metric; durations are milliseconds.

@@ -59,7 +59,7 @@ from functions.worker.errors import (
     TimeLimitUnservableError,
 )
 from functions.worker.jobs import JobContext, JobResult, LoadedJob, load_jobs
-from functions.worker.observability import (
+from functions.worker.names import (
     CIRCUIT_OPENED,
     CUT_RUN_CALL,
     DEAD_LETTERED,
@@ -75,9 +75,11 @@ from functions.worker.observability import (
     RUNTIME_JOB,
     SUCCEEDED,
     UNPARSEABLE_JOB,
-    BatchTally,
-    Observability,
+    CutRunCallReason,
+    DeadLetterFailure,
+    DeferReason,
 )
+from functions.worker.observability import BatchTally, Observability
 from functions.worker.provenance import HELD_SINCE, PRIOR_ATTEMPTS, MessageAttributes, Provenance, from_event
 from functions.worker.run_ledger import Failure, LedgerEntry, RunLedger, RunsExhaustedError, StartedRun
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, WorkerSettings, idempotency_record_id
@@ -501,7 +503,7 @@ class Worker:
             # A fault of the runtime itself: the record comes back, and the runtime-faults alarm pages.
             self._runtime_fault("runtime")
             self._obs.logger.exception("the runtime failed on a record; it comes back after a backoff")
-            return self._hand_back(delivery, None, self._backoff(delivery.receives), "runtime_fault", error)
+            return self._hand_back(delivery, None, self._backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error)
 
     def _verdict(self, delivery: _Delivery) -> _Verdict:
         from functions.worker.classify import classify
@@ -510,7 +512,7 @@ class Worker:
         try:
             envelope = parse_envelope(record.body, self._queue.accepted_jobs)
         except EnvelopeError as error:
-            return self._dead_letter_of(delivery, None, error, "permanent", classify(error).reason)
+            return self._dead_letter_of(delivery, None, error, DeadLetterFailure.PERMANENT, classify(error).reason)
         self._obs.logger.thread_safe_append_keys(job=envelope.job, id=envelope.id)
         if envelope.job == HEARTBEAT_JOB:
             return _Done(self._heartbeat(record))
@@ -523,10 +525,12 @@ class Worker:
                 f"{limit_s:g}s time limit plus the {SETTLE_MARGIN_S}s settle margin: raise the function "
                 "timeout or lower the job's time_limit_s"
             )
-            return self._dead_letter_of(delivery, envelope, unservable, "permanent", classify(unservable).reason)
+            return self._dead_letter_of(
+                delivery, envelope, unservable, DeadLetterFailure.PERMANENT, classify(unservable).reason
+            )
         if self._remaining_s() < limit_s + SETTLE_MARGIN_S:
             details = {"remaining_s": round(self._remaining_s(), 3), "time_limit_s": limit_s}
-            return self._hand_back(delivery, envelope, 0, "no_time", TimeoutError("no time left"), details)
+            return self._hand_back(delivery, envelope, 0, DeferReason.NO_TIME, TimeoutError("no time left"), details)
         try:
             key = job.idempotency_key(envelope)
         except Exception as error:
@@ -537,7 +541,9 @@ class Worker:
                     f"job {job.spec.name!r} idempotency_key raised {type(error).__name__}: {error}"
                 )
                 bad_key.__cause__ = error
-            return self._dead_letter_of(delivery, envelope, bad_key, "permanent", classify(bad_key).reason)
+            return self._dead_letter_of(
+                delivery, envelope, bad_key, DeadLetterFailure.PERMANENT, classify(bad_key).reason
+            )
         return self._run(job, envelope, delivery, key, limit_s)
 
     def _run(self, job: LoadedJob, envelope: Envelope, delivery: _Delivery, key: str, limit_s: float) -> _Verdict:
@@ -627,11 +633,18 @@ class Worker:
         if isinstance(error, JobInProgressError):
             # Another run holds the key (a crashed one holds it until its invocation's deadline at the latest).
             return self._hand_back(
-                delivery, envelope, self._backoff(delivery.receives), "in_progress", error, {"error": str(error)}
+                delivery,
+                envelope,
+                self._backoff(delivery.receives),
+                DeferReason.IN_PROGRESS,
+                error,
+                {"error": str(error)},
             )
         if isinstance(error, PowertoolsIdempotencyKeyError):
             bad_key = IdempotencyKeyError(str(error))
-            return self._dead_letter_of(delivery, envelope, bad_key, "permanent", classify(bad_key).reason)
+            return self._dead_letter_of(
+                delivery, envelope, bad_key, DeadLetterFailure.PERMANENT, classify(bad_key).reason
+            )
         if isinstance(error, IdempotencyPersistenceLayerError):
             cause = error.__cause__
             if isinstance(cause, RunsExhaustedError):
@@ -643,7 +656,12 @@ class Worker:
             self._obs.logger.exception("idempotency store failed before the run; handed back")
             fault = RuntimeInfrastructureError(f"idempotency store: {error}")
             return self._hand_back(
-                delivery, envelope, self._backoff(delivery.receives), "runtime_fault", fault, {"error": str(fault)}
+                delivery,
+                envelope,
+                self._backoff(delivery.receives),
+                DeferReason.RUNTIME_FAULT,
+                fault,
+                {"error": str(fault)},
             )
         started = self._ledger.started()
         if started is None:  # nothing started a run: the runtime's own fault
@@ -652,7 +670,13 @@ class Worker:
             self._refund(started, held=False)
             details = {"remaining_s": round(self._remaining_s(), 3), "time_limit_s": execution.limit_s}
             return self._hand_back(
-                delivery, envelope, 0, "no_time", error, details, key_record=self._record_of(started, refunded=True)
+                delivery,
+                envelope,
+                0,
+                DeferReason.NO_TIME,
+                error,
+                details,
+                key_record=self._record_of(started, refunded=True),
             )
         return self._failed_run(job, envelope, delivery, started, error)
 
@@ -675,7 +699,11 @@ class Worker:
         first_failed_at = started.before.first_failed_at or time.time()
         self._tally.add(envelope.job, FAILED)  # every failed run, whatever happens next
         if classification.kind is Kind.PERMANENT or attempt >= self._queue.max_attempts:
-            failure = "permanent" if classification.kind is Kind.PERMANENT else "retries_exhausted"
+            failure = (
+                DeadLetterFailure.PERMANENT
+                if classification.kind is Kind.PERMANENT
+                else DeadLetterFailure.RETRIES_EXHAUSTED
+            )
             return _DeadLetter(
                 error_type=type(error).__name__,
                 error_message=str(error),
@@ -739,7 +767,7 @@ class Worker:
             delivery,
             envelope,
             hold_delay_s(refusal, self._rng),
-            "circuit_open",
+            DeferReason.CIRCUIT_OPEN,
             refusal,
             details,
             key_record=self._record_of(started, refunded=True),
@@ -772,7 +800,7 @@ class Worker:
     ) -> _DeadLetter:
         """A record that ran no job this delivery (a bad envelope, an unservable limit, a bad key, its last
         receive spent), dead-lettered with `error` as its evidence."""
-        if failure == "permanent":  # the record itself failed (not merely its receives)
+        if failure is DeadLetterFailure.PERMANENT:  # the record itself failed (not merely its receives)
             self._tally.add(envelope.job if envelope else UNPARSEABLE_JOB, FAILED)
         record_id = None
         if envelope is not None and envelope.job in self._jobs:
@@ -785,7 +813,7 @@ class Worker:
             error_message=str(error),
             traceback=_traceback(error),
             failure=failure,
-            classification="permanent" if failure == "permanent" else "transient",
+            classification="permanent" if failure is DeadLetterFailure.PERMANENT else "transient",
             reason=reason or type(error).__name__,
             attempts=1,
             envelope=envelope,
@@ -799,7 +827,11 @@ class Worker:
             error_type = entry.last_error_type or RunNeverReportedError.__name__
             message = entry.last_error or "(no message)"
             trace = entry.last_traceback or "(the run's traceback is in the worker's log of that run)"
-            failure = entry.pending_dead_letter or "retries_exhausted"
+            failure = (
+                DeadLetterFailure.PERMANENT
+                if entry.pending_dead_letter == DeadLetterFailure.PERMANENT
+                else DeadLetterFailure.RETRIES_EXHAUSTED
+            )
         else:
             error_type = RunNeverReportedError.__name__
             message = (
@@ -807,14 +839,14 @@ class Worker:
                 "crashed, ran out of memory or hit the function timeout (the worker's log of that run says which)"
             )
             trace = "(none: the run never ended)"
-            failure = "retries_exhausted"
+            failure = DeadLetterFailure.RETRIES_EXHAUSTED
         self._tally.add(envelope.job, FAILED)
         return _DeadLetter(
             error_type=error_type,
             error_message=message,
             traceback=trace,
             failure=failure,
-            classification="permanent" if failure == "permanent" else "transient",
+            classification="permanent" if failure is DeadLetterFailure.PERMANENT else "transient",
             reason="runs_exhausted",
             attempts=entry.runs,
             envelope=envelope,
@@ -1065,7 +1097,11 @@ class Worker:
     def _call_after_cut(self, run: JobRun, what: str, outcome: str) -> None:
         """A run cut at its limit called a downstream (refused) or got a late answer: its effect may have happened
         after the record was settled, so it is said, with the cut run's own record keys (its thread's)."""
-        self._tally.add(run.job or RUNTIME_JOB, CUT_RUN_CALL, reason="refused" if outcome == "refused" else "ended")
+        self._tally.add(
+            run.job or RUNTIME_JOB,
+            CUT_RUN_CALL,
+            reason=CutRunCallReason.REFUSED if outcome == "refused" else CutRunCallReason.ENDED,
+        )
         self._obs.logger.warning(
             "call of a run cut at its time limit: refused" if outcome == "refused" else CUT_RUN_CALL_ENDED_MESSAGE,
             extra={"call": what, "outcome": outcome, "since_cut_s": _since(run.cut_at)},

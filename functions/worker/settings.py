@@ -24,8 +24,6 @@ ENV_RUNTIME_ROLE_ID = "JOBS_RUNTIME_ROLE_ID"
 # One variable per resource a queue's jobs need: JOBS_RESOURCE_ORDERS_TABLE, JOBS_RESOURCE_MAIL_SENDER, ...
 RESOURCE_ENV_PREFIX = "JOBS_RESOURCE_"
 
-SERVICE_NAME = "sqs-jobs"
-METRICS_NAMESPACE = "SqsJobs"
 # Prefix of idempotency records; independent of the function name, so a renamed function keeps its records.
 IDEMPOTENCY_KEY_PREFIX = "jobs"
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from functions.worker.observability import FAILED
+from functions.worker.names import FAILED
 from jobctl.status import OLDEST_AGE_METRIC, SQS_NAMESPACE, VISIBLE_METRIC, job_metric
 from sqs_jobs.specs import QueueSpec
 

@@ -11,6 +11,7 @@ import pytest
 
 from functions.worker import deadletter
 from functions.worker.clients import ClientFactory
+from functions.worker.names import DeadLetterFailure
 from functions.worker.provenance import Provenance
 from jobctl.dlq import NO_EVIDENCE, BadFilterError, DeadLetterQueue, DlqError, Filter, group, queue_busy, verify
 from jobctl.local.provision import provision
@@ -177,7 +178,7 @@ def test_discard_with_archive_keeps_a_faithful_copy(harness: Harness, dlq: DeadL
     record = json.loads(line)
     assert record["body"] == "not json"
     assert record["error_type"] == "EnvelopeNotJSONError"
-    assert record["failure"] == deadletter.FAILURE_PERMANENT
+    assert record["failure"] == DeadLetterFailure.PERMANENT
     assert "Traceback" in record["traceback"]
     assert harness.queue_counts(dead_letter=True) == (5, 0)
 

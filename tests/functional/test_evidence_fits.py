@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from functions.worker import deadletter
 from functions.worker.attribute_store import AttributeStore
 from functions.worker.deadletter import CopyTooLargeError, DeadLetterQueue, message_size
+from functions.worker.names import DeadLetterFailure
 from functions.worker.provenance import (
     ORIGINAL_ATTRIBUTES,
     PRIOR_ATTEMPTS,
@@ -143,7 +144,7 @@ def test_a_permanent_failure_with_a_90_kib_emoji_attribute_keeps_all_its_evidenc
     evidence = attributes_of(dead)
     assert set(evidence) == FULL_EVIDENCE
     assert evidence[deadletter.ERROR_TYPE] == "OrderNotFoundError"
-    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_PERMANENT
+    assert evidence[deadletter.FAILURE] == DeadLetterFailure.PERMANENT
     assert evidence[deadletter.ATTEMPTS] == "1"
     assert "[truncated]" not in evidence[deadletter.TRACEBACK]
     assert unpack(dead["MessageAttributes"][ORIGINAL_ATTRIBUTES]["BinaryValue"]) == producer
@@ -288,7 +289,7 @@ def test_a_dead_letter_moved_back_whole_gets_its_stored_attributes_back_or_passe
     store = AttributeStore(harness.worker_clients()("dynamodb"), harness.deployment.idempotency_table)
     reference = store.put(pack(producer)).to_attribute()
     moved = MessageAttributes.split(reference, sent_by_runtime=True)
-    evidence = deadletter.Evidence("OrderNotFoundError", "gone", "", deadletter.FAILURE_PERMANENT, 1, "", "", "", None)
+    evidence = deadletter.Evidence("OrderNotFoundError", "gone", "", DeadLetterFailure.PERMANENT, 1, "", "", "", None)
     sqs = harness.worker_clients()("sqs")
 
     # With the store, its next dead letter carries them packed again (they fit now)

@@ -14,6 +14,7 @@ import pytest
 from functions.worker import deadletter
 from functions.worker.backoff import backoff_ceiling_s, backoff_delay_s
 from functions.worker.clients import ClientFactory
+from functions.worker.names import DeadLetterFailure
 from functions.worker.observability import Observability
 from functions.worker.provenance import PRIOR_ATTEMPTS, MessageAttributes, Provenance
 from functions.worker.runtime import Worker
@@ -122,7 +123,7 @@ def test_transient_failures_back_off_with_growing_jittered_delays_then_dead_lett
     # Dead-lettered on the last attempt, with evidence.
     [dead] = testing.dead_letters("testing")
     evidence = attributes_of(dead)
-    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_EXHAUSTED
+    assert evidence[deadletter.FAILURE] == DeadLetterFailure.RETRIES_EXHAUSTED
     assert evidence[deadletter.ATTEMPTS] == str(TESTING.max_attempts)
     assert evidence[deadletter.ERROR_TYPE] == "ConnectionRefusedError"
 
@@ -314,7 +315,7 @@ def test_a_record_no_invocation_could_give_its_time_limit_is_dead_lettered_not_h
     [dead] = testing.dead_letters("testing")
     evidence = attributes_of(dead)
     assert evidence[deadletter.ERROR_TYPE] == "TimeLimitUnservableError"
-    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_PERMANENT
+    assert evidence[deadletter.FAILURE] == DeadLetterFailure.PERMANENT
     assert "raise the function timeout" in evidence[deadletter.ERROR_MESSAGE]
 
 

@@ -21,6 +21,7 @@ from functions.worker import deadletter
 from functions.worker.backoff import backoff_ceiling_s
 from functions.worker.clients import ClientFactory
 from functions.worker.http import HttpClient
+from functions.worker.names import DeadLetterFailure
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from functions.worker.time_limit import CUT_THREAD_PREFIX
@@ -180,7 +181,7 @@ def test_a_missing_invoice_is_dead_lettered_after_one_attempt(invoicing: Harness
     [dead] = invoicing.dead_letters(QUEUE)
     evidence = attributes_of(dead)
     assert evidence[deadletter.ERROR_TYPE] == "InvoiceNotFoundError"
-    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_PERMANENT
+    assert evidence[deadletter.FAILURE] == DeadLetterFailure.PERMANENT
     assert evidence[deadletter.ATTEMPTS] == "1"
     assert "INV-404" in evidence[deadletter.ERROR_MESSAGE]
     assert dead["Body"] == body("INV-404")
@@ -201,7 +202,7 @@ def test_an_invoice_the_api_rejects_is_dead_lettered_after_one_attempt(
     [dead] = invoicing.dead_letters(QUEUE)
     evidence = attributes_of(dead)
     assert evidence[deadletter.ERROR_TYPE] == "HttpPermanentError"
-    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_PERMANENT
+    assert evidence[deadletter.FAILURE] == DeadLetterFailure.PERMANENT
     assert evidence[deadletter.ATTEMPTS] == "1"
     assert "answered 422" in evidence[deadletter.ERROR_MESSAGE]
     assert api.created_count() == 0

@@ -12,6 +12,7 @@ import pytest
 
 from functions.worker import deadletter
 from functions.worker import errors as worker_errors
+from functions.worker.names import DeadLetterFailure
 from functions.worker.provenance import ORIGINAL_ATTRIBUTES, unpack
 from tests.functional.conftest import Harness, attributes_of, envelope
 from tests.functional.hostile_corpus import CORPUS, HostileCase
@@ -72,7 +73,7 @@ def test_hostile_message_is_dead_lettered_once_while_good_records_of_its_batch_s
     assert dead["Body"].encode("utf-8") == case.body.encode("utf-8")
     evidence = attributes_of(dead)
     assert evidence[deadletter.ATTEMPTS] == "1"
-    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_PERMANENT
+    assert evidence[deadletter.FAILURE] == DeadLetterFailure.PERMANENT
     assert evidence[deadletter.ERROR_TYPE] == case.error_type
     message = evidence[deadletter.ERROR_MESSAGE]
     assert message.strip() and "\n" not in message and "\r" not in message
@@ -113,7 +114,7 @@ def test_a_body_at_its_queues_exact_limit_is_dead_lettered_with_all_its_evidence
     assert dead["Body"] == body
     evidence = attributes_of(dead)
     assert evidence[deadletter.ERROR_TYPE] == "EnvelopeTooLargeError"
-    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_PERMANENT
+    assert evidence[deadletter.FAILURE] == DeadLetterFailure.PERMANENT
     assert evidence[deadletter.ATTEMPTS] == "1"
     assert "EnvelopeTooLargeError" in evidence[deadletter.TRACEBACK]
     assert "[truncated]" not in evidence[deadletter.TRACEBACK]
@@ -121,7 +122,7 @@ def test_a_body_at_its_queues_exact_limit_is_dead_lettered_with_all_its_evidence
     assert limit < _sqs_size(dead) <= harness.deployment.queues["orders"].spec.dlq_max_message_bytes
     [logged] = [line for line in harness.log_lines() if line.get("message") == "job dead-lettered"]
     assert logged["error_type"] == "EnvelopeTooLargeError"
-    assert logged["failure"] == deadletter.FAILURE_PERMANENT
+    assert logged["failure"] == DeadLetterFailure.PERMANENT
 
 
 def _padded_to(size: int) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from functions.worker.clients import ClientFactory
-from functions.worker.observability import RESULT_DROPPED, RUNTIME_FAULT
+from functions.worker.names import RESULT_DROPPED, RUNTIME_FAULT
 from jobctl.local.provision import provision
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec

@@ -16,7 +16,8 @@ from functions import entry
 from functions.worker import deadletter
 from functions.worker.clients import ClientFactory, new_session
 from functions.worker.errors import WorkerConfigError
-from functions.worker.observability import RUNTIME_JOB, Observability
+from functions.worker.names import RUNTIME_JOB, DeadLetterFailure
+from functions.worker.observability import Observability
 from functions.worker.provenance import ORIGINAL_ATTRIBUTES, MessageAttributes, unpack
 from functions.worker.runtime import Worker
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
@@ -132,7 +133,7 @@ def test_missing_order_is_dead_lettered_after_one_attempt_with_evidence(harness:
     assert evidence[deadletter.ERROR_TYPE] == "OrderNotFoundError"
     assert "9999" in evidence[deadletter.ERROR_MESSAGE]
     assert "OrderNotFoundError" in evidence[deadletter.TRACEBACK]
-    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_PERMANENT
+    assert evidence[deadletter.FAILURE] == DeadLetterFailure.PERMANENT
     assert evidence[deadletter.ATTEMPTS] == "1"
     assert evidence[deadletter.SOURCE_QUEUE] == harness.deployment.queues["orders"].arn
     assert evidence[deadletter.JOB] == "order_confirmation"
@@ -178,7 +179,7 @@ def test_a_dead_letter_redriven_as_is_has_its_old_evidence_replaced_and_its_prod
             error_type="OldError",
             error_message="old",
             traceback="",
-            failure=deadletter.FAILURE_PERMANENT,
+            failure=DeadLetterFailure.PERMANENT,
             attempts=3,
             first_failed_at="",
             last_failed_at="",
@@ -228,7 +229,7 @@ def test_bad_envelopes_are_dead_lettered_while_good_records_of_the_batch_succeed
     assert dead["Body"] == body
     evidence = attributes_of(dead)
     assert evidence[deadletter.ERROR_TYPE] == error_type
-    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_PERMANENT
+    assert evidence[deadletter.FAILURE] == DeadLetterFailure.PERMANENT
     assert deadletter.JOB not in evidence  # an unparseable envelope names no job
 
 
@@ -250,7 +251,7 @@ def test_transient_failure_is_retried_then_dead_lettered_on_the_last_attempt(tes
     [dead] = testing.dead_letters("testing")
     evidence = attributes_of(dead)
     assert dead["Body"] == body
-    assert evidence[deadletter.FAILURE] == deadletter.FAILURE_EXHAUSTED
+    assert evidence[deadletter.FAILURE] == DeadLetterFailure.RETRIES_EXHAUSTED
     assert evidence[deadletter.ERROR_TYPE] == "ConnectionRefusedError"
     assert evidence[deadletter.ATTEMPTS] == str(max_attempts)
     assert flaky.SIDE_EFFECTS["42"] == 0

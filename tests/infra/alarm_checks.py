@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
+from functions.worker.names import METRICS_NAMESPACE, SERVICE_NAME
 from infra.naming import alarm_name
 from sqs_jobs.limits import MINUTE
 from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from functions.worker.settings import METRICS_NAMESPACE, SERVICE_NAME
+from functions.worker.names import METRICS_NAMESPACE, SERVICE_NAME
 from sqs_jobs.limits import MINUTE
 from sqs_jobs.specs import QueueSpec
 from tests.infra.cfn import Resources, of_type, props, queue_id, render, worker_id

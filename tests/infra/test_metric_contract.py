@@ -41,8 +41,8 @@ from moto import mock_aws
 import functions.entry
 from functions.jobs import dlq_review
 from functions.worker.clients import ClientFactory, new_session
+from functions.worker.names import METRICS_NAMESPACE
 from functions.worker.observability import Observability
-from functions.worker.settings import METRICS_NAMESPACE
 from jobctl.local.emulator import EventSourceMapping, Invocation
 from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.moto_senders import record_senders

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from functions.worker.names import METRICS_NAMESPACE, SERVICE_NAME
 from functions.worker.settings import (
     ENV_DLQ_URL,
     ENV_IDEMPOTENCY_TABLE,
     ENV_QUEUE_NAME,
     ENV_QUEUE_URL,
     ENV_RUNTIME_ROLE_ID,
-    METRICS_NAMESPACE,
-    SERVICE_NAME,
     resource_env_name,
 )
 from sqs_jobs.catalog import CATALOG

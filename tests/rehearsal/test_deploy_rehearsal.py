@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from functions.worker.deadletter import FAILURE_PERMANENT, DeadLetterQueue, Evidence, iso_from_epoch_ms
+from functions.worker.deadletter import DeadLetterQueue, Evidence, iso_from_epoch_ms
+from functions.worker.names import DeadLetterFailure
 from functions.worker.provenance import MessageAttributes, Provenance, from_event, portable
 from infra.naming import (
     DLQ_URL,
@@ -148,7 +149,7 @@ def dead_letter(orders: Orders, failures: list[Failure]) -> None:
             error_type=failure.error_type,
             error_message=f"{JOB} {envelope.id} failed",
             traceback=f"Traceback (most recent call last):\n{failure.error_type}: {JOB} {envelope.id} failed",
-            failure=FAILURE_PERMANENT,
+            failure=DeadLetterFailure.PERMANENT,
             attempts=int(record["attributes"]["ApproximateReceiveCount"]),
             first_failed_at=now,
             last_failed_at=now,

@@ -30,6 +30,7 @@ from functions.worker.deadletter import (
     fit_evidence,
     message_size,
 )
+from functions.worker.names import DeadLetterFailure
 from functions.worker.provenance import (
     ORIGINAL_ATTRIBUTES,
     PACKING_ATTRIBUTE_BYTES,
@@ -158,7 +159,7 @@ def _evidence(**changes: object) -> Evidence:
         "error_type": "OrderNotFoundError",
         "error_message": "order 9999 " + "m" * 2000,
         "traceback": "Traceback (most recent call last):\n" + "  frame\n" * 2000 + "OrderNotFoundError: 9999",
-        "failure": deadletter.FAILURE_PERMANENT,
+        "failure": DeadLetterFailure.PERMANENT,
         "attempts": 1,
         "first_failed_at": "2026-01-01T00:00:00.000+00:00",
         "last_failed_at": "2026-01-01T00:00:01.000+00:00",

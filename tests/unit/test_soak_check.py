@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 
 from functions.jobs import order_update_mail
-from functions.worker.deadletter import ERROR_TYPE, FAILURE, FAILURE_EXHAUSTED, FAILURE_PERMANENT
+from functions.worker.deadletter import ERROR_TYPE, FAILURE
+from functions.worker.names import DeadLetterFailure
 from functions.worker.runtime import CUT_RUN_CALL_ENDED_MESSAGE
 from jobctl.soak import (
     DEFAULT_CHAOS,
@@ -63,8 +64,8 @@ def all_well() -> Observed:
         invoices_created=Counter({"0000002": 1}),
         stored_pdfs={"0000002"},
         dead_letters={
-            (ORDER_JOB, "0000003"): [{ERROR_TYPE: "OrderNotFoundError", FAILURE: FAILURE_PERMANENT}],
-            (INVOICE_JOB, "0000004"): [{ERROR_TYPE: "InvoiceDataError", FAILURE: FAILURE_PERMANENT}],
+            (ORDER_JOB, "0000003"): [{ERROR_TYPE: "OrderNotFoundError", FAILURE: DeadLetterFailure.PERMANENT}],
+            (INVOICE_JOB, "0000004"): [{ERROR_TYPE: "InvoiceDataError", FAILURE: DeadLetterFailure.PERMANENT}],
         },
         dead_letter_attributes={
             (ORDER_JOB, "0000003"): [attributes_fingerprint(big_attributes(BROKEN_WITH_ATTRIBUTES.name))],
@@ -81,7 +82,9 @@ def test_a_perfect_run_has_no_problems() -> None:
 
 def test_extra_dead_letter_copies_of_a_broken_job_are_not_a_problem() -> None:
     observed = all_well()
-    observed.dead_letters[(ORDER_JOB, "0000003")].append({ERROR_TYPE: "OrderNotFoundError", FAILURE: FAILURE_PERMANENT})
+    observed.dead_letters[(ORDER_JOB, "0000003")].append(
+        {ERROR_TYPE: "OrderNotFoundError", FAILURE: DeadLetterFailure.PERMANENT}
+    )
     observed.dead_letter_attributes[(ORDER_JOB, "0000003")] *= 2
     assert check(JOBS, observed) == []
 
@@ -98,7 +101,9 @@ def _break(observed: Observed, fault: str) -> None:
     elif fault == "broken job had a side effect":
         observed.mails[(ORDER_JOB, "0000003")] = 1
     elif fault == "good job dead-lettered":
-        observed.dead_letters[(ORDER_JOB, "0000001")] = [{ERROR_TYPE: "Throttling", FAILURE: FAILURE_EXHAUSTED}]
+        observed.dead_letters[(ORDER_JOB, "0000001")] = [
+            {ERROR_TYPE: "Throttling", FAILURE: DeadLetterFailure.RETRIES_EXHAUSTED}
+        ]
     elif fault == "evidence missing":
         observed.dead_letters[(INVOICE_JOB, "0000004")] = [{}]
     elif fault == "wrong failure":

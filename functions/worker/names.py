@@ -1,0 +1,60 @@
+"""The names the runtime and its readers agree on: metric names and their reasons, pseudo-jobs, the service and
+namespace. Dependency-free (the standard library only), so the stack (`infra/`) and the operator's tools
+(`jobctl`) import them without loading Powertools or the runtime."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+SERVICE_NAME = "sqs-jobs"
+METRICS_NAMESPACE = "SqsJobs"
+
+# Metric names (EMF, dimensions: service, queue, job; counts with a reason also per reason).
+SUCCEEDED = "JobSucceeded"
+DUPLICATE = "JobDuplicate"
+FAILED = "JobFailed"  # every failed run: retried or dead-lettered
+RETRIED = "JobRetried"
+DEAD_LETTERED = "JobDeadLettered"  # per Failure
+DEFERRED = "JobDeferred"  # handed back unrun, per DeferReason
+DURATION = "JobDuration"  # milliseconds of each run that ran the job
+# Per failed run that will be retried: which attempt of its key it was (1 = its first run). Its Maximum says how
+# many times in a row the most-failing job of a window has failed, before it is dead-lettered.
+RETRY_ATTEMPT = "RetryAttempt"
+HEARTBEAT = "Heartbeat"  # a heartbeat canary message went through the queue and the worker
+# The runtime's own AWS resources failed it (idempotency table, DLQ, its queue), per reason; counted under the
+# pseudo-job RUNTIME_JOB, since the fault is the deployment's, not a job's.
+RUNTIME_FAULT = "RuntimeFault"
+# A run's result could not be kept in its idempotency record (the run still counts as completed), per reason:
+# not_json, too_large (functions/worker/results.py).
+RESULT_DROPPED = "ResultDropped"
+# A circuit breaker of a job's downstream opened (counted under RUNTIME_JOB, per reason: the downstream's name,
+# an HTTP host or an AWS service); the records that needed it are handed back as JobDeferred, CIRCUIT_OPEN.
+CIRCUIT_OPENED = "CircuitOpened"
+# A run cut at its time limit called a downstream after the cut or got an answer to a call that was in flight at
+# the cut (per CutRunCallReason): its effect may have happened after the record was settled.
+CUT_RUN_CALL = "CutRunCall"
+
+# Pseudo-jobs the runtime counts under: its own faults, and messages whose job can't be read.
+RUNTIME_JOB = "(runtime)"
+UNPARSEABLE_JOB = "(unparseable)"
+
+
+class DeferReason(StrEnum):
+    """Why a record was handed back unrun (JobDeferred's reason): none of these spends an attempt."""
+
+    NO_TIME = "no_time"  # the invocation had no time left for the job's time limit
+    IN_PROGRESS = "in_progress"  # another run holds the job's key
+    CIRCUIT_OPEN = "circuit_open"  # an open breaker refused a call the job needed
+    RUNTIME_FAULT = "runtime_fault"  # the runtime's own store failed before the run
+
+
+class DeadLetterFailure(StrEnum):
+    """Why a message was dead-lettered (JobDeadLettered's reason and the `jobs.failure` evidence)."""
+
+    PERMANENT = "permanent"
+    RETRIES_EXHAUSTED = "retries_exhausted"
+
+
+class CutRunCallReason(StrEnum):
+    REFUSED = "refused"  # the cut run's call after the cut was refused by the fence
+    ENDED = "ended"  # a call in flight at the cut got its answer

@@ -1,0 +1,37 @@
+"""The stack and the operator's tools read the runtime's names without loading the runtime: `infra/` and
+`jobctl`'s status and console import no Powertools, and functions/worker/names.py imports nothing but the
+standard library."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "module", ["infra.stack", "infra.monitoring", "jobctl.status", "jobctl.console.charts", "functions.worker.settings"]
+)
+def test_the_module_loads_no_powertools(module: str) -> None:
+    probe = (
+        f"import sys, {module}\n"
+        "print(sorted({name.split('.')[0] for name in sys.modules} & {'aws_lambda_powertools'}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
+
+
+def test_the_names_module_imports_only_the_standard_library() -> None:
+    tree = ast.parse((ROOT / "functions" / "worker" / "names.py").read_text())
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
+    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
