@@ -49,6 +49,11 @@ class Ticket:
     def failed(self, error: str) -> None:
         self.breaker._settle(self, ok=False, error=error)
 
+    def tripped(self, error: str) -> float:
+        """The downstream refused the deployment itself (its credentials): open now, whatever the count; how long
+        it stays open."""
+        return self.breaker._trip(self, error)
+
     def abandoned(self) -> None:
         """The outcome is unknown (the run was cut, or something else ended the call): a probe frees its slot,
         nothing else changes."""
@@ -164,6 +169,23 @@ class CircuitBreaker:
                 opened = self._snapshot()
         if opened is not None and self._on_open is not None:
             self._on_open(opened)
+
+    def _trip(self, ticket: Ticket, error: str) -> float:
+        opened: Snapshot | None = None
+        with self._lock:
+            now = self._clock()
+            self._last_error = error[:200]
+            if ticket.generation == self._generation and self._state is not State.OPEN:
+                self._failures = max(self._failures + 1, self._spec.failure_threshold)
+                if ticket.probe:  # refused again after a while open: wait twice as long
+                    self._open_for_s = min(self._open_for_s * 2, self._spec.max_open_s)
+                self._opened += 1
+                self._open(now)
+                opened = self._snapshot()
+            open_for_s = self._open_for_s
+        if opened is not None and self._on_open is not None:
+            self._on_open(opened)
+        return open_for_s
 
 
 class Breakers:

@@ -3,7 +3,8 @@
 - the time limit's fence (functions/worker/time_limit.py): a run that was cut can make no further call, and a
   call that answers after the cut is reported and its answer refused;
 - the circuit breakers (functions/worker/breaker.py): one per HTTP host, one per AWS service; an open one
-  refuses the call without making it (CircuitOpenError), and each call's outcome feeds its breaker.
+  refuses the call without making it (CircuitOpenError), and each call's outcome feeds its breaker. An HTTP 401
+  or 403 (the deployment's credentials refused) opens the host's breaker at once (DownstreamAuthError).
 
 Both act only in a job thread (`current_run()`): the runtime's own calls (idempotency table, DLQ, its queue) on
 the same clients pass untouched. AWS calls are seen through botocore's event hooks, registered on every client
@@ -16,7 +17,12 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from functions.worker.errors import HttpPermanentError, HttpTransientError
+from functions.worker.errors import (
+    DownstreamAuthError,
+    HttpCredentialsRefusedError,
+    HttpPermanentError,
+    HttpTransientError,
+)
 from functions.worker.time_limit import current_run
 
 T = TypeVar("T")
@@ -32,6 +38,8 @@ _BEFORE_SEND = "before-send"
 _AFTER_CALL = "after-call"
 _AFTER_CALL_ERROR = "after-call-error"
 _HOOK_ID = "jobs.downstream"
+# How long a record whose credentials were refused waits when its queue has no breakers: not a busy loop.
+UNBROKEN_AUTH_HOLD_S = 30.0
 
 
 def http_downstream(url: str) -> str:
@@ -62,6 +70,18 @@ def guard_http(method: str, url: str, call: Callable[[], T]) -> T:
         if ticket is not None:
             ticket.failed(f"{type(error).__name__}: {error}")
         raise
+    except HttpCredentialsRefusedError as error:
+        outcome = "answered"
+        # The deployment's credentials are refused, for every job of this host: the host's breaker opens now and
+        # the job is held like the others, spending no attempt (DownstreamAuthError is a breaker's refusal).
+        open_for_s = ticket.tripped(str(error)) if ticket is not None else UNBROKEN_AUTH_HOLD_S
+        raise DownstreamAuthError(
+            f"{error}: the credentials the deployment sends were refused (a wrong, expired or rotated key?); "
+            f"calls to {downstream} are held while its breaker is open",
+            downstream=downstream,
+            retry_after_s=open_for_s,
+            open_for_s=open_for_s,
+        ) from error
     except HttpPermanentError:
         outcome = "answered"
         if ticket is not None:

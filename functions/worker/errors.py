@@ -98,6 +98,13 @@ class CircuitOpenError(TransientError):
         self.open_for_s = open_for_s
 
 
+class DownstreamAuthError(CircuitOpenError):
+    """A downstream refused the deployment's credentials (HTTP 401 or 403): a wrong, expired or rotated API key is
+    the deployment's fault, not the job's. The host's breaker opens at once, so the job and every other job that
+    needs the host are held (no attempt spent, the circuit-open alarm pages) until a probe is accepted again, and
+    for at most the breaker's max_hold_s, as for any open breaker (docs/failure-semantics.md)."""
+
+
 class ReceivesExhaustedError(JobError):
     """A message reached its queue's receive limit (maxReceiveCount) while it still had to come back (handed back
     unrun, skipped behind a failed message of its FIFO group, or retried): the runtime dead-letters it with this
@@ -133,4 +140,9 @@ class HttpTransientError(HttpError, TransientError):
 
 
 class HttpPermanentError(HttpError, PermanentError):
-    """A status that will not change on retry (400, 401, 403, 404, 409, 410, 422 and other 4xx)."""
+    """A status that will not change on retry (400, 404, 409, 410, 422 and other 4xx)."""
+
+
+class HttpCredentialsRefusedError(HttpPermanentError):
+    """401 or 403: the server refused the credentials sent. From a job's run it becomes a DownstreamAuthError
+    (the deployment's fault, held by the host's breaker); outside one it is a permanent answer like other 4xx."""

@@ -29,7 +29,7 @@ import urllib3
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from functions.worker.downstream import guard_http
-from functions.worker.errors import HttpPermanentError, HttpTransientError
+from functions.worker.errors import HttpCredentialsRefusedError, HttpPermanentError, HttpTransientError
 from functions.worker.http_deadline import Deadline, DeadlinePoolManager, watching
 
 if TYPE_CHECKING:
@@ -83,7 +83,13 @@ def raise_for_status(method: str, url: str, response: HttpResponse) -> HttpRespo
     what = f"{method} {url} answered {status}"
     if status >= 500 or status in HTTP_TRANSIENT_STATUSES:
         raise HttpTransientError(what, status=status, retry_after_s=retry_after_s(response.headers.get("Retry-After")))
+    if status in CREDENTIALS_REFUSED_STATUSES:
+        raise HttpCredentialsRefusedError(what, status=status)
     raise HttpPermanentError(what, status=status)
+
+
+# Unauthorized, Forbidden: the credentials the deployment sends (an API key from a secret) are refused.
+CREDENTIALS_REFUSED_STATUSES = frozenset({401, 403})
 
 
 class HttpDeadlineError(HttpTransientError):

@@ -16,6 +16,7 @@ is refused with 409). Modes, optionally for some invoice IDs only (`only_ids`; t
     503     refuse with 503 and Retry-After, create nothing (an outage)
     429     refuse with 429 and Retry-After, create nothing (throttling)
     422     refuse with 422, create nothing (the API rejects the invoice: permanent)
+    401     refuse with 401, create nothing (the deployment's API key is wrong or was rotated: held, not failed)
 
 Slow and hung requests wait on a condition that every mode change and `stop()` wake, so a stop is prompt even
 with requests stuck in `hang`: they are answered 503 and the server closes.
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from jobctl.local.chaos import Chaos
 
-MODES = ("ok", "slow", "hang", "503", "429", "422")
+MODES = ("ok", "slow", "hang", "503", "429", "422", "401")
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REQUIRED_FIELDS = ("invoice_id", "customer", "amount", "currency")
 # A connection that sends nothing is dropped after this long, so no handler thread waits forever on a client.
@@ -252,6 +253,8 @@ class FakeInvoicingApi:
                 return _problem(HTTPStatus(int(mode)), "try again later", headers)
             if mode == "422":
                 return _problem(HTTPStatus.UNPROCESSABLE_ENTITY, f"invoice {invoice_id!r} is rejected")
+            if mode == "401":  # the deployment's API key is wrong or was rotated
+                return _problem(HTTPStatus.UNAUTHORIZED, "invalid API key")
             found = self._invoices.get(key)
             if found is None:
                 missing = [name for name in REQUIRED_FIELDS if not isinstance(payload, dict) or not payload.get(name)]

@@ -386,3 +386,34 @@ def test_a_call_botocore_retries_after_the_run_was_cut_never_sends_its_retry(cli
     assert len(attempts) == 2
     assert ses_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].sent_messages == []
     assert ("ses.SendEmail", "refused") in refused
+
+
+def test_a_refused_api_key_is_the_deployments_fault_every_job_waits_unspent_and_runs_once_the_key_works(
+    guarded: Harness, api: FakeInvoicingApi
+) -> None:
+    invoice_ids = [f"INV-{n}" for n in range(6)]
+    for invoice_id in invoice_ids:
+        put_invoice(guarded, invoice_id)
+        guarded.send(body(invoice_id), queue="invoices")
+    api.set_mode("401")  # a rotated key: every call would be refused
+    worker = guarded.worker("invoices")
+
+    invocation = guarded.deliver("invoices", worker=worker)
+
+    assert invocation is not None and len(invocation.failed_ids) == 6
+    # One call met the 401 and opened the host's breaker at once; the other five were never made.
+    assert api_calls(api, invoice_ids) == 1
+    held = held_lines(guarded)
+    assert len(held) == 6 and {line["downstream"] for line in held} == {api.url.rstrip("/")}
+    [opened] = [line for line in guarded.log_lines() if line.get("message") == "circuit opened"]
+    assert "401" in opened["last_error"]
+    # Not one failed run, not one attempt spent: nothing towards the DLQ, the failure-rate or retrying alarms.
+    assert not [d for d in guarded.metrics() if "JobFailed" in d or "JobRetried" in d]
+    for invoice_id in invoice_ids:
+        assert key_record(guarded, f"generate_invoice:{invoice_id}")["runs"] == 0
+
+    api.set_mode("ok")  # the key is fixed
+    drain(guarded, "invoices", worker)
+
+    assert api.created_count() == 6
+    assert guarded.dead_letters("invoices") == []

@@ -172,3 +172,25 @@ def test_hold_delay_waits_for_the_probe_plus_jitter_over_one_open_period() -> No
     assert len(set(delays)) > 5  # spread, not one wave
     assert hold_delay_s(CircuitOpenError("open", "ses", 0.0, 0.0), rng) == 1
     assert hold_delay_s(CircuitOpenError("open", "ses", 5000.0, 10.0), rng) == 900
+
+
+def test_refused_credentials_trip_it_at_once_and_a_probe_refused_again_waits_twice_as_long() -> None:
+    b, clock, opened = breaker()
+
+    assert b.admit().tripped("HttpCredentialsRefusedError: 401") == SPEC.open_s
+
+    assert b.snapshot().state is State.OPEN and len(opened) == 1
+    assert opened[0].last_error == "HttpCredentialsRefusedError: 401"
+    clock.now += SPEC.open_s
+    assert b.admit().tripped("HttpCredentialsRefusedError: 401") == 2 * SPEC.open_s
+    assert len(opened) == 2
+
+
+def test_a_trip_from_a_call_admitted_before_it_opened_changes_nothing() -> None:
+    b, _, opened = breaker()
+    early = b.admit()
+    fail(b, SPEC.failure_threshold)
+
+    early.tripped("HttpCredentialsRefusedError: 403")
+
+    assert len(opened) == 1 and b.snapshot().opened == 1

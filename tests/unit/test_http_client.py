@@ -187,3 +187,14 @@ def test_header_names_are_case_insensitive() -> None:
     with pytest.raises(Transient) as raised:
         raise_for_status("POST", "https://api.example.com/x", response)
     assert raised.value.retry_after_s == 7.0
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_refused_credentials_are_their_own_permanent_error_outside_a_job_run(status: int) -> None:
+    from functions.worker.errors import HttpCredentialsRefusedError, HttpPermanentError
+    from functions.worker.http import HttpResponse, raise_for_status
+
+    with pytest.raises(HttpCredentialsRefusedError) as raised:
+        raise_for_status("POST", "https://api.example.com/x", HttpResponse(status=status, headers={}, data=b""))
+
+    assert isinstance(raised.value, HttpPermanentError) and raised.value.status == status
