@@ -84,7 +84,7 @@ schema: $(VENV)/.synced
 
 # The publisher's distribution (lib/: sqs_jobs, needs only boto3), for services to install.
 wheel: | $(UV)
-	$(UV) build --package sqs-jobs --wheel --out-dir dist --quiet
+	$(UV) build --package sqs-jobs --wheel --out-dir dist --quiet --python $(PYTHON) --no-python-downloads
 	@ls dist/sqs_jobs-*.whl
 
 lint: $(VENV)/.synced

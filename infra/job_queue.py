@@ -37,6 +37,7 @@ from infra.naming import (
 from infra.resource_providers import MissingResourceError, ProvidedResource
 from infra.worker_code import ARCHITECTURE, HANDLER, RUNTIME
 from sqs_jobs.specs import QueueSpec
+from sqs_jobs.stack_names import contract_parameter_name
 
 # Outlives the DLQ's 14 days, so the logs of any dead-lettered job are still there when it is looked at.
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
@@ -190,11 +191,14 @@ class JobQueue(Construct):
     def grant_publish(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let `grantee` enqueue jobs: SendMessage, GetQueueUrl, GetQueueAttributes on this queue only; delay them
         beyond 15 minutes (one-time schedules in the stack's group, sent with this queue's scheduler role); and read
-        the SSM parameters that say where all that is."""
+        the SSM parameters that say where all that is, and the stack's job contract."""
         scheduling = self._schedules.grant_one_time_schedules(grantee, self.spec.name)
         stack = Stack.of(self)
-        names = [parameter_name(self._stack_name, self.spec.name, key) for key in PUBLISHER_QUEUE_PARAMETERS] + [
-            schedules_parameter_name(self._stack_name, key) for key in PUBLISHER_SCHEDULES_PARAMETERS
+        names = [
+            *(parameter_name(self._stack_name, self.spec.name, key) for key in PUBLISHER_QUEUE_PARAMETERS),
+            *(schedules_parameter_name(self._stack_name, key) for key in PUBLISHER_SCHEDULES_PARAMETERS),
+            # The job contract: which jobs exist and where they go, so an older wheel publishes newer jobs.
+            contract_parameter_name(self._stack_name),
         ]
         parameters = [
             stack.format_arn(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from aws_cdk import App, CfnOutput, Stack, Tags, Validations
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from functions.worker.names import SERVICE_NAME
@@ -31,7 +32,9 @@ from infra.queue_endpoints import QueueEndpoints
 from infra.secure_table import SecureTable
 from infra.worker_code import worker_code
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.contract import JobContract
 from sqs_jobs.specs import Catalog
+from sqs_jobs.stack_names import contract_parameter_name
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The worker's code: its runtime and jobs, and the job contract it shares with publishers.
@@ -41,6 +44,8 @@ LAYER_DIR = REPO_ROOT / "build" / "layer"
 # Powertools' DynamoDBPersistenceLayer defaults (key_attr, expiry_attr): the worker uses them unchanged.
 IDEMPOTENCY_PARTITION_KEY = "id"
 IDEMPOTENCY_TTL_ATTRIBUTE = "expiration"
+# The largest value of a standard SSM parameter.
+CONTRACT_STANDARD_BYTES = 4096
 # Context flag (not a stack setting): `make synth CDK_ARGS="-c nag=true"` runs cdk-nag during synth.
 NAG_CONTEXT_KEY = "nag"
 
@@ -184,6 +189,18 @@ class JobsStack(Stack):
             IDEMPOTENCY_TABLE_OUTPUT,
             value=self.idempotency_table.table_name,
             description="DynamoDB table of the workers' idempotency records",
+        )
+        # The job contract publishers read (JobPublisher.from_stack): a service's wheel needn't know every job.
+        contract = JobContract.from_catalog(catalog).to_json()
+        fits_standard = len(contract.encode()) <= CONTRACT_STANDARD_BYTES
+        ssm.StringParameter(
+            self,
+            "JobContract",
+            parameter_name=contract_parameter_name(context.stack_name),
+            string_value=contract,
+            description="Job contract: each job's queue, and the FIFO queues (sqs_jobs.contract)",
+            # Standard parameters hold 4 KB: a catalog of very many jobs needs an advanced one (8 KB, charged).
+            tier=ssm.ParameterTier.STANDARD if fits_standard else ssm.ParameterTier.ADVANCED,
         )
         # cdk-nag acknowledgements, each with its reason (construct metadata only: the template is unchanged).
         nag_suppressions.acknowledge(self)

@@ -19,8 +19,9 @@ from infra.asset_staging import RUNTIME_VERSION
 from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, parameter_name, physical_queue_name
 from jobctl.local.resource_providers import LocalResources, create_table
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.contract import JobContract
 from sqs_jobs.specs import Catalog, QueueSpec
-from sqs_jobs.stack_names import resource_parameter_name
+from sqs_jobs.stack_names import contract_parameter_name, resource_parameter_name
 
 DEFAULT_STACK_NAME = "SqsJobs"
 # Who may assume a worker role: Lambda, as in the stack.
@@ -236,6 +237,13 @@ def provision(
         if resource.published:
             parameter = resource_parameter_name(stack_name, resource.name)
             ssm.put_parameter(Name=parameter, Value=resources[resource.name], Type="String", Overwrite=True)
+    # The job contract publishers read, as the stack writes it.
+    ssm.put_parameter(
+        Name=contract_parameter_name(stack_name),
+        Value=JobContract.from_catalog(catalog).to_json(),
+        Type="String",
+        Overwrite=True,
+    )
     deployment = LocalDeployment(
         stack_name=stack_name,
         region=sqs.meta.region_name,

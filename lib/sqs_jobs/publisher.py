@@ -26,9 +26,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.contract import JobContract
 from sqs_jobs.envelope import Envelope, Scalar, build_envelope
 from sqs_jobs.limits import SQS_MAX_DELAY_S
-from sqs_jobs.specs import Catalog
+from sqs_jobs.specs import Catalog, UnknownQueueError
 from sqs_jobs.stack_names import (
     DEFAULT_STACK_NAME,
     QUEUE_ARN,
@@ -36,6 +37,7 @@ from sqs_jobs.stack_names import (
     SCHEDULE_GROUP,
     SCHEDULER_ROLE_ARN,
     SCHEDULES_DLQ_ARN,
+    contract_parameter_name,
     parameter_name,
     schedules_parameter_name,
 )
@@ -125,10 +127,12 @@ class JobPublisher:
         catalog: Catalog = CATALOG,
         scheduling: Scheduling | None = None,
         clock: Callable[[], datetime] | None = None,
+        contract: JobContract | None = None,
     ) -> None:
+        """`contract`: the deployed stack's job contract (what from_stack reads); None: the one of `catalog`."""
         self._sqs = sqs_client
         self._queue_urls = dict(queue_urls)
-        self._catalog = catalog
+        self._contract = contract or JobContract.from_catalog(catalog)
         self._scheduling = scheduling
         self._clock = clock or (lambda: datetime.now(UTC))
 
@@ -143,14 +147,19 @@ class JobPublisher:
         clock: Callable[[], datetime] | None = None,
         queues: Iterable[str] | None = None,
     ) -> JobPublisher:
-        """A publisher for a deployed stack, from its SSM parameters: the URL of each of `queues` (default:
-        every catalog queue) and, with a `scheduler_client`, what delays beyond 15 minutes need. Name only the
-        queues the service was granted (`JobQueue.grant_publish`): SSM refuses a whole GetParameters call that
-        names one parameter it may not read. Raises QueueNotConfiguredError when a parameter is missing (the
-        stack is not deployed here, or has another name)."""
-        chosen = list(queues) if queues is not None else list(catalog.queue_names)
+        """A publisher for a deployed stack, from its SSM parameters: its job contract (which jobs exist, on which
+        queue: so a job added to the stack after this wheel was built is published too; a stack without one, the
+        wheel's `catalog`), the URL of each of `queues` (default: every queue) and, with a `scheduler_client`,
+        what delays beyond 15 minutes need. Name only the queues the service was granted
+        (`JobQueue.grant_publish`): SSM refuses a whole GetParameters call that names one parameter it may not
+        read. Raises QueueNotConfiguredError when a parameter is missing (the stack is not deployed here, or has
+        another name)."""
+        published = ssm_client.get_parameters(Names=[contract_parameter_name(stack_name)]).get("Parameters", [])
+        contract = JobContract.from_json(published[0]["Value"]) if published else JobContract.from_catalog(catalog)
+        chosen = list(queues) if queues is not None else list(contract.queue_names)
         for queue in chosen:
-            catalog.queue(queue)  # UnknownQueueError names the catalog's queues
+            if queue not in contract.queue_names:
+                raise UnknownQueueError(f"unknown queue {queue!r}; the stack has: {', '.join(contract.queue_names)}")
         keys = [QUEUE_URL, QUEUE_ARN, SCHEDULER_ROLE_ARN]
         names = [parameter_name(stack_name, queue, key) for queue in chosen for key in keys]
         if scheduler_client is not None:
@@ -180,18 +189,18 @@ class JobPublisher:
                     for queue in chosen
                 },
             )
-        return cls(sqs_client, urls, catalog=catalog, scheduling=scheduling, clock=clock)
+        return cls(sqs_client, urls, scheduling=scheduling, clock=clock, contract=contract)
 
     def envelope(
         self, job: str, entity_id: str, key: str | None = None, extra: Mapping[str, Scalar] | None = None
     ) -> Envelope:
         """Build and check an envelope; raises the EnvelopeError subclass a worker would dead-letter it for."""
-        return build_envelope(job, entity_id, self._catalog.job_names, key=key, extra=extra)
+        return build_envelope(job, entity_id, self._contract.job_names, key=key, extra=extra)
 
     def _fifo_fields(self, envelope: Envelope, delay_s: int, group: str | None) -> dict[str, Any]:
         """FIFO queues need a message group (default: the entity ID, so one entity's jobs keep their order)
         and take no per-message delay."""
-        if not self._catalog.queue_for_job(envelope.job).fifo:
+        if not self._contract.is_fifo(self._contract.queue_for_job(envelope.job)):
             if group is not None:
                 raise PublishError(f"job {envelope.job!r} is on a standard queue; message groups are for FIFO queues")
             return {"DelaySeconds": delay_s} if delay_s else {}
@@ -200,7 +209,7 @@ class JobPublisher:
         return {"MessageGroupId": group or envelope.id}
 
     def _queue_url(self, job: str) -> str:
-        queue = self._catalog.queue_for_job(job).name
+        queue = self._contract.queue_for_job(job)
         try:
             return self._queue_urls[queue]
         except KeyError:
@@ -276,10 +285,10 @@ class JobPublisher:
                 f"job {envelope.job!r} is due in over {MAX_DELAY_S // 60} minutes, beyond SQS's delay: build the "
                 "publisher with the stack's scheduler (JobPublisher.from_stack(ssm, sqs, scheduler_client))"
             )
-        queue = self._catalog.queue_for_job(envelope.job)
-        target = self._scheduling.targets.get(queue.name)
+        queue = self._contract.queue_for_job(envelope.job)
+        target = self._scheduling.targets.get(queue)
         if target is None:
-            raise QueueNotConfiguredError(f"no scheduler target for queue {queue.name!r} (job {envelope.job!r})")
+            raise QueueNotConfiguredError(f"no scheduler target for queue {queue!r} (job {envelope.job!r})")
         # Whole seconds, rounded up: never earlier than asked.
         due = (due + timedelta(microseconds=999_999)).replace(microsecond=0).astimezone(UTC)
         name = f"{ONE_TIME_PREFIX}{envelope.job[:30]}-{due:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
@@ -293,7 +302,7 @@ class JobPublisher:
             },
             "DeadLetterConfig": {"Arn": self._scheduling.dead_letter_arn},
         }
-        if queue.fifo:
+        if self._contract.is_fifo(queue):
             schedule_target["SqsParameters"] = {"MessageGroupId": group or envelope.id}
         self._scheduling.client.create_schedule(
             Name=name,

@@ -67,3 +67,8 @@ def resource_parameter_name(stack_name: str, resource: str) -> str:
     """The SSM parameter holding a catalog resource's value (a table's or bucket's name, a secret's ARN, a URL,
     an address), for services that use the same resource: `/<stack_name>/resources/<resource>`."""
     return f"/{stack_name}/resources/{resource}"
+
+
+def contract_parameter_name(stack_name: str) -> str:
+    """The SSM parameter holding the stack's job contract (sqs_jobs.contract): `/<stack_name>/contract`."""
+    return f"/{stack_name}/contract"

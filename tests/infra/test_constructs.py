@@ -185,7 +185,8 @@ def test_grant_publish_allows_sending_and_delaying_jobs_to_that_queue_only() -> 
             (f"scheduler:{action}", f"arn:aws:scheduler:{region_account}:schedule/Test-jobs/once-*")
             for action in ("CreateSchedule", "DeleteSchedule", "GetSchedule")
         },
-        # What JobPublisher.from_stack reads: this queue's, and the stack's schedule group and schedules DLQ.
+        # What JobPublisher.from_stack reads: this queue's, the stack's schedule group and schedules DLQ, and
+        # the stack's job contract.
         *{
             ("ssm:GetParameters", f"arn:aws:ssm:{region_account}:parameter/Test/{name}")
             for name in (
@@ -194,6 +195,7 @@ def test_grant_publish_allows_sending_and_delaying_jobs_to_that_queue_only() -> 
                 "queues/orders/scheduler-role-arn",
                 "schedules/group",
                 "schedules/dlq-arn",
+                "contract",
             )
         },
     }

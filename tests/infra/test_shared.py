@@ -27,9 +27,10 @@ from infra.naming import (
 )
 from infra.stack import IDEMPOTENCY_PARTITION_KEY, IDEMPOTENCY_TTL_ATTRIBUTE
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.contract import JobContract
 from sqs_jobs.resources import Bucket, Resource, Table
 from sqs_jobs.specs import QueueSpec
-from sqs_jobs.stack_names import resource_parameter_name
+from sqs_jobs.stack_names import contract_parameter_name, resource_parameter_name
 from tests.infra.cfn import find_one, of_type, props, queue_id, render, role_id, worker_id
 from tests.infra.conftest import Synth
 from tests.infra.resource_grants import expected_value, made
@@ -250,7 +251,17 @@ def test_parameter_names_follow_the_documented_pattern(synth: Synth) -> None:
     schedules = {f"/{stack_name}/schedules/{key}" for key in ("group", "dlq-arn", "dlq-url")}
     resources = {f"/{stack_name}/resources/{spec.name}" for spec in CATALOG.resources if _published(spec)}
     queues = {f"/{stack_name}/queues/{spec.name}/{key}" for spec in CATALOG for key in keys}
-    assert names == queues | schedules | resources
+    assert names == queues | schedules | resources | {f"/{stack_name}/contract"}
+
+
+def test_the_job_contract_parameter_holds_the_catalogs_contract(synth: Synth) -> None:
+    [contract] = [
+        props(synth.resources, key)
+        for key in of_type(synth.resources, "AWS::SSM::Parameter")
+        if props(synth.resources, key)["Name"] == contract_parameter_name(synth.context.stack_name)
+    ]
+    assert JobContract.from_json(contract["Value"]) == JobContract.from_catalog(CATALOG)
+    assert contract["Tier"] == "Standard"
 
 
 def _published(spec: Resource) -> bool:

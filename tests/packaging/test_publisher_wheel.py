@@ -15,6 +15,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from jobctl.local.engine import free_port
+from sqs_jobs._wheel_version import RELEASE, wheel_version
+from sqs_jobs.contract import CONTRACT_VERSION
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 UV = REPO_ROOT / ".tools" / "bin" / "uv"
@@ -99,7 +101,9 @@ def test_a_service_publishes_through_the_installed_wheel(
 
     assert report["importable"] == []
     assert "site-packages" in report["package"] and str(REPO_ROOT) not in report["package"]
-    assert report["version"] == "0.1.0"
+    # The release, then the contract and catalog it carries: a changed catalog is a new version pip installs.
+    assert report["version"] == wheel_version()
+    assert report["version"].startswith(f"{RELEASE}+contract{CONTRACT_VERSION}.catalog")
     assert report["refused"].startswith("unknown job type 'no_such_job'; accepted: ")
     [message] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)["Messages"]
     assert message["MessageId"] == report["sent"]

@@ -1,0 +1,97 @@
+"""The job contract a publisher needs from a deployed stack: which jobs exist, which queue takes each, and which
+queues are FIFO. The stack publishes it as an SSM parameter (`contract_parameter_name`), so a service with an
+older wheel publishes a job that was added after it was built; it needs a new wheel only when the envelope
+contract itself (`CONTRACT_VERSION`) changes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqs_jobs.specs import Catalog
+
+# The shape of the published contract; a publisher refuses one of another version.
+CONTRACT_VERSION = 1
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+class ContractError(ValueError):
+    """A published contract that can't be used: not JSON of the expected shape, or another version."""
+
+
+class UnknownContractJobError(KeyError):
+    """A job the contract does not list."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class JobContract:
+    """Job -> queue, and the FIFO queues."""
+
+    routes: Mapping[str, str]
+    fifo_queues: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_catalog(cls, catalog: Catalog) -> JobContract:
+        return cls(
+            routes={job.name: queue.name for queue in catalog for job in queue.jobs},
+            fifo_queues=frozenset(queue.name for queue in catalog if queue.fifo),
+        )
+
+    @property
+    def job_names(self) -> tuple[str, ...]:
+        return tuple(self.routes)
+
+    @property
+    def queue_names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.routes.values()))
+
+    def queue_for_job(self, job: str) -> str:
+        try:
+            return self.routes[job]
+        except KeyError:
+            raise UnknownContractJobError(
+                f"unknown job {job!r}; the stack's contract has: {', '.join(self.routes)}"
+            ) from None
+
+    def is_fifo(self, queue: str) -> bool:
+        return queue in self.fifo_queues
+
+    def to_json(self) -> str:
+        queues = {queue: {"fifo": self.is_fifo(queue)} for queue in self.queue_names}
+        document = {"version": CONTRACT_VERSION, "jobs": dict(self.routes), "queues": queues}
+        return json.dumps(document, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> JobContract:
+        """The contract a stack published; ContractError names what is wrong with one that can't be used."""
+        try:
+            document = json.loads(text)
+        except ValueError:
+            raise ContractError("the job contract is not JSON") from None
+        if not isinstance(document, dict) or document.get("version") != CONTRACT_VERSION:
+            found = document.get("version") if isinstance(document, dict) else None
+            raise ContractError(
+                f"the job contract has version {found!r}; this sqs-jobs reads version {CONTRACT_VERSION}: install "
+                "the wheel built with the deployed stack"
+            )
+        jobs, queues = document.get("jobs"), document.get("queues")
+        if not isinstance(jobs, dict) or not isinstance(queues, dict):
+            raise ContractError("the job contract needs objects 'jobs' (job -> queue) and 'queues'")
+        routes: dict[str, str] = {}
+        for job, queue in jobs.items():
+            if not (_NAME.fullmatch(job) and isinstance(queue, str) and queue in queues):
+                raise ContractError(f"the job contract routes {job!r} to {queue!r}, which it does not declare")
+            routes[job] = queue
+        fifo = set()
+        for queue, settings in queues.items():
+            if not (_NAME.fullmatch(queue) and isinstance(settings, dict) and isinstance(settings.get("fifo"), bool)):
+                raise ContractError(f"the job contract's queue {queue!r} needs a name and a boolean 'fifo'")
+            if settings["fifo"]:
+                fifo.add(queue)
+        return cls(routes=routes, fifo_queues=frozenset(fifo))

@@ -1,0 +1,81 @@
+"""A service whose wheel predates a job publishes it: the stack's job contract (an SSM parameter) says which jobs
+exist and where they go, and JobPublisher.from_stack reads it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from functions.worker.clients import ClientFactory
+from jobctl.local.provision import provision
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.contract import CONTRACT_VERSION, ContractError, JobContract
+from sqs_jobs.errors import UnknownJobError
+from sqs_jobs.publisher import JobPublisher
+from sqs_jobs.specs import JobSpec, QueueSpec
+from sqs_jobs.stack_names import contract_parameter_name
+from tests.sample_app.catalog import CATALOG as IMAGES_CATALOG
+
+# The stack deployed after the service's wheel was built: the example plus the images team's queue (FIFO here).
+IMAGES = replace(IMAGES_CATALOG.queue("images"), fifo=True)
+DEPLOYED = replace(CATALOG, queues=(*CATALOG.queues, IMAGES), resources=(*CATALOG.resources, *IMAGES_CATALOG.resources))
+
+
+def test_an_older_wheel_publishes_a_job_the_stack_added_after_it_to_the_right_queue(clients: ClientFactory) -> None:
+    deployment = provision(clients, catalog=DEPLOYED)
+    assert "make_thumbnail" not in CATALOG.job_names  # the wheel's own catalog doesn't know it
+
+    publisher = JobPublisher.from_stack(clients("ssm"), clients("sqs"))
+    publisher.publish("make_thumbnail", "img-1")
+
+    [message] = clients("sqs").receive_message(
+        QueueUrl=deployment.queues["images"].url, AttributeNames=["MessageGroupId"]
+    )["Messages"]
+    assert json.loads(message["Body"]) == {"job": "make_thumbnail", "id": "img-1"}
+    # The contract says the queue is FIFO: the publisher sent a message group (the entity's ID).
+    assert message["Attributes"]["MessageGroupId"] == "img-1"
+    with pytest.raises(UnknownJobError):
+        publisher.publish("resize_everything", "img-1")
+
+
+def test_without_a_published_contract_the_wheels_catalog_routes(clients: ClientFactory) -> None:
+    provision(clients, catalog=CATALOG)
+    clients("ssm").delete_parameter(Name=contract_parameter_name("SqsJobs"))
+
+    publisher = JobPublisher.from_stack(clients("ssm"), clients("sqs"))
+
+    publisher.publish("order_confirmation", "1001")
+    with pytest.raises(UnknownJobError):
+        publisher.publish("make_thumbnail", "img-1")
+
+
+def test_the_contract_round_trips_and_says_which_queues_are_fifo() -> None:
+    contract = JobContract.from_catalog(DEPLOYED)
+
+    assert JobContract.from_json(contract.to_json()) == contract
+    assert contract.queue_for_job("make_thumbnail") == "images" and contract.is_fifo("images")
+    assert not contract.is_fifo("orders")
+    assert set(contract.job_names) == set(DEPLOYED.job_names)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{", "not JSON"),
+        (json.dumps({"version": CONTRACT_VERSION + 1, "jobs": {}, "queues": {}}), "install the wheel"),
+        (json.dumps({"version": CONTRACT_VERSION, "jobs": {"a": "q"}, "queues": {}}), "does not declare"),
+        (json.dumps({"version": CONTRACT_VERSION, "jobs": {}, "queues": {"q": {"fifo": "yes"}}}), "boolean"),
+        (json.dumps({"version": CONTRACT_VERSION, "jobs": [], "queues": {}}), "needs objects"),
+    ],
+)
+def test_a_contract_that_cant_be_used_is_refused_saying_why(text: str, problem: str) -> None:
+    with pytest.raises(ContractError, match=problem):
+        JobContract.from_json(text)
+
+
+def test_a_one_job_catalog_has_a_one_route_contract() -> None:
+    spec = QueueSpec(name="q", jobs=(JobSpec(name="j", handler="m.j"),))
+    catalog = replace(CATALOG, queues=(spec,), resources=())
+    assert JobContract.from_catalog(catalog).routes == {"j": "q"}
