@@ -27,6 +27,7 @@ COMMANDS = {
         "Run the local engine: moto server + the real workers behind an SQS event source emulator, every resource "
         "of the catalog, and a stand-in of each endpoint that declares one.",
     ),
+    "new": LazyCommand("jobctl.cli_new:new", "Scaffold a job: its module and its test, in the project's style."),
     "queue": LazyCommand(
         "jobctl.cli_queue:queue", "Pause or resume a queue's worker: jobs wait in the queue, nothing is lost."
     ),

@@ -1,0 +1,40 @@
+"""`jobctl new job NAME --queue QUEUE`: scaffold a job (its module and its test) and print its catalog entry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from jobctl.cli_globals import JobctlGroup, complete_queue
+from jobctl.cli_support import EXIT_USAGE, fail
+from jobctl.scaffold import ScaffoldError, scaffold_job
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import UnknownQueueError
+
+
+@click.group(cls=JobctlGroup)
+def new() -> None:
+    """Scaffold a job: its module and its test, in the project's style."""
+
+
+@new.command(name="job")
+@click.argument("name")
+@click.option("--queue", required=True, shell_complete=complete_queue, help="The catalog queue that will run it.")
+@click.option("--package", default="functions.jobs", show_default=True, help="Where its module goes.")
+@click.option("--tests", default="tests/functional", show_default=True, help="Where its test goes.")
+@click.option("--description", default="", help="One sentence: what the job does.")
+def job(name: str, queue: str, package: str, tests: str, description: str) -> None:
+    """Write <package>/NAME.py and <tests>/test_NAME.py (never over a file), then print the JobSpec to add to the
+    queue's jobs in the catalog."""
+    try:
+        made = scaffold_job(
+            CATALOG, name, queue, root=Path.cwd(), package=package, tests=tests, description=description
+        )
+    except (ScaffoldError, UnknownQueueError) as error:
+        fail(str(error).strip("'\""), EXIT_USAGE)
+    click.echo(f"wrote {made.module.relative_to(Path.cwd())}")
+    click.echo(f"wrote {made.test.relative_to(Path.cwd())}")
+    click.echo(f"add to the jobs of queue {queue!r} in lib/sqs_jobs/catalog.py:")
+    click.echo(made.catalog_entry)
+    click.echo("then: make schema, and run the test (it fails until the job is written).")

@@ -1,0 +1,93 @@
+"""`jobctl new job`: the scaffolded module and test, wired into a catalog, run on the real worker: the job fails
+(transiently) until it is written, then succeeds; the scaffold never overwrites and refuses bad input in one line."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from functions.worker.clients import ClientFactory
+from jobctl.cli import main as jobctl
+from jobctl.local.provision import provision
+from jobctl.scaffold import ScaffoldError, scaffold_job
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import JobSpec, UnknownQueueError
+from tests.functional.conftest import Harness, envelope
+
+
+@pytest.fixture
+def package_root(tmp_path: Path) -> Iterator[Path]:
+    sys.path.insert(0, str(tmp_path))
+    yield tmp_path
+    sys.path.remove(str(tmp_path))
+    for name in [name for name in sys.modules if name.startswith("scaffolded")]:
+        del sys.modules[name]
+
+
+def _job_spec(entry: str) -> JobSpec:
+    call = ast.parse(entry.rstrip(","), mode="eval").body
+    assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "JobSpec"
+    fields = {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords if keyword.arg}
+    return JobSpec(**fields)
+
+
+def test_the_scaffolded_job_fails_until_written_then_runs(clients: ClientFactory, package_root: Path) -> None:
+    made = scaffold_job(
+        CATALOG, "resize_image", "orders", root=package_root, package="scaffolded.jobs", tests="scaffolded_tests"
+    )
+    (package_root / "scaffolded" / "__init__.py").write_text("")
+    (package_root / "scaffolded" / "jobs" / "__init__.py").write_text("")
+    spec = _job_spec(made.catalog_entry)
+    assert spec.handler == "scaffolded.jobs.resize_image"
+    compile(made.test.read_text(), str(made.test), "exec")
+    orders = CATALOG.queue("orders")
+    catalog = replace(
+        CATALOG, queues=tuple(replace(q, jobs=(*q.jobs, spec)) if q is orders else q for q in CATALOG.queues)
+    )
+    harness = Harness(clients=clients, deployment=provision(clients, catalog=catalog), catalog=catalog)
+
+    harness.send(envelope("resize_image", "1001"))
+    unwritten = harness.deliver()
+
+    assert unwritten is not None and len(unwritten.failed_ids) == 1  # NotImplementedError: transient, retried
+    made.module.write_text(made.module.read_text().replace("    raise NotImplementedError(", "    return None  # (", 1))
+    del sys.modules["scaffolded.jobs.resize_image"]
+    harness.expire_visibility(unwritten)
+    written = harness.deliver()
+    assert written is not None and written.failed_ids == []
+    assert harness.dead_letters() == []
+
+
+def test_it_writes_nothing_over_an_existing_file_and_refuses_bad_input(tmp_path: Path) -> None:
+    scaffold_job(CATALOG, "resize_image", "orders", root=tmp_path)
+    with pytest.raises(ScaffoldError, match="exists already; nothing was written"):
+        scaffold_job(CATALOG, "resize_image", "orders", root=tmp_path)
+    with pytest.raises(ScaffoldError, match="must match"):
+        scaffold_job(CATALOG, "Resize-Image", "orders", root=tmp_path)
+    with pytest.raises(ScaffoldError, match="already in the catalog, on queue 'orders'"):
+        scaffold_job(CATALOG, "order_confirmation", "orders", root=tmp_path)
+    with pytest.raises(UnknownQueueError):
+        scaffold_job(CATALOG, "resize_image2", "images", root=tmp_path)
+
+
+def test_the_command_prints_the_catalog_entry_and_fails_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    done = runner.invoke(jobctl, ["new", "job", "resize_image", "--queue", "orders"], prog_name="jobctl")
+    refused = runner.invoke(jobctl, ["new", "job", "resize_image", "--queue", "images"], prog_name="jobctl")
+
+    assert done.exit_code == 0, done.output
+    assert "wrote functions/jobs/resize_image.py" in done.output
+    assert 'handler="functions.jobs.resize_image"' in done.output
+    assert refused.exit_code == 2
+    assert refused.output.strip().splitlines() == [
+        "jobctl: error: unknown queue 'images'; the catalog has: orders, order_updates, invoices, maintenance"
+    ]
