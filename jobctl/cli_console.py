@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from jobctl.cli_globals import JobctlCommand
-from jobctl.cli_support import EXIT_FAILED, Options, fail, operator_errors
+from jobctl.cli_support import Options, fail, operator_errors
 from jobctl.console.server import DEFAULT_ARCHIVE_DIR, DEFAULT_HOST, DEFAULT_PORT, ConsoleServer
+from jobctl.errors import EXIT_FAILED
 
 
 @click.command(cls=JobctlCommand)

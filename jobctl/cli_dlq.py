@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from jobctl.cli_globals import JobctlGroup, complete_queue
-from jobctl.cli_support import EXIT_FAILED, EXIT_OK, Options, emit, fail, operator_errors, progress_bar, queues_of
+from jobctl.cli_support import Options, emit, fail, operator_errors, progress_bar, queues_of
 from jobctl.dlq import (
     BadFilterError,
     BadRateError,
@@ -25,6 +25,7 @@ from jobctl.dlq import (
     queue_busy,
     verify,
 )
+from jobctl.errors import EXIT_FAILED, EXIT_OK
 
 # Error codes an endpoint answers StartMessageMoveTask with when it doesn't implement it (the local engine).
 _UNSUPPORTED = {

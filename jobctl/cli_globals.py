@@ -16,11 +16,7 @@ from typing import Any
 import click
 from click.shell_completion import CompletionItem
 
-# Exit codes, the same for every command (docs/jobctl.md).
-EXIT_OK = 0
-EXIT_FAILED = 1  # the command ran and found or caused a problem
-EXIT_USAGE = 2  # bad usage: click's own UsageError code
-EXIT_UNREACHABLE = 3  # could not check: AWS or the endpoint unreachable, not authenticated, denied, no stack
+from jobctl.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, OperatorUnreachableError
 
 OUTPUTS = ("table", "json", "text")
 DEFAULT_OUTPUT = "table"
@@ -94,7 +90,7 @@ class Options:
             raise EndpointError(f"--endpoint-url {self.endpoint_url!r}: {error}") from None
 
 
-class EndpointError(Exception):
+class EndpointError(OperatorUnreachableError):
     """The endpoint URL can't be used."""
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from jobctl.cli_globals import JobctlGroup, complete_job
-from jobctl.cli_support import EXIT_USAGE, Options, emit, fail, operator_errors, queues_of
+from jobctl.cli_support import Options, emit, fail, operator_errors, queues_of
+from jobctl.errors import EXIT_USAGE
 from jobctl.job_lookup import lookup
 from sqs_jobs.catalog import CATALOG
 

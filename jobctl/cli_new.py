@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from jobctl.cli_globals import JobctlGroup, complete_queue
-from jobctl.cli_support import EXIT_USAGE, fail
+from jobctl.cli_support import fail
+from jobctl.errors import EXIT_USAGE
 from jobctl.scaffold import ScaffoldError, scaffold_job
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import UnknownQueueError

@@ -24,7 +24,8 @@ from typing import Any
 
 import click
 
-from jobctl.cli_globals import EXIT_USAGE, Options
+from jobctl.cli_globals import Options
+from jobctl.errors import EXIT_USAGE
 
 Scalar = str | int | float | bool | None
 

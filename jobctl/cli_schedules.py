@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from jobctl.cli_globals import JobctlGroup
-from jobctl.cli_support import EXIT_FAILED, EXIT_USAGE, Options, emit, fail, operator_errors
+from jobctl.cli_support import Options, emit, fail, operator_errors
+from jobctl.errors import EXIT_FAILED, EXIT_USAGE
 from jobctl.schedule_times import ScheduleExpressionError, next_fire
 from sqs_jobs.publisher import ONE_TIME_PREFIX
 from sqs_jobs.stack_names import SCHEDULED_TIME, schedule_group_name

@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from jobctl.cli_globals import JobctlCommand, complete_queue
-from jobctl.cli_support import EXIT_FAILED, Options, emit, operator_errors, queues_of
+from jobctl.cli_support import Options, emit, operator_errors, queues_of
+from jobctl.errors import EXIT_FAILED
 from jobctl.status import DEFAULT_WINDOW_S, QueueStatus, queue_status
 
 

@@ -12,20 +12,10 @@ from typing import NoReturn
 
 import click
 
-from jobctl.cli_globals import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_UNREACHABLE,
-    EXIT_USAGE,
-    EndpointError,
-    Options,
-)
+from jobctl.cli_globals import Options
 from jobctl.cli_output import emit, progress_bar
-from jobctl.console.security import ConsoleBindError
-from jobctl.discovery import DiscoveryError, QueueLocation, find_queues
-from jobctl.dlq import BadFilterError, BadRateError, DlqError
-from jobctl.job_lookup import JobLookupError
-from jobctl.queue_control import QueueControlError
+from jobctl.discovery import QueueLocation, find_queues
+from jobctl.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, OperatorError
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.errors import EnvelopeError
 from sqs_jobs.publisher import InvalidDelayError, PublishError, QueueNotConfiguredError
@@ -45,33 +35,24 @@ __all__ = [
     "queues_of",
 ]
 
-# Errors an operator can act on, by type, most specific first: shown as one line, never a traceback.
-_USAGE_ERRORS: tuple[type[BaseException], ...] = (
-    UnknownQueueError,
-    EnvelopeError,  # the job or ID given can't make a valid envelope (includes UnknownJobError)
-    InvalidDelayError,
-    BadFilterError,
-    BadRateError,
-    ConsoleBindError,
+# The library's errors (sqs_jobs is installed by services and can't derive from jobctl's OperatorError): their
+# exit codes. jobctl's own errors carry theirs (jobctl/errors.py).
+_LIBRARY_EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (UnknownQueueError, EXIT_USAGE),
+    (EnvelopeError, EXIT_USAGE),  # the job or ID given can't make a valid envelope (includes UnknownJobError)
+    (InvalidDelayError, EXIT_USAGE),
+    (QueueNotConfiguredError, EXIT_UNREACHABLE),
+    (PublishError, EXIT_FAILED),
 )
-_UNREACHABLE_ERRORS: tuple[type[BaseException], ...] = (
-    DiscoveryError,
-    QueueNotConfiguredError,
-    EndpointError,
-    QueueControlError,  # no event source mapping reads the queue: the stack's workers can't be found
-    JobLookupError,
-)
-_FAILED_ERRORS: tuple[type[BaseException], ...] = (DlqError, PublishError)
 
 
 def exit_code_for(error: BaseException) -> int | None:
     """The exit code an error means, or None for a bug (left to show its traceback)."""
-    if isinstance(error, _USAGE_ERRORS):
-        return EXIT_USAGE
-    if isinstance(error, _UNREACHABLE_ERRORS):
-        return EXIT_UNREACHABLE
-    if isinstance(error, _FAILED_ERRORS):
-        return EXIT_FAILED
+    if isinstance(error, OperatorError):
+        return error.exit_code
+    for kind, code in _LIBRARY_EXIT_CODES:
+        if isinstance(error, kind):
+            return code
     # Without an AWS call botocore was never imported, and the error can't be one of its.
     botocore_errors = sys.modules.get("botocore.exceptions")
     if botocore_errors is not None:

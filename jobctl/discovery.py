@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, parameter_name
+from jobctl.errors import OperatorUnreachableError
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import Catalog
 
 
-class DiscoveryError(Exception):
+class DiscoveryError(OperatorUnreachableError):
     """The stack's queues could not be found."""
 
 

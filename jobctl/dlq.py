@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 from functions.worker import deadletter
 from functions.worker.attribute_store import StoredAttributes, StoredAttributesError, read_attributes
@@ -36,6 +36,7 @@ from functions.worker.provenance import (
     portable,
 )
 from jobctl.discovery import QueueLocation
+from jobctl.errors import EXIT_USAGE, OperatorError
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import Catalog
 
@@ -49,16 +50,20 @@ MOVE_TASK_MAX_RATE = 500
 MOVE_TASK_FINAL = ("COMPLETED", "CANCELLED", "FAILED")
 
 
-class DlqError(Exception):
+class DlqError(OperatorError):
     """A DLQ operation could not be done."""
 
 
 class BadFilterError(DlqError):
     """A filter option is not usable."""
 
+    exit_code: ClassVar[int] = EXIT_USAGE
+
 
 class BadRateError(DlqError):
     """A rate that SQS's move task can't take."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
 
 
 class MoveTaskFailedError(DlqError):

@@ -18,6 +18,7 @@ from typing import Any
 from functions.worker.settings import ENV_IDEMPOTENCY_TABLE, idempotency_record_id
 from jobctl.discovery import QueueLocation
 from jobctl.dlq import DeadLetter, DeadLetterQueue
+from jobctl.errors import OperatorUnreachableError
 from jobctl.queue_control import QueueControlError, mappings
 from sqs_jobs.envelope import Envelope, build_envelope
 from sqs_jobs.specs import QueueSpec
@@ -29,7 +30,7 @@ DEAD_LETTERED = "dead-lettered"
 NOT_FOUND = "not found"
 
 
-class JobLookupError(Exception):
+class JobLookupError(OperatorUnreachableError):
     """The job's records could not be located."""
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from jobctl.errors import OperatorUnreachableError
+
 # Lambda's event source mapping states (GetEventSourceMapping `State`).
 PAUSED_STATES = frozenset({"Disabled", "Disabling"})
 RUNNING_STATES = frozenset({"Enabled", "Enabling"})
 
 
-class QueueControlError(Exception):
+class QueueControlError(OperatorUnreachableError):
     """A queue's worker could not be paused, resumed or read."""
 
 

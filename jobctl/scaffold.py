@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobctl.errors import OperatorUsageError
 from sqs_jobs.specs import Catalog
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -38,6 +39,7 @@ TEST = '''"""{name} on the real worker against moto: published as a producer wou
 from __future__ import annotations
 
 from tests.functional.conftest import Harness, envelope
+from jobctl.errors import OperatorUsageError
 
 
 def test_{name}_runs_for_its_id_and_nothing_is_dead_lettered(harness: Harness) -> None:
@@ -57,7 +59,7 @@ CATALOG_ENTRY = """JobSpec(
 ),"""
 
 
-class ScaffoldError(ValueError):
+class ScaffoldError(OperatorUsageError, ValueError):
     """The job can't be scaffolded as asked; the message says why and what is accepted."""
 
 

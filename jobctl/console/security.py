@@ -20,13 +20,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from jobctl.errors import OperatorUsageError
+
 ACCESS_COOKIE = "jobctl_console_access"
 CSRF_FIELD = "csrf_token"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 _LOOPBACK_NAMES = ("localhost",)
 
 
-class ConsoleBindError(ValueError):
+class ConsoleBindError(OperatorUsageError, ValueError):
     """The console was asked to listen somewhere it can't do so safely as asked."""
 
 

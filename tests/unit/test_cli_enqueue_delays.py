@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from jobctl.cli import main as jobctl
-from jobctl.cli_globals import EXIT_UNREACHABLE, EXIT_USAGE
+from jobctl.errors import EXIT_UNREACHABLE, EXIT_USAGE
 from jobctl.local.engine import free_port
 
 # Nothing listens there: a command that gets as far as calling AWS exits EXIT_UNREACHABLE.

@@ -13,11 +13,17 @@ from click.testing import CliRunner, Result
 from jobctl import cli_globals
 from jobctl.cli import COMMANDS
 from jobctl.cli import main as jobctl
-from jobctl.cli_globals import DEFAULT_STACK, EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, GlobalOption, Options
+from jobctl.cli_globals import DEFAULT_STACK, GlobalOption, Options
 from jobctl.cli_support import exit_code_for
+from jobctl.console.security import ConsoleBindError
 from jobctl.discovery import DiscoveryError
-from jobctl.dlq import BadFilterError, DlqError, MoveTaskFailedError, NoMoveTaskError
+from jobctl.dlq import BadFilterError, BadRateError, DlqError, MoveTaskFailedError, NoMoveTaskError
+from jobctl.errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, OperatorError
+from jobctl.job_lookup import JobLookupError
 from jobctl.local.provision import DEFAULT_STACK_NAME
+from jobctl.queue_control import NoMappingError
+from jobctl.scaffold import ScaffoldError
+from jobctl.schedule_times import ScheduleExpressionError
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.errors import EnvelopeFieldError, UnknownJobError
 from sqs_jobs.publisher import InvalidDelayError, PartialPublishError, QueueNotConfiguredError
@@ -217,6 +223,11 @@ def _client_error(code: str) -> botocore.exceptions.ClientError:
         (EnvelopeFieldError("field 'id' is empty"), EXIT_USAGE),
         (InvalidDelayError("delay"), EXIT_USAGE),
         (BadFilterError("--match is empty"), EXIT_USAGE),
+        (BadRateError("--rate 0"), EXIT_USAGE),
+        (ScaffoldError("job name 'X' must match"), EXIT_USAGE),
+        (ConsoleBindError("host"), EXIT_USAGE),
+        (JobLookupError("no table"), EXIT_UNREACHABLE),
+        (NoMappingError("no mapping"), EXIT_UNREACHABLE),
         (botocore.exceptions.ParamValidationError(report="bad"), EXIT_USAGE),
         (DiscoveryError("no SSM parameter"), EXIT_UNREACHABLE),
         (QueueNotConfiguredError("no URL"), EXIT_UNREACHABLE),
@@ -236,6 +247,32 @@ def _client_error(code: str) -> botocore.exceptions.ClientError:
 )
 def test_an_errors_type_decides_its_exit_code(error: Exception, code: int | None) -> None:
     assert exit_code_for(error) == code
+
+
+def test_every_error_jobctl_defines_is_an_operator_error_with_a_documented_exit_code() -> None:
+    import importlib
+    import inspect
+    import pkgutil
+
+    import jobctl
+
+    modules = [
+        importlib.import_module(f"jobctl.{info.name}")
+        for info in pkgutil.iter_modules(jobctl.__path__)
+        if not info.name.startswith(("local", "soak", "demo", "__main__"))
+    ]
+    errors = {
+        item
+        for module in modules
+        for _, item in inspect.getmembers(module, inspect.isclass)
+        if issubclass(item, Exception) and item.__module__ == module.__name__
+    }
+    # Parsing errors click reports itself (ScheduleExpressionError is caught and shown as a schedule's state).
+    errors -= {ScheduleExpressionError}
+    assert errors, "jobctl defines errors"
+    for error in errors:
+        assert issubclass(error, OperatorError), error
+        assert error.exit_code in (EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE), error
 
 
 def test_an_operator_error_is_one_line_without_the_quotes_of_a_key_error(seen: list[Options]) -> None:

@@ -13,8 +13,9 @@ from click.testing import CliRunner, Result
 from moto import mock_aws
 
 from jobctl.cli import main as jobctl
-from jobctl.cli_globals import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, Options
+from jobctl.cli_globals import Options
 from jobctl.cli_output import emit, text_lines
+from jobctl.errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE
 from jobctl.local.provision import LocalDeployment, provision
 
 REGION = "us-east-1"
