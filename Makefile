@@ -108,7 +108,7 @@ rehearse: dev bundle $(REHEARSAL_VENV)/.synced
 	$(BIN)/pytest tests/rehearsal
 
 demo: $(VENV)/.synced
-	$(BIN)/python -m jobctl.demo
+	$(BIN)/python -m example.demo
 
 # Benchmarks, not tests: print figures (recorded in docs/benchmarks.md); `python -m bench.<name> --help`.
 bench: $(VENV)/.synced bundle
@@ -122,10 +122,10 @@ bench: $(VENV)/.synced bundle
 	$(BIN)/python -m bench.slow_invoicing
 	$(BIN)/python -m bench.cli_startup
 
-# The chaos soak at full size (make test runs it at 2,000 jobs); `python -m jobctl.soak --help`.
+# The chaos soak at full size (make test runs it at 2,000 jobs); `python -m example.soak --help`.
 SOAK_JOBS ?= 10000
 soak: $(VENV)/.synced
-	$(BIN)/python -m jobctl.soak --jobs $(SOAK_JOBS)
+	$(BIN)/python -m example.soak --jobs $(SOAK_JOBS)
 
 local: $(VENV)/.synced
 	$(BIN)/jobctl local

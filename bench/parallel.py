@@ -64,11 +64,11 @@ def run_cases(delay_s: float, batch: int, rounds: int) -> dict[str, list[float]]
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION=REGION)
     from moto import mock_aws
 
+    from example.standins.invoicing import FakeInvoicingApi
     from functions.worker.clients import ClientFactory, new_session
     from functions.worker.observability import Observability
     from functions.worker.runtime import Worker
     from jobctl.local.emulator import EventSourceMapping
-    from jobctl.local.fake_invoicing import FakeInvoicingApi
     from jobctl.local.provision import provision
     from sqs_jobs.catalog import CATALOG
     from sqs_jobs.specs import Catalog

@@ -65,8 +65,9 @@ class StackContext:
     retain_data: bool
     # An existing SNS topic every alarm notifies instead of one the stack creates; None: the stack's own topic.
     alarm_topic_arn: str | None = None
-    # Create the SES identity of mail_sender in the stack. Off by default: CloudFormation fails the whole deploy
-    # when the identity already exists in the account (verified by hand, by another stack, or as its domain).
+    # Create the SES identity of each mail sender resource in the stack. Off by default: CloudFormation fails the
+    # whole deploy when the identity already exists in the account (verified by hand, by another stack, or as its
+    # domain).
     create_mail_identity: bool = False
     # In the SES sandbox SES authorizes a send against each recipient's identity too: the verified recipients
     # (addresses or domains) the worker's grant must also name. Empty once the account has production access.

@@ -48,7 +48,7 @@ def _chaos_settings(spec: str | None) -> ChaosSettings | None:
     multiple=True,
     callback=lambda _ctx, _param, values: _standin_options(values),
     help="Options of the stand-in of endpoint NAME (the catalog's Endpoint.standin), e.g. "
-    "invoicing_api_url:mode=hang,port=8081; repeat for several endpoints.",
+    "payments_api:mode=down,port=8081; repeat for several endpoints.",
 )
 @click.option(
     "--chaos",
@@ -57,7 +57,7 @@ def _chaos_settings(spec: str | None) -> ChaosSettings | None:
     help="Inject faults, e.g. transient=0.1,hang=0.01,crash=0.01,duplicate=0.05[,hang_s=5][,seed=7]: rates per "
     "call a job makes, AWS or HTTP (transient, hang), per record run (crash before the ack), per delivery "
     "(duplicate), per new environment (slow_start, slow_start_s), per idempotency-table write (slow_store, "
-    "slow_store_s), per invoicing API answer (drip, drip_s). See docs/chaos.md.",
+    "slow_store_s), per stand-in answer (drip, drip_s). See docs/chaos.md.",
 )
 @click.option(
     "--scheduler-speed",

@@ -21,7 +21,7 @@ ENV_IDEMPOTENCY_TABLE = "JOBS_IDEMPOTENCY_TABLE"
 # The unique ID (AROA...) of the worker's own IAM role: messages it sent carry it in their SenderId, and only
 # their `jobs.*` attributes are the runtime's bookkeeping (functions/worker/provenance.py).
 ENV_RUNTIME_ROLE_ID = "JOBS_RUNTIME_ROLE_ID"
-# One variable per resource a queue's jobs need: JOBS_RESOURCE_ORDERS_TABLE, JOBS_RESOURCE_MAIL_SENDER, ...
+# One variable per resource a queue's jobs need: JOBS_RESOURCE_<NAME>, the name in upper case.
 RESOURCE_ENV_PREFIX = "JOBS_RESOURCE_"
 
 # Prefix of idempotency records; independent of the function name, so a renamed function keeps its records.

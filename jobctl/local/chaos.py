@@ -2,10 +2,11 @@
 
     transient   a job's call fails and nothing happens: an AWS call (any service, through `context.client`)
                 answers its service's throttling error; an HTTP call (`context.http`) finds its connection
-                refused before anything is sent; the invoicing API also answers 503 by itself
+                refused before anything is sent; a stand-in that draws its own faults (the example's invoicing
+                API) also answers 503 by itself
     hang        a job's call blocks: an AWS call for `hang_s`, then times out having sent nothing; an HTTP call
-                until its whole-call timeout (or `hang_s`), having sent nothing; the invoicing API by itself
-                creates the invoice and answers only after `hang_s` (the article's incident)
+                until its whole-call timeout (or `hang_s`), having sent nothing; such a stand-in by itself does
+                its work and answers only after `hang_s` (the article's incident)
     crash       the execution environment dies after the batch's side effects, before the ack: the event source
                 deletes nothing and starts a new environment; the messages come back after their visibility
     duplicate   SQS delivers a message twice: a received message is made visible again at once, so another
@@ -14,12 +15,12 @@
                 first invocation (as functions/entry.py builds it), so the batch has that much less time
     slow_store  a worker's write to the idempotency table is made, and its answer comes `slow_store_s` late, on
                 the socket (the runtime's bounded call may give up first, and the write has landed anyway)
-    drip        the invoicing API sends its answer (status line, headers, body) a byte at a time, over `drip_s`
+    drip        a stand-in sends its answer (status line, headers, body) a byte at a time, over `drip_s`
 
 Rates are probabilities in [0, 1]: per job call (transient, hang: one draw per AWS or HTTP call a job makes in its
-run, never the runtime's own calls; the invoicing API draws again per request it serves), per record that ran
+run, never the runtime's own calls; a stand-in draws again per request it serves), per record that ran
 (crash), per received message (duplicate), per new execution environment (slow_start), per write to the
-idempotency table (slow_store), per request to the invoicing API (drip). A seed makes a run repeatable as far as
+idempotency table (slow_store), per request to a stand-in (drip). A seed makes a run repeatable as far as
 thread timing allows.
 """
 
@@ -50,7 +51,7 @@ FAULTS: Mapping[str, str] = {
     "duplicate": "received message",
     "slow_start": "new execution environment",
     "slow_store": "write to the idempotency table",
-    "drip": "answer of the invoicing API",
+    "drip": "answer of a stand-in",
 }
 # How long each slow fault lasts (seconds): the setting's name, the fault's, and its default.
 DURATIONS: Mapping[str, tuple[str, float]] = {
@@ -155,7 +156,7 @@ class Chaos:
         self._stopping = threading.Event()
 
     def injected(self) -> dict[str, int]:
-        """Faults injected so far, by kind (`transient.ses`, `hang.http`, `transient.invoicing`, `crash`, ...)."""
+        """Faults injected so far, by kind (`transient.ses`, `hang.http`, `transient.<stand-in>`, `crash`, ...)."""
         with self._lock:
             return dict(self._injected)
 
@@ -219,9 +220,9 @@ class Chaos:
         """For one write to the idempotency table: how late its answer comes (0.0: at once)."""
         return self.settings.slow_store_s if self._drawn(self.settings.slow_store, "slow_store") else 0.0
 
-    def drip_s(self) -> float:
-        """For one answer of the invoicing API: how long sending it a byte at a time takes (0.0: at once)."""
-        return self.settings.drip_s if self._drawn(self.settings.drip, "drip.invoicing") else 0.0
+    def drip_s(self, standin: str) -> float:
+        """For one answer of the stand-in `standin`: how long sending it a byte at a time takes (0.0: at once)."""
+        return self.settings.drip_s if self._drawn(self.settings.drip, f"drip.{standin}") else 0.0
 
     # --- a job's AWS calls: botocore's event hooks on the worker's clients -------------------------------------
 

@@ -150,7 +150,7 @@ class LocalEngine:
         http_timeouts_s: tuple[float, float] | None = None,
     ) -> None:
         """`standin_options`: per endpoint with a stand-in (the catalog's `Endpoint.standin`), the options it is
-        built with, e.g. {"invoicing_api_url": {"mode": "hang"}}. `http_timeouts_s`: the jobs' HTTP client's
+        built with, e.g. {"payments_api": {"mode": "down"}}. `http_timeouts_s`: the jobs' HTTP client's
         connect and read timeouts (None: the client's defaults, as deployed); its whole-call timeout is their
         sum."""
         self.port = port or free_port()

@@ -40,7 +40,7 @@ RESOURCES = (
         name="invoicing_api_url",
         description="base URL of the external invoicing HTTP API (POST <url>/invoices renders a PDF)",
         default_url="https://invoicing.example.com",
-        standin="jobctl.local.fake_invoicing:standin",
+        standin="example.standins.invoicing:standin",
     ),
     AlarmTopic(
         name="alarm_topic", description="the stack's alarm SNS topic, which dlq_review publishes its summary to"

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from example.soak import DEFAULT_CHAOS, SoakPlan, run_soak
+from example.soak_jobs import odd_results
 from functions.worker.clients import new_session
 from jobctl.local.chaos import ChaosSettings
 from jobctl.local.engine import LocalEngine, free_port, running_engine
-from jobctl.soak import DEFAULT_CHAOS, SoakPlan, run_soak
-from jobctl.soak_jobs import odd_results
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from example.standins.invoicing import FakeInvoicingApi
 from jobctl.local.engine import LocalEngine, free_port
-from jobctl.local.fake_invoicing import FakeInvoicingApi
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.publisher import JobPublisher

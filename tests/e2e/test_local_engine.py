@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from example.demo import run_demo
 from functions.worker.clients import new_session
 from jobctl.cli import main as jobctl
-from jobctl.demo import run_demo
 from jobctl.local.engine import LocalEngine, free_port
 from tests.e2e.processes import jobctl_local
 

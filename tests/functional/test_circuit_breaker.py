@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 
+from example.standins.invoicing import FakeInvoicingApi
 from functions.worker.clients import ClientFactory
 from functions.worker.provenance import HELD_SINCE
 from functions.worker.runtime import Worker
 from jobctl.local.emulator import Invocation
-from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.provision import provision
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES

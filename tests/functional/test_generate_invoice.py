@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from example.standins.invoicing import FakeInvoicingApi, render_pdf
 from functions.jobs.generate_invoice import pdf_key
 from functions.worker import deadletter
 from functions.worker.backoff import backoff_ceiling_s
@@ -26,7 +27,6 @@ from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from functions.worker.time_limit import CUT_THREAD_PREFIX
 from jobctl.local.emulator import Invocation
-from jobctl.local.fake_invoicing import FakeInvoicingApi, render_pdf
 from jobctl.local.provision import provision
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES

@@ -39,12 +39,12 @@ from botocore.awsrequest import AWSResponse, HTTPHeaders
 from moto import mock_aws
 
 import functions.entry
+from example.standins.invoicing import FakeInvoicingApi
 from functions.jobs import dlq_review
 from functions.worker.clients import ClientFactory, new_session
 from functions.worker.names import METRICS_NAMESPACE
 from functions.worker.observability import Observability
 from jobctl.local.emulator import EventSourceMapping, Invocation
-from jobctl.local.fake_invoicing import FakeInvoicingApi
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import LocalDeployment, provision
 from sqs_jobs.catalog import CATALOG

@@ -16,6 +16,7 @@ from moto import mock_aws
 from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.ses.models import SESBackend, ses_backends
 
+from example.standins.invoicing import IDEMPOTENCY_HEADER, FakeInvoicingApi
 from functions.worker.classify import Kind, classify
 from functions.worker.clients import ClientFactory, new_session
 from functions.worker.errors import HttpTransientError
@@ -23,7 +24,6 @@ from functions.worker.http import HttpClient, HttpDeadlineError
 from functions.worker.time_limit import JobRun, JobRunner
 from jobctl.cli import main as jobctl
 from jobctl.local.chaos import Chaos, ChaosSettings, ChaosSpecError
-from jobctl.local.fake_invoicing import IDEMPOTENCY_HEADER, FakeInvoicingApi
 
 SENDER = "jobs@example.com"
 
@@ -79,12 +79,12 @@ def test_rates_of_zero_and_one_are_exact() -> None:
     )
     assert [never.downstream_fault("ses") for _ in range(50)] == [None] * 50
     assert not never.crash_after(10) and not never.duplicate()
-    assert (never.slow_start_s(), never.store_delay_s(), never.drip_s()) == (0.0, 0.0, 0.0)
+    assert (never.slow_start_s(), never.store_delay_s(), never.drip_s("api")) == (0.0, 0.0, 0.0)
     assert [always.downstream_fault("ses") for _ in range(50)] == ["transient"] * 50
     assert always.crash_after(1) and always.duplicate()
     assert not always.crash_after(0)  # nothing ran, nothing to crash after
     settings = always.settings
-    assert (always.slow_start_s(), always.store_delay_s(), always.drip_s()) == (
+    assert (always.slow_start_s(), always.store_delay_s(), always.drip_s("api")) == (
         settings.slow_start_s,
         settings.slow_store_s,
         settings.drip_s,
@@ -95,7 +95,7 @@ def test_rates_of_zero_and_one_are_exact() -> None:
         "duplicate": 1,
         "slow_start": 1,
         "slow_store": 1,
-        "drip.invoicing": 1,
+        "drip.api": 1,
     }
 
 

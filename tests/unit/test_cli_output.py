@@ -175,7 +175,7 @@ def test_status_exits_1_when_unhealthy_and_3_when_it_could_not_read(deployment: 
 
 
 def test_the_soaks_progress_shows_on_stderr_only_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
-    from jobctl.soak import _progress
+    from example.soak import _progress
 
     with _progress(False, 10) as hidden:
         assert hidden is None

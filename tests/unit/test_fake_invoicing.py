@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from jobctl.local.fake_invoicing import FakeInvoicingApi, InvalidModeError, render_pdf
+from example.standins.invoicing import FakeInvoicingApi, InvalidModeError, render_pdf
 
 pytestmark = pytest.mark.timeout(30)
 

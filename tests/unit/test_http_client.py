@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from urllib3.exceptions import NewConnectionError, ReadTimeoutError
 
+from example.standins.invoicing import FakeInvoicingApi
 from functions.worker.errors import HttpPermanentError, HttpTransientError, PermanentError, TransientError
 from functions.worker.http import IDEMPOTENCY_HEADER, HttpClient, JobHttp, retry_after_s
-from jobctl.local.fake_invoicing import FakeInvoicingApi
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -5,6 +5,7 @@ standard library."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,3 +36,26 @@ def test_the_names_module_imports_only_the_standard_library() -> None:
     }
     imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+FRAMEWORK = ("infra", "functions/worker", "jobctl")
+
+
+def test_the_framework_names_nothing_of_the_example_app() -> None:
+    # Jobs and resources by name; queues (ordinary words) as names in code: quoted, or in a physical name.
+    from sqs_jobs.catalog import CATALOG
+    from sqs_jobs.resources import AlarmTopic, DeadLetterQueues
+
+    # The runtime's own kinds are the framework's (its alarm topic, its DLQs), whatever the app calls them.
+    apps = [spec.name for spec in CATALOG.resources if not isinstance(spec, AlarmTopic | DeadLetterQueues)]
+    words = [*CATALOG.job_names, *apps]
+    patterns = [re.compile(rf"\b{re.escape(word)}\b") for word in words]
+    patterns += [re.compile(rf"[\"'/-]{re.escape(queue)}[\"'/-]") for queue in CATALOG.queue_names]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for folder in FRAMEWORK
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if any(pattern.search(line) for pattern in patterns)
+    ]
+    assert found == []

@@ -8,11 +8,7 @@ from collections import Counter
 
 import pytest
 
-from functions.jobs import order_update_mail
-from functions.worker.deadletter import ERROR_TYPE, FAILURE
-from functions.worker.names import DeadLetterFailure
-from functions.worker.runtime import CUT_RUN_CALL_ENDED_MESSAGE
-from jobctl.soak import (
+from example.soak import (
     DEFAULT_CHAOS,
     INVOICE_JOB,
     ODD_RESULT_FIFO_JOB,
@@ -32,7 +28,11 @@ from jobctl.soak import (
     planned_faults,
     soak_catalog,
 )
-from jobctl.soak_jobs import odd_results
+from example.soak_jobs import odd_results
+from functions.jobs import order_update_mail
+from functions.worker.deadletter import ERROR_TYPE, FAILURE
+from functions.worker.names import DeadLetterFailure
+from functions.worker.runtime import CUT_RUN_CALL_ENDED_MESSAGE
 from sqs_jobs.catalog import CATALOG
 
 JOBS = [

@@ -221,7 +221,7 @@ class FakeInvoicingApi:
 
     def answer_drip_s(self) -> float:
         """How long the next answer takes to send, a byte at a time (0.0: sent at once)."""
-        return self._chaos.drip_s() if self._chaos is not None else 0.0
+        return self._chaos.drip_s("invoicing") if self._chaos is not None else 0.0
 
     def pause(self, seconds: float) -> bool:
         """Wait `seconds` (a dripping answer between two bytes); False when the server is stopping."""

@@ -1,7 +1,7 @@
 """`make soak`: thousands of jobs through the local engine with faults injected, then a check of every promise.
 
 Jobs: the example jobs (order confirmations, invoices, and order updates on the FIFO queue, published in groups
-of one order's updates) and, beside them, jobs written the way a new team writes them (jobctl/soak_jobs/: a mail
+of one order's updates) and, beside them, jobs written the way a new team writes them (example/soak_jobs/: a mail
 job whose result is a datetime, a plain string, an object with no JSON form, too big to keep, ...), on the standard
 and the FIFO queue. Some messages carry big non-ASCII producer attributes (emoji, CJK, a binary value).
 
@@ -25,7 +25,7 @@ parallel included). moto's SQS slows as its backlog grows, so jobs are published
 `window` messages waiting and `backlog` messages unsettled (waiting, running, in backoff, or invisible after a
 crash).
 
-    python -m jobctl.soak --jobs 10000           # `make soak` runs 10,000; `make test` runs 2,000
+    python -m example.soak --jobs 10000           # `make soak` runs 10,000; `make test` runs 2,000
 
 Progress (jobs published and settled) goes to stderr when it is a terminal, or with --progress.
 """
@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from example.soak_jobs import odd_results
 from functions.worker.attribute_store import StoredAttributesError
 from functions.worker.deadletter import ERROR_MESSAGE, ERROR_TYPE, FAILURE
 from functions.worker.names import DeadLetterFailure
@@ -56,7 +57,6 @@ from functions.worker.runtime import CUT_RUN_CALL_ENDED_MESSAGE
 from jobctl.dlq import DeadLetter, DeadLetterQueue
 from jobctl.local.chaos import ChaosSettings
 from jobctl.local.engine import WAITING, LocalEngine
-from jobctl.soak_jobs import odd_results
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.envelope import Envelope
@@ -66,7 +66,7 @@ from sqs_jobs.specs import Catalog, JobSpec
 ORDER_JOB = "order_confirmation"
 INVOICE_JOB = "generate_invoice"
 UPDATE_JOB = "order_update_mail"
-# A new team's mail job (jobctl/soak_jobs/odd_results.py), on the standard queue and on the FIFO queue.
+# A new team's mail job (example/soak_jobs/odd_results.py), on the standard queue and on the FIFO queue.
 ODD_RESULT_JOB = "odd_result_receipt"
 ODD_RESULT_FIFO_JOB = "odd_result_update_receipt"
 # The soak's own jobs, added to the catalog's queues only for the soak: the runtime never names them.
@@ -74,7 +74,7 @@ SOAK_JOBS: Mapping[str, tuple[JobSpec, ...]] = {
     "orders": (
         JobSpec(
             name=ODD_RESULT_JOB,
-            handler="jobctl.soak_jobs.odd_results",
+            handler="example.soak_jobs.odd_results",
             description="Soak only: a new team's mail job with odd results.",
             resources=("orders_table", "mail_sender"),
         ),
@@ -82,7 +82,7 @@ SOAK_JOBS: Mapping[str, tuple[JobSpec, ...]] = {
     "order_updates": (
         JobSpec(
             name=ODD_RESULT_FIFO_JOB,
-            handler="jobctl.soak_jobs.odd_results",
+            handler="example.soak_jobs.odd_results",
             description="Soak only: the same, on the FIFO queue.",
             resources=("orders_table", "mail_sender"),
         ),
@@ -749,7 +749,7 @@ def run_soak(plan: SoakPlan, worker_output: TextIO | None = None, progress: Soak
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobctl.soak", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m example.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=SoakPlan.jobs, help="jobs to run (default %(default)s)")
     parser.add_argument(
         "--seed", type=int, default=SoakPlan.seed, help="what is broken and what faults (default %(default)s)"
