@@ -38,10 +38,10 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
-from functions.worker.backoff import SQS_MAX_VISIBILITY_S, backoff_delay_s
+from functions.worker.backoff import backoff_delay_s
 from functions.worker.breaker import Breakers, Ticket, hold_delay_s
 from functions.worker.errors import CircuitOpenError
-from sqs_jobs.limits import HAND_BACK_RECEIVES
+from sqs_jobs.limits import HAND_BACK_RECEIVES, SQS_MAX_VISIBILITY_S
 from sqs_jobs.specs import CircuitBreakerSpec, QueueSpec
 
 # The catalog's defaults, as every queue that sets nothing gets them (the shipped `orders` queue does).

@@ -17,11 +17,12 @@ import click
 from click.shell_completion import CompletionItem
 
 from jobctl.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, OperatorUnreachableError
+from sqs_jobs.stack_names import DEFAULT_STACK_NAME
 
 OUTPUTS = ("table", "json", "text")
 DEFAULT_OUTPUT = "table"
-# jobctl.local.provision.DEFAULT_STACK_NAME, which imports boto3 (a unit test keeps them equal).
-DEFAULT_STACK = "SqsJobs"
+# The stack's default name, the publisher's and the local engine's too (one definition, in sqs_jobs).
+DEFAULT_STACK = DEFAULT_STACK_NAME
 DISTRIBUTIONS = ("sqs-jobs-stack", "sqs-jobs")
 
 EXIT_CODES_HELP = f"""\b

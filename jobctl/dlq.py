@@ -27,6 +27,7 @@ from typing import IO, Any, ClassVar
 
 from functions.worker import deadletter
 from functions.worker.attribute_store import StoredAttributes, StoredAttributesError, read_attributes
+from functions.worker.names import NO_EVIDENCE
 from functions.worker.provenance import (
     STORED_ATTRIBUTES,
     Attributes,
@@ -38,12 +39,11 @@ from functions.worker.provenance import (
 from jobctl.discovery import QueueLocation
 from jobctl.errors import EXIT_USAGE, OperatorError
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.limits import SQS_BATCH_MAX
 from sqs_jobs.specs import Catalog
 
-SQS_BATCH_MAX = 10
 # Long enough to scan a large DLQ in one pass; if jobctl dies, messages reappear after this.
 SCAN_VISIBILITY_S = 300
-NO_EVIDENCE = "(no evidence: not dead-lettered by the runtime)"
 # SQS's range for a move task's MaxNumberOfMessagesPerSecond.
 MOVE_TASK_MAX_RATE = 500
 # A move task's final states (before them: RUNNING, CANCELLING).

@@ -21,14 +21,15 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from functions.jobs.dlq_summary import NO_EVIDENCE, QueueReview, stack_of, summarize
+from functions.jobs.dlq_summary import QueueReview, stack_of, summarize
 from functions.worker.deadletter import ERROR_TYPE
 from functions.worker.errors import PermanentError, TransientError
 from functions.worker.jobs import JobContext
+from functions.worker.names import NO_EVIDENCE
 from functions.worker.provenance import MessageAttributes, Provenance, from_received
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.limits import SQS_BATCH_MAX
 
-SQS_BATCH_MAX = 10
 # Long enough for one queue's scan (a receive takes milliseconds); if the run dies, messages reappear after it.
 SCAN_VISIBILITY_S = 60
 MAX_READ_PER_QUEUE = 1000

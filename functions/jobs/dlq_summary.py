@@ -14,7 +14,6 @@ from datetime import datetime
 
 # The error type of a dead letter without the runtime's evidence; the same words as jobctl's (jobctl/dlq.py), so
 # `jobctl dlq redrive --error-type` matches what the summary counts.
-NO_EVIDENCE = "(no evidence: not dead-lettered by the runtime)"
 # SNS takes a subject of at most 100 printable ASCII characters.
 SUBJECT_MAX_CHARS = 100
 # SNS takes a message of at most 256 KiB; the summary stays well below.

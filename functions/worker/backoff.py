@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-SQS_MAX_VISIBILITY_S = 12 * 60 * 60
+from sqs_jobs.limits import SQS_MAX_VISIBILITY_S
 
 
 def backoff_ceiling_s(attempt: int, base_s: float, cap_s: float) -> float:

@@ -34,6 +34,9 @@ CIRCUIT_OPENED = "CircuitOpened"
 # the cut (per CutRunCallReason): its effect may have happened after the record was settled.
 CUT_RUN_CALL = "CutRunCall"
 
+# What operators' tools show as the error type of a dead letter the runtime didn't write (no evidence attributes).
+NO_EVIDENCE = "(no evidence: not dead-lettered by the runtime)"
+
 # Pseudo-jobs the runtime counts under: its own faults, and messages whose job can't be read.
 RUNTIME_JOB = "(runtime)"
 UNPARSEABLE_JOB = "(unparseable)"

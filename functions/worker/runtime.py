@@ -1051,7 +1051,8 @@ class Worker:
         return self._lambda_context.get_remaining_time_in_millis() / 1000
 
     def _backoff(self, attempt: int, classification: Classification | None = None) -> int:
-        from functions.worker.backoff import SQS_MAX_VISIBILITY_S, backoff_delay_s
+        from functions.worker.backoff import backoff_delay_s
+        from sqs_jobs.limits import SQS_MAX_VISIBILITY_S
 
         delay_s = backoff_delay_s(
             attempt,

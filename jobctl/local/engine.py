@@ -39,11 +39,12 @@ from jobctl.local.metrics_agent import MetricsAgent
 from jobctl.local.moto_limits import enforce_message_limits
 from jobctl.local.moto_locks import serialize_moto
 from jobctl.local.moto_senders import record_senders
-from jobctl.local.provision import DEFAULT_STACK_NAME, LocalDeployment, provision, worker_function_name
+from jobctl.local.provision import LocalDeployment, provision, worker_function_name
 from jobctl.local.scheduler import LocalScheduler, LocalSchedules, provision_schedules
 from jobctl.local.standins import build_standins
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import Catalog
+from sqs_jobs.stack_names import DEFAULT_STACK_NAME
 
 log = logging.getLogger("jobctl.local")
 

@@ -21,9 +21,8 @@ from jobctl.local.resource_providers import LocalResources, create_table
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.contract import JobContract
 from sqs_jobs.specs import Catalog, QueueSpec
-from sqs_jobs.stack_names import contract_parameter_name, resource_parameter_name
+from sqs_jobs.stack_names import DEFAULT_STACK_NAME, contract_parameter_name, resource_parameter_name
 
-DEFAULT_STACK_NAME = "SqsJobs"
 # Who may assume a worker role: Lambda, as in the stack.
 _LAMBDA_TRUST = json.dumps(
     {

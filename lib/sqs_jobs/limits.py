@@ -13,6 +13,8 @@ SQS_MAX_DELAY_S = 15 * MINUTE
 SQS_MAX_RETENTION_S = 14 * DAY
 SQS_MIN_RETENTION_S = MINUTE
 SQS_MAX_RECEIVE_COUNT = 1000
+# Messages per SendMessageBatch, ReceiveMessage or DeleteMessageBatch call.
+SQS_BATCH_MAX = 10
 # A queue's MaximumMessageSize: the body plus every attribute's name, data type and value (UTF-8; binary values as
 # raw bytes). SQS accepts 1 KiB to 1 MiB; 256 KiB was its default until 2025 and is what older queues have.
 SQS_MIN_MESSAGE_BYTES = 1024

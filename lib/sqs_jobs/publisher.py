@@ -28,7 +28,7 @@ from typing import Any
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.contract import JobContract
 from sqs_jobs.envelope import Envelope, Scalar, build_envelope
-from sqs_jobs.limits import SQS_MAX_DELAY_S
+from sqs_jobs.limits import SQS_BATCH_MAX, SQS_MAX_DELAY_S
 from sqs_jobs.specs import Catalog, UnknownQueueError
 from sqs_jobs.stack_names import (
     DEFAULT_STACK_NAME,
@@ -42,7 +42,6 @@ from sqs_jobs.stack_names import (
     schedules_parameter_name,
 )
 
-SQS_BATCH_MAX = 10
 MAX_DELAY_S = SQS_MAX_DELAY_S
 # How far ahead a job may be scheduled: our limit, not the scheduler's (it has none documented). A job due in
 # over a year is a calendar entry, not a background job.

@@ -11,9 +11,9 @@ import pytest
 
 from functions.worker import deadletter
 from functions.worker.clients import ClientFactory
-from functions.worker.names import DeadLetterFailure
+from functions.worker.names import NO_EVIDENCE, DeadLetterFailure
 from functions.worker.provenance import Provenance
-from jobctl.dlq import NO_EVIDENCE, BadFilterError, DeadLetterQueue, DlqError, Filter, group, queue_busy, verify
+from jobctl.dlq import BadFilterError, DeadLetterQueue, DlqError, Filter, group, queue_busy, verify
 from jobctl.local.provision import provision
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec

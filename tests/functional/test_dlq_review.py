@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from functions.jobs import dlq_review
-from functions.jobs.dlq_summary import NO_EVIDENCE
 from functions.worker import deadletter
+from functions.worker.names import NO_EVIDENCE
 from sqs_jobs.catalog import CATALOG
 from tests.functional.conftest import Harness, envelope
 

@@ -14,13 +14,13 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from jobctl.local.provision import DEFAULT_STACK_NAME, LocalDeployment, dlq_attributes, provision
+from jobctl.local.provision import LocalDeployment, dlq_attributes, provision
 from jobctl.local.resource_providers import UNUSED_ENDPOINT_URL
 from jobctl.local.scheduler import provision_schedules
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.resources import Bucket, Endpoint, MailSender, Table
 from sqs_jobs.specs import QueueSpec
-from sqs_jobs.stack_names import resource_parameter_name, schedule_group_name
+from sqs_jobs.stack_names import DEFAULT_STACK_NAME, resource_parameter_name, schedule_group_name
 from tests.infra.cfn import find_one, of_type, props, queue_id, worker_id
 from tests.infra.conftest import Synth
 from tests.infra.resource_grants import made

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from functions.worker.deadletter import DeadLetterQueue, Evidence, iso_from_epoch_ms
-from functions.worker.names import DeadLetterFailure
+from functions.worker.names import NO_EVIDENCE, DeadLetterFailure
 from functions.worker.provenance import MessageAttributes, Provenance, from_event, portable
 from infra.naming import (
     DLQ_URL,
@@ -35,7 +35,7 @@ from infra.naming import (
     recurring_schedule_name,
     schedule_group_name,
 )
-from jobctl.dlq import NO_EVIDENCE, MoveTasks, queue_busy
+from jobctl.dlq import MoveTasks, queue_busy
 from jobctl.local.lambda_events import sqs_record
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.envelope import parse_envelope

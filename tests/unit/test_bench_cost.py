@@ -7,10 +7,10 @@ import json
 import pytest
 
 from bench import cost, writes
-from jobctl.local.provision import DEFAULT_STACK_NAME
 from jobctl.local.resource_providers import local_resource_name
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.stack_names import DEFAULT_STACK_NAME
 
 # Round prices so every figure below can be checked by hand.
 PRICES = cost.Prices(

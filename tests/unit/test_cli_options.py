@@ -20,7 +20,6 @@ from jobctl.discovery import DiscoveryError
 from jobctl.dlq import BadFilterError, BadRateError, DlqError, MoveTaskFailedError, NoMoveTaskError
 from jobctl.errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, OperatorError
 from jobctl.job_lookup import JobLookupError
-from jobctl.local.provision import DEFAULT_STACK_NAME
 from jobctl.queue_control import NoMappingError
 from jobctl.scaffold import ScaffoldError
 from jobctl.schedule_times import ScheduleExpressionError
@@ -128,10 +127,6 @@ def test_the_command_line_beats_the_environment(seen: list[Options]) -> None:
     assert invoke("status", "--region", "cli-1", "--output", "text", "--profile", "cli", env=env).exit_code == 3
     [options] = seen
     assert (options.region, options.output, options.profile) == ("cli-1", "text", "cli")
-
-
-def test_the_default_stack_is_the_local_engines() -> None:
-    assert DEFAULT_STACK == DEFAULT_STACK_NAME
 
 
 def _all_commands() -> list[tuple[list[str], click.Command]]:

@@ -11,7 +11,6 @@ from functions.jobs.dlq_review import DeadLetterQueuesResourceError, WatchedQueu
 from functions.jobs.dlq_summary import (
     MAX_ERROR_TYPES,
     MESSAGE_MAX_BYTES,
-    NO_EVIDENCE,
     SUBJECT_MAX_CHARS,
     QueueReview,
     age_text,
@@ -19,7 +18,8 @@ from functions.jobs.dlq_summary import (
     summarize,
 )
 from functions.worker.errors import PermanentError
-from jobctl.dlq import NO_EVIDENCE as JOBCTL_NO_EVIDENCE
+from functions.worker.names import NO_EVIDENCE
+from functions.worker.names import NO_EVIDENCE as JOBCTL_NO_EVIDENCE
 
 NOW = datetime(2026, 12, 7, 9, 0, 5, tzinfo=UTC)
 URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/"
