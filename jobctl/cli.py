@@ -16,27 +16,27 @@ from jobctl.cli_globals import EXIT_CODES_HELP, LazyCommand, LazyGroup, print_ve
 # The short help is the first sentence of the command's docstring (a unit test keeps them equal).
 COMMANDS = {
     "console": LazyCommand(
-        "jobctl.cli_console:console",
+        "jobctl.commands.console:console",
         "Serve the operator console: queues, dead letters, redrive, discard, pause, in the browser.",
     ),
-    "dlq": LazyCommand("jobctl.cli_dlq:dlq", "Triage a queue's dead-letter queue: list, show, redrive, discard."),
-    "enqueue": LazyCommand("jobctl.cli_enqueue:enqueue", 'Publish one job to QUEUE: {"job": JOB, "id": ID}.'),
-    "job": LazyCommand("jobctl.cli_job:job", "Look up one job by its name and ID."),
+    "dlq": LazyCommand("jobctl.commands.dlq:dlq", "Triage a queue's dead-letter queue: list, show, redrive, discard."),
+    "enqueue": LazyCommand("jobctl.commands.enqueue:enqueue", 'Publish one job to QUEUE: {"job": JOB, "id": ID}.'),
+    "job": LazyCommand("jobctl.commands.job:job", "Look up one job by its name and ID."),
     "local": LazyCommand(
-        "jobctl.cli_local:local",
+        "jobctl.commands.local:local",
         "Run the local engine: moto server + the real workers behind an SQS event source emulator, every resource "
         "of the catalog, and a stand-in of each endpoint that declares one.",
     ),
-    "new": LazyCommand("jobctl.cli_new:new", "Scaffold a job: its module and its test, in the project's style."),
+    "new": LazyCommand("jobctl.commands.new:new", "Scaffold a job: its module and its test, in the project's style."),
     "queue": LazyCommand(
-        "jobctl.cli_queue:queue", "Pause or resume a queue's worker: jobs wait in the queue, nothing is lost."
+        "jobctl.commands.queue:queue", "Pause or resume a queue's worker: jobs wait in the queue, nothing is lost."
     ),
     "schedules": LazyCommand(
-        "jobctl.cli_schedules:schedules",
+        "jobctl.commands.schedules:schedules",
         "Recurring and one-time schedules: list them with their next run, cancel a pending one.",
     ),
     "status": LazyCommand(
-        "jobctl.cli_status:status",
+        "jobctl.commands.status:status",
         "Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue.",
     ),
 }
