@@ -127,8 +127,10 @@ SOAK_JOBS ?= 10000
 soak: $(VENV)/.synced
 	$(BIN)/python -m example.soak --jobs $(SOAK_JOBS)
 
+# Options pass through: make local LOCAL_ARGS="--chaos transient=0.1 --standin invoicing_api_url:mode=hang".
+LOCAL_ARGS ?=
 local: $(VENV)/.synced
-	$(BIN)/jobctl local
+	$(BIN)/jobctl local --port 4566 $(LOCAL_ARGS)
 
 synth: dev bundle
 	$(CDK) synth --quiet $(CDK_ARGS)
