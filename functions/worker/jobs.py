@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aws_lambda_powertools import Logger
 
@@ -85,6 +86,21 @@ def default_idempotency_key(envelope: Envelope) -> str:
 ErrorTypes = tuple[type[BaseException], ...]
 
 
+class JobModule(Protocol):
+    """What a job's module (its `JobSpec.handler`) defines; docs/catalog.md, "The job module", says it in full.
+
+    `run` is required; the rest are optional and default as described. The worker checks them when it loads the
+    queue's jobs (its first invocation), and a module that breaks them fails that start with WorkerConfigError."""
+
+    def run(self, envelope: Envelope, context: JobContext, /) -> JobResult:
+        """Do the job once for `envelope.id`, re-reading the entity; its return value is kept as the run's result
+        (results.py's rule). Raise a PermanentError for what can never succeed; anything else is retried."""
+
+    # Optional: `idempotency_key(envelope) -> str`, the business key within the job (default: `envelope.id`).
+    # Optional: `PERMANENT_ERRORS` and `TRANSIENT_ERRORS`, tuples of exception classes that override the
+    # classifier for this job's own errors (functions/worker/classify.py).
+
+
 @dataclass(frozen=True)
 class LoadedJob:
     spec: JobSpec
@@ -112,16 +128,30 @@ def load_jobs(queue: QueueSpec) -> dict[str, LoadedJob]:
     for spec in queue.jobs:
         module = importlib.import_module(spec.handler)
         run = getattr(module, "run", None)
-        if not callable(run):
+        if not callable(run) or not _takes_positionals(run, 2):
             raise WorkerConfigError(f"job module {spec.handler!r} has no callable run(envelope, context)")
+        key_function = getattr(module, "idempotency_key", default_idempotency_key)
+        if not callable(key_function) or not _takes_positionals(key_function, 1):
+            raise WorkerConfigError(f"job module {spec.handler!r}: idempotency_key must be a function of (envelope)")
         loaded[spec.name] = LoadedJob(
             spec=spec,
             run=run,
-            key_function=getattr(module, "idempotency_key", default_idempotency_key),
+            key_function=key_function,
             permanent_errors=_error_types(module, "PERMANENT_ERRORS"),
             transient_errors=_error_types(module, "TRANSIENT_ERRORS"),
         )
     return loaded
+
+
+def _takes_positionals(function: Callable[..., Any], count: int) -> bool:
+    """Whether `function(a1, ..., a<count>)` binds (a signature that can't be read is given the benefit)."""
+    try:
+        inspect.signature(function).bind(*range(count))
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
 
 
 def _error_types(module: Any, name: str) -> ErrorTypes:
