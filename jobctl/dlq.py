@@ -27,6 +27,7 @@ from typing import IO, Any, ClassVar
 
 from functions.worker import deadletter
 from functions.worker.attribute_store import StoredAttributes, StoredAttributesError, read_attributes
+from functions.worker.dlq_reader import DlqReader
 from functions.worker.names import NO_EVIDENCE
 from functions.worker.provenance import (
     STORED_ATTRIBUTES,
@@ -259,50 +260,18 @@ class DeadLetterQueue:
             return letter
 
     def depth(self) -> int:
-        attributes = self._sqs.get_queue_attributes(
-            QueueUrl=self.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
-        )["Attributes"]
-        return int(attributes["ApproximateNumberOfMessages"])
-
-    def _receive(self) -> list[DeadLetter]:
-        response = self._sqs.receive_message(
-            QueueUrl=self.dlq_url,
-            MaxNumberOfMessages=SQS_BATCH_MAX,
-            VisibilityTimeout=self._visibility,
-            WaitTimeSeconds=self._wait_s,
-            MessageAttributeNames=["All"],
-            MessageSystemAttributeNames=["All"],
-        )
-        return [DeadLetter.from_message(message, self.provenance) for message in response.get("Messages", [])]
+        return DlqReader(self._sqs, self.dlq_url, visibility_s=self._visibility).depth()
 
     def _scan(self, limit: int | None = None) -> Iterator[list[DeadLetter]]:
         """Batches of messages, each received once per scan; the caller must release or delete every one."""
-        seen = 0
-        empty_polls = 0
-        while limit is None or seen < limit:
-            batch = self._receive()
-            if not batch:
-                # SQS samples servers: an empty answer is not proof of an empty queue, two in a row are enough.
-                empty_polls += 1
-                if empty_polls >= 2:
-                    return
-                continue
-            empty_polls = 0
-            seen += len(batch)
-            yield batch
+        reader = DlqReader(self._sqs, self.dlq_url, visibility_s=self._visibility, wait_s=self._wait_s)
+        for batch in reader.scan(limit=limit):
+            yield [DeadLetter.from_message(message, self.provenance) for message in batch]
 
     def release(self, letters: Iterable[DeadLetter]) -> None:
         """Make messages visible again now, unchanged."""
-        pending = list(letters)
-        for start in range(0, len(pending), SQS_BATCH_MAX):
-            chunk = pending[start : start + SQS_BATCH_MAX]
-            self._sqs.change_message_visibility_batch(
-                QueueUrl=self.dlq_url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": letter.receipt_handle, "VisibilityTimeout": 0}
-                    for i, letter in enumerate(chunk)
-                ],
-            )
+        reader = DlqReader(self._sqs, self.dlq_url, visibility_s=self._visibility, wait_s=self._wait_s)
+        reader.release(letter.receipt_handle for letter in letters)
 
     def peek(self, limit: int | None = None, progress: Callable[[int], None] | None = None) -> list[DeadLetter]:
         """Every message (up to `limit`) without consuming any: all are visible again when this returns.

@@ -23,12 +23,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from functions.jobs.dlq_summary import QueueReview, stack_of, summarize
 from functions.worker.deadletter import ERROR_TYPE
+from functions.worker.dlq_reader import DlqReader
 from functions.worker.errors import PermanentError, TransientError
 from functions.worker.jobs import JobContext
 from functions.worker.names import NO_EVIDENCE
 from functions.worker.provenance import MessageAttributes, Provenance, from_received
 from sqs_jobs.envelope import Envelope
-from sqs_jobs.limits import SQS_BATCH_MAX
 
 # Long enough for one queue's scan (a receive takes milliseconds); if the run dies, messages reappear after it.
 SCAN_VISIBILITY_S = 60
@@ -38,8 +38,6 @@ MAX_READ_PER_QUEUE = 1000
 SCAN_BUDGET_S = 30.0
 # A receive waits this long for messages (long polling asks every SQS server, not a sample of them).
 RECEIVE_WAIT_S = 1
-# SQS samples servers: an empty answer is not proof of an empty queue, two in a row are enough.
-EMPTY_POLLS_TO_STOP = 2
 
 
 class DeadLetterQueuesResourceError(PermanentError):
@@ -75,41 +73,17 @@ def watched_queues(resource: str) -> list[WatchedQueue]:
         ) from None
 
 
-class _DlqReader:
-    """Reads one DLQ without consuming: every message received is made visible again by `release`."""
+class _ReviewedDlq:
+    """One DLQ of the review, read without consuming (functions/worker/dlq_reader.py)."""
 
     def __init__(self, sqs: Any, watched: WatchedQueue) -> None:
-        self._sqs = sqs
-        self._url = watched.dlq_url
+        self.reader = DlqReader(sqs, watched.dlq_url, visibility_s=SCAN_VISIBILITY_S, wait_s=RECEIVE_WAIT_S)
         self._provenance = Provenance.of([watched.worker_role_id])
-        self._receipts: list[str] = []
-        # True once the queue answered empty: every message visible during the scan was read.
-        self.exhausted = False
-
-    def depth(self) -> int:
-        attributes = self._sqs.get_queue_attributes(QueueUrl=self._url, AttributeNames=["ApproximateNumberOfMessages"])
-        return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
 
     def messages(self, deadline: float) -> Iterator[dict[str, Any]]:
         """Each message once, until the queue seems empty, or until `deadline` (time.monotonic())."""
-        seen: set[str] = set()
-        empty_polls = 0
-        while empty_polls < EMPTY_POLLS_TO_STOP and time.monotonic() < deadline:
-            batch = self._sqs.receive_message(
-                QueueUrl=self._url,
-                MaxNumberOfMessages=SQS_BATCH_MAX,
-                VisibilityTimeout=SCAN_VISIBILITY_S,
-                WaitTimeSeconds=RECEIVE_WAIT_S,
-                MessageAttributeNames=["All"],
-                MessageSystemAttributeNames=["SenderId", "SentTimestamp"],
-            ).get("Messages", [])
-            self._receipts += [message["ReceiptHandle"] for message in batch]
-            fresh = [message for message in batch if message["MessageId"] not in seen]
-            empty_polls = 0 if fresh else empty_polls + 1
-            for message in fresh:
-                seen.add(message["MessageId"])
-                yield message
-        self.exhausted = empty_polls >= EMPTY_POLLS_TO_STOP
+        for batch in self.reader.scan(deadline=deadline, fresh_only=True):
+            yield from batch
 
     def error_type(self, message: dict[str, Any]) -> str:
         """The runtime's evidence, only on a message the queue's worker role sent; anyone else's `jobs.*`
@@ -121,26 +95,6 @@ class _DlqReader:
         )
         return attributes.bookkeeping.get(ERROR_TYPE) or NO_EVIDENCE
 
-    def release(self) -> list[str]:
-        """Make every received message visible again; the failures, as text (they reappear after the scan's
-        visibility timeout anyway)."""
-        failures: list[str] = []
-        for start in range(0, len(self._receipts), SQS_BATCH_MAX):
-            chunk = self._receipts[start : start + SQS_BATCH_MAX]
-            try:
-                answer = self._sqs.change_message_visibility_batch(
-                    QueueUrl=self._url,
-                    Entries=[
-                        {"Id": str(i), "ReceiptHandle": receipt, "VisibilityTimeout": 0}
-                        for i, receipt in enumerate(chunk)
-                    ],
-                )
-                failures += [str(item.get("Code")) for item in answer.get("Failed", [])]
-            except (ClientError, BotoCoreError) as error:
-                failures.append(str(error))
-        self._receipts = []
-        return failures
-
 
 def _sent_at(message: Mapping[str, Any]) -> datetime | None:
     stamp = (message.get("Attributes") or {}).get("SentTimestamp")
@@ -150,18 +104,18 @@ def _sent_at(message: Mapping[str, Any]) -> datetime | None:
 def review_queue(sqs: Any, watched: WatchedQueue, deadline: float, context: JobContext) -> QueueReview:
     """What one DLQ holds; a DLQ that can't be read (denied, deleted) is reported, not raised."""
     review = QueueReview(queue=watched.queue)
-    reader = _DlqReader(sqs, watched)
+    dlq = _ReviewedDlq(sqs, watched)
     try:
-        review.depth = reader.depth()
-        for message in reader.messages(deadline):
-            review.add(message["MessageId"], reader.error_type(message), _sent_at(message))
+        review.depth = dlq.reader.depth()
+        for message in dlq.messages(deadline):
+            review.add(message["MessageId"], dlq.error_type(message), _sent_at(message))
             if review.read >= MAX_READ_PER_QUEUE:
                 break
-        review.complete = reader.exhausted
+        review.complete = dlq.reader.exhausted
     except (ClientError, BotoCoreError) as error:
         review.unreadable = str(error)
     finally:
-        failures = reader.release()
+        failures = dlq.reader.release(dlq.reader.received, keep_going=True)
         if failures:
             context.logger.warning(
                 "some dead letters could not be made visible again; they reappear after the scan's timeout",
