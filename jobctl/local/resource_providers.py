@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from jobctl.errors import OperatorUsageError
 from sqs_jobs.resources import AlarmTopic, Bucket, DeadLetterQueues, Endpoint, MailSender, Resource, Secret, Table
 
 # Where jobs find an endpoint the caller offers no stand-in or URL for (tests on mock_aws that don't call it):
@@ -26,8 +27,8 @@ BUCKET_PUBLIC_ACCESS_BLOCK = {
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
 
 
-class UnsupportedResourceError(TypeError):
-    """A resource of a kind the local engine has no provider for."""
+class UnsupportedResourceError(OperatorUsageError, TypeError):
+    """A resource of a kind the local engine has no provider for (one line from `jobctl local`, as from synth)."""
 
 
 def local_resource_name(stack_name: str, resource: str) -> str:
