@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.contract import JobContract
 from sqs_jobs.envelope import Envelope, Scalar, build_envelope
@@ -118,6 +120,18 @@ class PartialPublishError(PublishError):
 JobRequest = tuple[str, str] | Envelope
 
 
+def _published_contract(ssm_client: Any, stack_name: str) -> JobContract | None:
+    """The stack's job contract, or None: a stack from before contracts has none, and a role granted by hand
+    before them may not read it (SSM refuses the call); the wheel's catalog routes then."""
+    try:
+        found = ssm_client.get_parameters(Names=[contract_parameter_name(stack_name)]).get("Parameters", [])
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == "AccessDeniedException":
+            return None
+        raise
+    return JobContract.from_json(found[0]["Value"]) if found else None
+
+
 class JobPublisher:
     def __init__(
         self,
@@ -153,8 +167,7 @@ class JobPublisher:
         (`JobQueue.grant_publish`): SSM refuses a whole GetParameters call that names one parameter it may not
         read. Raises QueueNotConfiguredError when a parameter is missing (the stack is not deployed here, or has
         another name)."""
-        published = ssm_client.get_parameters(Names=[contract_parameter_name(stack_name)]).get("Parameters", [])
-        contract = JobContract.from_json(published[0]["Value"]) if published else JobContract.from_catalog(catalog)
+        contract = _published_contract(ssm_client, stack_name) or JobContract.from_catalog(catalog)
         chosen = list(queues) if queues is not None else list(contract.queue_names)
         for queue in chosen:
             if queue not in contract.queue_names:

@@ -79,3 +79,22 @@ def test_a_one_job_catalog_has_a_one_route_contract() -> None:
     spec = QueueSpec(name="q", jobs=(JobSpec(name="j", handler="m.j"),))
     catalog = replace(CATALOG, queues=(spec,), resources=())
     assert JobContract.from_catalog(catalog).routes == {"j": "q"}
+
+
+def test_a_role_granted_before_contracts_falls_back_to_the_wheels_catalog(clients: ClientFactory) -> None:
+    from botocore.stub import Stubber
+
+    deployment = provision(clients, catalog=CATALOG)
+    ssm = clients("ssm")
+    url = deployment.queues["orders"].url
+    with Stubber(ssm) as stub:
+        # SSM refuses a GetParameters naming a parameter the role may not read, as AWS does.
+        stub.add_client_error("get_parameters", service_error_code="AccessDeniedException", http_status_code=400)
+        stub.add_response(
+            "get_parameters",
+            {"Parameters": [{"Name": "/SqsJobs/queues/orders/url", "Value": url, "Type": "String"}]},
+        )
+        publisher = JobPublisher.from_stack(ssm, clients("sqs"), queues=["orders"])
+
+    publisher.publish("order_confirmation", "1001")
+    assert clients("sqs").receive_message(QueueUrl=url)["Messages"]
