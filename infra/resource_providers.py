@@ -160,14 +160,17 @@ def provide_secret(scope: Construct, spec: Secret, existing: str | None) -> Prov
     construct_id = pascal_case(spec.name)
     secret: secretsmanager.ISecret
     findings: tuple[tuple[str, str], ...] = ()
+    suffix = ""
     if existing is None:
         secret = secretsmanager.Secret(scope, construct_id, description=spec.description)
         _acknowledge(secret.node.default_child, "AwsSolutions-SMG4", SECRET_ROTATION)
     elif _ARN.match(existing):
         secret = secretsmanager.Secret.from_secret_complete_arn(scope, construct_id, existing)
     else:
-        # By name the ARN ends in Secrets Manager's random 6-character suffix: the grant names it as `-??????`.
+        # By name the real ARN ends in Secrets Manager's random 6-character suffix, which the imported ARN lacks:
+        # the grant names it as `-??????`. The worker gets the partial ARN, which GetSecretValue accepts.
         secret = secretsmanager.Secret.from_secret_name_v2(scope, construct_id, existing)
+        suffix = "-??????"
         findings = (
             (
                 f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:"
@@ -180,7 +183,7 @@ def provide_secret(scope: Construct, spec: Secret, existing: str | None) -> Prov
     return ProvidedResource(
         value=secret.secret_arn,
         grant=lambda grantee: iam.Grant.add_to_principal(
-            grantee=grantee, actions=["secretsmanager:GetSecretValue"], resource_arns=[secret.secret_arn]
+            grantee=grantee, actions=["secretsmanager:GetSecretValue"], resource_arns=[secret.secret_arn + suffix]
         ),
         findings=findings,
         output_suffix="Arn",

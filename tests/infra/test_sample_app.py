@@ -103,3 +103,36 @@ def test_cdk_nag_finds_nothing_unacknowledged_in_it(sample: tuple[dict[str, Any]
         for resource in violation.violating_resources
     ]
     assert found == []
+
+
+def test_with_an_existing_bucket_and_secret_the_grants_name_them_and_nag_finds_nothing_new(
+    cdk_context: dict[str, Any],
+) -> None:
+    from cdk_nag import AwsSolutionsChecks, ServerlessChecks
+
+    from infra.stack import build_app
+
+    existing = {**CONTEXT, "media_bucket": "media-service-uploads", "thumbnail_api_key": "thumbnails/api-key"}
+    app, stack = build_app({**cdk_context, **existing}, catalog=CATALOG)
+    template = app.synth().get_stack_artifact(stack.artifact_id).template
+    resources = template["Resources"]
+    assert not of_type(resources, "AWS::S3::Bucket") and not of_type(resources, "AWS::SecretsManager::Secret")
+    function = worker_id(resources, CATALOG.queue("images"))
+    granted = permissions(role_statements(resources, role_id(resources, function)))
+    secret = "arn:aws:secretsmanager:${Region}:${Account}:secret:thumbnails/api-key-??????"
+    assert {(action, arn) for action, arn in granted if arn.startswith(("arn:aws:s3", "arn:aws:secretsmanager"))} == {
+        ("s3:GetObject", "arn:aws:s3:::media-service-uploads/thumbnails/*"),
+        ("s3:PutObject", "arn:aws:s3:::media-service-uploads/thumbnails/*"),
+        (
+            "s3:ListBucket",
+            'arn:aws:s3:::media-service-uploads if {"StringLike": {"s3:prefix": "thumbnails/*"}}',
+        ),
+        ("secretsmanager:GetSecretValue", secret),
+    }
+    found = [
+        f"{violation.rule_name} at {resource.construct_path}: {violation.description}"
+        for pack in (AwsSolutionsChecks(), ServerlessChecks())
+        for violation in pack.validate_scope(stack).violations
+        for resource in violation.violating_resources
+    ]
+    assert found == []
