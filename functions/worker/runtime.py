@@ -295,14 +295,18 @@ def _number(attributes: MessageAttributes, name: str) -> float | None:
 
 def _circuit_refusal(error: BaseException) -> CircuitOpenError | None:
     """The breaker's refusal behind a failed run, if any: a job that wrapped it (raise ... from, or raising in its
-    except block) still failed only because the call was refused."""
+    except block) still failed only because the call was refused. `raise ... from None` says otherwise (e.g. an
+    API whose 403 is about the entity, not the credentials): the chain stops there."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         if isinstance(current, CircuitOpenError):
             return current
         seen.add(id(current))
-        current = current.__cause__ or current.__context__
+        if current.__cause__ is not None:
+            current = current.__cause__
+        else:
+            current = None if current.__suppress_context__ else current.__context__
     return None
 
 

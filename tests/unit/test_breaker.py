@@ -194,3 +194,31 @@ def test_a_trip_from_a_call_admitted_before_it_opened_changes_nothing() -> None:
     early.tripped("HttpCredentialsRefusedError: 403")
 
     assert len(opened) == 1 and b.snapshot().opened == 1
+
+
+def _raised(make: object) -> BaseException:
+    try:
+        make()  # type: ignore[operator]
+    except BaseException as error:
+        return error
+    raise AssertionError("nothing raised")
+
+
+def test_a_refusal_wrapped_by_a_job_is_still_found_unless_the_job_says_from_none() -> None:
+    from functions.worker.runtime import _circuit_refusal
+
+    refusal = CircuitOpenError("open", downstream="https://api.example.com", retry_after_s=1.0, open_for_s=1.0)
+
+    def wrapped(explicit: bool, suppress: bool) -> None:
+        try:
+            raise refusal
+        except CircuitOpenError as error:
+            if suppress:
+                raise ValueError("not this entity") from None
+            if explicit:
+                raise ValueError("wrapped") from error
+            raise ValueError("raised while handling")  # noqa: B904 - the implicit context is the point
+
+    assert _circuit_refusal(_raised(lambda: wrapped(explicit=True, suppress=False))) is refusal
+    assert _circuit_refusal(_raised(lambda: wrapped(explicit=False, suppress=False))) is refusal
+    assert _circuit_refusal(_raised(lambda: wrapped(explicit=False, suppress=True))) is None
