@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.contract import JobContract
 from sqs_jobs.envelope import Envelope, Scalar, build_envelope
@@ -125,8 +123,11 @@ def _published_contract(ssm_client: Any, stack_name: str) -> JobContract | None:
     before them may not read it (SSM refuses the call); the wheel's catalog routes then."""
     try:
         found = ssm_client.get_parameters(Names=[contract_parameter_name(stack_name)]).get("Parameters", [])
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") == "AccessDeniedException":
+    except Exception as error:
+        # botocore's ClientError, by its shape: importing botocore here would make `import sqs_jobs` load it, and
+        # the wheel's build (which reads its version from this package) runs without it.
+        response = getattr(error, "response", None)
+        if isinstance(response, dict) and response.get("Error", {}).get("Code") == "AccessDeniedException":
             return None
         raise
     return JobContract.from_json(found[0]["Value"]) if found else None

@@ -59,3 +59,13 @@ def test_the_framework_names_nothing_of_the_example_app() -> None:
         if any(pattern.search(line) for pattern in patterns)
     ]
     assert found == []
+
+
+def test_the_wheels_version_is_read_with_the_standard_library_alone() -> None:
+    # Hatch reads it in the wheel's isolated build environment, where nothing but the build backend is installed.
+    probe = "import sys; sys.path.insert(0, 'lib'); import sqs_jobs._wheel_version as v; print(v.__version__)"
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("0.")
