@@ -8,11 +8,21 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from infra.naming import physical_queue_name
 from sqs_jobs.catalog import CATALOG
-from sqs_jobs.resources import AlarmTopic, Bucket, DeadLetterQueues, Endpoint, MailSender, Resource, Secret, Table
+from sqs_jobs.resources import (
+    EMAIL,
+    AlarmTopic,
+    Bucket,
+    DeadLetterQueues,
+    Endpoint,
+    MailSender,
+    Resource,
+    Secret,
+    Table,
+    https_base_url_problem,
+)
 from sqs_jobs.specs import Catalog
 
 STACK_NAME = "stack_name"
@@ -33,7 +43,6 @@ CONTEXT_KEYS = (
 
 # CloudFormation's stack-name rule.
 _STACK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
-_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 # An SES identity: an e-mail address, or a domain.
 _DOMAIN = re.compile(r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}")
 # An SNS topic ARN: partition, region, 12-digit account, topic name (SNS's name rule; FIFO checked apart).
@@ -104,7 +113,7 @@ class StackContext:
                     except ValueError as exc:
                         problems.append(f"{STACK_NAME}: {exc}")
         alarm_email = text(ALARM_EMAIL, required=False)
-        if alarm_email and not _EMAIL.fullmatch(alarm_email):
+        if alarm_email and not EMAIL.fullmatch(alarm_email):
             problems.append(f"{ALARM_EMAIL} {alarm_email!r} is not an e-mail address (or leave it empty)")
         alarm_topic_arn = text(ALARM_TOPIC_ARN, required=False)
         if alarm_topic_arn:
@@ -148,7 +157,7 @@ def _resource_setting(resource: Resource, value: str, problems: list[str]) -> st
     if isinstance(resource, Endpoint):
         return _https_url(value, key, problems)
     accepted: str | None = None
-    if isinstance(resource, MailSender) and not _EMAIL.fullmatch(value):
+    if isinstance(resource, MailSender) and not EMAIL.fullmatch(value):
         accepted = "an e-mail address (the verified SES identity mail is sent from)"
     elif isinstance(resource, Table) and not (_TABLE_NAME.fullmatch(value) or _TABLE_ARN.fullmatch(value)):
         accepted = "an existing DynamoDB table's name (3-255 of A-Z a-z 0-9 _ . -) or ARN, or empty to create one"
@@ -174,22 +183,10 @@ def _check_topic_arn(value: str, problems: list[str]) -> None:
 
 
 def _https_url(value: str, key: str, problems: list[str]) -> str:
-    """An https base URL with a host, without credentials, query or fragment; returned without a trailing '/'.
-    Credentials would end up in a plain environment variable: API keys belong in a secret, not here."""
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
-    except ValueError:
-        problems.append(f"{key} {value!r} is not a URL")
-        return value
-    if parts.scheme != "https" or not parts.hostname:
-        problems.append(f"{key} {value!r} must be an https:// URL with a host")
-    elif parts.username is not None or parts.password is not None:
-        problems.append(f"{key} {value!r} must not carry credentials")
-    elif parts.query or parts.fragment or "?" in value or "#" in value:
-        problems.append(f"{key} {value!r} must be a base URL, without query or fragment")
-    elif any(char.isspace() for char in value):
-        problems.append(f"{key} {value!r} must not contain whitespace")
+    """An https base URL (the rule the catalog's endpoint defaults follow too); without a trailing '/'."""
+    problem = https_base_url_problem(value)
+    if problem is not None:
+        problems.append(f"{key} {value!r} {problem}")
     return value.rstrip("/")
 
 
@@ -206,7 +203,7 @@ def _identities(value: object, key: str, problems: list[str]) -> tuple[str, ...]
         return ()
     found: list[str] = []
     for item in items:
-        if not isinstance(item, str) or not (_EMAIL.fullmatch(item) or _DOMAIN.fullmatch(item)):
+        if not isinstance(item, str) or not (EMAIL.fullmatch(item) or _DOMAIN.fullmatch(item)):
             problems.append(f"{key}: {item!r} is not an e-mail address or a domain")
         elif item not in found:
             found.append(item)

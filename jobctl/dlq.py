@@ -259,19 +259,21 @@ class DeadLetterQueue:
         except StoredAttributesError:
             return letter
 
+    def _reader(self) -> DlqReader:
+        # One per call: a reader remembers what it received, and this object may live as long as the console.
+        return DlqReader(self._sqs, self.dlq_url, visibility_s=self._visibility, wait_s=self._wait_s)
+
     def depth(self) -> int:
-        return DlqReader(self._sqs, self.dlq_url, visibility_s=self._visibility).depth()
+        return self._reader().depth()
 
     def _scan(self, limit: int | None = None) -> Iterator[list[DeadLetter]]:
         """Batches of messages, each received once per scan; the caller must release or delete every one."""
-        reader = DlqReader(self._sqs, self.dlq_url, visibility_s=self._visibility, wait_s=self._wait_s)
-        for batch in reader.scan(limit=limit):
+        for batch in self._reader().scan(limit=limit):
             yield [DeadLetter.from_message(message, self.provenance) for message in batch]
 
     def release(self, letters: Iterable[DeadLetter]) -> None:
         """Make messages visible again now, unchanged."""
-        reader = DlqReader(self._sqs, self.dlq_url, visibility_s=self._visibility, wait_s=self._wait_s)
-        reader.release(letter.receipt_handle for letter in letters)
+        self._reader().release(letter.receipt_handle for letter in letters)
 
     def peek(self, limit: int | None = None, progress: Callable[[int], None] | None = None) -> list[DeadLetter]:
         """Every message (up to `limit`) without consuming any: all are visible again when this returns.

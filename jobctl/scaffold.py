@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobctl.errors import OperatorUsageError
+from sqs_jobs.resources import NAME
 from sqs_jobs.specs import Catalog
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _PACKAGE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 MODULE = '''"""{name}: {description}"""
@@ -81,8 +81,8 @@ def scaffold_job(
     description: str = "",
 ) -> Scaffold:
     """Write `<package>/<name>.py` and `<tests>/test_<name>.py` under `root`; return them and the catalog entry."""
-    if not _NAME.fullmatch(name):
-        raise ScaffoldError(f"job name {name!r} must match {_NAME.pattern} (lowercase, digits, '_')")
+    if not NAME.fullmatch(name):
+        raise ScaffoldError(f"job name {name!r} must match {NAME.pattern} (lowercase, digits, '_')")
     if name in catalog.job_names:
         raise ScaffoldError(f"job {name!r} is already in the catalog, on queue {catalog.queue_for_job(name).name!r}")
     catalog.queue(queue)  # UnknownQueueError names the catalog's queues

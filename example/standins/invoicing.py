@@ -86,8 +86,6 @@ def render_pdf(invoice_id: str, customer: str, amount: str, currency: str) -> by
 
 def standin(host: str, chaos: Chaos | None = None, mode: str = "ok", port: str = "0") -> FakeInvoicingApi:
     """The catalog's stand-in of the invoicing API (`jobctl local --standin invoicing_api_url:mode=hang,port=N`)."""
-    if mode not in MODES:
-        raise InvalidModeError(f"unknown mode {mode!r}; accepted: {', '.join(MODES)}")
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"port {port!r} is not a number in 0..65535")
     return FakeInvoicingApi(host=host, port=int(port), mode=mode, chaos=chaos)

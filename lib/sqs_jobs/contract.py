@@ -7,26 +7,22 @@ contract itself (`CONTRACT_VERSION`) changes.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sqs_jobs.specs import Catalog
+from sqs_jobs.resources import NAME
+from sqs_jobs.specs import Catalog, UnknownNameError
 
 # The shape of the published contract; a publisher refuses one of another version.
 CONTRACT_VERSION = 1
-_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 
 class ContractError(ValueError):
     """A published contract that can't be used: not JSON of the expected shape, or another version."""
 
 
-class UnknownContractJobError(KeyError):
+class UnknownContractJobError(UnknownNameError):
     """A job the contract does not list."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 @dataclass(frozen=True)
@@ -85,12 +81,12 @@ class JobContract:
             raise ContractError("the job contract needs objects 'jobs' (job -> queue) and 'queues'")
         routes: dict[str, str] = {}
         for job, queue in jobs.items():
-            if not (_NAME.fullmatch(job) and isinstance(queue, str) and queue in queues):
+            if not (NAME.fullmatch(job) and isinstance(queue, str) and queue in queues):
                 raise ContractError(f"the job contract routes {job!r} to {queue!r}, which it does not declare")
             routes[job] = queue
         fifo = set()
         for queue, settings in queues.items():
-            if not (_NAME.fullmatch(queue) and isinstance(settings, dict) and isinstance(settings.get("fifo"), bool)):
+            if not (NAME.fullmatch(queue) and isinstance(settings, dict) and isinstance(settings.get("fifo"), bool)):
                 raise ContractError(f"the job contract's queue {queue!r} needs a name and a boolean 'fifo'")
             if settings["fifo"]:
                 fifo.add(queue)

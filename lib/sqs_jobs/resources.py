@@ -16,12 +16,35 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar
+from urllib.parse import urlsplit
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+# Names of queues, jobs, schedules and resources: parts of physical names, environment variables and context keys.
+NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+# An e-mail address, as far as a setting can be checked without sending to it.
+EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 # DynamoDB attribute names of the keys the stack declares: plain names, so jobs and tables agree on them.
 _ATTRIBUTE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,254}$")
 # An S3 key prefix a grant is scoped to: "" (the whole bucket) or path segments ending with "/".
 _PREFIX = re.compile(r"^([A-Za-z0-9!_.*'()-]+/)*$")
+
+
+def https_base_url_problem(value: str) -> str | None:
+    """Why `value` is not an https base URL with a host, without credentials, query or fragment, or None.
+    Credentials would end up in a plain environment variable: API keys belong in a Secret."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError:
+        return "is not a URL"
+    if parts.scheme != "https" or not parts.hostname:
+        return "must be an https:// URL with a host"
+    if parts.username is not None or parts.password is not None:
+        return "must not carry credentials"
+    if parts.query or parts.fragment or "?" in value or "#" in value:
+        return "must be a base URL, without query or fragment"
+    if any(char.isspace() for char in value):
+        return "must not contain whitespace"
+    return None
 
 
 class Access(StrEnum):
@@ -69,8 +92,8 @@ class Resource:
     def problems(self) -> list[str]:
         """Every rule this resource breaks, as sentences naming the accepted values."""
         found: list[str] = []
-        if not _NAME.fullmatch(self.name):
-            found.append(f"resource name {self.name!r} must match {_NAME.pattern}")
+        if not NAME.fullmatch(self.name):
+            found.append(f"resource name {self.name!r} must match {NAME.pattern}")
         if not self.description.strip():
             found.append(f"resource {self.name!r} needs a description (what it is, who reads it)")
         return found
@@ -125,8 +148,9 @@ class Endpoint(Resource):
 
     def problems(self) -> list[str]:
         found = super().problems()
-        if not self.default_url.startswith("https://"):
-            found.append(f"endpoint {self.name!r}: default_url {self.default_url!r} must be an https:// URL")
+        problem = https_base_url_problem(self.default_url)
+        if problem is not None:
+            found.append(f"endpoint {self.name!r}: default_url {self.default_url!r} {problem}")
         if self.standin is not None and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", self.standin):
             found.append(f"endpoint {self.name!r}: standin {self.standin!r} must be 'module:callable'")
         return found
@@ -151,7 +175,7 @@ class MailSender(Resource):
 
     def problems(self) -> list[str]:
         found = super().problems()
-        if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", self.default_address):
+        if not EMAIL.fullmatch(self.default_address):
             found.append(f"mail sender {self.name!r}: default_address {self.default_address!r} is not an address")
         return found
 

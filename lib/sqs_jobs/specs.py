@@ -37,10 +37,9 @@ from sqs_jobs.limits import (
     SQS_MIN_MESSAGE_BYTES,
     SQS_MIN_RETENTION_S,
 )
-from sqs_jobs.resources import Resource
+from sqs_jobs.resources import NAME, Resource
 from sqs_jobs.schedule_expressions import schedule_expression_problem
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _HANDLER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 
@@ -52,18 +51,19 @@ class CatalogError(ValueError):
     """The catalog breaks a rule; every problem found is listed in the message."""
 
 
-class UnknownResourceError(KeyError):
+class UnknownNameError(KeyError):
+    """A name that is not there; its message is a sentence naming the ones that are."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; ours is a sentence.
+        return str(self.args[0])
+
+
+class UnknownResourceError(UnknownNameError):
     """A resource name that the catalog does not declare."""
 
-    def __str__(self) -> str:  # KeyError quotes its argument; ours is a sentence.
-        return str(self.args[0])
 
-
-class UnknownQueueError(KeyError):
+class UnknownQueueError(UnknownNameError):
     """A queue name that the catalog does not define."""
-
-    def __str__(self) -> str:  # KeyError quotes its argument; ours is a sentence.
-        return str(self.args[0])
 
 
 # The retrying alarm's default threshold: a job's third failed run in a row (see AlarmThresholds.retry_attempts).
@@ -205,8 +205,8 @@ class Schedule:
 
     def problems(self, where: str) -> list[str]:
         found: list[str] = []
-        if not _NAME.fullmatch(self.name):
-            found.append(f"{where}: schedule name {self.name!r} must match {_NAME.pattern}")
+        if not NAME.fullmatch(self.name):
+            found.append(f"{where}: schedule name {self.name!r} must match {NAME.pattern}")
         problem = schedule_expression_problem(self.expression)
         if problem:
             found.append(f"{where}: schedule {self.name!r}: {problem}")
@@ -377,8 +377,8 @@ class QueueSpec:
         """Every rule this queue breaks, as sentences naming the accepted values."""
         where = f"queue {self.name!r}"
         found: list[str] = []
-        if not _NAME.fullmatch(self.name):
-            found.append(f"{where}: name must match {_NAME.pattern}")
+        if not NAME.fullmatch(self.name):
+            found.append(f"{where}: name must match {NAME.pattern}")
         if not self.jobs:
             found.append(f"{where}: needs at least one job")
         # One receive beyond the last run: the runtime dead-letters a key whose last run never reported back.
@@ -421,8 +421,8 @@ class QueueSpec:
         for job in self.jobs:
             if job.name == HEARTBEAT_JOB:
                 found.append(f"{where}: job name {HEARTBEAT_JOB!r} is reserved for the runtime's heartbeat canary")
-            if not _NAME.fullmatch(job.name):
-                found.append(f"{where}: job name {job.name!r} must match {_NAME.pattern}")
+            if not NAME.fullmatch(job.name):
+                found.append(f"{where}: job name {job.name!r} must match {NAME.pattern}")
             if not _HANDLER.fullmatch(job.handler):
                 found.append(f"{where}: job {job.name!r} handler {job.handler!r} is not a dotted module path")
             found += self._time_limit_problems(where, job)

@@ -28,6 +28,7 @@ from infra.secure_table import SecureTable
 from infra.stack import build_app
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.resources import Resource
+from sqs_jobs.specs import Catalog
 from tests.infra.cfn import of_type, permissions, role_statements
 from tests.infra.conftest import REPO_ROOT
 
@@ -38,13 +39,13 @@ def _stack() -> Stack:
     return Stack(App(), "Test")
 
 
-def _resources(stack: Stack, *, retain: bool = False, **settings: Any) -> JobResources:
+def _resources(stack: Stack, *, retain: bool = False, catalog: Catalog = CATALOG, **settings: Any) -> JobResources:
     """JobResources as the stack builds it, with a topic of its own (and its key) for the runtime's alarm_topic."""
     topic = AlarmTopic(stack, "Alarms", new=NewAlarmTopic(alarm_name_prefix="Test-", email=None, retain=False))
     return JobResources(
         stack,
         "Resources",
-        catalog=CATALOG,
+        catalog=catalog,
         settings={},
         retain=retain,
         stack_name="Test",
@@ -130,20 +131,9 @@ class Queue(Resource):
 
 def test_a_resource_of_a_kind_the_stack_has_no_provider_for_fails_synth_in_one_line() -> None:
     catalog = replace(CATALOG, resources=(*CATALOG.resources, Queue(name="payments_queue", description="a queue")))
-    stack = _stack()
-    topic = AlarmTopic(stack, "Alarms", new=NewAlarmTopic(alarm_name_prefix="Test-", email=None, retain=False))
 
     with pytest.raises(UnsupportedResourceError) as raised:
-        JobResources(
-            stack,
-            "Resources",
-            catalog=catalog,
-            settings={},
-            retain=False,
-            stack_name="Test",
-            alarm_topic=topic.topic,
-            alarm_topic_key=topic.key,
-        )
+        _resources(_stack(), catalog=catalog)
 
     assert str(raised.value) == "resource 'payments_queue' is a Queue, which the stack has no provider for"
 
