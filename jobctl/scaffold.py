@@ -39,7 +39,6 @@ TEST = '''"""{name} on the real worker against moto: published as a producer wou
 from __future__ import annotations
 
 from tests.functional.conftest import Harness, envelope
-from jobctl.errors import OperatorUsageError
 
 
 def test_{name}_runs_for_its_id_and_nothing_is_dead_lettered(harness: Harness) -> None:

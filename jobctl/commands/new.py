@@ -33,7 +33,7 @@ def job(name: str, queue: str, package: str, tests: str, description: str) -> No
             CATALOG, name, queue, root=Path.cwd(), package=package, tests=tests, description=description
         )
     except (ScaffoldError, UnknownQueueError) as error:
-        fail(str(error).strip("'\""), EXIT_USAGE)
+        fail(str(error), EXIT_USAGE)
     click.echo(f"wrote {made.module.relative_to(Path.cwd())}")
     click.echo(f"wrote {made.test.relative_to(Path.cwd())}")
     click.echo(f"add to the jobs of queue {queue!r} in lib/sqs_jobs/catalog.py:")

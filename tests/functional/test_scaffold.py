@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,6 +20,8 @@ from jobctl.scaffold import ScaffoldError, scaffold_job
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import JobSpec, UnknownQueueError
 from tests.functional.conftest import Harness, envelope
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -65,7 +68,24 @@ def test_the_scaffolded_job_fails_until_written_then_runs(clients: ClientFactory
 
 
 def test_it_writes_nothing_over_an_existing_file_and_refuses_bad_input(tmp_path: Path) -> None:
-    scaffold_job(CATALOG, "resize_image", "orders", root=tmp_path)
+    made = scaffold_job(CATALOG, "resize_image", "orders", root=tmp_path)
+    # In the project's style: its linter finds nothing in either file.
+    linted = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--config",
+            str(ROOT / "pyproject.toml"),
+            str(made.module),
+            str(made.test),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert linted.returncode == 0, linted.stdout
     with pytest.raises(ScaffoldError, match="exists already; nothing was written"):
         scaffold_job(CATALOG, "resize_image", "orders", root=tmp_path)
     with pytest.raises(ScaffoldError, match="must match"):
@@ -90,4 +110,9 @@ def test_the_command_prints_the_catalog_entry_and_fails_in_one_line(
     assert refused.exit_code == 2
     assert refused.output.strip().splitlines() == [
         "jobctl: error: unknown queue 'images'; the catalog has: orders, order_updates, invoices, maintenance"
+    ]
+    taken = runner.invoke(jobctl, ["new", "job", "order_confirmation", "--queue", "orders"], prog_name="jobctl")
+    assert taken.exit_code == 2
+    assert taken.output.strip().splitlines() == [
+        "jobctl: error: job 'order_confirmation' is already in the catalog, on queue 'orders'"
     ]
