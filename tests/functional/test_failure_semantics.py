@@ -48,18 +48,20 @@ ORDERED = QueueSpec(
     max_attempts=5,
     jobs=(JobSpec(name="ordered_flaky", handler="tests.functional.sample_jobs.flaky"),),
 )
-# Short invocations: a 1.5 s nap leaves the records after it less than their 2 s limit plus the settle margin,
-# when they run after it (one record at a time).
+# Short invocations: a 2.5 s nap leaves the records after it less than their 3 s limit plus the settle margin,
+# when they run after it (one record at a time). A record at the head of a batch has 2 s to spare beyond its limit
+# and the margin (7 - 3 - 2), so a loaded machine's slow start never hands it back; a record after the nap is handed
+# back whatever the load (a slower start only leaves it less time).
 TIGHT = QueueSpec(
     name="tight",
-    function_timeout_s=5,
+    function_timeout_s=7,
     parallel_records=1,
     jobs=(
-        JobSpec(name="nap", handler="tests.functional.sample_jobs.nap", time_limit_s=2),
-        JobSpec(name="tight_flaky", handler="tests.functional.sample_jobs.flaky", time_limit_s=2),
+        JobSpec(name="nap", handler="tests.functional.sample_jobs.nap", time_limit_s=3),
+        JobSpec(name="tight_flaky", handler="tests.functional.sample_jobs.flaky", time_limit_s=3),
     ),
 )
-NAP_S = "1.5"
+NAP_S = "2.5"
 # The same, with the records of a batch run side by side: nothing waits behind the nap.
 TIGHT_PARALLEL = replace(
     TIGHT, name="tight_parallel", parallel_records=4, jobs=tuple(replace(j, name=f"p_{j.name}") for j in TIGHT.jobs)
@@ -227,7 +229,7 @@ def test_a_run_that_returned_in_time_is_never_reported_as_timed_out(testing: Har
 
 
 def test_records_the_invocation_has_no_time_left_for_are_handed_back_at_once_and_not_counted(testing: Harness) -> None:
-    # A nap uses up the invocation: the records after it can't fit their 2 s limit plus the settle margin.
+    # A nap uses up the invocation: the records after it can't fit their 3 s limit plus the settle margin.
     testing.send(envelope("nap", NAP_S), queue="tight")
     for entity_id in ("1", "2", "3"):
         testing.send(envelope("tight_flaky", entity_id), queue="tight")
