@@ -66,7 +66,15 @@ $(CHROMIUM):
 	$(SUDO) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null
 
-dev: $(VENV)/.synced node_modules/.installed $(CHROMIUM)
+# The sample app's database job (tests/e2e/test_sample_app_database.py) runs against a real PostgreSQL server:
+# Debian's, started by the test as a throwaway cluster (tests/postgres_server.py), never as a system service.
+POSTGRES := /usr/lib/postgresql
+$(POSTGRES):
+	@command -v apt-get >/dev/null || { echo "make: install PostgreSQL's server (Debian's postgresql) for the database test" >&2; exit 1; }
+	$(SUDO) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+
+dev: $(VENV)/.synced node_modules/.installed $(CHROMIUM) $(POSTGRES)
 
 # The worker's dependencies (Powertools) vendored for Lambda from uv.lock, without Docker, compiled to bytecode.
 bundle: build/layer/.built
@@ -98,7 +106,7 @@ check: lint
 
 # Three pytest workers on two cores: many tests wait on a local engine or a browser, not the CPU (pytest-xdist);
 # work stealing keeps the others busy beside the soak, the longest test (495 s against 834 s with two workers).
-test: lint bundle $(CHROMIUM)
+test: lint bundle $(CHROMIUM) $(POSTGRES)
 	$(BIN)/pytest -n 3 --dist worksteal
 	$(MAKE) --no-print-directory rehearse
 

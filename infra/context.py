@@ -18,6 +18,8 @@ from sqs_jobs.resources import (
     DeadLetterQueues,
     Endpoint,
     MailSender,
+    Network,
+    NetworkPlacement,
     Resource,
     Secret,
     Table,
@@ -51,9 +53,10 @@ _TOPIC_ARN = re.compile(r"arn:aws(-[a-z]+)*:sns:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 _TABLE_ARN = re.compile(r"arn:aws(-[a-z]+)*:dynamodb:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:table/[A-Za-z0-9_.-]{3,255}")
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_SECRET_NAME = re.compile(r"[A-Za-z0-9/_+=.@-]{1,512}")
+# Plus '!': the secrets RDS manages for a database's master user are named `rds!db-<id>` or `rds!cluster-<id>`.
+_SECRET_NAME = re.compile(r"[A-Za-z0-9/_+=.@!-]{1,512}")
 _SECRET_ARN = re.compile(
-    r"arn:aws(-[a-z]+)*:secretsmanager:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}-[A-Za-z0-9]{6}"
+    r"arn:aws(-[a-z]+)*:secretsmanager:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@!-]{1,512}-[A-Za-z0-9]{6}"
 )
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
@@ -82,7 +85,8 @@ class StackContext:
     # (addresses or domains) the worker's grant must also name. Empty once the account has production access.
     mail_sandbox_recipients: tuple[str, ...] = ()
     # Per catalog resource whose context key is set: an existing table, bucket or secret (its name or ARN), an
-    # endpoint's URL, the mail sender's address. Absent: the stack creates it, or the catalog's default applies.
+    # endpoint's URL, the mail sender's address; a network's IDs (always: a network has no default). Absent: the
+    # stack creates it, or the catalog's default applies.
     resource_settings: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -135,6 +139,11 @@ class StackContext:
                     f"resource {resource.name!r} has the name of the stack's own context key; rename the resource"
                 )
                 continue
+            if isinstance(resource, Network):
+                placement = _network(get(resource.name), resource, problems)
+                if placement is not None:
+                    resource_settings[resource.name] = str(placement)
+                continue
             value = text(resource.name, required=False)
             if value:
                 resource_settings[resource.name] = _resource_setting(resource, value, problems)
@@ -170,6 +179,26 @@ def _resource_setting(resource: Resource, value: str, problems: list[str]) -> st
     if accepted is not None:
         problems.append(f"{key} {value!r} is not accepted for the {resource.kind} {key!r}: use {accepted}")
     return value
+
+
+def _network(value: object, resource: Network, problems: list[str]) -> NetworkPlacement | None:
+    """A network's subnets and security groups: a JSON list (cdk.json) or a comma-separated string (`-c`)."""
+    key = resource.name
+    example = f"e.g. -c {key}=subnet-0123456789abcdef0,subnet-0fedcba9876543210,sg-0123456789abcdef0"
+    if value is None or value in ("", []):
+        problems.append(
+            f"context key {key!r} is not set: the Network {key!r} needs the subnet and security group IDs its "
+            f"worker runs in ({example})"
+        )
+        return None
+    if not isinstance(value, str | list):
+        problems.append(f"{key} must be a list of IDs or a comma-separated string, not {value!r}")
+        return None
+    try:
+        return NetworkPlacement.parse(value)
+    except ValueError as exc:
+        problems.append(f"{key}: {exc} ({example})")
+        return None
 
 
 def _check_topic_arn(value: str, problems: list[str]) -> None:

@@ -166,6 +166,18 @@ class JobQueue(Construct):
             environment=environment,
         )
 
+        placements = {item.placement for item in needed.values() if item.placement is not None}
+        if placements:
+            # The catalog allows a queue one network. Set on the function's resource: CDK's `vpc` prop needs the
+            # VPC looked up at synth, and would attach AWSLambdaVPCAccessExecutionRole ('*' for everything);
+            # the network's grant (on the role's policy, which the function waits for) is the least Lambda needs.
+            (placement,) = placements
+            cfn_function = self.function.node.default_child
+            assert isinstance(cfn_function, lambda_.CfnFunction)
+            cfn_function.vpc_config = lambda_.CfnFunction.VpcConfigProperty(
+                subnet_ids=list(placement.subnet_ids), security_group_ids=list(placement.security_group_ids)
+            )
+
         window = spec.batching_window_s
         self.event_source = event_sources.SqsEventSource(
             self.queue,

@@ -14,15 +14,28 @@ from constructs import Construct
 from infra.naming import pascal_case
 from infra.resource_providers import (
     DeadLetterQueueIndex,
+    MissingResourceError,
     ProvidedResource,
     provide_alarm_topic,
     provide_bucket,
     provide_endpoint,
     provide_mail_sender,
+    provide_network,
     provide_secret,
     provide_table,
 )
-from sqs_jobs.resources import AlarmTopic, Bucket, DeadLetterQueues, Endpoint, MailSender, Resource, Secret, Table
+from sqs_jobs.resources import (
+    AlarmTopic,
+    Bucket,
+    DeadLetterQueues,
+    Endpoint,
+    MailSender,
+    Network,
+    NetworkPlacement,
+    Resource,
+    Secret,
+    Table,
+)
 from sqs_jobs.specs import Catalog
 from sqs_jobs.stack_names import resource_parameter_name
 
@@ -82,6 +95,10 @@ class JobResources(Construct):
                 create_identity=self._create_mail_identity,
                 sandbox_recipients=self._sandbox_recipients,
             )
+        if isinstance(spec, Network):
+            if setting is None:  # the context parser requires it; a direct caller must pass it too
+                raise MissingResourceError(f"network {spec.name!r} needs its subnet and security group IDs in settings")
+            return provide_network(self, NetworkPlacement.parse(setting))
         if isinstance(spec, AlarmTopic):
             return provide_alarm_topic(self._alarm_topic, self._alarm_topic_key)
         if isinstance(spec, DeadLetterQueues):

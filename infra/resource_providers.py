@@ -26,7 +26,7 @@ from constructs import Construct, IConstruct, IValidation
 from infra.job_bucket import JobBucket
 from infra.naming import pascal_case, physical_queue_name
 from infra.secure_table import SecureTable
-from sqs_jobs.resources import Bucket, KeyType, MailSender, Secret, Table
+from sqs_jobs.resources import Bucket, KeyType, MailSender, NetworkPlacement, Secret, Table
 from sqs_jobs.specs import Catalog
 
 # What each access allows on a table's items: re-reading by key (the article's rule 2), writing by key.
@@ -37,6 +37,15 @@ DLQ_REVIEW_ACTIONS = ("sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:
 # What a publisher to an SNS topic encrypted with a customer-managed key calls KMS for (SNS does, on its behalf).
 TOPIC_KEY_ACTIONS = ("kms:GenerateDataKey", "kms:Decrypt")
 _ARN = re.compile(r"^arn:aws[a-z-]*:")
+# What Lambda does with the worker's role to put the worker in a VPC (Lambda developer guide, "Giving Lambda
+# functions access to resources in an Amazon VPC"): create its network interfaces in the subnets with the security
+# groups, describe them, and delete them and manage their addresses when it no longer needs them.
+NETWORK_INTERFACE_ACTIONS = (
+    "ec2:DeleteNetworkInterface",
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:UnassignPrivateIpAddresses",
+)
+NETWORK_DESCRIBE_ACTIONS = ("ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets")
 
 BUCKET_OBJECTS = (
     "s3:{actions} on <bucket>/{prefix}*: a job's object keys (e.g. {prefix}<id>) are not known at deploy time. The "
@@ -46,6 +55,16 @@ BUCKET_ACCESS_LOGS = (
     "No server access logs: an access-log bucket would be a second retained bucket (itself without logs) for an "
     "object store that only this stack's workers write; the bucket is private, TLS 1.2-only, versioned and kept. "
     "Turn on CloudTrail S3 data events for the bucket if an audit trail of object access is required."
+)
+NETWORK_DESCRIBE_STAR = (
+    "The worker is in a VPC: Lambda describes network interfaces and subnets with its role, and EC2's Describe "
+    "actions accept no resource ARN, so '*' is the only resource they take (AWS's Lambda guide says "
+    "DescribeNetworkInterfaces works only on '*'). Every other network grant names the subnets and security groups."
+)
+NETWORK_INTERFACES = (
+    "Lambda creates, deletes and readdresses the worker's network interfaces, whose IDs exist only once Lambda "
+    "has made them: network-interface/* in this account and region is the narrowest ARN (AWS's Lambda guide: "
+    "without it the function may lose its VPC access). Creating one also needs the named subnets and groups."
 )
 SECRET_ROTATION = (
     "No rotation function: the secret holds a credential issued by someone else (an API key, a database "
@@ -64,6 +83,8 @@ class ProvidedResource:
     findings: tuple[tuple[str, str], ...] = ()
     # The stack output's suffix, `<Name><suffix>`, when the resource is published.
     output_suffix: str = "Value"
+    # A network: where the worker of a queue whose jobs name it runs.
+    placement: NetworkPlacement | None = None
 
 
 class MissingResourceError(LookupError):
@@ -193,6 +214,50 @@ def provide_secret(scope: Construct, spec: Secret, existing: str | None) -> Prov
 def provide_endpoint(url: str) -> ProvidedResource:
     # Outside AWS: the worker only needs the address (and outbound HTTPS, which Lambda has).
     return ProvidedResource(value=url, grant=_no_grant, output_suffix="Url")
+
+
+def provide_network(scope: Construct, placement: NetworkPlacement) -> ProvidedResource:
+    """The account's subnets and security groups the worker runs in (a queue's JobQueue places its function);
+    the grant is only what Lambda needs to manage the worker's network interfaces there."""
+    stack = Stack.of(scope)
+
+    def ec2_arn(resource: str, name: str) -> str:
+        return stack.format_arn(
+            service="ec2", resource=resource, resource_name=name, arn_format=ArnFormat.SLASH_RESOURCE_NAME
+        )
+
+    interfaces = ec2_arn("network-interface", "*")
+    placed_in = [
+        *(ec2_arn("subnet", subnet) for subnet in placement.subnet_ids),
+        *(ec2_arn("security-group", group) for group in placement.security_group_ids),
+    ]
+
+    def grant(grantee: iam.IGrantable) -> iam.Grant:
+        return (
+            iam.Grant.add_to_principal(
+                grantee=grantee, actions=["ec2:CreateNetworkInterface"], resource_arns=[interfaces, *placed_in]
+            )
+            .combine(
+                iam.Grant.add_to_principal(
+                    grantee=grantee, actions=list(NETWORK_INTERFACE_ACTIONS), resource_arns=[interfaces]
+                )
+            )
+            .combine(
+                # EC2's Describe actions take no resource ARN.
+                iam.Grant.add_to_principal(grantee=grantee, actions=list(NETWORK_DESCRIBE_ACTIONS), resource_arns=["*"])
+            )
+        )
+
+    interfaces_token = "arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:network-interface/*"
+    return ProvidedResource(
+        value=str(placement),
+        grant=grant,
+        findings=(
+            ("AwsSolutions-IAM5[Resource::*]", NETWORK_DESCRIBE_STAR),
+            (f"AwsSolutions-IAM5[Resource::{interfaces_token}]", NETWORK_INTERFACES),
+        ),
+        placement=placement,
+    )
 
 
 def provide_mail_sender(

@@ -7,11 +7,22 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from jobctl.errors import OperatorUsageError
-from sqs_jobs.resources import AlarmTopic, Bucket, DeadLetterQueues, Endpoint, MailSender, Resource, Secret, Table
+from sqs_jobs.resources import (
+    AlarmTopic,
+    Bucket,
+    DeadLetterQueues,
+    Endpoint,
+    MailSender,
+    Network,
+    Resource,
+    Secret,
+    Table,
+)
 
 # Where jobs find an endpoint the caller offers no stand-in or URL for (tests on mock_aws that don't call it):
 # the discard port, so a job that does call it fails fast with a refused connection, a transient error.
@@ -24,6 +35,8 @@ BUCKET_PUBLIC_ACCESS_BLOCK = {
     "BlockPublicPolicy": True,
     "RestrictPublicBuckets": True,
 }
+# A network's value on the local engine: its workers run on this machine and reach a local database directly.
+LOCAL_NETWORK = "local (workers run on this machine)"
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
 
 
@@ -88,13 +101,16 @@ def create_bucket(s3: Any, name: str) -> None:
     s3.put_public_access_block(Bucket=name, PublicAccessBlockConfiguration=BUCKET_PUBLIC_ACCESS_BLOCK)
 
 
-def create_secret(secretsmanager: Any, name: str, value: str) -> str:
-    """The secret (created, or found with its value put again); its ARN."""
+def create_secret(secretsmanager: Any, name: str, value: str | None) -> str:
+    """The secret (created, or found with its value put again); its ARN. Without a value it gets a random
+    placeholder, as the stack's does, and an existing one keeps what was put in it."""
     try:
-        return str(secretsmanager.create_secret(Name=name, SecretString=value)["ARN"])
+        initial = value if value else secrets.token_urlsafe(32)
+        return str(secretsmanager.create_secret(Name=name, SecretString=initial)["ARN"])
     except secretsmanager.exceptions.ResourceExistsException:
         arn = str(secretsmanager.describe_secret(SecretId=name)["ARN"])
-        secretsmanager.put_secret_value(SecretId=arn, SecretString=value)
+        if value:
+            secretsmanager.put_secret_value(SecretId=arn, SecretString=value)
         return arn
 
 
@@ -148,6 +164,8 @@ class LocalResources:
             address = setting or spec.default_address
             self._client("ses").verify_email_identity(EmailAddress=address)
             return address
+        if isinstance(spec, Network):
+            return LOCAL_NETWORK
         if isinstance(spec, AlarmTopic):
             # CreateTopic of an existing name returns it.
             return str(self._client("sns").create_topic(Name=local_alarm_topic_name(self._stack_name))["TopicArn"])

@@ -31,6 +31,7 @@ from sqs_jobs.publisher import (
     QueueNotConfiguredError,
     SchedulingNotConfiguredError,
 )
+from sqs_jobs.resources import Access, Bucket, Endpoint, KeyType, MailSender, Network, Secret, Table
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 
 try:
@@ -40,8 +41,11 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 
 __all__ = [
     "CATALOG",
+    "Access",
+    "Bucket",
     "Catalog",
     "ConflictingDelaysError",
+    "Endpoint",
     "Envelope",
     "EnvelopeError",
     "EnvelopeFieldError",
@@ -51,11 +55,16 @@ __all__ = [
     "InvalidDelayError",
     "JobPublisher",
     "JobSpec",
+    "KeyType",
+    "MailSender",
+    "Network",
     "PartialPublishError",
     "PublishError",
     "QueueNotConfiguredError",
     "QueueSpec",
     "SchedulingNotConfiguredError",
+    "Secret",
+    "Table",
     "UnknownJobError",
     "__version__",
     "build_envelope",

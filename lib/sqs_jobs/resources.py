@@ -161,7 +161,7 @@ class Secret(Resource):
     """A Secrets Manager secret a job reads with `context.secret(name)` (cached for SECRET_CACHE_S, never in an
     environment variable, never logged). Created by the stack with a random placeholder value (set the real one
     with `aws secretsmanager put-secret-value`), or an existing one named (or its ARN given) by context. The local
-    engine stores `local_value`, which is never deployed."""
+    engine stores `local_value` (never deployed), or a random placeholder like the stack's when it is empty."""
 
     local_value: str = ""
 
@@ -181,6 +181,16 @@ class MailSender(Resource):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Network(Resource):
+    """Subnets and security groups of the account's VPC, from its context key (required: there is no default
+    network): a queue whose jobs name it runs its worker in them, to reach a database or a service inside the VPC.
+    Its value is the IDs, comma-separated ("subnet-...,subnet-...,sg-..."); the grant is what Lambda needs to
+    manage the worker's network interfaces there (docs/catalog.md, "Relational data and VPCs")."""
+
+    published: ClassVar[bool] = False  # the account's own IDs: nothing a service needs from this stack
+
+
+@dataclass(frozen=True, kw_only=True)
 class AlarmTopic(Resource):
     """The stack's alarm topic (its ARN): a job may publish to it (e.g. a periodic report to the operators)."""
 
@@ -193,6 +203,48 @@ class DeadLetterQueues(Resource):
     name -> {"dlq_url": ..., "worker_role_id": ...}, the role whose messages carry the runtime's evidence."""
 
     published: ClassVar[bool] = False  # each queue's parameters say it already
+
+
+# Lambda's VpcConfig takes at most 16 subnets and 5 security groups (Lambda API reference, VpcConfig).
+SUBNET_ID = re.compile(r"subnet-[0-9a-f]{8,17}")
+SECURITY_GROUP_ID = re.compile(r"sg-[0-9a-f]{8,17}")
+MAX_SUBNETS = 16
+MAX_SECURITY_GROUPS = 5
+
+
+@dataclass(frozen=True)
+class NetworkPlacement:
+    """Where a worker's network interfaces go: the subnets (one per availability zone it should survive losing)
+    and the security groups that let it reach the database."""
+
+    subnet_ids: tuple[str, ...]
+    security_group_ids: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, value: str | list[object]) -> NetworkPlacement:
+        """From "subnet-a,subnet-b,sg-c" or a list of the IDs; each ID says what it is by its prefix. Raises
+        ValueError naming what is wrong and what is accepted."""
+        items = value.split(",") if isinstance(value, str) else list(value)
+        subnets: list[str] = []
+        groups: list[str] = []
+        for item in items:
+            text = item.strip() if isinstance(item, str) else item
+            if isinstance(text, str) and SUBNET_ID.fullmatch(text):
+                subnets.append(text)
+            elif isinstance(text, str) and SECURITY_GROUP_ID.fullmatch(text):
+                groups.append(text)
+            else:
+                raise ValueError(f"{text!r} is neither a subnet ID (subnet-<hex>) nor a security group ID (sg-<hex>)")
+        subnets, groups = list(dict.fromkeys(subnets)), list(dict.fromkeys(groups))
+        if not 1 <= len(subnets) <= MAX_SUBNETS or not 1 <= len(groups) <= MAX_SECURITY_GROUPS:
+            raise ValueError(
+                f"needs 1-{MAX_SUBNETS} subnet IDs and 1-{MAX_SECURITY_GROUPS} security group IDs, "
+                f"not {len(subnets)} and {len(groups)}"
+            )
+        return cls(subnet_ids=tuple(subnets), security_group_ids=tuple(groups))
+
+    def __str__(self) -> str:
+        return ",".join((*self.subnet_ids, *self.security_group_ids))
 
 
 # How long a worker keeps a secret's value before reading it again: a rotated secret reaches every worker within

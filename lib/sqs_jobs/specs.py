@@ -37,7 +37,7 @@ from sqs_jobs.limits import (
     SQS_MIN_MESSAGE_BYTES,
     SQS_MIN_RETENTION_S,
 )
-from sqs_jobs.resources import NAME, Resource
+from sqs_jobs.resources import NAME, Network, Resource
 from sqs_jobs.schedule_expressions import schedule_expression_problem
 
 _HANDLER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -558,6 +558,15 @@ class Catalog:
                     for name in job.resources
                     if name not in names
                 ]
+            # A queue's jobs share one worker function, which runs in one network or none.
+            networks = [
+                spec.name for spec in self.resources if isinstance(spec, Network) and spec.name in queue.resources
+            ]
+            if len(networks) > 1:
+                found.append(
+                    f"queue {queue.name!r}: its jobs name networks {', '.join(networks)}; a queue's worker runs in "
+                    "one network (put jobs that need another on a queue of their own)"
+                )
         return found
 
     def queue_for_job(self, job: str) -> QueueSpec:

@@ -7,13 +7,27 @@ from collections.abc import Mapping
 from typing import Any
 
 from infra.naming import pascal_case, physical_queue_name
-from sqs_jobs.resources import AlarmTopic, Bucket, DeadLetterQueues, Endpoint, MailSender, Resource, Secret, Table
+from sqs_jobs.resources import (
+    AlarmTopic,
+    Bucket,
+    DeadLetterQueues,
+    Endpoint,
+    MailSender,
+    Network,
+    NetworkPlacement,
+    Resource,
+    Secret,
+    Table,
+)
 from sqs_jobs.specs import Catalog
 from tests.infra.cfn import Permission, conditioned, of_type
 
 # Reading the DLQs without consuming them: receive, hand back (visibility), count.
 DLQ_REVIEW = ("sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes")
 TABLE_READ = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query")
+# What Lambda needs of the role of a worker in a VPC (its network interfaces), and the Describe actions on "*".
+NETWORK_INTERFACE = ("ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses")
+NETWORK_DESCRIBE = ("ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets")
 TABLE_WRITE = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem")
 
 Resources = Mapping[str, Mapping[str, Any]]
@@ -56,6 +70,8 @@ def expected_value(resources: Resources, spec: Resource, settings: Mapping[str, 
         return settings.get(spec.name, spec.default_url)
     if isinstance(spec, MailSender):
         return settings.get(spec.name, spec.default_address)
+    if isinstance(spec, Network):
+        return str(NetworkPlacement.parse(settings[spec.name]))
     if isinstance(spec, AlarmTopic):
         return {"Ref": topic_and_key(resources)[0]}
     raise AssertionError(f"no plain value for {spec.kind}")
@@ -94,6 +110,17 @@ def expected_grant(
         identities = {address, address.rpartition("@")[2], *sandbox_recipients}
         condition = {"StringEquals": {"ses:FromAddress": address}}
         return {("ses:SendEmail", conditioned(ses_identity(name), condition)) for name in identities}
+    if isinstance(spec, Network):
+        placement = NetworkPlacement.parse(settings[spec.name])
+        ec2 = "arn:aws:ec2:${Region}:${Account}:"
+        interfaces = f"{ec2}network-interface/*"
+        placed_in = {f"{ec2}subnet/{subnet}" for subnet in placement.subnet_ids}
+        placed_in |= {f"{ec2}security-group/{group}" for group in placement.security_group_ids}
+        return (
+            {("ec2:CreateNetworkInterface", arn) for arn in {interfaces, *placed_in}}
+            | {(action, interfaces) for action in NETWORK_INTERFACE}
+            | {(action, "*") for action in NETWORK_DESCRIBE}
+        )
     if isinstance(spec, AlarmTopic):
         topic, key = topic_and_key(resources)
         # Publishing to the stack's own topic, and the topic's customer-managed key that SNS uses for the publisher.

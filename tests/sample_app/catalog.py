@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqs_jobs.resources import Access, Bucket, Endpoint, KeyType, MailSender, Secret, Table
+from sqs_jobs.resources import Access, Bucket, Endpoint, KeyType, MailSender, Network, Secret, Table
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 
 THUMBNAILS_PREFIX = "thumbnails/"
@@ -38,6 +38,11 @@ RESOURCES = (
     ),
     Secret(name="thumbnail_api_key", description="the thumbnail API's key", local_value=LOCAL_API_KEY),
     MailSender(name="images_sender", description="where image notices come from", default_address="img@example.org"),
+    # The accounts database (PostgreSQL behind RDS Proxy) is in the account's VPC: its subnets and security groups
+    # come from context (`-c accounts_network=subnet-...,subnet-...,sg-...`); its credentials are a secret, JSON
+    # in the shape RDS keeps them (username, password, host, port, dbname).
+    Network(name="accounts_network", description="the VPC subnets and security group that reach the accounts database"),
+    Secret(name="accounts_db", description="the accounts database's credentials (RDS's JSON secret shape)"),
 )
 
 CATALOG = Catalog(
@@ -52,6 +57,19 @@ CATALOG = Catalog(
                     handler="tests.sample_app.make_thumbnail",
                     description="Render an image's thumbnail through the API and store it.",
                     resources=("images_table", "users_table", "media_bucket", "thumbnail_api", "thumbnail_api_key"),
+                ),
+            ),
+        ),
+        # Its own queue: the worker runs in the VPC, which the thumbnail job (an API on the internet) doesn't need.
+        QueueSpec(
+            name="accounts",
+            description="Changes to accounts in the accounts database.",
+            jobs=(
+                JobSpec(
+                    name="close_account",
+                    handler="tests.sample_app.close_account",
+                    description="Re-read an account's row and close it, once.",
+                    resources=("accounts_network", "accounts_db"),
                 ),
             ),
         ),

@@ -13,6 +13,8 @@ from sqs_jobs.resources import (
     Endpoint,
     KeyType,
     MailSender,
+    Network,
+    NetworkPlacement,
     Resource,
     Secret,
     Table,
@@ -93,3 +95,52 @@ def test_a_resource_declared_twice_and_a_job_naming_an_undeclared_one_are_both_r
     message = str(raised.value)
     assert "resource 'media' is declared twice" in message
     assert "job 'make_thumbnail' needs unknown resource 'thumbnail_api'; known: media" in message
+
+
+def test_a_network_reads_its_ids_by_their_prefix_from_a_string_or_a_list() -> None:
+    expected = NetworkPlacement(
+        subnet_ids=("subnet-0a1b2c3d", "subnet-0a1b2c3e"), security_group_ids=("sg-0123456789abcdef0",)
+    )
+    assert NetworkPlacement.parse(" subnet-0a1b2c3d, sg-0123456789abcdef0,subnet-0a1b2c3e ") == expected
+    assert NetworkPlacement.parse(["subnet-0a1b2c3d", "subnet-0a1b2c3e", "sg-0123456789abcdef0"]) == expected
+    # Twice the same ID is one; the value a worker gets lists subnets, then groups.
+    assert NetworkPlacement.parse("subnet-0a1b2c3d,subnet-0a1b2c3d,subnet-0a1b2c3e,sg-0123456789abcdef0") == expected
+    assert str(expected) == "subnet-0a1b2c3d,subnet-0a1b2c3e,sg-0123456789abcdef0"
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("", "'' is neither a subnet ID"),
+        ("sg-0123456789abcdef0", "needs 1-16 subnet IDs and 1-5 security group IDs, not 0 and 1"),
+        ("subnet-0a1b2c3d", "not 1 and 0"),
+        ("subnet-0a1b2c3d,sg-0123456789abcdef0,vpc-0a1b2c3d", "'vpc-0a1b2c3d' is neither"),
+        ("subnet-0A1B2C3D,sg-0123456789abcdef0", "'subnet-0A1B2C3D' is neither"),
+        (["subnet-0a1b2c3d", 7], "7 is neither"),
+        (",".join([*(f"subnet-{n:08x}" for n in range(17)), "sg-0123456789abcdef0"]), "not 17 and 1"),
+        (",".join(["subnet-0a1b2c3d", *(f"sg-{n:08x}" for n in range(6))]), "not 1 and 6"),
+    ],
+)
+def test_a_network_refuses_what_is_not_its_ids_naming_what_is_accepted(value: str | list[object], problem: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        NetworkPlacement.parse(value)
+
+    assert problem in str(raised.value)
+
+
+def test_a_queue_runs_in_one_network_at_most() -> None:
+    first = Network(name="warehouse_net", description="the warehouse VPC")
+    second = Network(name="billing_net", description="the billing VPC")
+    jobs = (
+        JobSpec(name="pick", handler="jobs.pick", resources=("warehouse_net",)),
+        JobSpec(name="bill", handler="jobs.bill", resources=("billing_net",)),
+    )
+    with pytest.raises(CatalogError) as raised:
+        Catalog(queues=(QueueSpec(name="orders", jobs=jobs),), resources=(first, second))
+
+    assert "queue 'orders': its jobs name networks warehouse_net, billing_net; a queue's worker runs in one" in str(
+        raised.value
+    )
+    # On queues of their own, each worker has its network.
+    apart = (QueueSpec(name="picking", jobs=jobs[:1]), QueueSpec(name="billing", jobs=jobs[1:]))
+    assert Catalog(queues=apart, resources=(first, second)).queue("billing").resources == ("billing_net",)
