@@ -106,13 +106,21 @@ check: lint
 
 # Three pytest workers on two cores: many tests wait on a local engine or a browser, not the CPU (pytest-xdist);
 # work stealing keeps the others busy beside the soak, the longest test (495 s against 834 s with two workers).
-test: lint bundle $(CHROMIUM) $(POSTGRES)
-	$(BIN)/pytest -n 3 --dist worksteal
-	$(MAKE) --no-print-directory rehearse
+# The deploy rehearsal, which mostly waits on LocalStack and the CDK CLI, runs beside lint and the suite; its
+# output follows theirs, and either failing fails the target.
+test: dev bundle $(REHEARSAL_VENV)/.synced
+	@rehearsal_log=$$(mktemp); \
+	$(MAKE) --no-print-directory rehearse >"$$rehearsal_log" 2>&1 & rehearsal=$$!; \
+	$(MAKE) --no-print-directory lint && $(BIN)/pytest -n 3 --dist worksteal; suite=$$?; \
+	wait $$rehearsal; rehearsed=$$?; \
+	echo "--- the deploy rehearsal (make rehearse), run beside lint and the suite:"; \
+	cat "$$rehearsal_log"; rm -f "$$rehearsal_log"; \
+	echo "make test: lint and suite exit $$suite, rehearsal exit $$rehearsed"; \
+	[ $$suite -eq 0 ] && [ $$rehearsed -eq 0 ]
 
 # The deploy rehearsal (tests/rehearsal), in its own pytest run: LocalStack started once, the app deployed to it
 # by the CDK CLI (synth, bootstrap, deploy), then jobctl's status, list, redrive and discard against the stack.
-rehearse: dev bundle $(REHEARSAL_VENV)/.synced
+rehearse: $(VENV)/.synced node_modules/.installed bundle $(REHEARSAL_VENV)/.synced
 	$(BIN)/pytest tests/rehearsal
 
 demo: $(VENV)/.synced
