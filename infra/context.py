@@ -22,6 +22,7 @@ from sqs_jobs.resources import (
     NetworkPlacement,
     Resource,
     Secret,
+    SecretStore,
     Table,
     https_base_url_problem,
 )
@@ -57,6 +58,12 @@ _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _SECRET_NAME = re.compile(r"[A-Za-z0-9/_+=.@!-]{1,512}")
 _SECRET_ARN = re.compile(
     r"arn:aws(-[a-z]+)*:secretsmanager:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@!-]{1,512}-[A-Za-z0-9]{6}"
+)
+# Parameter Store's names: letters, digits, '.', '-', '_', with '/' between hierarchy levels; a name with a '/'
+# starts with one.
+_PARAMETER_NAME = re.compile(r"(/[A-Za-z0-9_.-]+)+|[A-Za-z0-9_.-]{1,2048}")
+_PARAMETER_ARN = re.compile(
+    r"arn:aws(-[a-z]+)*:ssm:[a-z]{2}(-[a-z]+)+-[0-9]+:[0-9]{12}:parameter/[A-Za-z0-9_./-]{1,2048}"
 )
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
@@ -147,6 +154,12 @@ class StackContext:
             value = text(resource.name, required=False)
             if value:
                 resource_settings[resource.name] = _resource_setting(resource, value, problems)
+            elif isinstance(resource, Secret) and resource.store is SecretStore.PARAMETER_STORE:
+                problems.append(
+                    f"context key {resource.name!r} is not set: the Secret {resource.name!r} is an SSM SecureString, "
+                    f"which CloudFormation can't create; create it (aws ssm put-parameter --type SecureString "
+                    f"--name ...) and name it, e.g. -c {resource.name}=/my-team/api-key"
+                )
         if problems:
             raise ContextError("bad CDK context: " + "; ".join(problems))
         return cls(
@@ -172,6 +185,9 @@ def _resource_setting(resource: Resource, value: str, problems: list[str]) -> st
         accepted = "an existing DynamoDB table's name (3-255 of A-Z a-z 0-9 _ . -) or ARN, or empty to create one"
     elif isinstance(resource, Bucket) and not _BUCKET_NAME.fullmatch(value):
         accepted = "an existing S3 bucket's name (3-63 of a-z 0-9 . -), or empty to create one"
+    elif isinstance(resource, Secret) and resource.store is SecretStore.PARAMETER_STORE:
+        if not (_PARAMETER_NAME.fullmatch(value) or _PARAMETER_ARN.fullmatch(value)):
+            accepted = "an existing SecureString parameter's name (e.g. /my-team/api-key) or ARN"
     elif isinstance(resource, Secret) and not (_SECRET_NAME.fullmatch(value) or _SECRET_ARN.fullmatch(value)):
         accepted = "an existing secret's name or complete ARN (Secrets Manager), or empty to create one"
     elif isinstance(resource, (AlarmTopic, DeadLetterQueues)):

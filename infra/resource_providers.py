@@ -26,7 +26,7 @@ from constructs import Construct, IConstruct, IValidation
 from infra.job_bucket import JobBucket
 from infra.naming import pascal_case, physical_queue_name
 from infra.secure_table import SecureTable
-from sqs_jobs.resources import Bucket, KeyType, MailSender, NetworkPlacement, Secret, Table
+from sqs_jobs.resources import Bucket, KeyType, MailSender, NetworkPlacement, Secret, SecretStore, Table
 from sqs_jobs.specs import Catalog
 
 # What each access allows on a table's items: re-reading by key (the article's rule 2), writing by key.
@@ -178,6 +178,8 @@ def provide_bucket(scope: Construct, spec: Bucket, existing: str | None) -> Prov
 def provide_secret(scope: Construct, spec: Secret, existing: str | None) -> ProvidedResource:
     """The stack's own secret (a random placeholder value until the real one is put), or the existing one
     `existing` names (a name, or its complete ARN). The worker may read its value, nothing else."""
+    if spec.store is SecretStore.PARAMETER_STORE:
+        return _provide_secure_parameter(scope, spec, existing)
     construct_id = pascal_case(spec.name)
     secret: secretsmanager.ISecret
     findings: tuple[tuple[str, str], ...] = ()
@@ -207,6 +209,31 @@ def provide_secret(scope: Construct, spec: Secret, existing: str | None) -> Prov
             grantee=grantee, actions=["secretsmanager:GetSecretValue"], resource_arns=[secret.secret_arn + suffix]
         ),
         findings=findings,
+        output_suffix="Arn",
+    )
+
+
+def _provide_secure_parameter(scope: Construct, spec: Secret, existing: str | None) -> ProvidedResource:
+    """An existing SSM SecureString (CloudFormation can't create one), by name or ARN: the worker may read that
+    parameter, nothing else. Its key: the AWS-managed aws/ssm key lets every principal of the account decrypt;
+    a customer-managed key's policy must allow the worker's role (docs/catalog.md)."""
+    if existing is None:  # the context parser requires it; a direct caller must pass it too
+        raise MissingResourceError(f"secret {spec.name!r} is a SecureString parameter: name the existing one")
+    if _ARN.match(existing):
+        arn = existing
+    else:
+        arn = Stack.of(scope).format_arn(
+            service="ssm",
+            resource="parameter",
+            # A hierarchical name starts with "/", which the ARN's "parameter/" already holds.
+            resource_name=existing.removeprefix("/"),
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+    return ProvidedResource(
+        value=arn,
+        grant=lambda grantee: iam.Grant.add_to_principal(
+            grantee=grantee, actions=["ssm:GetParameter"], resource_arns=[arn]
+        ),
         output_suffix="Arn",
     )
 

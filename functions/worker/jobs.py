@@ -53,10 +53,12 @@ class JobContext:
 
     def secret(self, name: str) -> str:
         """The value of the secret resource `name` (a Secret of the catalog that the job's resources list), read
-        from Secrets Manager on first use and kept for SECRET_CACHE_S. Never log it."""
+        from Secrets Manager (or Parameter Store) on first use and kept for SECRET_CACHE_S. Never log it."""
+        from functions.worker.secrets import is_secret_arn  # loaded with the secrets, by a job's first read
+
         secret_id = self.resource(name)
         # A Secret resource's value is its ARN, in the stack and the local engine alike.
-        if ":secretsmanager:" not in secret_id:
+        if not is_secret_arn(secret_id):
             raise WorkerConfigError(f"job {self.envelope.job!r}: resource {name!r} is not a Secret")
         if self.secrets is None:
             raise WorkerConfigError(f"job {self.envelope.job!r}: this worker has no secret store to read {name!r}")

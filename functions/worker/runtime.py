@@ -399,7 +399,7 @@ class Worker:
         time limit and the service's breaker apply)."""
         from functions.worker.secrets import SecretCache
 
-        return SecretCache(lambda: self._clients("secretsmanager"))
+        return SecretCache(self._clients)
 
     def _http_client(self) -> HttpClient:
         """The worker's one HTTP client (one pool), built on a job's first request: most jobs make none."""

@@ -21,6 +21,7 @@ from sqs_jobs.resources import (
     Network,
     Resource,
     Secret,
+    SecretStore,
     Table,
 )
 
@@ -114,6 +115,22 @@ def create_secret(secretsmanager: Any, name: str, value: str | None) -> str:
         return arn
 
 
+def local_parameter_name(stack_name: str, resource: str) -> str:
+    """`/<stack>/secrets/<resource>`: the local engine's SecureString for a Secret kept in Parameter Store."""
+    return f"/{stack_name}/secrets/{resource}"
+
+
+def create_secure_parameter(ssm: Any, name: str, value: str | None) -> str:
+    """The SecureString (created, or its value put again); its ARN. Without a value it gets a random placeholder,
+    and an existing one keeps what was put in it."""
+    try:
+        ssm.put_parameter(Name=name, Type="SecureString", Value=value or secrets.token_urlsafe(32), Overwrite=False)
+    except ssm.exceptions.ParameterAlreadyExists:
+        if value:
+            ssm.put_parameter(Name=name, Type="SecureString", Value=value, Overwrite=True)
+    return str(ssm.get_parameter(Name=name)["Parameter"]["ARN"])
+
+
 def local_alarm_topic_name(stack_name: str) -> str:
     """The local engine's alarm topic. (The stack lets CloudFormation name its topic, or uses yours.)"""
     return f"{stack_name}-alarms"
@@ -155,6 +172,9 @@ class LocalResources:
             name = local_bucket_name(self._stack_name, spec.name, self._account)
             create_bucket(self._client("s3"), name)
             return name
+        if isinstance(spec, Secret) and spec.store is SecretStore.PARAMETER_STORE:
+            name = local_parameter_name(self._stack_name, spec.name)
+            return create_secure_parameter(self._client("ssm"), name, setting or spec.local_value)
         if isinstance(spec, Secret):
             name = local_resource_name(self._stack_name, spec.name)
             return create_secret(self._client("secretsmanager"), name, setting or spec.local_value)

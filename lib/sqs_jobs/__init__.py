@@ -31,7 +31,17 @@ from sqs_jobs.publisher import (
     QueueNotConfiguredError,
     SchedulingNotConfiguredError,
 )
-from sqs_jobs.resources import Access, Bucket, Endpoint, KeyType, MailSender, Network, Secret, Table
+from sqs_jobs.resources import (
+    Access,
+    Bucket,
+    Endpoint,
+    KeyType,
+    MailSender,
+    Network,
+    Secret,
+    SecretStore,
+    Table,
+)
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 
 try:
@@ -64,6 +74,7 @@ __all__ = [
     "QueueSpec",
     "SchedulingNotConfiguredError",
     "Secret",
+    "SecretStore",
     "Table",
     "UnknownJobError",
     "__version__",

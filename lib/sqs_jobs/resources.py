@@ -156,14 +156,27 @@ class Endpoint(Resource):
         return found
 
 
+class SecretStore(StrEnum):
+    """Where a Secret is kept."""
+
+    SECRETS_MANAGER = "secretsmanager"
+    # An SSM Parameter Store SecureString. CloudFormation can't create one (AWS::SSM::Parameter makes String and
+    # StringList only), so the stack only uses one that exists, named by context.
+    PARAMETER_STORE = "ssm"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Secret(Resource):
     """A Secrets Manager secret a job reads with `context.secret(name)` (cached for SECRET_CACHE_S, never in an
     environment variable, never logged). Created by the stack with a random placeholder value (set the real one
     with `aws secretsmanager put-secret-value`), or an existing one named (or its ARN given) by context. The local
-    engine stores `local_value` (never deployed), or a random placeholder like the stack's when it is empty."""
+    engine stores `local_value` (never deployed), or a random placeholder like the stack's when it is empty.
+
+    `store=SecretStore.PARAMETER_STORE` keeps it as an SSM SecureString instead: one that exists, always named
+    (or its ARN given) by context, since CloudFormation can't create a SecureString."""
 
     local_value: str = ""
+    store: SecretStore = SecretStore.SECRETS_MANAGER
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,5 +1,6 @@
-"""Secrets through the job's context: read from Secrets Manager (moto) on first use, kept SECRET_CACHE_S, read
-again after; a missing one names AWS's code and never a value; a resource that is not a Secret is refused."""
+"""Secrets through the job's context: read from Secrets Manager or Parameter Store (moto) on first use, kept
+SECRET_CACHE_S, read again after; a missing one names AWS's code and never a value; a resource that is not a
+Secret, or a parameter that is not a SecureString, is refused."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from functions.worker.clients import ClientFactory
 from functions.worker.errors import SecretUnavailableError, WorkerConfigError
 from functions.worker.jobs import JobContext
 from functions.worker.secrets import SecretCache
+from jobctl.local.resource_providers import LocalResources
 from sqs_jobs.envelope import Envelope
-from sqs_jobs.resources import SECRET_CACHE_S
+from sqs_jobs.resources import SECRET_CACHE_S, Secret, SecretStore
 
 
 class Clock:
@@ -27,7 +29,7 @@ def test_a_secret_is_cached_for_its_time_and_a_rotated_value_is_read_after(clien
     manager = clients("secretsmanager")
     arn = manager.create_secret(Name="api-key", SecretString="first")["ARN"]
     clock = Clock()
-    cache = SecretCache(lambda: manager, clock=clock)
+    cache = SecretCache(clients, clock=clock)
 
     assert cache.get("api_key", arn) == "first"
     manager.put_secret_value(SecretId=arn, SecretString="rotated")
@@ -38,8 +40,7 @@ def test_a_secret_is_cached_for_its_time_and_a_rotated_value_is_read_after(clien
 
 
 def test_a_secret_that_cant_be_read_names_the_code_never_a_value(clients: ClientFactory) -> None:
-    manager = clients("secretsmanager")
-    cache = SecretCache(lambda: manager)
+    cache = SecretCache(clients)
 
     with pytest.raises(SecretUnavailableError) as raised:
         cache.get("api_key", "arn:aws:secretsmanager:us-east-1:123456789012:secret:gone-AbCdEf")
@@ -58,8 +59,60 @@ def test_asking_a_table_for_its_secret_is_refused_at_once(clients: ClientFactory
         logger=cast(Any, None),
         lambda_context=cast(Any, None),
         http_client_provider=cast(Any, None),
-        secrets=SecretCache(lambda: clients("secretsmanager")),
+        secrets=SecretCache(clients),
     )
 
     with pytest.raises(WorkerConfigError, match="resource 'orders_table' is not a Secret"):
         context.secret("orders_table")
+
+
+def test_a_secure_string_parameter_is_read_decrypted_and_cached_like_a_secret(clients: ClientFactory) -> None:
+    ssm = clients("ssm")
+    ssm.put_parameter(Name="/images/api-key", Type="SecureString", Value="first")
+    arn = ssm.get_parameter(Name="/images/api-key")["Parameter"]["ARN"]
+    clock = Clock()
+    cache = SecretCache(clients, clock=clock)
+
+    assert cache.get("api_key", arn) == "first"
+    ssm.put_parameter(Name="/images/api-key", Type="SecureString", Value="rotated", Overwrite=True)
+    clock.now += SECRET_CACHE_S - 1
+    assert cache.get("api_key", arn) == "first"
+    clock.now += 1
+    assert cache.get("api_key", arn) == "rotated"
+
+
+def test_a_plain_string_parameter_is_not_a_secret_and_a_missing_one_names_the_code(clients: ClientFactory) -> None:
+    ssm = clients("ssm")
+    ssm.put_parameter(Name="/images/not-secret", Type="String", Value="shown")
+    plain = ssm.get_parameter(Name="/images/not-secret")["Parameter"]["ARN"]
+    cache = SecretCache(clients)
+
+    with pytest.raises(SecretUnavailableError) as raised:
+        cache.get("api_key", plain)
+    assert str(raised.value) == "secret 'api_key' is a String parameter; a secret must be a SecureString"
+    assert "shown" not in str(raised.value)
+    with pytest.raises(SecretUnavailableError) as raised:
+        cache.get("api_key", plain.replace("not-secret", "gone"))
+    assert str(raised.value) == "secret 'api_key' can't be read: ParameterNotFound"
+
+
+def test_the_local_engine_keeps_a_parameter_store_secret_as_a_secure_string_the_worker_reads(
+    clients: ClientFactory,
+) -> None:
+    spec = Secret(name="api_key", description="its key", store=SecretStore.PARAMETER_STORE, local_value="local")
+    made = LocalResources(clients, stack_name="Test", account="123456789012", settings={}, dead_letter_queues={})
+
+    arn = made.provide(spec)
+
+    parameter = clients("ssm").get_parameter(Name=arn)["Parameter"]
+    assert (parameter["Name"], parameter["Type"]) == ("/Test/secrets/api_key", "SecureString")
+    assert SecretCache(clients).get("api_key", arn) == "local"
+    # Provisioned again without a local value, it keeps what an operator put.
+    clients("ssm").put_parameter(Name="/Test/secrets/api_key", Type="SecureString", Value="put", Overwrite=True)
+    assert (
+        LocalResources(clients, stack_name="Test", account="123456789012", settings={}, dead_letter_queues={}).provide(
+            Secret(name="api_key", description="its key", store=SecretStore.PARAMETER_STORE)
+        )
+        == arn
+    )
+    assert SecretCache(clients).get("api_key", arn) == "put"

@@ -17,6 +17,7 @@ from sqs_jobs.resources import (
     NetworkPlacement,
     Resource,
     Secret,
+    SecretStore,
     Table,
 )
 from sqs_jobs.specs import Catalog
@@ -101,6 +102,10 @@ def expected_grant(
         if spec.access.writes:
             found.add(("s3:PutObject", f"{bucket}/{spec.prefix}*"))
         return found
+    if isinstance(spec, Secret) and spec.store is SecretStore.PARAMETER_STORE:
+        name = settings[spec.name]
+        arn = name if name.startswith("arn:") else f"arn:aws:ssm:${{Region}}:${{Account}}:parameter/{name.lstrip('/')}"
+        return {("ssm:GetParameter", arn)}
     if isinstance(spec, Secret):
         return {("secretsmanager:GetSecretValue", f"Ref:{made(resources, spec, 'AWS::SecretsManager::Secret')}")}
     if isinstance(spec, Endpoint):

@@ -27,9 +27,9 @@ from infra.naming import pascal_case
 from infra.secure_table import SecureTable
 from infra.stack import build_app
 from sqs_jobs.catalog import CATALOG
-from sqs_jobs.resources import Resource
-from sqs_jobs.specs import Catalog
-from tests.infra.cfn import of_type, permissions, role_statements
+from sqs_jobs.resources import Resource, Secret, SecretStore
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from tests.infra.cfn import of_type, permissions, render, role_statements
 from tests.infra.conftest import REPO_ROOT
 
 API_URL = "https://invoicing.example.com"
@@ -267,3 +267,69 @@ def test_a_dlq_index_missing_a_queue_fails_synth_once_a_worker_needs_it() -> Non
 
     with pytest.raises(RuntimeError, match="the dead-letter queue index has no DLQ of queue 'invoices'"):
         Template.from_stack(stack)
+
+
+PARAMETER_SECRET = Secret(name="api_key", description="the API's key", store=SecretStore.PARAMETER_STORE)
+PARAMETER_CATALOG = Catalog(
+    queues=(QueueSpec(name="calls", jobs=(JobSpec(name="call", handler="jobs.call", resources=("api_key",)),)),),
+    resources=(PARAMETER_SECRET,),
+)
+
+
+@pytest.mark.parametrize(
+    ("setting", "arn"),
+    [
+        ("/images/api-key", "arn:aws:ssm:${Region}:${Account}:parameter/images/api-key"),
+        ("images.api-key", "arn:aws:ssm:${Region}:${Account}:parameter/images.api-key"),
+        (
+            "arn:aws:ssm:eu-west-1:123456789012:parameter/shared/api-key",
+            "arn:aws:ssm:eu-west-1:123456789012:parameter/shared/api-key",
+        ),
+    ],
+)
+def test_a_secure_string_secret_is_the_existing_parameter_the_context_names_read_and_nothing_else(
+    setting: str, arn: str
+) -> None:
+    stack = _stack()
+    topic = AlarmTopic(stack, "Alarms", new=NewAlarmTopic(alarm_name_prefix="Test-", email=None, retain=False))
+    resources = JobResources(
+        stack,
+        "Resources",
+        catalog=PARAMETER_CATALOG,
+        settings={"api_key": setting},
+        retain=False,
+        stack_name="Test",
+        alarm_topic=topic.topic,
+        alarm_topic_key=topic.key,
+    )
+    role = iam.Role(stack, "Worker", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+
+    resources.provided["api_key"].grant(role)
+
+    as_json = Template.from_stack(stack).to_json()
+    (role_key,) = [key for key in of_type(as_json["Resources"], "AWS::IAM::Role") if key.startswith("Worker")]
+    assert permissions(role_statements(as_json["Resources"], role_key)) == {("ssm:GetParameter", arn)}
+    # CloudFormation can't create a SecureString: the stack makes no parameter or secret for it.
+    assert not of_type(as_json["Resources"], "AWS::SecretsManager::Secret")
+    assert render(as_json["Outputs"]["ApiKeyArn"]["Value"]) == arn
+
+
+def test_a_secure_string_secret_without_its_parameter_fails_synth_in_one_line() -> None:
+    from infra.context import ContextError, StackContext
+
+    with pytest.raises(ContextError) as raised:
+        StackContext.parse(
+            {"stack_name": "Test", "retain_data": False, "create_mail_identity": False}.get, PARAMETER_CATALOG
+        )
+    message = str(raised.value)
+    assert "\n" not in message
+    assert (
+        "context key 'api_key' is not set: the Secret 'api_key' is an SSM SecureString, which CloudFormation can't "
+        "create; create it (aws ssm put-parameter --type SecureString --name ...) and name it, e.g. "
+        "-c api_key=/my-team/api-key"
+    ) in message
+    with pytest.raises(ContextError, match="api_key 'not a name' is not accepted for the Secret 'api_key': use an "):
+        StackContext.parse(
+            {"stack_name": "Test", "retain_data": False, "create_mail_identity": False, "api_key": "not a name"}.get,
+            PARAMETER_CATALOG,
+        )
