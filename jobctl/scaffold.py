@@ -1,5 +1,6 @@
-"""`jobctl new job NAME --queue QUEUE`: a job's module and its test, in the project's style, and the catalog entry
-to add. Writes new files only; never edits or overwrites one (the catalog is the team's to edit)."""
+"""`jobctl new job NAME --queue QUEUE [--new-queue]`: a job's module and its test, in the project's style, and the
+catalog entry to add (the job, or with --new-queue the queue that holds it). Writes new files only; never edits or
+overwrites one (the catalog is the team's to edit)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,15 @@ CATALOG_ENTRY = """JobSpec(
 ),"""
 
 
+QUEUE_ENTRY = """QueueSpec(
+    name="{queue}",
+    description="what the queue is for, and why its jobs need a queue of their own.",
+    jobs=(
+{job}
+    ),
+),"""
+
+
 class ScaffoldError(OperatorUsageError, ValueError):
     """The job can't be scaffolded as asked; the message says why and what is accepted."""
 
@@ -67,6 +77,8 @@ class Scaffold:
     module: Path
     test: Path
     catalog_entry: str
+    # The entry is a QueueSpec holding the job (for CATALOG.queues), not a JobSpec for an existing queue's jobs.
+    new_queue: bool = False
 
 
 def scaffold_job(
@@ -78,13 +90,21 @@ def scaffold_job(
     package: str = "functions.jobs",
     tests: str = "tests/functional",
     description: str = "",
+    new_queue: bool = False,
 ) -> Scaffold:
-    """Write `<package>/<name>.py` and `<tests>/test_<name>.py` under `root`; return them and the catalog entry."""
+    """Write `<package>/<name>.py` and `<tests>/test_<name>.py` under `root`; return them and the catalog entry.
+    With `new_queue` the queue is not in the catalog yet, and the entry declares it with the job."""
     if not NAME.fullmatch(name):
         raise ScaffoldError(f"job name {name!r} must match {NAME.pattern} (lowercase, digits, '_')")
     if name in catalog.job_names:
         raise ScaffoldError(f"job {name!r} is already in the catalog, on queue {catalog.queue_for_job(name).name!r}")
-    catalog.queue(queue)  # UnknownQueueError names the catalog's queues
+    if new_queue:
+        if queue in catalog.queue_names:
+            raise ScaffoldError(f"queue {queue!r} is in the catalog already; add the job to it without --new-queue")
+        if not NAME.fullmatch(queue):
+            raise ScaffoldError(f"queue name {queue!r} must match {NAME.pattern} (lowercase, digits, '_')")
+    else:
+        catalog.queue(queue)  # UnknownQueueError names the catalog's queues
     if not _PACKAGE.fullmatch(package):
         raise ScaffoldError(f"package {package!r} is not a dotted module path, e.g. functions.jobs")
     module = root / Path(*package.split(".")) / f"{name}.py"
@@ -99,4 +119,7 @@ def scaffold_job(
     module.write_text(MODULE.format(name=name, description=text, title=title))
     test.write_text(TEST.format(name=name, queue=queue, example_id="1001"))
     entry = CATALOG_ENTRY.format(name=name, package=package, description=text.replace('"', "'"))
-    return Scaffold(module=module, test=test, catalog_entry=entry)
+    if new_queue:
+        job = "\n".join(f"        {line}" for line in entry.splitlines())
+        entry = QUEUE_ENTRY.format(queue=queue, job=job)
+    return Scaffold(module=module, test=test, catalog_entry=entry, new_queue=new_queue)

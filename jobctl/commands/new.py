@@ -25,17 +25,30 @@ def new() -> None:
 @click.option("--package", default="functions.jobs", show_default=True, help="Where its module goes.")
 @click.option("--tests", default="tests/functional", show_default=True, help="Where its test goes.")
 @click.option("--description", default="", help="One sentence: what the job does.")
-def job(name: str, queue: str, package: str, tests: str, description: str) -> None:
+@click.option("--new-queue", is_flag=True, help="QUEUE is not in the catalog yet: print a QueueSpec holding the job.")
+def job(name: str, queue: str, package: str, tests: str, description: str, new_queue: bool) -> None:
     """Write <package>/NAME.py and <tests>/test_NAME.py (never over a file), then print the JobSpec to add to the
-    queue's jobs in the catalog."""
+    queue's jobs in the catalog (with --new-queue, the QueueSpec to add to its queues)."""
     try:
         made = scaffold_job(
-            CATALOG, name, queue, root=Path.cwd(), package=package, tests=tests, description=description
+            CATALOG,
+            name,
+            queue,
+            root=Path.cwd(),
+            package=package,
+            tests=tests,
+            description=description,
+            new_queue=new_queue,
         )
-    except (ScaffoldError, UnknownQueueError) as error:
+    except UnknownQueueError as error:
+        fail(f"{error} (or --new-queue to declare it with the job)", EXIT_USAGE)
+    except ScaffoldError as error:
         fail(str(error), EXIT_USAGE)
     click.echo(f"wrote {made.module.relative_to(Path.cwd())}")
     click.echo(f"wrote {made.test.relative_to(Path.cwd())}")
-    click.echo(f"add to the jobs of queue {queue!r} in lib/sqs_jobs/catalog.py:")
+    if made.new_queue:
+        click.echo("add to CATALOG.queues in lib/sqs_jobs/catalog.py (its settings default as docs/catalog.md says):")
+    else:
+        click.echo(f"add to the jobs of queue {queue!r} in lib/sqs_jobs/catalog.py:")
     click.echo(made.catalog_entry)
     click.echo("then: make schema, and run the test (it fails until the job is written).")

@@ -18,7 +18,7 @@ from jobctl.cli import main as jobctl
 from jobctl.local.provision import provision
 from jobctl.scaffold import ScaffoldError, scaffold_job
 from sqs_jobs.catalog import CATALOG
-from sqs_jobs.specs import JobSpec, UnknownQueueError
+from sqs_jobs.specs import JobSpec, QueueSpec, UnknownQueueError
 from tests.functional.conftest import Harness, envelope
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,10 +34,28 @@ def package_root(tmp_path: Path) -> Iterator[Path]:
 
 
 def _job_spec(entry: str) -> JobSpec:
-    call = ast.parse(entry.rstrip(","), mode="eval").body
+    return _job_spec_of(ast.parse(entry.strip().rstrip(","), mode="eval").body)
+
+
+def _job_spec_of(call: ast.expr) -> JobSpec:
     assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "JobSpec"
     fields = {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords if keyword.arg}
     return JobSpec(**fields)
+
+
+def _queue_spec(entry: str) -> QueueSpec:
+    """The printed QueueSpec, read as data (its jobs as JobSpecs), never executed."""
+    call = ast.parse(entry.strip().rstrip(","), mode="eval").body
+    assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "QueueSpec"
+    fields: dict[str, object] = {}
+    for keyword in call.keywords:
+        assert keyword.arg is not None
+        if keyword.arg == "jobs":
+            assert isinstance(keyword.value, ast.Tuple)
+            fields["jobs"] = tuple(_job_spec_of(element) for element in keyword.value.elts)
+        else:
+            fields[keyword.arg] = ast.literal_eval(keyword.value)
+    return QueueSpec(**fields)  # type: ignore[arg-type]
 
 
 def test_the_scaffolded_job_fails_until_written_then_runs(clients: ClientFactory, package_root: Path) -> None:
@@ -109,10 +127,34 @@ def test_the_command_prints_the_catalog_entry_and_fails_in_one_line(
     assert 'handler="functions.jobs.resize_image"' in done.output
     assert refused.exit_code == 2
     assert refused.output.strip().splitlines() == [
-        "jobctl: error: unknown queue 'images'; the catalog has: orders, order_updates, invoices, maintenance"
+        "jobctl: error: unknown queue 'images'; the catalog has: orders, order_updates, invoices, maintenance "
+        "(or --new-queue to declare it with the job)"
     ]
     taken = runner.invoke(jobctl, ["new", "job", "order_confirmation", "--queue", "orders"], prog_name="jobctl")
     assert taken.exit_code == 2
     assert taken.output.strip().splitlines() == [
         "jobctl: error: job 'order_confirmation' is already in the catalog, on queue 'orders'"
+    ]
+
+
+def test_a_job_on_a_queue_not_yet_declared_gets_the_queue_entry_which_builds_a_valid_catalog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    done = runner.invoke(
+        jobctl, ["new", "job", "make_thumbnail", "--queue", "images", "--new-queue"], prog_name="jobctl"
+    )
+
+    assert done.exit_code == 0, done.output
+    assert "add to CATALOG.queues in lib/sqs_jobs/catalog.py" in done.output
+    entry = done.output[done.output.index("QueueSpec(") : done.output.index("then: make schema")]
+    queue = _queue_spec(entry)
+    catalog = replace(CATALOG, queues=(*CATALOG.queues, queue))
+    assert catalog.queue_for_job("make_thumbnail").name == "images"
+    assert catalog.queue("images").jobs[0].handler == "functions.jobs.make_thumbnail"
+    again = runner.invoke(jobctl, ["new", "job", "other_job", "--queue", "orders", "--new-queue"], prog_name="jobctl")
+    assert again.exit_code == 2
+    assert again.output.strip().splitlines() == [
+        "jobctl: error: queue 'orders' is in the catalog already; add the job to it without --new-queue"
     ]
