@@ -30,7 +30,6 @@ import traceback
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +57,7 @@ from functions.worker.errors import (
     RuntimeInfrastructureError,
     TimeLimitUnservableError,
 )
+from functions.worker.invocation import Delivery, Invocation, Outcome
 from functions.worker.jobs import JobContext, JobResult, LoadedJob, load_jobs
 from functions.worker.names import (
     CIRCUIT_OPENED,
@@ -71,7 +71,6 @@ from functions.worker.names import (
     RESULT_DROPPED,
     RETRIED,
     RETRY_ATTEMPT,
-    RUNTIME_FAULT,
     RUNTIME_JOB,
     SUCCEEDED,
     UNPARSEABLE_JOB,
@@ -106,9 +105,6 @@ IN_PROGRESS_PATIENCE_S = 2.0
 IN_PROGRESS_POLL_S = 0.2
 # How long the write that records a cut run which finished its work may take (in that run's own thread).
 CUT_RUN_WRITE_S = 10.0
-# Kept back from the invocation's remaining time when the runtime's own calls are given their time: the
-# invocation must still return its answer after them.
-ANSWER_RESERVE_S = 0.25
 # Logged when a call a run had in flight at its cut is answered after it: its effect may have happened (what a
 # timeout can't take back), and the run's retry relies on the job's key.
 CUT_RUN_CALL_ENDED_MESSAGE = (
@@ -126,14 +122,6 @@ _RUNTIME_ERRORS = (
     RuntimeInfrastructureError,
     TimeLimitUnservableError,
 )
-
-
-class Outcome(Enum):
-    SUCCEEDED = "succeeded"
-    DUPLICATE = "duplicate"
-    DEAD_LETTERED = "dead_lettered"
-    DEFERRED = "deferred"
-    HEARTBEAT = "heartbeat"
 
 
 class RetryLater(Exception):
@@ -261,15 +249,6 @@ class _Execution:
         return self.run.elapsed_ms() if self.run is not None and self.run.started else None
 
 
-@dataclass(frozen=True)
-class _Delivery:
-    """One record as the runtime reads it: its attributes split by sender, and how often SQS has delivered it."""
-
-    record: SQSRecord
-    attributes: MessageAttributes
-    receives: int
-
-
 _NO_ATTRIBUTES = MessageAttributes(bookkeeping={}, producer={})
 
 
@@ -364,7 +343,7 @@ class Worker:
         # Whose `jobs.*` attributes count: messages this worker's own role sent (functions/worker/provenance.py).
         self._provenance = Provenance.of([settings.runtime_role_id])
         self._tally = BatchTally()
-        self._lambda_context: LambdaContext | None = None
+        self._invocation = Invocation()
         # The whole invocation's time: the most any invocation of this function was seen to have at its start.
         self._budget_s = 0.0
         self._entry_remaining_s: float | None = None
@@ -384,14 +363,14 @@ class Worker:
             queue_max_bytes=self._queue.max_message_bytes,
             # A producer's attributes that can't fit their dead letter wait in the idempotency table.
             attribute_store=AttributeStore(
-                _ClientPerCall(lambda: self._clients.within("dynamodb", self._call_time_s())),
+                _ClientPerCall(lambda: self._clients.within("dynamodb", self._invocation.call_time_s())),
                 self.settings.idempotency_table,
             ),
         )
 
     def _sqs(self) -> Any:
         """The SQS client for one of the runtime's own calls, bounded by the invocation's remaining time."""
-        return self._clients.within("sqs", self._call_time_s())
+        return self._clients.within("sqs", self._invocation.call_time_s())
 
     @cached_property
     def _secrets(self) -> SecretCache:
@@ -430,9 +409,9 @@ class Worker:
 
     def _handle(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
         self._idempotency_config.register_lambda_context(context)
-        self._lambda_context = context
+        self._invocation.context = context
         at_entry, self._entry_remaining_s = self._entry_remaining_s, None
-        self._budget_s = max(self._budget_s, at_entry if at_entry is not None else self._remaining_s())
+        self._budget_s = max(self._budget_s, at_entry if at_entry is not None else self._invocation.remaining_s())
         self._settled = set()
         try:
             response: dict[str, Any] = process_partial_response(  # type: ignore[assignment]
@@ -471,17 +450,17 @@ class Worker:
             dead_lettered.add(message_id)
         return {"batchItemFailures": [item for item in failures if item["itemIdentifier"] not in dead_lettered]}
 
-    def _delivery(self, record: SQSRecord) -> _Delivery:
+    def _delivery(self, record: SQSRecord) -> Delivery:
         receives = int(record.attributes.approximate_receive_count or "1")
         raw: Mapping[str, Any] = record.raw_event.get("messageAttributes") or {}
         if not raw:  # most messages carry none
-            return _Delivery(record=record, attributes=_NO_ATTRIBUTES, receives=receives)
+            return Delivery(record=record, attributes=_NO_ATTRIBUTES, receives=receives)
         attributes = MessageAttributes.split(
             from_event(raw), self._provenance.sent_by_runtime(record.attributes.sender_id)
         )
-        return _Delivery(record=record, attributes=attributes, receives=receives)
+        return Delivery(record=record, attributes=attributes, receives=receives)
 
-    def _envelope_or_none(self, delivery: _Delivery) -> Envelope | None:
+    def _envelope_or_none(self, delivery: Delivery) -> Envelope | None:
         try:
             return parse_envelope(delivery.record.body, self._queue.accepted_jobs)
         except EnvelopeError:
@@ -500,16 +479,16 @@ class Worker:
 
     # --- verdicts -------------------------------------------------------------------------------------------------
 
-    def _verdict_safely(self, delivery: _Delivery) -> _Verdict:
+    def _verdict_safely(self, delivery: Delivery) -> _Verdict:
         try:
             return self._verdict(delivery)
         except Exception as error:
             # A fault of the runtime itself: the record comes back, and the runtime-faults alarm pages.
-            self._runtime_fault("runtime")
+            self._tally.runtime_fault("runtime")
             self._obs.logger.exception("the runtime failed on a record; it comes back after a backoff")
             return self._hand_back(delivery, None, self._backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error)
 
-    def _verdict(self, delivery: _Delivery) -> _Verdict:
+    def _verdict(self, delivery: Delivery) -> _Verdict:
         from functions.worker.classify import classify
 
         record = delivery.record
@@ -532,8 +511,8 @@ class Worker:
             return self._dead_letter_of(
                 delivery, envelope, unservable, DeadLetterFailure.PERMANENT, classify(unservable).reason
             )
-        if self._remaining_s() < limit_s + SETTLE_MARGIN_S:
-            details = {"remaining_s": round(self._remaining_s(), 3), "time_limit_s": limit_s}
+        if self._invocation.remaining_s() < limit_s + SETTLE_MARGIN_S:
+            details = {"remaining_s": round(self._invocation.remaining_s(), 3), "time_limit_s": limit_s}
             return self._hand_back(delivery, envelope, 0, DeferReason.NO_TIME, TimeoutError("no time left"), details)
         try:
             key = job.idempotency_key(envelope)
@@ -550,10 +529,10 @@ class Worker:
             )
         return self._run(job, envelope, delivery, key, limit_s)
 
-    def _run(self, job: LoadedJob, envelope: Envelope, delivery: _Delivery, key: str, limit_s: float) -> _Verdict:
+    def _run(self, job: LoadedJob, envelope: Envelope, delivery: Delivery, key: str, limit_s: float) -> _Verdict:
         self._obs.logger.thread_safe_append_keys(idempotency_key=key)
-        assert self._lambda_context is not None
-        lambda_context = self._lambda_context
+        lambda_context = self._invocation.context
+        assert lambda_context is not None
 
         def context_for(attempt: int) -> JobContext:
             return JobContext(
@@ -576,7 +555,7 @@ class Worker:
             runner=self._runner,
             breakers=self._breakers,
             ledger=self._ledger,
-            remaining_s=self._remaining_s,
+            remaining_s=self._invocation.remaining_s,
             on_result_dropped=lambda reason, why: self._result_dropped(envelope.job, reason, why),
             # The job's thread logs with the record's keys too.
             log_keys=self._obs.logger.thread_safe_get_current_keys(),
@@ -588,7 +567,7 @@ class Worker:
         # start that leaves the job too little time gives the run back (`_NoTimeLeft`).
         self._ledger.prepare(
             max_runs=self._queue.max_attempts,
-            time_left=lambda: self._call_time_s(SETTLE_MARGIN_S if not execution.completed else 0.0),
+            time_left=lambda: self._invocation.call_time_s(SETTLE_MARGIN_S if not execution.completed else 0.0),
             seed_runs=int(_number(delivery.attributes, PRIOR_ATTEMPTS) or 0),
             seed_held_since=_number(delivery.attributes, HELD_SINCE),
             first_delivery=delivery.receives == 1,
@@ -616,7 +595,7 @@ class Worker:
                 self._run_once(idempotency={_KEY_PATH: key}, execution=execution)
                 return Outcome.SUCCEEDED if execution.ran else Outcome.DUPLICATE
             except IdempotencyAlreadyInProgressError as error:
-                time_left = self._remaining_s() > limit_s + SETTLE_MARGIN_S + IN_PROGRESS_POLL_S
+                time_left = self._invocation.remaining_s() > limit_s + SETTLE_MARGIN_S + IN_PROGRESS_POLL_S
                 if time.monotonic() >= patience_ends or not time_left:
                     raise JobInProgressError(f"job key {key!r} is being run by another worker") from error
 
@@ -626,7 +605,7 @@ class Worker:
         self,
         job: LoadedJob,
         envelope: Envelope,
-        delivery: _Delivery,
+        delivery: Delivery,
         key: str,
         execution: _Execution,
         error: Exception,
@@ -656,7 +635,7 @@ class Worker:
             if execution.completed:
                 return self._completed_unrecorded(delivery, key, error)
             # The idempotency table failed the runtime (permissions, throttling, an outage), not the job.
-            self._runtime_fault("idempotency_store")
+            self._tally.runtime_fault("idempotency_store")
             self._obs.logger.exception("idempotency store failed before the run; handed back")
             fault = RuntimeInfrastructureError(f"idempotency store: {error}")
             return self._hand_back(
@@ -672,7 +651,7 @@ class Worker:
             raise error
         if isinstance(error, _NoTimeLeft):
             self._refund(started, held=False)
-            details = {"remaining_s": round(self._remaining_s(), 3), "time_limit_s": execution.limit_s}
+            details = {"remaining_s": round(self._invocation.remaining_s(), 3), "time_limit_s": execution.limit_s}
             return self._hand_back(
                 delivery,
                 envelope,
@@ -685,7 +664,7 @@ class Worker:
         return self._failed_run(job, envelope, delivery, started, error)
 
     def _failed_run(
-        self, job: LoadedJob, envelope: Envelope, delivery: _Delivery, started: StartedRun, error: Exception
+        self, job: LoadedJob, envelope: Envelope, delivery: Delivery, started: StartedRun, error: Exception
     ) -> _Verdict:
         from functions.worker.classify import Kind, classify
 
@@ -754,7 +733,7 @@ class Worker:
         )
 
     def _hold(
-        self, delivery: _Delivery, envelope: Envelope, started: StartedRun, refusal: CircuitOpenError
+        self, delivery: Delivery, envelope: Envelope, started: StartedRun, refusal: CircuitOpenError
     ) -> _Back | None:
         """A call the job needed was refused by an open breaker: give the run back and hand the record back until
         the breaker may let a probe through; None once the key has been held for max_hold_s."""
@@ -779,7 +758,7 @@ class Worker:
 
     def _hand_back(
         self,
-        delivery: _Delivery,
+        delivery: Delivery,
         envelope: Envelope | None,
         delay_s: int,
         reason: str,
@@ -800,7 +779,7 @@ class Worker:
         )
 
     def _dead_letter_of(
-        self, delivery: _Delivery, envelope: Envelope | None, error: BaseException, failure: str, reason: str = ""
+        self, delivery: Delivery, envelope: Envelope | None, error: BaseException, failure: str, reason: str = ""
     ) -> _DeadLetter:
         """A record that ran no job this delivery (a bad envelope, an unservable limit, a bad key, its last
         receive spent), dead-lettered with `error` as its evidence."""
@@ -824,7 +803,7 @@ class Worker:
             key_record=_KeyRecord(record_id, None) if record_id else None,
         )
 
-    def _dead_letter_exhausted(self, delivery: _Delivery, envelope: Envelope, entry: LedgerEntry) -> _DeadLetter:
+    def _dead_letter_exhausted(self, delivery: Delivery, envelope: Envelope, entry: LedgerEntry) -> _DeadLetter:
         """The key may run no more: its last allowed run never reported back, or its dead-lettering was pending
         (the DLQ refused it before). Dead-lettered from its record's evidence, without a run."""
         if entry.pending_dead_letter or not entry.never_reported:
@@ -858,7 +837,7 @@ class Worker:
             key_record=_KeyRecord(entry.record_id, entry.runs),
         )
 
-    def _completed_unrecorded(self, delivery: _Delivery, key: str, error: Exception) -> _Verdict:
+    def _completed_unrecorded(self, delivery: Delivery, key: str, error: Exception) -> _Verdict:
         """The job ran and returned, and the write that marks it completed failed: its side effect is done, so the
         record is acknowledged, never run again for this message. The completion is tried once more, without the
         result, in the time left."""
@@ -867,7 +846,7 @@ class Worker:
             from functions.worker.run_ledger import is_condition_failure
 
             try:
-                self._ledger.complete(started, time_left_s=self._call_time_s())
+                self._ledger.complete(started, time_left_s=self._invocation.call_time_s())
             except Exception as retry_error:
                 if is_condition_failure(retry_error):  # the first write landed after all, or a newer run took over
                     return self._done_without_result(delivery)
@@ -878,7 +857,7 @@ class Worker:
                     extra={"error": str(error)[:1024]},
                 )
                 return self._done_without_result(delivery)
-        self._runtime_fault("idempotency_store")
+        self._tally.runtime_fault("idempotency_store")
         self._obs.logger.error(
             "job done, but its completion could not be written to the idempotency store: acknowledged; a duplicate "
             "message of this key may run it again once the key's in-progress record expires",
@@ -886,7 +865,7 @@ class Worker:
         )
         return self._done_without_result(delivery)
 
-    def _done_without_result(self, delivery: _Delivery) -> _Verdict:
+    def _done_without_result(self, delivery: Delivery) -> _Verdict:
         envelope = self._envelope_or_none(delivery)
         self._tally.add(envelope.job if envelope else UNPARSEABLE_JOB, SUCCEEDED)
         return _Done(Outcome.SUCCEEDED)
@@ -896,7 +875,7 @@ class Worker:
 
     # --- carrying verdicts out ------------------------------------------------------------------------------------
 
-    def _carry_out(self, delivery: _Delivery, verdict: _Verdict) -> Outcome:
+    def _carry_out(self, delivery: Delivery, verdict: _Verdict) -> Outcome:
         if isinstance(verdict, _Done):
             return verdict.outcome
         if isinstance(verdict, _DeadLetter):
@@ -911,7 +890,7 @@ class Worker:
             )
         raise RetryLater(verdict.cause)
 
-    def _last_receive(self, delivery: _Delivery, verdict: _Back) -> Outcome:
+    def _last_receive(self, delivery: Delivery, verdict: _Back) -> Outcome:
         """The message may be received no more: one more receive and SQS's redrive policy moves it to the DLQ
         without evidence. A standard queue takes a fresh copy (its receive count starts again; its runs are the
         ledger's); a FIFO queue can't without breaking its group's order, so it is dead-lettered here."""
@@ -933,7 +912,7 @@ class Worker:
                 self._change_visibility(record.receipt_handle, verdict.delay_s)
                 raise RetryLater(verdict.cause) from None
             except Exception:
-                self._runtime_fault("requeue")
+                self._tally.runtime_fault("requeue")
                 self._obs.logger.exception("could not send a fresh copy on the last receive; SQS may move it bare")
                 self._change_visibility(record.receipt_handle, verdict.delay_s)
                 raise RetryLater(verdict.cause) from None
@@ -967,7 +946,7 @@ class Worker:
             ),
         )
 
-    def _send_dead_letter(self, delivery: _Delivery, verdict: _DeadLetter) -> Outcome:
+    def _send_dead_letter(self, delivery: Delivery, verdict: _DeadLetter) -> Outcome:
         from functions.worker.deadletter import Evidence, iso_from_epoch_ms
 
         record = delivery.record
@@ -993,7 +972,7 @@ class Worker:
         except Exception as send_error:
             # The DLQ refused it (permissions, KMS, an outage): the runtime's fault, not the job's. The original
             # stays on the queue and comes back after a backoff, its failure kept in its key's record.
-            self._runtime_fault("dead_letter_send")
+            self._tally.runtime_fault("dead_letter_send")
             self._obs.logger.exception("could not dead-letter the record; it stays on its queue")
             run = verdict.run
             if run is not None:
@@ -1032,27 +1011,16 @@ class Worker:
         from functions.worker.run_ledger import is_condition_failure
 
         try:
-            write(self._call_time_s())
+            write(self._invocation.call_time_s())
         except Exception as error:
             if is_condition_failure(error):
                 self._obs.logger.info(f"key record moved on; {what} not written")
                 return
-            self._runtime_fault("idempotency_store")
+            self._tally.runtime_fault("idempotency_store")
             self._obs.logger.exception(f"could not write the key's record ({what})")
 
     def _refund(self, started: StartedRun, *, held: bool) -> None:
         self._write("refund", lambda time_left_s: self._ledger.refund(started, held=held, time_left_s=time_left_s))
-
-    def _call_time_s(self, keep_s: float = 0.0) -> float:
-        """How long one of the runtime's own calls may take: what the invocation has left, less `keep_s` (the
-        settle margin, for the write that starts a run) and the time to return its answer."""
-        if self._lambda_context is None:
-            return 60.0
-        return max(0.0, self._remaining_s() - keep_s - ANSWER_RESERVE_S)
-
-    def _remaining_s(self) -> float:
-        assert self._lambda_context is not None
-        return self._lambda_context.get_remaining_time_in_millis() / 1000
 
     def _backoff(self, attempt: int, classification: Classification | None = None) -> int:
         from functions.worker.backoff import backoff_delay_s
@@ -1075,7 +1043,7 @@ class Worker:
             )
         except Exception:
             # The message keeps the queue's visibility timeout: retried later than planned, never lost.
-            self._runtime_fault("visibility_change")
+            self._tally.runtime_fault("visibility_change")
             self._obs.logger.exception("could not change the message's visibility; the queue's timeout applies")
 
     # --- what the runtime says ----------------------------------------------------------------------------------
@@ -1087,10 +1055,6 @@ class Worker:
         self._tally.add(HEARTBEAT_JOB, HEARTBEAT)
         self._obs.logger.info("heartbeat", extra={"lag_s": lag_s})
         return Outcome.HEARTBEAT
-
-    def _runtime_fault(self, reason: str) -> None:
-        """Count a failure of the runtime's own AWS resources: the runtime-faults alarm pages on it."""
-        self._tally.add(RUNTIME_JOB, RUNTIME_FAULT, reason=reason)
 
     def _result_dropped(self, job: str, reason: str, why: str) -> None:
         self._tally.add(job, RESULT_DROPPED, reason=reason)
@@ -1130,7 +1094,7 @@ class Worker:
                 recorded = True
             except Exception as error:
                 if not is_condition_failure(error):
-                    self._runtime_fault("idempotency_store")
+                    self._tally.runtime_fault("idempotency_store")
                     self._obs.logger.exception("could not record a cut run that finished its work as completed")
         self._obs.logger.info(
             "run cut at its time limit has ended",
