@@ -5,9 +5,10 @@ one record at a time per message group). Each record first gets a verdict, then 
 
 1. parse the envelope (a bad one is a permanent failure);
 2. if the invocation has too little time left for the job's time limit, hand the record back at once;
-3. run the job under Powertools idempotency keyed on the business key, its runs counted in the key's record
-   (functions/worker/run_ledger.py); the job's code runs in a job thread, cut at its time limit and fenced after
-   (functions/worker/time_limit.py); its downstream calls pass the circuit breakers (functions/worker/downstream.py);
+3. run the job (functions/worker/execution.py) under Powertools idempotency keyed on the business key, its runs
+   counted in the key's record (functions/worker/run_ledger.py); the job's code runs in a job thread, cut at its
+   time limit and fenced after (functions/worker/time_limit.py); its downstream calls pass the circuit breakers
+   (functions/worker/downstream.py);
 4. the verdict: success or duplicate -> acknowledged; a call refused by an open breaker -> handed back until the
    breaker may let a probe through, its run given back (for up to max_hold_s); permanent failure, or a failure of
    the key's last allowed run -> dead-lettered with evidence, then acknowledged; transient failure -> back to the
@@ -22,9 +23,7 @@ No exception escapes a batch. See docs/failure-semantics.md.
 
 from __future__ import annotations
 
-import math
 import random
-import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -35,17 +34,14 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
-from aws_lambda_powertools.utilities.idempotency.exceptions import (
-    IdempotencyAlreadyInProgressError,
-    IdempotencyPersistenceLayerError,
-)
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyKeyError as PowertoolsIdempotencyKeyError,
 )
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyPersistenceLayerError,
+)
 
 from functions.worker.batch import ParallelBatchProcessor, ParallelFifoProcessor
-from functions.worker.breaker import Breakers, Snapshot
 from functions.worker.clients import ClientFactory
 from functions.worker.errors import (
     CircuitOpenError,
@@ -57,32 +53,27 @@ from functions.worker.errors import (
     RuntimeInfrastructureError,
     TimeLimitUnservableError,
 )
+from functions.worker.execution import Execution, JobExecutor
 from functions.worker.invocation import Delivery, Invocation, Outcome
-from functions.worker.jobs import JobContext, JobResult, LoadedJob, load_jobs
+from functions.worker.jobs import LoadedJob, load_jobs
 from functions.worker.names import (
-    CIRCUIT_OPENED,
-    CUT_RUN_CALL,
     DEAD_LETTERED,
     DEFERRED,
     DUPLICATE,
     DURATION,
     FAILED,
     HEARTBEAT,
-    RESULT_DROPPED,
     RETRIED,
     RETRY_ATTEMPT,
-    RUNTIME_JOB,
     SUCCEEDED,
     UNPARSEABLE_JOB,
-    CutRunCallReason,
     DeadLetterFailure,
     DeferReason,
 )
 from functions.worker.observability import BatchTally, Observability
-from functions.worker.provenance import HELD_SINCE, PRIOR_ATTEMPTS, MessageAttributes, Provenance, from_event
+from functions.worker.provenance import MessageAttributes, Provenance, from_event
 from functions.worker.run_ledger import Failure, LedgerEntry, RunLedger, RunsExhaustedError, StartedRun
-from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, WorkerSettings, idempotency_record_id
-from functions.worker.time_limit import JobRun, JobRunner
+from functions.worker.settings import WorkerSettings, idempotency_record_id
 from sqs_jobs.envelope import Envelope, parse_envelope
 from sqs_jobs.limits import SETTLE_MARGIN_S, SQS_MAX_DELAY_S
 from sqs_jobs.specs import HEARTBEAT_JOB
@@ -95,21 +86,8 @@ if TYPE_CHECKING:
     from functions.worker.classify import Classification
     from functions.worker.deadletter import DeadLetterQueue
     from functions.worker.http import HttpClient
-    from functions.worker.secrets import SecretCache
 
-# The idempotency payload is {"key": "<business key>"}; Powertools hashes the value under this path.
-_KEY_PATH = "key"
 _RECORD_LOG_KEYS = ("job", "id", "message_id", "receive", "attempt", "idempotency_key")
-# How long a record waits for a twin holding its key before it is handed back, and how often it looks.
-IN_PROGRESS_PATIENCE_S = 2.0
-IN_PROGRESS_POLL_S = 0.2
-# How long the write that records a cut run which finished its work may take (in that run's own thread).
-CUT_RUN_WRITE_S = 10.0
-# Logged when a call a run had in flight at its cut is answered after it: its effect may have happened (what a
-# timeout can't take back), and the run's retry relies on the job's key.
-CUT_RUN_CALL_ENDED_MESSAGE = (
-    "call of a run cut at its time limit ended after the cut; the retry relies on the job's key"
-)
 
 # Errors the runtime raises about a record: classified by the runtime's rules alone, never the job's overrides.
 _RUNTIME_ERRORS = (
@@ -130,10 +108,6 @@ class RetryLater(Exception):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(f"{type(cause).__name__}: {cause}")
         self.cause = cause
-
-
-class _NoTimeLeft(Exception):
-    """The run's start write took so long that the invocation can no longer serve the job's limit."""
 
 
 # --- verdicts: what happens to a record, decided before anything is done to it ----------------------------------
@@ -190,65 +164,6 @@ class _Back:
 _Verdict = _Done | _DeadLetter | _Back
 
 
-@dataclass
-class _Execution:
-    """One run of a job, as the idempotency layer calls it; `ran` tells a fresh run from a replayed result."""
-
-    job: LoadedJob
-    context_for: Callable[[int], JobContext]
-    limit_s: float
-    runner: JobRunner
-    breakers: Breakers
-    ledger: RunLedger
-    # The invocation's remaining seconds, and what a result that can't be kept says.
-    remaining_s: Callable[[], float]
-    on_result_dropped: Callable[[str, str], None]
-    # The record's log keys, for the job's own thread.
-    log_keys: Mapping[str, Any]
-    on_call_after_cut: Callable[[JobRun, str, str], None]
-    ran: bool = False
-    completed: bool = False
-    run: JobRun | None = None
-
-    def __call__(self) -> JobResult:
-        started = self.ledger.started()
-        number = started.number if started is not None else 1
-        if self.remaining_s() < self.limit_s + SETTLE_MARGIN_S:
-            raise _NoTimeLeft(f"{self.remaining_s():.3f}s left after the run's start; it needs {self.limit_s:g}s")
-        self.ran = True
-        context = self.context_for(number)
-        logger = context.logger
-        logger.thread_safe_append_keys(attempt=number)
-        log_keys = {**self.log_keys, "attempt": number}
-        self.run = JobRun(
-            key=context.key,
-            job=self.job.spec.name,
-            attempt=number,
-            limit_s=self.limit_s,
-            target=self.job.run,
-            args=(context.envelope, context),
-            breakers=self.breakers,
-            on_call_after_cut=self.on_call_after_cut,
-            on_start=lambda: logger.thread_safe_append_keys(**log_keys),
-            on_end=logger.thread_safe_clear_keys,
-        )
-        result = self.runner.run(self.run)
-        self.completed = True
-        from functions.worker.results import NOT_JSON, ResultNotStorableError, storable
-
-        try:
-            return storable(result)
-        except ResultNotStorableError as error:
-            self.on_result_dropped(error.reason, str(error))
-        except Exception as error:  # a result whose own code raises while it is read: still the job's output
-            self.on_result_dropped(NOT_JSON, f"reading the result raised {type(error).__name__}: {error}")
-        return None
-
-    def elapsed_ms(self) -> float | None:
-        """How long the job's code ran; None if it never started."""
-        return self.run.elapsed_ms() if self.run is not None and self.run.started else None
-
-
 _NO_ATTRIBUTES = MessageAttributes(bookkeeping={}, producer={})
 
 
@@ -261,15 +176,6 @@ class _ClientPerCall:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client_for(), name)
-
-
-def _number(attributes: MessageAttributes, name: str) -> float | None:
-    """A number the runtime's own bookkeeping carries (a previous runtime's copies), if it is one."""
-    try:
-        value = float(attributes.bookkeeping.get(name, ""))
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value >= 0 else None
 
 
 def _circuit_refusal(error: BaseException) -> CircuitOpenError | None:
@@ -287,10 +193,6 @@ def _circuit_refusal(error: BaseException) -> CircuitOpenError | None:
         else:
             current = None if current.__suppress_context__ else current.__context__
     return None
-
-
-def _since(moment: float | None) -> float | None:
-    return round(time.monotonic() - moment, 3) if moment is not None else None
 
 
 def _traceback(error: BaseException) -> str:
@@ -313,37 +215,27 @@ class Worker:
         self._clients = clients
         self._obs = observability or Observability.create()
         self._rng = rng or random.Random()
-        self._http = http_client
-        self._http_lock = threading.Lock()
         self._jobs = load_jobs(self._queue)
         self._parallel = self._queue.records_in_parallel
         # Each record running at once may hold a connection of a client, and so may the runtime beside them.
         clients.reserve_connections(2 * self._parallel + 4)
-        self._runner = JobRunner(on_cut_run_end=self._cut_run_ended)
-        self._breakers = Breakers(self._queue.circuit_breaker, on_open=self._circuit_opened)
         # The threads that settle the records of a batch at once; None runs them one after another here.
         self._record_pool = (
             ThreadPoolExecutor(max_workers=self._parallel, thread_name_prefix="record") if self._parallel > 1 else None
-        )
-        self._idempotency_config = IdempotencyConfig(
-            event_key_jmespath=_KEY_PATH,
-            raise_on_no_idempotency_key=True,
-            expires_after_seconds=self._queue.idempotency_expiry_s,
-        )
-        self._ledger = RunLedger(
-            settings.idempotency_table, lambda time_left_s: clients.within("dynamodb", time_left_s)
-        )
-        self._run_once = idempotent_function(
-            self._run_execution,
-            data_keyword_argument="idempotency",
-            persistence_store=self._ledger,
-            config=self._idempotency_config,
-            key_prefix=IDEMPOTENCY_KEY_PREFIX,
         )
         # Whose `jobs.*` attributes count: messages this worker's own role sent (functions/worker/provenance.py).
         self._provenance = Provenance.of([settings.runtime_role_id])
         self._tally = BatchTally()
         self._invocation = Invocation()
+        self._ledger = RunLedger(
+            settings.idempotency_table, lambda time_left_s: clients.within("dynamodb", time_left_s)
+        )
+        self._executor = JobExecutor(
+            settings, clients, self._obs, self._tally, self._ledger, self._invocation, http_client=http_client
+        )
+        # The job threads and breakers of this worker's runs, which its tests inspect.
+        self._runner = self._executor.runner
+        self._breakers = self._executor.breakers
         # The whole invocation's time: the most any invocation of this function was seen to have at its start.
         self._budget_s = 0.0
         self._entry_remaining_s: float | None = None
@@ -372,27 +264,6 @@ class Worker:
         """The SQS client for one of the runtime's own calls, bounded by the invocation's remaining time."""
         return self._clients.within("sqs", self._invocation.call_time_s())
 
-    @cached_property
-    def _secrets(self) -> SecretCache:
-        """The worker's secret values, read through the jobs' own client: a read is part of the job's run (its
-        time limit and the service's breaker apply)."""
-        from functions.worker.secrets import SecretCache
-
-        return SecretCache(lambda: self._clients("secretsmanager"))
-
-    def _http_client(self) -> HttpClient:
-        """The worker's one HTTP client (one pool), built on a job's first request: most jobs make none."""
-        with self._http_lock:
-            if self._http is None:
-                from functions.worker.http import HttpClient
-
-                self._http = HttpClient(connections_per_host=self._parallel)
-            return self._http
-
-    @staticmethod
-    def _run_execution(*, idempotency: Mapping[str, str], execution: _Execution) -> JobResult:
-        return execution()
-
     def _processor(self) -> ParallelBatchProcessor | ParallelFifoProcessor:
         if self._queue.fifo:
             # One record at a time per message group, a group stopped at its first failure: retries never
@@ -408,7 +279,7 @@ class Worker:
     # --- the batch ------------------------------------------------------------------------------------------------
 
     def _handle(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
-        self._idempotency_config.register_lambda_context(context)
+        self._executor.begin(context)
         self._invocation.context = context
         at_entry, self._entry_remaining_s = self._entry_remaining_s, None
         self._budget_s = max(self._budget_s, at_entry if at_entry is not None else self._invocation.remaining_s())
@@ -530,50 +401,10 @@ class Worker:
         return self._run(job, envelope, delivery, key, limit_s)
 
     def _run(self, job: LoadedJob, envelope: Envelope, delivery: Delivery, key: str, limit_s: float) -> _Verdict:
-        self._obs.logger.thread_safe_append_keys(idempotency_key=key)
-        lambda_context = self._invocation.context
-        assert lambda_context is not None
-
-        def context_for(attempt: int) -> JobContext:
-            return JobContext(
-                envelope=envelope,
-                key=key,
-                attempt=attempt,
-                message_id=delivery.record.message_id,
-                resources=self.settings.resources,
-                clients=self._clients,
-                logger=self._obs.logger,
-                lambda_context=lambda_context,
-                http_client_provider=self._http_client,
-                secrets=self._secrets,
-            )
-
-        execution = _Execution(
-            job=job,
-            context_for=context_for,
-            limit_s=limit_s,
-            runner=self._runner,
-            breakers=self._breakers,
-            ledger=self._ledger,
-            remaining_s=self._invocation.remaining_s,
-            on_result_dropped=lambda reason, why: self._result_dropped(envelope.job, reason, why),
-            # The job's thread logs with the record's keys too.
-            log_keys=self._obs.logger.thread_safe_get_current_keys(),
-            on_call_after_cut=self._call_after_cut,
-        )
-        # A copy a previous runtime handed back carries the runs its ancestors used, and since when open breakers
-        # held it; the ledger takes them over when it has no count of its own for the key.
-        # The run's start and completion writes may take what the invocation has left less the settle margin; a
-        # start that leaves the job too little time gives the run back (`_NoTimeLeft`).
-        self._ledger.prepare(
-            max_runs=self._queue.max_attempts,
-            time_left=lambda: self._invocation.call_time_s(SETTLE_MARGIN_S if not execution.completed else 0.0),
-            seed_runs=int(_number(delivery.attributes, PRIOR_ATTEMPTS) or 0),
-            seed_held_since=_number(delivery.attributes, HELD_SINCE),
-            first_delivery=delivery.receives == 1,
-        )
+        """Run the record's job (functions/worker/execution.py), then turn what it came to into a verdict."""
+        execution = self._executor.prepare(job, envelope, delivery, key, limit_s)
         try:
-            outcome = self._run_patiently(execution, key, limit_s)
+            outcome = self._executor.run(execution, key)
         except Exception as error:
             return self._after_error(job, envelope, delivery, key, execution, error)
         finally:
@@ -584,30 +415,13 @@ class Worker:
         self._obs.logger.info("job done" if outcome is Outcome.SUCCEEDED else "duplicate skipped")
         return _Done(outcome)
 
-    def _run_patiently(self, execution: _Execution, key: str, limit_s: float) -> Outcome:
-        # A twin delivered at the same moment usually finishes in milliseconds: wait briefly for its result
-        # before handing this one back.
-        patience_ends = time.monotonic() + IN_PROGRESS_PATIENCE_S
-        while True:
-            try:
-                # The idempotency layer runs here, in the record's thread; only the job's code runs in the job
-                # thread, so a run that is cut can never write the store (functions/worker/time_limit.py).
-                self._run_once(idempotency={_KEY_PATH: key}, execution=execution)
-                return Outcome.SUCCEEDED if execution.ran else Outcome.DUPLICATE
-            except IdempotencyAlreadyInProgressError as error:
-                time_left = self._invocation.remaining_s() > limit_s + SETTLE_MARGIN_S + IN_PROGRESS_POLL_S
-                if time.monotonic() >= patience_ends or not time_left:
-                    raise JobInProgressError(f"job key {key!r} is being run by another worker") from error
-
-                time.sleep(IN_PROGRESS_POLL_S)
-
     def _after_error(
         self,
         job: LoadedJob,
         envelope: Envelope,
         delivery: Delivery,
         key: str,
-        execution: _Execution,
+        execution: Execution,
         error: Exception,
     ) -> _Verdict:
         """What a run attempt that raised leads to: the job's failure, or one of the runtime's own answers."""
@@ -649,7 +463,7 @@ class Worker:
         started = self._ledger.started()
         if started is None:  # nothing started a run: the runtime's own fault
             raise error
-        if isinstance(error, _NoTimeLeft):
+        if execution.out_of_time:  # the run's start left the job too little time: given back before it began
             self._refund(started, held=False)
             details = {"remaining_s": round(self._invocation.remaining_s(), 3), "time_limit_s": execution.limit_s}
             return self._hand_back(
@@ -1055,68 +869,6 @@ class Worker:
         self._tally.add(HEARTBEAT_JOB, HEARTBEAT)
         self._obs.logger.info("heartbeat", extra={"lag_s": lag_s})
         return Outcome.HEARTBEAT
-
-    def _result_dropped(self, job: str, reason: str, why: str) -> None:
-        self._tally.add(job, RESULT_DROPPED, reason=reason)
-        self._obs.logger.warning(
-            "the job's result can't be kept in its idempotency record; the run counts as completed without it",
-            extra={"reason": reason, "why": why[:1024]},
-        )
-
-    def _call_after_cut(self, run: JobRun, what: str, outcome: str) -> None:
-        """A run cut at its limit called a downstream (refused) or got a late answer: its effect may have happened
-        after the record was settled, so it is said, with the cut run's own record keys (its thread's)."""
-        self._tally.add(
-            run.job or RUNTIME_JOB,
-            CUT_RUN_CALL,
-            reason=CutRunCallReason.REFUSED if outcome == "refused" else CutRunCallReason.ENDED,
-        )
-        self._obs.logger.warning(
-            "call of a run cut at its time limit: refused" if outcome == "refused" else CUT_RUN_CALL_ENDED_MESSAGE,
-            extra={"call": what, "outcome": outcome, "since_cut_s": _since(run.cut_at)},
-        )
-
-    def _cut_run_ended(self, run: JobRun) -> None:
-        """The thread of a run cut at its limit is done at last (it is never reused). If its code ran to its end
-        untouched (not interrupted, no call after the cut), every side effect it made was made before the cut:
-        its key is recorded completed, unless a later run has started, so the retry the cut scheduled is answered
-        as a duplicate instead of doing it all again."""
-        finished = run.error is None and run.interruptions == 0 and run.calls_after_cut == 0
-        recorded = False
-        if finished and run.attempt:
-            from functions.worker.run_ledger import is_condition_failure
-
-            try:
-                # Its own thread, after the record was settled: it holds no invocation's answer up.
-                self._ledger.complete_after_cut(
-                    idempotency_record_id(run.key), run.attempt, time_left_s=CUT_RUN_WRITE_S
-                )
-                recorded = True
-            except Exception as error:
-                if not is_condition_failure(error):
-                    self._tally.runtime_fault("idempotency_store")
-                    self._obs.logger.exception("could not record a cut run that finished its work as completed")
-        self._obs.logger.info(
-            "run cut at its time limit has ended",
-            extra={
-                "outcome": type(run.error).__name__ if run.error is not None else "returned",
-                "since_cut_s": _since(run.cut_at),
-                "interruptions": run.interruptions,
-                "recorded_completed": recorded,
-            },
-        )
-
-    def _circuit_opened(self, snapshot: Snapshot) -> None:
-        self._tally.add(RUNTIME_JOB, CIRCUIT_OPENED, reason=snapshot.downstream)
-        self._obs.logger.warning(
-            "circuit opened",
-            extra={
-                "downstream": snapshot.downstream,
-                "consecutive_failures": snapshot.consecutive_failures,
-                "open_for_s": snapshot.open_for_s,
-                "last_error": snapshot.last_error,
-            },
-        )
 
 
 def build_worker(settings: WorkerSettings, clients: ClientFactory | None = None) -> Worker:
