@@ -8,7 +8,7 @@ policy when the message becomes visible again:
 - fixed visibility: nothing changes the visibility, so the message reappears a visibility timeout after it was
   received (what an SQS + Lambda consumer does by default): SQS's 30 s default, and the stack's default timeout;
 - this runtime: `functions.worker.backoff.backoff_delay_s` with the catalog's `QueueSpec` defaults, clamped as
-  `functions.worker.runtime` clamps it;
+  `functions.worker.settlement` clamps it;
 - this runtime with its circuit breakers: the same backoff, and before each call the worker's own
   `functions.worker.breaker.Breakers` (the real code, on the virtual clock) admits the call or refuses it; a
   refused record is handed back unrun (the message visible again after `hold_delay_s`, no run spent: runs are

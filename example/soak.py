@@ -51,9 +51,9 @@ from typing import Any, TextIO
 from example.soak_jobs import odd_results
 from functions.worker.attribute_store import StoredAttributesError
 from functions.worker.deadletter import ERROR_MESSAGE, ERROR_TYPE, FAILURE
+from functions.worker.execution import CUT_RUN_CALL_ENDED_MESSAGE
 from functions.worker.names import DeadLetterFailure
 from functions.worker.provenance import Attributes, Provenance, value_bytes
-from functions.worker.runtime import CUT_RUN_CALL_ENDED_MESSAGE
 from jobctl.dlq import DeadLetter, DeadLetterQueue
 from jobctl.local.chaos import ChaosSettings
 from jobctl.local.engine import WAITING, LocalEngine

@@ -24,6 +24,8 @@ from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import Ama
 from functions.worker.names import (
     METRICS_NAMESPACE,
     RETRY_ATTEMPT,
+    RUNTIME_FAULT,
+    RUNTIME_JOB,
     SERVICE_NAME,
 )
 
@@ -97,6 +99,10 @@ class BatchTally:
             self.counts[(job, metric, "")] += 1
             if reason:
                 self.counts[(job, metric, reason)] += 1
+
+    def runtime_fault(self, reason: str) -> None:
+        """Count a failure of the runtime's own AWS resources: the runtime-faults alarm pages on it."""
+        self.add(RUNTIME_JOB, RUNTIME_FAULT, reason=reason)
 
     def sample(self, job: str, metric: str, value: float) -> None:
         with self._lock:

@@ -5,270 +5,54 @@ one record at a time per message group). Each record first gets a verdict, then 
 
 1. parse the envelope (a bad one is a permanent failure);
 2. if the invocation has too little time left for the job's time limit, hand the record back at once;
-3. run the job under Powertools idempotency keyed on the business key, its runs counted in the key's record
-   (functions/worker/run_ledger.py); the job's code runs in a job thread, cut at its time limit and fenced after
-   (functions/worker/time_limit.py); its downstream calls pass the circuit breakers (functions/worker/downstream.py);
-4. the verdict: success or duplicate -> acknowledged; a call refused by an open breaker -> handed back until the
-   breaker may let a probe through, its run given back (for up to max_hold_s); permanent failure, or a failure of
-   the key's last allowed run -> dead-lettered with evidence, then acknowledged; transient failure -> back to the
-   queue after a backoff;
-5. back to the queue means the message itself, visible again after the delay and reported as a batch item
-   failure (a receive is spent, a run is not: runs are the ledger's). On the message's last allowed receive
-   (`QueueSpec.receive_limit`) it can't go back, or SQS's redrive would move it without evidence: on a standard
-   queue a fresh copy goes back instead; on a FIFO queue, where a copy would break the group's order, it is
-   dead-lettered with its evidence.
+3. run the job (functions/worker/execution.py) under Powertools idempotency keyed on the business key, its runs
+   counted in the key's record (functions/worker/run_ledger.py); the job's code runs in a job thread, cut at its
+   time limit and fenced after (functions/worker/time_limit.py); its downstream calls pass the circuit breakers
+   (functions/worker/downstream.py);
+4. the verdict on what the run came to, carried out (functions/worker/settlement.py): acknowledged, back to the
+   queue after a backoff or until a breaker may probe, or dead-lettered with evidence.
 No exception escapes a batch. See docs/failure-semantics.md.
 """
 
 from __future__ import annotations
 
-import math
 import random
-import threading
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
-from aws_lambda_powertools.utilities.idempotency.exceptions import (
-    IdempotencyAlreadyInProgressError,
-    IdempotencyPersistenceLayerError,
-)
-from aws_lambda_powertools.utilities.idempotency.exceptions import (
-    IdempotencyKeyError as PowertoolsIdempotencyKeyError,
-)
 
 from functions.worker.batch import ParallelBatchProcessor, ParallelFifoProcessor
-from functions.worker.breaker import Breakers, Snapshot
 from functions.worker.clients import ClientFactory
-from functions.worker.errors import (
-    CircuitOpenError,
-    EnvelopeError,
-    IdempotencyKeyError,
-    JobInProgressError,
-    ReceivesExhaustedError,
-    RunNeverReportedError,
-    RuntimeInfrastructureError,
-    TimeLimitUnservableError,
-)
-from functions.worker.jobs import JobContext, JobResult, LoadedJob, load_jobs
-from functions.worker.names import (
-    CIRCUIT_OPENED,
-    CUT_RUN_CALL,
-    DEAD_LETTERED,
-    DEFERRED,
-    DUPLICATE,
-    DURATION,
-    FAILED,
-    HEARTBEAT,
-    RESULT_DROPPED,
-    RETRIED,
-    RETRY_ATTEMPT,
-    RUNTIME_FAULT,
-    RUNTIME_JOB,
-    SUCCEEDED,
-    UNPARSEABLE_JOB,
-    CutRunCallReason,
-    DeadLetterFailure,
-    DeferReason,
-)
+from functions.worker.errors import EnvelopeError, IdempotencyKeyError, ReceivesExhaustedError, TimeLimitUnservableError
+from functions.worker.execution import JobExecutor
+from functions.worker.invocation import Delivery, Invocation, Outcome
+from functions.worker.jobs import LoadedJob, load_jobs
+from functions.worker.names import DURATION, HEARTBEAT, DeadLetterFailure, DeferReason
 from functions.worker.observability import BatchTally, Observability
-from functions.worker.provenance import HELD_SINCE, PRIOR_ATTEMPTS, MessageAttributes, Provenance, from_event
-from functions.worker.run_ledger import Failure, LedgerEntry, RunLedger, RunsExhaustedError, StartedRun
-from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, WorkerSettings, idempotency_record_id
-from functions.worker.time_limit import JobRun, JobRunner
+from functions.worker.provenance import MessageAttributes, Provenance, from_event
+from functions.worker.run_ledger import RunLedger
+from functions.worker.settings import WorkerSettings
+from functions.worker.settlement import Done, RetryLater, Settlement, Verdict
 from sqs_jobs.envelope import Envelope, parse_envelope
-from sqs_jobs.limits import SETTLE_MARGIN_S, SQS_MAX_DELAY_S
+from sqs_jobs.limits import SETTLE_MARGIN_S
 from sqs_jobs.specs import HEARTBEAT_JOB
 
-# Modules only a failure, a hand-back or a job's HTTP call needs are imported there, on first use, not at
+# Modules only a failure, a dead letter or a job's HTTP call needs are imported there, on first use, not at
 # cold start (docs/benchmarks.md, (a)).
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from functions.worker.classify import Classification
     from functions.worker.deadletter import DeadLetterQueue
     from functions.worker.http import HttpClient
-    from functions.worker.secrets import SecretCache
 
-# The idempotency payload is {"key": "<business key>"}; Powertools hashes the value under this path.
-_KEY_PATH = "key"
+__all__ = ["Outcome", "RetryLater", "Worker", "build_worker"]
+
 _RECORD_LOG_KEYS = ("job", "id", "message_id", "receive", "attempt", "idempotency_key")
-# How long a record waits for a twin holding its key before it is handed back, and how often it looks.
-IN_PROGRESS_PATIENCE_S = 2.0
-IN_PROGRESS_POLL_S = 0.2
-# How long the write that records a cut run which finished its work may take (in that run's own thread).
-CUT_RUN_WRITE_S = 10.0
-# Kept back from the invocation's remaining time when the runtime's own calls are given their time: the
-# invocation must still return its answer after them.
-ANSWER_RESERVE_S = 0.25
-# Logged when a call a run had in flight at its cut is answered after it: its effect may have happened (what a
-# timeout can't take back), and the run's retry relies on the job's key.
-CUT_RUN_CALL_ENDED_MESSAGE = (
-    "call of a run cut at its time limit ended after the cut; the retry relies on the job's key"
-)
-
-# Errors the runtime raises about a record: classified by the runtime's rules alone, never the job's overrides.
-_RUNTIME_ERRORS = (
-    CircuitOpenError,
-    EnvelopeError,
-    IdempotencyKeyError,
-    JobInProgressError,
-    ReceivesExhaustedError,
-    RunNeverReportedError,
-    RuntimeInfrastructureError,
-    TimeLimitUnservableError,
-)
-
-
-class Outcome(Enum):
-    SUCCEEDED = "succeeded"
-    DUPLICATE = "duplicate"
-    DEAD_LETTERED = "dead_lettered"
-    DEFERRED = "deferred"
-    HEARTBEAT = "heartbeat"
-
-
-class RetryLater(Exception):
-    """Raised to the batch processor so it reports the record as a batch item failure; SQS redelivers it."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(f"{type(cause).__name__}: {cause}")
-        self.cause = cause
-
-
-class _NoTimeLeft(Exception):
-    """The run's start write took so long that the invocation can no longer serve the job's limit."""
-
-
-# --- verdicts: what happens to a record, decided before anything is done to it ----------------------------------
-
-
-@dataclass(frozen=True)
-class _Done:
-    """Acknowledged as it is."""
-
-    outcome: Outcome
-
-
-@dataclass(frozen=True)
-class _KeyRecord:
-    """The key's run record to delete once the message is in the DLQ (a redrive then starts the count afresh):
-    only as the runtime last wrote it (`runs`), or, with runs None, unless a run holds it."""
-
-    record_id: str
-    runs: int | None
-
-
-@dataclass(frozen=True)
-class _DeadLetter:
-    """To the DLQ with this evidence, then acknowledged."""
-
-    error_type: str
-    error_message: str
-    traceback: str
-    failure: str
-    classification: str
-    reason: str
-    attempts: int
-    envelope: Envelope | None
-    first_failed_at: float | None = None
-    key_record: _KeyRecord | None = None
-    # The run this dead letter ends, not yet written: if the DLQ refuses it, its failure is written as pending.
-    run: StartedRun | None = None
-
-
-@dataclass(frozen=True)
-class _Back:
-    """Back to the queue, due in `delay_s`: after a failed run (`reason` "retry") or handed back unrun."""
-
-    delay_s: int
-    reason: str
-    cause: BaseException
-    envelope: Envelope | None
-    attempts: int
-    first_failed_at: float | None = None
-    key_record: _KeyRecord | None = None
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-
-_Verdict = _Done | _DeadLetter | _Back
-
-
-@dataclass
-class _Execution:
-    """One run of a job, as the idempotency layer calls it; `ran` tells a fresh run from a replayed result."""
-
-    job: LoadedJob
-    context_for: Callable[[int], JobContext]
-    limit_s: float
-    runner: JobRunner
-    breakers: Breakers
-    ledger: RunLedger
-    # The invocation's remaining seconds, and what a result that can't be kept says.
-    remaining_s: Callable[[], float]
-    on_result_dropped: Callable[[str, str], None]
-    # The record's log keys, for the job's own thread.
-    log_keys: Mapping[str, Any]
-    on_call_after_cut: Callable[[JobRun, str, str], None]
-    ran: bool = False
-    completed: bool = False
-    run: JobRun | None = None
-
-    def __call__(self) -> JobResult:
-        started = self.ledger.started()
-        number = started.number if started is not None else 1
-        if self.remaining_s() < self.limit_s + SETTLE_MARGIN_S:
-            raise _NoTimeLeft(f"{self.remaining_s():.3f}s left after the run's start; it needs {self.limit_s:g}s")
-        self.ran = True
-        context = self.context_for(number)
-        logger = context.logger
-        logger.thread_safe_append_keys(attempt=number)
-        log_keys = {**self.log_keys, "attempt": number}
-        self.run = JobRun(
-            key=context.key,
-            job=self.job.spec.name,
-            attempt=number,
-            limit_s=self.limit_s,
-            target=self.job.run,
-            args=(context.envelope, context),
-            breakers=self.breakers,
-            on_call_after_cut=self.on_call_after_cut,
-            on_start=lambda: logger.thread_safe_append_keys(**log_keys),
-            on_end=logger.thread_safe_clear_keys,
-        )
-        result = self.runner.run(self.run)
-        self.completed = True
-        from functions.worker.results import NOT_JSON, ResultNotStorableError, storable
-
-        try:
-            return storable(result)
-        except ResultNotStorableError as error:
-            self.on_result_dropped(error.reason, str(error))
-        except Exception as error:  # a result whose own code raises while it is read: still the job's output
-            self.on_result_dropped(NOT_JSON, f"reading the result raised {type(error).__name__}: {error}")
-        return None
-
-    def elapsed_ms(self) -> float | None:
-        """How long the job's code ran; None if it never started."""
-        return self.run.elapsed_ms() if self.run is not None and self.run.started else None
-
-
-@dataclass(frozen=True)
-class _Delivery:
-    """One record as the runtime reads it: its attributes split by sender, and how often SQS has delivered it."""
-
-    record: SQSRecord
-    attributes: MessageAttributes
-    receives: int
-
 
 _NO_ATTRIBUTES = MessageAttributes(bookkeeping={}, producer={})
 
@@ -282,40 +66,6 @@ class _ClientPerCall:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client_for(), name)
-
-
-def _number(attributes: MessageAttributes, name: str) -> float | None:
-    """A number the runtime's own bookkeeping carries (a previous runtime's copies), if it is one."""
-    try:
-        value = float(attributes.bookkeeping.get(name, ""))
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value >= 0 else None
-
-
-def _circuit_refusal(error: BaseException) -> CircuitOpenError | None:
-    """The breaker's refusal behind a failed run, if any: a job that wrapped it (raise ... from, or raising in its
-    except block) still failed only because the call was refused. `raise ... from None` says otherwise (e.g. an
-    API whose 403 is about the entity, not the credentials): the chain stops there."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, CircuitOpenError):
-            return current
-        seen.add(id(current))
-        if current.__cause__ is not None:
-            current = current.__cause__
-        else:
-            current = None if current.__suppress_context__ else current.__context__
-    return None
-
-
-def _since(moment: float | None) -> float | None:
-    return round(time.monotonic() - moment, 3) if moment is not None else None
-
-
-def _traceback(error: BaseException) -> str:
-    return "".join(traceback.format_exception(error))
 
 
 class Worker:
@@ -333,38 +83,39 @@ class Worker:
         self._queue = settings.queue
         self._clients = clients
         self._obs = observability or Observability.create()
-        self._rng = rng or random.Random()
-        self._http = http_client
-        self._http_lock = threading.Lock()
         self._jobs = load_jobs(self._queue)
         self._parallel = self._queue.records_in_parallel
         # Each record running at once may hold a connection of a client, and so may the runtime beside them.
         clients.reserve_connections(2 * self._parallel + 4)
-        self._runner = JobRunner(on_cut_run_end=self._cut_run_ended)
-        self._breakers = Breakers(self._queue.circuit_breaker, on_open=self._circuit_opened)
         # The threads that settle the records of a batch at once; None runs them one after another here.
         self._record_pool = (
             ThreadPoolExecutor(max_workers=self._parallel, thread_name_prefix="record") if self._parallel > 1 else None
         )
-        self._idempotency_config = IdempotencyConfig(
-            event_key_jmespath=_KEY_PATH,
-            raise_on_no_idempotency_key=True,
-            expires_after_seconds=self._queue.idempotency_expiry_s,
-        )
-        self._ledger = RunLedger(
-            settings.idempotency_table, lambda time_left_s: clients.within("dynamodb", time_left_s)
-        )
-        self._run_once = idempotent_function(
-            self._run_execution,
-            data_keyword_argument="idempotency",
-            persistence_store=self._ledger,
-            config=self._idempotency_config,
-            key_prefix=IDEMPOTENCY_KEY_PREFIX,
-        )
         # Whose `jobs.*` attributes count: messages this worker's own role sent (functions/worker/provenance.py).
         self._provenance = Provenance.of([settings.runtime_role_id])
         self._tally = BatchTally()
-        self._lambda_context: LambdaContext | None = None
+        self._invocation = Invocation()
+        self._ledger = RunLedger(
+            settings.idempotency_table, lambda time_left_s: clients.within("dynamodb", time_left_s)
+        )
+        self._settlement = Settlement(
+            settings,
+            self._jobs,
+            self._obs,
+            self._tally,
+            self._ledger,
+            self._invocation,
+            rng or random.Random(),
+            sqs=self._sqs,
+            # The worker's own, built on the first dead letter or copy.
+            dead_letters=lambda: self._dead_letters,
+        )
+        self._executor = JobExecutor(
+            settings, clients, self._obs, self._tally, self._ledger, self._invocation, http_client=http_client
+        )
+        # The job threads and breakers of this worker's runs, which its tests inspect.
+        self._runner = self._executor.runner
+        self._breakers = self._executor.breakers
         # The whole invocation's time: the most any invocation of this function was seen to have at its start.
         self._budget_s = 0.0
         self._entry_remaining_s: float | None = None
@@ -384,35 +135,14 @@ class Worker:
             queue_max_bytes=self._queue.max_message_bytes,
             # A producer's attributes that can't fit their dead letter wait in the idempotency table.
             attribute_store=AttributeStore(
-                _ClientPerCall(lambda: self._clients.within("dynamodb", self._call_time_s())),
+                _ClientPerCall(lambda: self._clients.within("dynamodb", self._invocation.call_time_s())),
                 self.settings.idempotency_table,
             ),
         )
 
     def _sqs(self) -> Any:
         """The SQS client for one of the runtime's own calls, bounded by the invocation's remaining time."""
-        return self._clients.within("sqs", self._call_time_s())
-
-    @cached_property
-    def _secrets(self) -> SecretCache:
-        """The worker's secret values, read through the jobs' own client: a read is part of the job's run (its
-        time limit and the service's breaker apply)."""
-        from functions.worker.secrets import SecretCache
-
-        return SecretCache(self._clients)
-
-    def _http_client(self) -> HttpClient:
-        """The worker's one HTTP client (one pool), built on a job's first request: most jobs make none."""
-        with self._http_lock:
-            if self._http is None:
-                from functions.worker.http import HttpClient
-
-                self._http = HttpClient(connections_per_host=self._parallel)
-            return self._http
-
-    @staticmethod
-    def _run_execution(*, idempotency: Mapping[str, str], execution: _Execution) -> JobResult:
-        return execution()
+        return self._clients.within("sqs", self._invocation.call_time_s())
 
     def _processor(self) -> ParallelBatchProcessor | ParallelFifoProcessor:
         if self._queue.fifo:
@@ -429,10 +159,10 @@ class Worker:
     # --- the batch ------------------------------------------------------------------------------------------------
 
     def _handle(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
-        self._idempotency_config.register_lambda_context(context)
-        self._lambda_context = context
+        self._executor.begin(context)
+        self._invocation.context = context
         at_entry, self._entry_remaining_s = self._entry_remaining_s, None
-        self._budget_s = max(self._budget_s, at_entry if at_entry is not None else self._remaining_s())
+        self._budget_s = max(self._budget_s, at_entry if at_entry is not None else self._invocation.remaining_s())
         self._settled = set()
         try:
             response: dict[str, Any] = process_partial_response(  # type: ignore[assignment]
@@ -457,31 +187,33 @@ class Worker:
                 continue
             delivery = self._delivery(SQSRecord(raw))
             if delivery.receives < self._queue.receive_limit:
-                self._change_visibility(raw["receiptHandle"], 0)
+                self._settlement.change_visibility(raw["receiptHandle"], 0)
                 continue
             error = ReceivesExhaustedError(
                 f"received {delivery.receives} times, the queue's limit, while skipped behind a failed message of "
                 "its FIFO group; it never ran in that delivery"
             )
-            verdict = self._dead_letter_of(delivery, self._envelope_or_none(delivery), error, "receives_exhausted")
+            verdict = self._settlement.dead_letter_of(
+                delivery, self._envelope_or_none(delivery), error, "receives_exhausted"
+            )
             try:
-                self._send_dead_letter(delivery, verdict)
+                self._settlement.send_dead_letter(delivery, verdict)
             except RetryLater:
                 continue
             dead_lettered.add(message_id)
         return {"batchItemFailures": [item for item in failures if item["itemIdentifier"] not in dead_lettered]}
 
-    def _delivery(self, record: SQSRecord) -> _Delivery:
+    def _delivery(self, record: SQSRecord) -> Delivery:
         receives = int(record.attributes.approximate_receive_count or "1")
         raw: Mapping[str, Any] = record.raw_event.get("messageAttributes") or {}
         if not raw:  # most messages carry none
-            return _Delivery(record=record, attributes=_NO_ATTRIBUTES, receives=receives)
+            return Delivery(record=record, attributes=_NO_ATTRIBUTES, receives=receives)
         attributes = MessageAttributes.split(
             from_event(raw), self._provenance.sent_by_runtime(record.attributes.sender_id)
         )
-        return _Delivery(record=record, attributes=attributes, receives=receives)
+        return Delivery(record=record, attributes=attributes, receives=receives)
 
-    def _envelope_or_none(self, delivery: _Delivery) -> Envelope | None:
+    def _envelope_or_none(self, delivery: Delivery) -> Envelope | None:
         try:
             return parse_envelope(delivery.record.body, self._queue.accepted_jobs)
         except EnvelopeError:
@@ -494,32 +226,36 @@ class Worker:
         logger.thread_safe_append_keys(message_id=record.message_id, receive=delivery.receives)
         try:
             verdict = self._verdict_safely(delivery)
-            return self._carry_out(delivery, verdict)
+            return self._settlement.carry_out(delivery, verdict)
         finally:
             logger.thread_safe_remove_keys(_RECORD_LOG_KEYS)
 
     # --- verdicts -------------------------------------------------------------------------------------------------
 
-    def _verdict_safely(self, delivery: _Delivery) -> _Verdict:
+    def _verdict_safely(self, delivery: Delivery) -> Verdict:
         try:
             return self._verdict(delivery)
         except Exception as error:
             # A fault of the runtime itself: the record comes back, and the runtime-faults alarm pages.
-            self._runtime_fault("runtime")
+            self._tally.runtime_fault("runtime")
             self._obs.logger.exception("the runtime failed on a record; it comes back after a backoff")
-            return self._hand_back(delivery, None, self._backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error)
+            return self._settlement.hand_back(
+                delivery, None, self._settlement.backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error
+            )
 
-    def _verdict(self, delivery: _Delivery) -> _Verdict:
+    def _verdict(self, delivery: Delivery) -> Verdict:
         from functions.worker.classify import classify
 
         record = delivery.record
         try:
             envelope = parse_envelope(record.body, self._queue.accepted_jobs)
         except EnvelopeError as error:
-            return self._dead_letter_of(delivery, None, error, DeadLetterFailure.PERMANENT, classify(error).reason)
+            return self._settlement.dead_letter_of(
+                delivery, None, error, DeadLetterFailure.PERMANENT, classify(error).reason
+            )
         self._obs.logger.thread_safe_append_keys(job=envelope.job, id=envelope.id)
         if envelope.job == HEARTBEAT_JOB:
-            return _Done(self._heartbeat(record))
+            return Done(self._heartbeat(record))
         job = self._jobs[envelope.job]
         limit_s = self._queue.time_limit_s(envelope.job)
         if self._budget_s < limit_s + SETTLE_MARGIN_S:
@@ -529,12 +265,14 @@ class Worker:
                 f"{limit_s:g}s time limit plus the {SETTLE_MARGIN_S}s settle margin: raise the function "
                 "timeout or lower the job's time_limit_s"
             )
-            return self._dead_letter_of(
+            return self._settlement.dead_letter_of(
                 delivery, envelope, unservable, DeadLetterFailure.PERMANENT, classify(unservable).reason
             )
-        if self._remaining_s() < limit_s + SETTLE_MARGIN_S:
-            details = {"remaining_s": round(self._remaining_s(), 3), "time_limit_s": limit_s}
-            return self._hand_back(delivery, envelope, 0, DeferReason.NO_TIME, TimeoutError("no time left"), details)
+        if self._invocation.remaining_s() < limit_s + SETTLE_MARGIN_S:
+            details = {"remaining_s": round(self._invocation.remaining_s(), 3), "time_limit_s": limit_s}
+            return self._settlement.hand_back(
+                delivery, envelope, 0, DeferReason.NO_TIME, TimeoutError("no time left"), details
+            )
         try:
             key = job.idempotency_key(envelope)
         except Exception as error:
@@ -545,538 +283,23 @@ class Worker:
                     f"job {job.spec.name!r} idempotency_key raised {type(error).__name__}: {error}"
                 )
                 bad_key.__cause__ = error
-            return self._dead_letter_of(
+            return self._settlement.dead_letter_of(
                 delivery, envelope, bad_key, DeadLetterFailure.PERMANENT, classify(bad_key).reason
             )
         return self._run(job, envelope, delivery, key, limit_s)
 
-    def _run(self, job: LoadedJob, envelope: Envelope, delivery: _Delivery, key: str, limit_s: float) -> _Verdict:
-        self._obs.logger.thread_safe_append_keys(idempotency_key=key)
-        assert self._lambda_context is not None
-        lambda_context = self._lambda_context
-
-        def context_for(attempt: int) -> JobContext:
-            return JobContext(
-                envelope=envelope,
-                key=key,
-                attempt=attempt,
-                message_id=delivery.record.message_id,
-                resources=self.settings.resources,
-                clients=self._clients,
-                logger=self._obs.logger,
-                lambda_context=lambda_context,
-                http_client_provider=self._http_client,
-                secrets=self._secrets,
-            )
-
-        execution = _Execution(
-            job=job,
-            context_for=context_for,
-            limit_s=limit_s,
-            runner=self._runner,
-            breakers=self._breakers,
-            ledger=self._ledger,
-            remaining_s=self._remaining_s,
-            on_result_dropped=lambda reason, why: self._result_dropped(envelope.job, reason, why),
-            # The job's thread logs with the record's keys too.
-            log_keys=self._obs.logger.thread_safe_get_current_keys(),
-            on_call_after_cut=self._call_after_cut,
-        )
-        # A copy a previous runtime handed back carries the runs its ancestors used, and since when open breakers
-        # held it; the ledger takes them over when it has no count of its own for the key.
-        # The run's start and completion writes may take what the invocation has left less the settle margin; a
-        # start that leaves the job too little time gives the run back (`_NoTimeLeft`).
-        self._ledger.prepare(
-            max_runs=self._queue.max_attempts,
-            time_left=lambda: self._call_time_s(SETTLE_MARGIN_S if not execution.completed else 0.0),
-            seed_runs=int(_number(delivery.attributes, PRIOR_ATTEMPTS) or 0),
-            seed_held_since=_number(delivery.attributes, HELD_SINCE),
-            first_delivery=delivery.receives == 1,
-        )
+    def _run(self, job: LoadedJob, envelope: Envelope, delivery: Delivery, key: str, limit_s: float) -> Verdict:
+        """Run the record's job (functions/worker/execution.py), then turn what it came to into a verdict."""
+        execution = self._executor.prepare(job, envelope, delivery, key, limit_s)
         try:
-            outcome = self._run_patiently(execution, key, limit_s)
+            outcome = self._executor.run(execution, key)
         except Exception as error:
-            return self._after_error(job, envelope, delivery, key, execution, error)
+            return self._settlement.after_error(job, envelope, delivery, key, execution, error)
         finally:
             elapsed_ms = execution.elapsed_ms()
             if elapsed_ms is not None:
                 self._tally.sample(envelope.job, DURATION, elapsed_ms)
-        self._tally.add(envelope.job, SUCCEEDED if outcome is Outcome.SUCCEEDED else DUPLICATE)
-        self._obs.logger.info("job done" if outcome is Outcome.SUCCEEDED else "duplicate skipped")
-        return _Done(outcome)
-
-    def _run_patiently(self, execution: _Execution, key: str, limit_s: float) -> Outcome:
-        # A twin delivered at the same moment usually finishes in milliseconds: wait briefly for its result
-        # before handing this one back.
-        patience_ends = time.monotonic() + IN_PROGRESS_PATIENCE_S
-        while True:
-            try:
-                # The idempotency layer runs here, in the record's thread; only the job's code runs in the job
-                # thread, so a run that is cut can never write the store (functions/worker/time_limit.py).
-                self._run_once(idempotency={_KEY_PATH: key}, execution=execution)
-                return Outcome.SUCCEEDED if execution.ran else Outcome.DUPLICATE
-            except IdempotencyAlreadyInProgressError as error:
-                time_left = self._remaining_s() > limit_s + SETTLE_MARGIN_S + IN_PROGRESS_POLL_S
-                if time.monotonic() >= patience_ends or not time_left:
-                    raise JobInProgressError(f"job key {key!r} is being run by another worker") from error
-
-                time.sleep(IN_PROGRESS_POLL_S)
-
-    def _after_error(
-        self,
-        job: LoadedJob,
-        envelope: Envelope,
-        delivery: _Delivery,
-        key: str,
-        execution: _Execution,
-        error: Exception,
-    ) -> _Verdict:
-        """What a run attempt that raised leads to: the job's failure, or one of the runtime's own answers."""
-        from functions.worker.classify import classify
-
-        if isinstance(error, JobInProgressError):
-            # Another run holds the key (a crashed one holds it until its invocation's deadline at the latest).
-            return self._hand_back(
-                delivery,
-                envelope,
-                self._backoff(delivery.receives),
-                DeferReason.IN_PROGRESS,
-                error,
-                {"error": str(error)},
-            )
-        if isinstance(error, PowertoolsIdempotencyKeyError):
-            bad_key = IdempotencyKeyError(str(error))
-            return self._dead_letter_of(
-                delivery, envelope, bad_key, DeadLetterFailure.PERMANENT, classify(bad_key).reason
-            )
-        if isinstance(error, IdempotencyPersistenceLayerError):
-            cause = error.__cause__
-            if isinstance(cause, RunsExhaustedError):
-                return self._dead_letter_exhausted(delivery, envelope, cause.entry)
-            if execution.completed:
-                return self._completed_unrecorded(delivery, key, error)
-            # The idempotency table failed the runtime (permissions, throttling, an outage), not the job.
-            self._runtime_fault("idempotency_store")
-            self._obs.logger.exception("idempotency store failed before the run; handed back")
-            fault = RuntimeInfrastructureError(f"idempotency store: {error}")
-            return self._hand_back(
-                delivery,
-                envelope,
-                self._backoff(delivery.receives),
-                DeferReason.RUNTIME_FAULT,
-                fault,
-                {"error": str(fault)},
-            )
-        started = self._ledger.started()
-        if started is None:  # nothing started a run: the runtime's own fault
-            raise error
-        if isinstance(error, _NoTimeLeft):
-            self._refund(started, held=False)
-            details = {"remaining_s": round(self._remaining_s(), 3), "time_limit_s": execution.limit_s}
-            return self._hand_back(
-                delivery,
-                envelope,
-                0,
-                DeferReason.NO_TIME,
-                error,
-                details,
-                key_record=self._record_of(started, refunded=True),
-            )
-        return self._failed_run(job, envelope, delivery, started, error)
-
-    def _failed_run(
-        self, job: LoadedJob, envelope: Envelope, delivery: _Delivery, started: StartedRun, error: Exception
-    ) -> _Verdict:
-        from functions.worker.classify import Kind, classify
-
-        if isinstance(error, _RUNTIME_ERRORS):
-            classification = classify(error)  # the job's overrides are for the job's own errors
-        else:
-            classification = classify(error, job.permanent_errors, job.transient_errors)
-        refusal = _circuit_refusal(error)
-        if refusal is not None:
-            held = self._hold(delivery, envelope, started, refusal)
-            if held is not None:
-                return held
-            # Held for max_hold_s already: from now on a refusal is a failed run like any other.
-        attempt = started.number
-        first_failed_at = started.before.first_failed_at or time.time()
-        self._tally.add(envelope.job, FAILED)  # every failed run, whatever happens next
-        if classification.kind is Kind.PERMANENT or attempt >= self._queue.max_attempts:
-            failure = (
-                DeadLetterFailure.PERMANENT
-                if classification.kind is Kind.PERMANENT
-                else DeadLetterFailure.RETRIES_EXHAUSTED
-            )
-            return _DeadLetter(
-                error_type=type(error).__name__,
-                error_message=str(error),
-                traceback=_traceback(error),
-                failure=failure,
-                classification=classification.kind.value,
-                reason=classification.reason,
-                attempts=attempt,
-                envelope=envelope,
-                first_failed_at=first_failed_at,
-                key_record=_KeyRecord(started.before.record_id, attempt),
-                run=started,
-            )
-        self._write(
-            "fail",
-            lambda time_left_s: self._ledger.fail(
-                started,
-                Failure(type(error).__name__, str(error), classification.kind.value),
-                time_left_s=time_left_s,
-            ),
-        )
-        delay_s = self._backoff(attempt, classification)
-        self._obs.logger.warning(
-            "job failed; retrying after backoff",
-            extra={
-                "classification": classification.kind.value,
-                "reason": classification.reason,
-                "error_type": type(error).__name__,
-                "error": str(error)[:1024],
-                "next_delay_s": delay_s,
-                "attempts_left": self._queue.max_attempts - attempt,
-            },
-        )
-        self._tally.add(envelope.job, RETRIED)
-        self._tally.sample(envelope.job, RETRY_ATTEMPT, attempt)
-        return _Back(
-            delay_s=delay_s,
-            reason="retry",
-            cause=error,
-            envelope=envelope,
-            attempts=attempt,
-            first_failed_at=first_failed_at,
-            key_record=_KeyRecord(started.before.record_id, attempt),
-        )
-
-    def _hold(
-        self, delivery: _Delivery, envelope: Envelope, started: StartedRun, refusal: CircuitOpenError
-    ) -> _Back | None:
-        """A call the job needed was refused by an open breaker: give the run back and hand the record back until
-        the breaker may let a probe through; None once the key has been held for max_hold_s."""
-        from functions.worker.breaker import hold_delay_s
-
-        now = time.time()
-        held_since = min(now, started.held_since or now)
-        held_s = now - held_since
-        if held_s >= self._queue.circuit_breaker.max_hold_s:
-            return None
-        self._refund(started, held=True)
-        details = {"downstream": refusal.downstream, "held_s": round(held_s, 3)}
-        return self._hand_back(
-            delivery,
-            envelope,
-            hold_delay_s(refusal, self._rng),
-            DeferReason.CIRCUIT_OPEN,
-            refusal,
-            details,
-            key_record=self._record_of(started, refunded=True),
-        )
-
-    def _hand_back(
-        self,
-        delivery: _Delivery,
-        envelope: Envelope | None,
-        delay_s: int,
-        reason: str,
-        cause: BaseException,
-        details: Mapping[str, Any] | None = None,
-        key_record: _KeyRecord | None = None,
-    ) -> _Back:
-        """Return a record that was not run (or whose run was given back) to its queue, due in `delay_s`."""
-        self._tally.add(envelope.job if envelope else UNPARSEABLE_JOB, DEFERRED, reason=reason)
-        return _Back(
-            delay_s=delay_s,
-            reason=reason,
-            cause=cause,
-            envelope=envelope,
-            attempts=(key_record.runs or 0) if key_record else 0,
-            key_record=key_record,
-            details=details or {},
-        )
-
-    def _dead_letter_of(
-        self, delivery: _Delivery, envelope: Envelope | None, error: BaseException, failure: str, reason: str = ""
-    ) -> _DeadLetter:
-        """A record that ran no job this delivery (a bad envelope, an unservable limit, a bad key, its last
-        receive spent), dead-lettered with `error` as its evidence."""
-        if failure is DeadLetterFailure.PERMANENT:  # the record itself failed (not merely its receives)
-            self._tally.add(envelope.job if envelope else UNPARSEABLE_JOB, FAILED)
-        record_id = None
-        if envelope is not None and envelope.job in self._jobs:
-            try:
-                record_id = idempotency_record_id(self._jobs[envelope.job].idempotency_key(envelope))
-            except Exception:
-                record_id = None
-        return _DeadLetter(
-            error_type=type(error).__name__,
-            error_message=str(error),
-            traceback=_traceback(error),
-            failure=failure,
-            classification="permanent" if failure is DeadLetterFailure.PERMANENT else "transient",
-            reason=reason or type(error).__name__,
-            attempts=1,
-            envelope=envelope,
-            key_record=_KeyRecord(record_id, None) if record_id else None,
-        )
-
-    def _dead_letter_exhausted(self, delivery: _Delivery, envelope: Envelope, entry: LedgerEntry) -> _DeadLetter:
-        """The key may run no more: its last allowed run never reported back, or its dead-lettering was pending
-        (the DLQ refused it before). Dead-lettered from its record's evidence, without a run."""
-        if entry.pending_dead_letter or not entry.never_reported:
-            error_type = entry.last_error_type or RunNeverReportedError.__name__
-            message = entry.last_error or "(no message)"
-            trace = entry.last_traceback or "(the run's traceback is in the worker's log of that run)"
-            failure = (
-                DeadLetterFailure.PERMANENT
-                if entry.pending_dead_letter == DeadLetterFailure.PERMANENT
-                else DeadLetterFailure.RETRIES_EXHAUSTED
-            )
-        else:
-            error_type = RunNeverReportedError.__name__
-            message = (
-                f"run {entry.runs} of {self._queue.max_attempts} started and never reported back: the worker "
-                "crashed, ran out of memory or hit the function timeout (the worker's log of that run says which)"
-            )
-            trace = "(none: the run never ended)"
-            failure = DeadLetterFailure.RETRIES_EXHAUSTED
-        self._tally.add(envelope.job, FAILED)
-        return _DeadLetter(
-            error_type=error_type,
-            error_message=message,
-            traceback=trace,
-            failure=failure,
-            classification="permanent" if failure is DeadLetterFailure.PERMANENT else "transient",
-            reason="runs_exhausted",
-            attempts=entry.runs,
-            envelope=envelope,
-            first_failed_at=entry.first_failed_at,
-            key_record=_KeyRecord(entry.record_id, entry.runs),
-        )
-
-    def _completed_unrecorded(self, delivery: _Delivery, key: str, error: Exception) -> _Verdict:
-        """The job ran and returned, and the write that marks it completed failed: its side effect is done, so the
-        record is acknowledged, never run again for this message. The completion is tried once more, without the
-        result, in the time left."""
-        started = self._ledger.started()
-        if started is not None:
-            from functions.worker.run_ledger import is_condition_failure
-
-            try:
-                self._ledger.complete(started, time_left_s=self._call_time_s())
-            except Exception as retry_error:
-                if is_condition_failure(retry_error):  # the first write landed after all, or a newer run took over
-                    return self._done_without_result(delivery)
-                self._obs.logger.exception("second try of the completion write failed")
-            else:
-                self._obs.logger.warning(
-                    "job done; its completion was written on a second try, without its result",
-                    extra={"error": str(error)[:1024]},
-                )
-                return self._done_without_result(delivery)
-        self._runtime_fault("idempotency_store")
-        self._obs.logger.error(
-            "job done, but its completion could not be written to the idempotency store: acknowledged; a duplicate "
-            "message of this key may run it again once the key's in-progress record expires",
-            extra={"error": str(error)[:1024], "error_type": type(error.__cause__ or error).__name__},
-        )
-        return self._done_without_result(delivery)
-
-    def _done_without_result(self, delivery: _Delivery) -> _Verdict:
-        envelope = self._envelope_or_none(delivery)
-        self._tally.add(envelope.job if envelope else UNPARSEABLE_JOB, SUCCEEDED)
-        return _Done(Outcome.SUCCEEDED)
-
-    def _record_of(self, started: StartedRun, *, refunded: bool) -> _KeyRecord:
-        return _KeyRecord(started.before.record_id, started.number - 1 if refunded else started.number)
-
-    # --- carrying verdicts out ------------------------------------------------------------------------------------
-
-    def _carry_out(self, delivery: _Delivery, verdict: _Verdict) -> Outcome:
-        if isinstance(verdict, _Done):
-            return verdict.outcome
-        if isinstance(verdict, _DeadLetter):
-            return self._send_dead_letter(delivery, verdict)
-        if delivery.receives >= self._queue.receive_limit:
-            return self._last_receive(delivery, verdict)
-        self._change_visibility(delivery.record.receipt_handle, verdict.delay_s)
-        if verdict.reason != "retry":
-            self._obs.logger.info(
-                "handed back unrun; visible again later",
-                extra={**verdict.details, "reason": verdict.reason, "next_delay_s": verdict.delay_s},
-            )
-        raise RetryLater(verdict.cause)
-
-    def _last_receive(self, delivery: _Delivery, verdict: _Back) -> Outcome:
-        """The message may be received no more: one more receive and SQS's redrive policy moves it to the DLQ
-        without evidence. A standard queue takes a fresh copy (its receive count starts again; its runs are the
-        ledger's); a FIFO queue can't without breaking its group's order, so it is dead-lettered here."""
-        record = delivery.record
-        if not self._queue.fifo:
-            from functions.worker.deadletter import CopyTooLargeError
-
-            try:
-                self._dead_letters.requeue(
-                    self.settings.queue_url,
-                    record.body,
-                    delivery.attributes,
-                    delay_s=min(SQS_MAX_DELAY_S, verdict.delay_s),
-                )
-            except CopyTooLargeError:
-                # Only a producer that named its attributes `jobs.*` gets a copy bigger than its message: it keeps
-                # the message itself, and SQS's redrive moves it on its next receive.
-                self._obs.logger.warning("a fresh copy would not fit its queue; the message itself goes back")
-                self._change_visibility(record.receipt_handle, verdict.delay_s)
-                raise RetryLater(verdict.cause) from None
-            except Exception:
-                self._runtime_fault("requeue")
-                self._obs.logger.exception("could not send a fresh copy on the last receive; SQS may move it bare")
-                self._change_visibility(record.receipt_handle, verdict.delay_s)
-                raise RetryLater(verdict.cause) from None
-            self._obs.logger.info(
-                "back as a fresh copy: the message's last allowed receive",
-                extra={**verdict.details, "reason": verdict.reason, "next_delay_s": verdict.delay_s},
-            )
-            return Outcome.DEFERRED
-        cause = verdict.cause
-        if verdict.reason == "retry":
-            error_type, message, trace = type(cause).__name__, str(cause), _traceback(cause)
-        else:
-            exhausted = ReceivesExhaustedError(
-                f"received {delivery.receives} times, the queue's limit, and handed back again ({verdict.reason}): "
-                f"{type(cause).__name__}: {cause}"
-            )
-            error_type, message, trace = type(exhausted).__name__, str(exhausted), _traceback(cause)
-        return self._send_dead_letter(
-            delivery,
-            _DeadLetter(
-                error_type=error_type,
-                error_message=message,
-                traceback=trace,
-                failure="receives_exhausted",
-                classification="transient",
-                reason=verdict.reason,
-                attempts=max(1, verdict.attempts),
-                envelope=verdict.envelope,
-                first_failed_at=verdict.first_failed_at,
-                key_record=verdict.key_record,
-            ),
-        )
-
-    def _send_dead_letter(self, delivery: _Delivery, verdict: _DeadLetter) -> Outcome:
-        from functions.worker.deadletter import Evidence, iso_from_epoch_ms
-
-        record = delivery.record
-        job_name = verdict.envelope.job if verdict.envelope else UNPARSEABLE_JOB
-        first_ms = (
-            verdict.first_failed_at * 1000
-            if verdict.first_failed_at
-            else int(record.attributes.approximate_first_receive_timestamp or 0)
-        )
-        evidence = Evidence(
-            error_type=verdict.error_type,
-            error_message=verdict.error_message,
-            traceback=verdict.traceback,
-            failure=verdict.failure,
-            attempts=verdict.attempts,
-            first_failed_at=iso_from_epoch_ms(first_ms) if first_ms else "",
-            last_failed_at=iso_from_epoch_ms(time.time() * 1000),
-            source_queue=record.event_source_arn or "",
-            envelope=verdict.envelope,
-        )
-        try:
-            dead_letter_id = self._dead_letters.send(record.body, evidence, record.raw_event, delivery.attributes)
-        except Exception as send_error:
-            # The DLQ refused it (permissions, KMS, an outage): the runtime's fault, not the job's. The original
-            # stays on the queue and comes back after a backoff, its failure kept in its key's record.
-            self._runtime_fault("dead_letter_send")
-            self._obs.logger.exception("could not dead-letter the record; it stays on its queue")
-            run = verdict.run
-            if run is not None:
-                failure = Failure(verdict.error_type, verdict.error_message, verdict.failure, verdict.traceback)
-                self._write(
-                    "fail", lambda time_left_s: self._ledger.fail(run, failure, pending=True, time_left_s=time_left_s)
-                )
-            self._change_visibility(record.receipt_handle, self._backoff(max(1, verdict.attempts)))
-            raise RetryLater(send_error) from send_error
-        key_record = verdict.key_record
-        if key_record is not None:
-            self._write(
-                "forget",
-                lambda time_left_s: self._ledger.forget(key_record.record_id, key_record.runs, time_left_s=time_left_s),
-            )
-        self._obs.logger.error(
-            "job dead-lettered",
-            extra={
-                "failure": verdict.failure,
-                "classification": verdict.classification,
-                "reason": verdict.reason,
-                "error_type": evidence.error_type,
-                "error": evidence.error_message[:1024],
-                "attempts": verdict.attempts,
-                "dead_letter_message_id": dead_letter_id,
-            },
-        )
-        self._tally.add(job_name, DEAD_LETTERED, reason=verdict.failure)
-        return Outcome.DEAD_LETTERED
-
-    # --- the runtime's own calls ------------------------------------------------------------------------------------
-
-    def _write(self, what: str, write: Callable[[float], None]) -> None:
-        """One of the runtime's writes to a key's record; a failure is the runtime's fault (alarmed), never the
-        job's, and a write the record refused (another run has taken the key since) changes nothing."""
-        from functions.worker.run_ledger import is_condition_failure
-
-        try:
-            write(self._call_time_s())
-        except Exception as error:
-            if is_condition_failure(error):
-                self._obs.logger.info(f"key record moved on; {what} not written")
-                return
-            self._runtime_fault("idempotency_store")
-            self._obs.logger.exception(f"could not write the key's record ({what})")
-
-    def _refund(self, started: StartedRun, *, held: bool) -> None:
-        self._write("refund", lambda time_left_s: self._ledger.refund(started, held=held, time_left_s=time_left_s))
-
-    def _call_time_s(self, keep_s: float = 0.0) -> float:
-        """How long one of the runtime's own calls may take: what the invocation has left, less `keep_s` (the
-        settle margin, for the write that starts a run) and the time to return its answer."""
-        if self._lambda_context is None:
-            return 60.0
-        return max(0.0, self._remaining_s() - keep_s - ANSWER_RESERVE_S)
-
-    def _remaining_s(self) -> float:
-        assert self._lambda_context is not None
-        return self._lambda_context.get_remaining_time_in_millis() / 1000
-
-    def _backoff(self, attempt: int, classification: Classification | None = None) -> int:
-        from functions.worker.backoff import backoff_delay_s
-        from sqs_jobs.limits import SQS_MAX_VISIBILITY_S
-
-        delay_s = backoff_delay_s(
-            attempt,
-            self._queue.backoff_base_s,
-            self._queue.backoff_cap_s,
-            self._rng,
-            floor_s=classification.retry_after_s if classification else None,
-        )
-        # A visibility timeout counts from now and may not reach past 12 h from this receive.
-        return min(delay_s, SQS_MAX_VISIBILITY_S - self._queue.function_timeout_s)
-
-    def _change_visibility(self, receipt_handle: str, timeout_s: int) -> None:
-        try:
-            self._sqs().change_message_visibility(
-                QueueUrl=self.settings.queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=timeout_s
-            )
-        except Exception:
-            # The message keeps the queue's visibility timeout: retried later than planned, never lost.
-            self._runtime_fault("visibility_change")
-            self._obs.logger.exception("could not change the message's visibility; the queue's timeout applies")
+        return self._settlement.done(envelope, outcome)
 
     # --- what the runtime says ----------------------------------------------------------------------------------
 
@@ -1087,72 +310,6 @@ class Worker:
         self._tally.add(HEARTBEAT_JOB, HEARTBEAT)
         self._obs.logger.info("heartbeat", extra={"lag_s": lag_s})
         return Outcome.HEARTBEAT
-
-    def _runtime_fault(self, reason: str) -> None:
-        """Count a failure of the runtime's own AWS resources: the runtime-faults alarm pages on it."""
-        self._tally.add(RUNTIME_JOB, RUNTIME_FAULT, reason=reason)
-
-    def _result_dropped(self, job: str, reason: str, why: str) -> None:
-        self._tally.add(job, RESULT_DROPPED, reason=reason)
-        self._obs.logger.warning(
-            "the job's result can't be kept in its idempotency record; the run counts as completed without it",
-            extra={"reason": reason, "why": why[:1024]},
-        )
-
-    def _call_after_cut(self, run: JobRun, what: str, outcome: str) -> None:
-        """A run cut at its limit called a downstream (refused) or got a late answer: its effect may have happened
-        after the record was settled, so it is said, with the cut run's own record keys (its thread's)."""
-        self._tally.add(
-            run.job or RUNTIME_JOB,
-            CUT_RUN_CALL,
-            reason=CutRunCallReason.REFUSED if outcome == "refused" else CutRunCallReason.ENDED,
-        )
-        self._obs.logger.warning(
-            "call of a run cut at its time limit: refused" if outcome == "refused" else CUT_RUN_CALL_ENDED_MESSAGE,
-            extra={"call": what, "outcome": outcome, "since_cut_s": _since(run.cut_at)},
-        )
-
-    def _cut_run_ended(self, run: JobRun) -> None:
-        """The thread of a run cut at its limit is done at last (it is never reused). If its code ran to its end
-        untouched (not interrupted, no call after the cut), every side effect it made was made before the cut:
-        its key is recorded completed, unless a later run has started, so the retry the cut scheduled is answered
-        as a duplicate instead of doing it all again."""
-        finished = run.error is None and run.interruptions == 0 and run.calls_after_cut == 0
-        recorded = False
-        if finished and run.attempt:
-            from functions.worker.run_ledger import is_condition_failure
-
-            try:
-                # Its own thread, after the record was settled: it holds no invocation's answer up.
-                self._ledger.complete_after_cut(
-                    idempotency_record_id(run.key), run.attempt, time_left_s=CUT_RUN_WRITE_S
-                )
-                recorded = True
-            except Exception as error:
-                if not is_condition_failure(error):
-                    self._runtime_fault("idempotency_store")
-                    self._obs.logger.exception("could not record a cut run that finished its work as completed")
-        self._obs.logger.info(
-            "run cut at its time limit has ended",
-            extra={
-                "outcome": type(run.error).__name__ if run.error is not None else "returned",
-                "since_cut_s": _since(run.cut_at),
-                "interruptions": run.interruptions,
-                "recorded_completed": recorded,
-            },
-        )
-
-    def _circuit_opened(self, snapshot: Snapshot) -> None:
-        self._tally.add(RUNTIME_JOB, CIRCUIT_OPENED, reason=snapshot.downstream)
-        self._obs.logger.warning(
-            "circuit opened",
-            extra={
-                "downstream": snapshot.downstream,
-                "consecutive_failures": snapshot.consecutive_failures,
-                "open_for_s": snapshot.open_for_s,
-                "last_error": snapshot.last_error,
-            },
-        )
 
 
 def build_worker(settings: WorkerSettings, clients: ClientFactory | None = None) -> Worker:

@@ -205,7 +205,7 @@ def _raised(make: object) -> BaseException:
 
 
 def test_a_refusal_wrapped_by_a_job_is_still_found_unless_the_job_says_from_none() -> None:
-    from functions.worker.runtime import _circuit_refusal
+    from functions.worker.settlement import _circuit_refusal
 
     refusal = CircuitOpenError("open", downstream="https://api.example.com", retry_after_s=1.0, open_for_s=1.0)
 

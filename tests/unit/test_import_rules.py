@@ -1,6 +1,7 @@
 """The stack and the operator's tools read the runtime's names without loading the runtime: `infra/` and
 `jobctl`'s status and console import no Powertools, and functions/worker/names.py imports nothing but the
-standard library."""
+standard library. Inside the worker, calls point one way: the batch (runtime.py) calls a job's run
+(execution.py) and its settling (settlement.py), never the other way round."""
 
 from __future__ import annotations
 
@@ -36,6 +37,54 @@ def test_the_names_module_imports_only_the_standard_library() -> None:
     }
     imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+def _worker_modules_imported_at_run_time(module: str) -> set[str]:
+    """The worker's modules `module` imports, at the top or in a function; those under TYPE_CHECKING aside."""
+    tree = ast.parse((ROOT / "functions" / "worker" / f"{module}.py").read_text())
+    for_type_checking = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+        for statement in block.body
+        for node in ast.walk(statement)
+    }
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in for_type_checking:
+            continue
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module == "functions.worker":
+            imported |= {f"functions.worker.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module or "")
+    return {name.removeprefix("functions.worker.") for name in imported if name.startswith("functions.worker.")}
+
+
+@pytest.mark.parametrize(
+    ("module", "never"),
+    [
+        ("invocation", {"runtime", "execution", "settlement"}),
+        ("execution", {"runtime", "settlement"}),
+        ("settlement", {"runtime", "execution"}),
+    ],
+)
+def test_the_worker_s_parts_are_called_by_the_batch_and_never_call_back(module: str, never: set[str]) -> None:
+    # runtime.py orchestrates a batch and calls execution.py (a job's run) and settlement.py (what becomes of a
+    # record); all three read invocation.py. Settlement names an Execution for type checking only.
+    assert _worker_modules_imported_at_run_time(module) & never == set()
+
+
+def test_the_worker_s_parts_load_without_the_batch() -> None:
+    probe = (
+        "import sys, functions.worker.execution, functions.worker.settlement\n"
+        "print('functions.worker.runtime' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert result.stdout.strip().splitlines()[-1] == "False", result.stdout
 
 
 FRAMEWORK = ("infra", "functions/worker", "jobctl")

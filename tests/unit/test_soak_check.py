@@ -31,8 +31,8 @@ from example.soak import (
 from example.soak_jobs import odd_results
 from functions.jobs import order_update_mail
 from functions.worker.deadletter import ERROR_TYPE, FAILURE
+from functions.worker.execution import CUT_RUN_CALL_ENDED_MESSAGE
 from functions.worker.names import DeadLetterFailure
-from functions.worker.runtime import CUT_RUN_CALL_ENDED_MESSAGE
 from sqs_jobs.catalog import CATALOG
 
 JOBS = [

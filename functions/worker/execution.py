@@ -1,0 +1,333 @@
+"""Executing a job: one record's run of its job, under its time limit and Powertools idempotency.
+
+The idempotency layer runs in the record's thread, keyed on the business key, the key's runs counted in its record
+(functions/worker/run_ledger.py); only the job's code runs in a job thread, cut at its time limit and fenced after
+(functions/worker/time_limit.py); its downstream calls pass the circuit breakers (functions/worker/downstream.py).
+A twin that holds the key is waited for briefly. A run ends in an outcome (succeeded, or a duplicate answered from
+the key's record) or in the error that stopped it; what that means for the record is settlement.py's to decide.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
+from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
+
+from functions.worker.breaker import Breakers, Snapshot
+from functions.worker.clients import ClientFactory
+from functions.worker.errors import JobInProgressError
+from functions.worker.invocation import Delivery, Invocation, Outcome
+from functions.worker.jobs import JobContext, JobResult, LoadedJob
+from functions.worker.names import (
+    CIRCUIT_OPENED,
+    CUT_RUN_CALL,
+    RESULT_DROPPED,
+    RUNTIME_JOB,
+    CutRunCallReason,
+)
+from functions.worker.observability import BatchTally, Observability
+from functions.worker.provenance import HELD_SINCE, PRIOR_ATTEMPTS, MessageAttributes
+from functions.worker.run_ledger import RunLedger
+from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, WorkerSettings, idempotency_record_id
+from functions.worker.time_limit import JobRun, JobRunner
+from sqs_jobs.envelope import Envelope
+from sqs_jobs.limits import SETTLE_MARGIN_S
+
+# Modules only a job's HTTP call or secret needs are imported there, on first use, not at cold start
+# (docs/benchmarks.md, (a)).
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from functions.worker.http import HttpClient
+    from functions.worker.secrets import SecretCache
+
+# The idempotency payload is {"key": "<business key>"}; Powertools hashes the value under this path.
+_KEY_PATH = "key"
+# How long a record waits for a twin holding its key before it is handed back, and how often it looks.
+IN_PROGRESS_PATIENCE_S = 2.0
+IN_PROGRESS_POLL_S = 0.2
+# How long the write that records a cut run which finished its work may take (in that run's own thread).
+CUT_RUN_WRITE_S = 10.0
+# Logged when a call a run had in flight at its cut is answered after it: its effect may have happened (what a
+# timeout can't take back), and the run's retry relies on the job's key.
+CUT_RUN_CALL_ENDED_MESSAGE = (
+    "call of a run cut at its time limit ended after the cut; the retry relies on the job's key"
+)
+
+
+class _NoTimeLeft(Exception):
+    """The run's start write took so long that the invocation can no longer serve the job's limit."""
+
+
+@dataclass
+class Execution:
+    """One run of a job, as the idempotency layer calls it; `ran` tells a fresh run from a replayed result."""
+
+    job: LoadedJob
+    context_for: Callable[[int], JobContext]
+    limit_s: float
+    runner: JobRunner
+    breakers: Breakers
+    ledger: RunLedger
+    # The invocation's remaining seconds, and what a result that can't be kept says.
+    remaining_s: Callable[[], float]
+    on_result_dropped: Callable[[str, str], None]
+    # The record's log keys, for the job's own thread.
+    log_keys: Mapping[str, Any]
+    on_call_after_cut: Callable[[JobRun, str, str], None]
+    ran: bool = False
+    completed: bool = False
+    # The run's start left the job too little time: it was given back before the job's code started.
+    out_of_time: bool = False
+    run: JobRun | None = None
+
+    def __call__(self) -> JobResult:
+        started = self.ledger.started()
+        number = started.number if started is not None else 1
+        if self.remaining_s() < self.limit_s + SETTLE_MARGIN_S:
+            self.out_of_time = True
+            raise _NoTimeLeft(f"{self.remaining_s():.3f}s left after the run's start; it needs {self.limit_s:g}s")
+        self.ran = True
+        context = self.context_for(number)
+        logger = context.logger
+        logger.thread_safe_append_keys(attempt=number)
+        log_keys = {**self.log_keys, "attempt": number}
+        self.run = JobRun(
+            key=context.key,
+            job=self.job.spec.name,
+            attempt=number,
+            limit_s=self.limit_s,
+            target=self.job.run,
+            args=(context.envelope, context),
+            breakers=self.breakers,
+            on_call_after_cut=self.on_call_after_cut,
+            on_start=lambda: logger.thread_safe_append_keys(**log_keys),
+            on_end=logger.thread_safe_clear_keys,
+        )
+        result = self.runner.run(self.run)
+        self.completed = True
+        from functions.worker.results import NOT_JSON, ResultNotStorableError, storable
+
+        try:
+            return storable(result)
+        except ResultNotStorableError as error:
+            self.on_result_dropped(error.reason, str(error))
+        except Exception as error:  # a result whose own code raises while it is read: still the job's output
+            self.on_result_dropped(NOT_JSON, f"reading the result raised {type(error).__name__}: {error}")
+        return None
+
+    def elapsed_ms(self) -> float | None:
+        """How long the job's code ran; None if it never started."""
+        return self.run.elapsed_ms() if self.run is not None and self.run.started else None
+
+
+def _run_execution(*, idempotency: Mapping[str, str], execution: Execution) -> JobResult:
+    return execution()
+
+
+def _number(attributes: MessageAttributes, name: str) -> float | None:
+    """A number the runtime's own bookkeeping carries (a previous runtime's copies), if it is one."""
+    try:
+        value = float(attributes.bookkeeping.get(name, ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _since(moment: float | None) -> float | None:
+    return round(time.monotonic() - moment, 3) if moment is not None else None
+
+
+class JobExecutor:
+    """Runs a worker's jobs: builds each run's context and holds what the runs share (their job threads, the
+    circuit breakers, the HTTP client, the secrets)."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        clients: ClientFactory,
+        observability: Observability,
+        tally: BatchTally,
+        ledger: RunLedger,
+        invocation: Invocation,
+        http_client: HttpClient | None = None,
+    ) -> None:
+        self._settings = settings
+        self._queue = settings.queue
+        self._clients = clients
+        self._obs = observability
+        self._tally = tally
+        self._ledger = ledger
+        self._invocation = invocation
+        self._http = http_client
+        self._http_lock = threading.Lock()
+        self.runner = JobRunner(on_cut_run_end=self._cut_run_ended)
+        self.breakers = Breakers(self._queue.circuit_breaker, on_open=self._circuit_opened)
+        self._idempotency_config = IdempotencyConfig(
+            event_key_jmespath=_KEY_PATH,
+            raise_on_no_idempotency_key=True,
+            expires_after_seconds=self._queue.idempotency_expiry_s,
+        )
+        self._run_once = idempotent_function(
+            _run_execution,
+            data_keyword_argument="idempotency",
+            persistence_store=ledger,
+            config=self._idempotency_config,
+            key_prefix=IDEMPOTENCY_KEY_PREFIX,
+        )
+
+    def begin(self, context: LambdaContext) -> None:
+        """An invocation starts: an in-progress record of a run that crashes in it expires with it."""
+        self._idempotency_config.register_lambda_context(context)
+
+    @cached_property
+    def _secrets(self) -> SecretCache:
+        """The worker's secret values, read through the jobs' own client: a read is part of the job's run (its
+        time limit and the service's breaker apply)."""
+        from functions.worker.secrets import SecretCache
+
+        return SecretCache(self._clients)
+
+    def _http_client(self) -> HttpClient:
+        """The worker's one HTTP client (one pool), built on a job's first request: most jobs make none."""
+        with self._http_lock:
+            if self._http is None:
+                from functions.worker.http import HttpClient
+
+                self._http = HttpClient(connections_per_host=self._queue.records_in_parallel)
+            return self._http
+
+    def prepare(self, job: LoadedJob, envelope: Envelope, delivery: Delivery, key: str, limit_s: float) -> Execution:
+        """The record's run of its job, its key's record made ready to count it."""
+        self._obs.logger.thread_safe_append_keys(idempotency_key=key)
+        lambda_context = self._invocation.context
+        assert lambda_context is not None
+
+        def context_for(attempt: int) -> JobContext:
+            return JobContext(
+                envelope=envelope,
+                key=key,
+                attempt=attempt,
+                message_id=delivery.record.message_id,
+                resources=self._settings.resources,
+                clients=self._clients,
+                logger=self._obs.logger,
+                lambda_context=lambda_context,
+                http_client_provider=self._http_client,
+                secrets=self._secrets,
+            )
+
+        execution = Execution(
+            job=job,
+            context_for=context_for,
+            limit_s=limit_s,
+            runner=self.runner,
+            breakers=self.breakers,
+            ledger=self._ledger,
+            remaining_s=self._invocation.remaining_s,
+            on_result_dropped=lambda reason, why: self._result_dropped(envelope.job, reason, why),
+            # The job's thread logs with the record's keys too.
+            log_keys=self._obs.logger.thread_safe_get_current_keys(),
+            on_call_after_cut=self._call_after_cut,
+        )
+        # A copy a previous runtime handed back carries the runs its ancestors used, and since when open breakers
+        # held it; the ledger takes them over when it has no count of its own for the key.
+        # The run's start and completion writes may take what the invocation has left less the settle margin; a
+        # start that leaves the job too little time gives the run back (`_NoTimeLeft`).
+        self._ledger.prepare(
+            max_runs=self._queue.max_attempts,
+            time_left=lambda: self._invocation.call_time_s(SETTLE_MARGIN_S if not execution.completed else 0.0),
+            seed_runs=int(_number(delivery.attributes, PRIOR_ATTEMPTS) or 0),
+            seed_held_since=_number(delivery.attributes, HELD_SINCE),
+            first_delivery=delivery.receives == 1,
+        )
+        return execution
+
+    def run(self, execution: Execution, key: str) -> Outcome:
+        """Run it, or answer it from the key's record; raises what stopped it."""
+        # A twin delivered at the same moment usually finishes in milliseconds: wait briefly for its result
+        # before handing this one back.
+        patience_ends = time.monotonic() + IN_PROGRESS_PATIENCE_S
+        while True:
+            try:
+                # The idempotency layer runs here, in the record's thread; only the job's code runs in the job
+                # thread, so a run that is cut can never write the store (functions/worker/time_limit.py).
+                self._run_once(idempotency={_KEY_PATH: key}, execution=execution)
+                return Outcome.SUCCEEDED if execution.ran else Outcome.DUPLICATE
+            except IdempotencyAlreadyInProgressError as error:
+                time_left = self._invocation.remaining_s() > execution.limit_s + SETTLE_MARGIN_S + IN_PROGRESS_POLL_S
+                if time.monotonic() >= patience_ends or not time_left:
+                    raise JobInProgressError(f"job key {key!r} is being run by another worker") from error
+
+                time.sleep(IN_PROGRESS_POLL_S)
+
+    # --- what a run says ----------------------------------------------------------------------------------------
+
+    def _result_dropped(self, job: str, reason: str, why: str) -> None:
+        self._tally.add(job, RESULT_DROPPED, reason=reason)
+        self._obs.logger.warning(
+            "the job's result can't be kept in its idempotency record; the run counts as completed without it",
+            extra={"reason": reason, "why": why[:1024]},
+        )
+
+    def _call_after_cut(self, run: JobRun, what: str, outcome: str) -> None:
+        """A run cut at its limit called a downstream (refused) or got a late answer: its effect may have happened
+        after the record was settled, so it is said, with the cut run's own record keys (its thread's)."""
+        self._tally.add(
+            run.job or RUNTIME_JOB,
+            CUT_RUN_CALL,
+            reason=CutRunCallReason.REFUSED if outcome == "refused" else CutRunCallReason.ENDED,
+        )
+        self._obs.logger.warning(
+            "call of a run cut at its time limit: refused" if outcome == "refused" else CUT_RUN_CALL_ENDED_MESSAGE,
+            extra={"call": what, "outcome": outcome, "since_cut_s": _since(run.cut_at)},
+        )
+
+    def _cut_run_ended(self, run: JobRun) -> None:
+        """The thread of a run cut at its limit is done at last (it is never reused). If its code ran to its end
+        untouched (not interrupted, no call after the cut), every side effect it made was made before the cut:
+        its key is recorded completed, unless a later run has started, so the retry the cut scheduled is answered
+        as a duplicate instead of doing it all again."""
+        finished = run.error is None and run.interruptions == 0 and run.calls_after_cut == 0
+        recorded = False
+        if finished and run.attempt:
+            from functions.worker.run_ledger import is_condition_failure
+
+            try:
+                # Its own thread, after the record was settled: it holds no invocation's answer up.
+                self._ledger.complete_after_cut(
+                    idempotency_record_id(run.key), run.attempt, time_left_s=CUT_RUN_WRITE_S
+                )
+                recorded = True
+            except Exception as error:
+                if not is_condition_failure(error):
+                    self._tally.runtime_fault("idempotency_store")
+                    self._obs.logger.exception("could not record a cut run that finished its work as completed")
+        self._obs.logger.info(
+            "run cut at its time limit has ended",
+            extra={
+                "outcome": type(run.error).__name__ if run.error is not None else "returned",
+                "since_cut_s": _since(run.cut_at),
+                "interruptions": run.interruptions,
+                "recorded_completed": recorded,
+            },
+        )
+
+    def _circuit_opened(self, snapshot: Snapshot) -> None:
+        self._tally.add(RUNTIME_JOB, CIRCUIT_OPENED, reason=snapshot.downstream)
+        self._obs.logger.warning(
+            "circuit opened",
+            extra={
+                "downstream": snapshot.downstream,
+                "consecutive_failures": snapshot.consecutive_failures,
+                "open_for_s": snapshot.open_for_s,
+                "last_error": snapshot.last_error,
+            },
+        )

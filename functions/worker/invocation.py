@@ -1,0 +1,56 @@
+"""What the worker's parts share about the invocation they serve: its clock, how each record was delivered, and
+what a record came to. The batch (functions/worker/runtime.py), a job's run (execution.py) and its settling
+(settlement.py) all read these; this module imports none of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from functions.worker.provenance import MessageAttributes
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+# Kept back from the invocation's remaining time when the runtime's own calls are given their time: the
+# invocation must still return its answer after them.
+ANSWER_RESERVE_S = 0.25
+
+
+class Outcome(Enum):
+    SUCCEEDED = "succeeded"
+    DUPLICATE = "duplicate"
+    DEAD_LETTERED = "dead_lettered"
+    DEFERRED = "deferred"
+    HEARTBEAT = "heartbeat"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One record as the runtime reads it: its attributes split by sender, and how often SQS has delivered it."""
+
+    record: SQSRecord
+    attributes: MessageAttributes
+    receives: int
+
+
+class Invocation:
+    """The invocation being served, set by the worker as each one starts: the time its records and the runtime's
+    own calls may take."""
+
+    def __init__(self) -> None:
+        self.context: LambdaContext | None = None
+
+    def remaining_s(self) -> float:
+        assert self.context is not None
+        return self.context.get_remaining_time_in_millis() / 1000
+
+    def call_time_s(self, keep_s: float = 0.0) -> float:
+        """How long one of the runtime's own calls may take: what the invocation has left, less `keep_s` (the
+        settle margin, for the write that starts a run) and the time to return its answer."""
+        if self.context is None:
+            return 60.0
+        return max(0.0, self.remaining_s() - keep_s - ANSWER_RESERVE_S)

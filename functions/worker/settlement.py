@@ -1,0 +1,641 @@
+"""Settling a record: what a run came to, or why a record could not run, turned into a verdict, and the verdict
+carried out. Deciding never touches the message; carrying out does:
+
+- success or duplicate -> acknowledged;
+- a call refused by an open breaker -> handed back until the breaker may let a probe through, its run given back
+  (for up to max_hold_s);
+- permanent failure, or a failure of the key's last allowed run -> dead-lettered with evidence, then acknowledged;
+- transient failure -> back to the queue after a backoff.
+Back to the queue means the message itself, visible again after the delay and reported as a batch item failure
+(`RetryLater`; a receive is spent, a run is not: runs are the ledger's). On the message's last allowed receive
+(`QueueSpec.receive_limit`) it can't go back, or SQS's redrive would move it without evidence: on a standard queue
+a fresh copy goes back instead; on a FIFO queue, where a copy would break the group's order, it is dead-lettered
+with its evidence. See docs/failure-semantics.md.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyKeyError as PowertoolsIdempotencyKeyError,
+)
+from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyPersistenceLayerError
+
+from functions.worker.errors import (
+    CircuitOpenError,
+    EnvelopeError,
+    IdempotencyKeyError,
+    JobInProgressError,
+    ReceivesExhaustedError,
+    RunNeverReportedError,
+    RuntimeInfrastructureError,
+    TimeLimitUnservableError,
+)
+from functions.worker.invocation import Delivery, Invocation, Outcome
+from functions.worker.jobs import LoadedJob
+from functions.worker.names import (
+    DEAD_LETTERED,
+    DEFERRED,
+    DUPLICATE,
+    FAILED,
+    RETRIED,
+    RETRY_ATTEMPT,
+    SUCCEEDED,
+    UNPARSEABLE_JOB,
+    DeadLetterFailure,
+    DeferReason,
+)
+from functions.worker.observability import BatchTally, Observability
+from functions.worker.run_ledger import Failure, LedgerEntry, RunLedger, RunsExhaustedError, StartedRun
+from functions.worker.settings import WorkerSettings, idempotency_record_id
+from sqs_jobs.envelope import Envelope
+from sqs_jobs.limits import SQS_MAX_DELAY_S
+
+# Modules only a failure or a hand-back needs are imported there, on first use, not at cold start
+# (docs/benchmarks.md, (a)).
+if TYPE_CHECKING:
+    from functions.worker.classify import Classification
+    from functions.worker.deadletter import DeadLetterQueue
+    from functions.worker.execution import Execution
+
+# Errors the runtime raises about a record: classified by the runtime's rules alone, never the job's overrides.
+_RUNTIME_ERRORS = (
+    CircuitOpenError,
+    EnvelopeError,
+    IdempotencyKeyError,
+    JobInProgressError,
+    ReceivesExhaustedError,
+    RunNeverReportedError,
+    RuntimeInfrastructureError,
+    TimeLimitUnservableError,
+)
+
+
+class RetryLater(Exception):
+    """Raised to the batch processor so it reports the record as a batch item failure; SQS redelivers it."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = cause
+
+
+# --- verdicts: what happens to a record, decided before anything is done to it ----------------------------------
+
+
+@dataclass(frozen=True)
+class Done:
+    """Acknowledged as it is."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """The key's run record to delete once the message is in the DLQ (a redrive then starts the count afresh):
+    only as the runtime last wrote it (`runs`), or, with runs None, unless a run holds it."""
+
+    record_id: str
+    runs: int | None
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """To the DLQ with this evidence, then acknowledged."""
+
+    error_type: str
+    error_message: str
+    traceback: str
+    failure: str
+    classification: str
+    reason: str
+    attempts: int
+    envelope: Envelope | None
+    first_failed_at: float | None = None
+    key_record: KeyRecord | None = None
+    # The run this dead letter ends, not yet written: if the DLQ refuses it, its failure is written as pending.
+    run: StartedRun | None = None
+
+
+@dataclass(frozen=True)
+class Back:
+    """Back to the queue, due in `delay_s`: after a failed run (`reason` "retry") or handed back unrun."""
+
+    delay_s: int
+    reason: str
+    cause: BaseException
+    envelope: Envelope | None
+    attempts: int
+    first_failed_at: float | None = None
+    key_record: KeyRecord | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+Verdict = Done | DeadLetter | Back
+
+
+def _circuit_refusal(error: BaseException) -> CircuitOpenError | None:
+    """The breaker's refusal behind a failed run, if any: a job that wrapped it (raise ... from, or raising in its
+    except block) still failed only because the call was refused. `raise ... from None` says otherwise (e.g. an
+    API whose 403 is about the entity, not the credentials): the chain stops there."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, CircuitOpenError):
+            return current
+        seen.add(id(current))
+        if current.__cause__ is not None:
+            current = current.__cause__
+        else:
+            current = None if current.__suppress_context__ else current.__context__
+    return None
+
+
+def _traceback(error: BaseException) -> str:
+    return "".join(traceback.format_exception(error))
+
+
+class Settlement:
+    """Decides what becomes of a worker's records and carries it out: acknowledged, back to the queue, or
+    dead-lettered with evidence."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        jobs: Mapping[str, LoadedJob],
+        observability: Observability,
+        tally: BatchTally,
+        ledger: RunLedger,
+        invocation: Invocation,
+        rng: random.Random,
+        sqs: Callable[[], Any],
+        dead_letters: Callable[[], DeadLetterQueue],
+    ) -> None:
+        self._settings = settings
+        self._queue = settings.queue
+        self._jobs = jobs
+        self._obs = observability
+        self._tally = tally
+        self._ledger = ledger
+        self._invocation = invocation
+        self._rng = rng
+        # The SQS client for one of the runtime's own calls, and the dead-letter queue, built on first use.
+        self._sqs = sqs
+        self._dead_letters = dead_letters
+
+    # --- verdicts -------------------------------------------------------------------------------------------------
+
+    def done(self, envelope: Envelope, outcome: Outcome) -> Done:
+        """A run that succeeded, or a duplicate answered from its key's record: acknowledged."""
+        self._tally.add(envelope.job, SUCCEEDED if outcome is Outcome.SUCCEEDED else DUPLICATE)
+        self._obs.logger.info("job done" if outcome is Outcome.SUCCEEDED else "duplicate skipped")
+        return Done(outcome)
+
+    def after_error(
+        self,
+        job: LoadedJob,
+        envelope: Envelope,
+        delivery: Delivery,
+        key: str,
+        execution: Execution,
+        error: Exception,
+    ) -> Verdict:
+        """What a run attempt that raised leads to: the job's failure, or one of the runtime's own answers."""
+        from functions.worker.classify import classify
+
+        if isinstance(error, JobInProgressError):
+            # Another run holds the key (a crashed one holds it until its invocation's deadline at the latest).
+            return self.hand_back(
+                delivery,
+                envelope,
+                self.backoff(delivery.receives),
+                DeferReason.IN_PROGRESS,
+                error,
+                {"error": str(error)},
+            )
+        if isinstance(error, PowertoolsIdempotencyKeyError):
+            bad_key = IdempotencyKeyError(str(error))
+            return self.dead_letter_of(
+                delivery, envelope, bad_key, DeadLetterFailure.PERMANENT, classify(bad_key).reason
+            )
+        if isinstance(error, IdempotencyPersistenceLayerError):
+            cause = error.__cause__
+            if isinstance(cause, RunsExhaustedError):
+                return self._dead_letter_exhausted(delivery, envelope, cause.entry)
+            if execution.completed:
+                return self._completed_unrecorded(envelope, key, error)
+            # The idempotency table failed the runtime (permissions, throttling, an outage), not the job.
+            self._tally.runtime_fault("idempotency_store")
+            self._obs.logger.exception("idempotency store failed before the run; handed back")
+            fault = RuntimeInfrastructureError(f"idempotency store: {error}")
+            return self.hand_back(
+                delivery,
+                envelope,
+                self.backoff(delivery.receives),
+                DeferReason.RUNTIME_FAULT,
+                fault,
+                {"error": str(fault)},
+            )
+        started = self._ledger.started()
+        if started is None:  # nothing started a run: the runtime's own fault
+            raise error
+        if execution.out_of_time:  # the run's start left the job too little time: given back before it began
+            self._refund(started, held=False)
+            details = {"remaining_s": round(self._invocation.remaining_s(), 3), "time_limit_s": execution.limit_s}
+            return self.hand_back(
+                delivery,
+                envelope,
+                0,
+                DeferReason.NO_TIME,
+                error,
+                details,
+                key_record=self._record_of(started, refunded=True),
+            )
+        return self._failed_run(job, envelope, delivery, started, error)
+
+    def _failed_run(
+        self, job: LoadedJob, envelope: Envelope, delivery: Delivery, started: StartedRun, error: Exception
+    ) -> Verdict:
+        from functions.worker.classify import Kind, classify
+
+        if isinstance(error, _RUNTIME_ERRORS):
+            classification = classify(error)  # the job's overrides are for the job's own errors
+        else:
+            classification = classify(error, job.permanent_errors, job.transient_errors)
+        refusal = _circuit_refusal(error)
+        if refusal is not None:
+            held = self._hold(delivery, envelope, started, refusal)
+            if held is not None:
+                return held
+            # Held for max_hold_s already: from now on a refusal is a failed run like any other.
+        attempt = started.number
+        first_failed_at = started.before.first_failed_at or time.time()
+        self._tally.add(envelope.job, FAILED)  # every failed run, whatever happens next
+        if classification.kind is Kind.PERMANENT or attempt >= self._queue.max_attempts:
+            failure = (
+                DeadLetterFailure.PERMANENT
+                if classification.kind is Kind.PERMANENT
+                else DeadLetterFailure.RETRIES_EXHAUSTED
+            )
+            return DeadLetter(
+                error_type=type(error).__name__,
+                error_message=str(error),
+                traceback=_traceback(error),
+                failure=failure,
+                classification=classification.kind.value,
+                reason=classification.reason,
+                attempts=attempt,
+                envelope=envelope,
+                first_failed_at=first_failed_at,
+                key_record=KeyRecord(started.before.record_id, attempt),
+                run=started,
+            )
+        self._write(
+            "fail",
+            lambda time_left_s: self._ledger.fail(
+                started,
+                Failure(type(error).__name__, str(error), classification.kind.value),
+                time_left_s=time_left_s,
+            ),
+        )
+        delay_s = self.backoff(attempt, classification)
+        self._obs.logger.warning(
+            "job failed; retrying after backoff",
+            extra={
+                "classification": classification.kind.value,
+                "reason": classification.reason,
+                "error_type": type(error).__name__,
+                "error": str(error)[:1024],
+                "next_delay_s": delay_s,
+                "attempts_left": self._queue.max_attempts - attempt,
+            },
+        )
+        self._tally.add(envelope.job, RETRIED)
+        self._tally.sample(envelope.job, RETRY_ATTEMPT, attempt)
+        return Back(
+            delay_s=delay_s,
+            reason="retry",
+            cause=error,
+            envelope=envelope,
+            attempts=attempt,
+            first_failed_at=first_failed_at,
+            key_record=KeyRecord(started.before.record_id, attempt),
+        )
+
+    def _hold(
+        self, delivery: Delivery, envelope: Envelope, started: StartedRun, refusal: CircuitOpenError
+    ) -> Back | None:
+        """A call the job needed was refused by an open breaker: give the run back and hand the record back until
+        the breaker may let a probe through; None once the key has been held for max_hold_s."""
+        from functions.worker.breaker import hold_delay_s
+
+        now = time.time()
+        held_since = min(now, started.held_since or now)
+        held_s = now - held_since
+        if held_s >= self._queue.circuit_breaker.max_hold_s:
+            return None
+        self._refund(started, held=True)
+        details = {"downstream": refusal.downstream, "held_s": round(held_s, 3)}
+        return self.hand_back(
+            delivery,
+            envelope,
+            hold_delay_s(refusal, self._rng),
+            DeferReason.CIRCUIT_OPEN,
+            refusal,
+            details,
+            key_record=self._record_of(started, refunded=True),
+        )
+
+    def hand_back(
+        self,
+        delivery: Delivery,
+        envelope: Envelope | None,
+        delay_s: int,
+        reason: str,
+        cause: BaseException,
+        details: Mapping[str, Any] | None = None,
+        key_record: KeyRecord | None = None,
+    ) -> Back:
+        """Return a record that was not run (or whose run was given back) to its queue, due in `delay_s`."""
+        self._tally.add(envelope.job if envelope else UNPARSEABLE_JOB, DEFERRED, reason=reason)
+        return Back(
+            delay_s=delay_s,
+            reason=reason,
+            cause=cause,
+            envelope=envelope,
+            attempts=(key_record.runs or 0) if key_record else 0,
+            key_record=key_record,
+            details=details or {},
+        )
+
+    def dead_letter_of(
+        self, delivery: Delivery, envelope: Envelope | None, error: BaseException, failure: str, reason: str = ""
+    ) -> DeadLetter:
+        """A record that ran no job this delivery (a bad envelope, an unservable limit, a bad key, its last
+        receive spent), dead-lettered with `error` as its evidence."""
+        if failure is DeadLetterFailure.PERMANENT:  # the record itself failed (not merely its receives)
+            self._tally.add(envelope.job if envelope else UNPARSEABLE_JOB, FAILED)
+        record_id = None
+        if envelope is not None and envelope.job in self._jobs:
+            try:
+                record_id = idempotency_record_id(self._jobs[envelope.job].idempotency_key(envelope))
+            except Exception:
+                record_id = None
+        return DeadLetter(
+            error_type=type(error).__name__,
+            error_message=str(error),
+            traceback=_traceback(error),
+            failure=failure,
+            classification="permanent" if failure is DeadLetterFailure.PERMANENT else "transient",
+            reason=reason or type(error).__name__,
+            attempts=1,
+            envelope=envelope,
+            key_record=KeyRecord(record_id, None) if record_id else None,
+        )
+
+    def _dead_letter_exhausted(self, delivery: Delivery, envelope: Envelope, entry: LedgerEntry) -> DeadLetter:
+        """The key may run no more: its last allowed run never reported back, or its dead-lettering was pending
+        (the DLQ refused it before). Dead-lettered from its record's evidence, without a run."""
+        if entry.pending_dead_letter or not entry.never_reported:
+            error_type = entry.last_error_type or RunNeverReportedError.__name__
+            message = entry.last_error or "(no message)"
+            trace = entry.last_traceback or "(the run's traceback is in the worker's log of that run)"
+            failure = (
+                DeadLetterFailure.PERMANENT
+                if entry.pending_dead_letter == DeadLetterFailure.PERMANENT
+                else DeadLetterFailure.RETRIES_EXHAUSTED
+            )
+        else:
+            error_type = RunNeverReportedError.__name__
+            message = (
+                f"run {entry.runs} of {self._queue.max_attempts} started and never reported back: the worker "
+                "crashed, ran out of memory or hit the function timeout (the worker's log of that run says which)"
+            )
+            trace = "(none: the run never ended)"
+            failure = DeadLetterFailure.RETRIES_EXHAUSTED
+        self._tally.add(envelope.job, FAILED)
+        return DeadLetter(
+            error_type=error_type,
+            error_message=message,
+            traceback=trace,
+            failure=failure,
+            classification="permanent" if failure is DeadLetterFailure.PERMANENT else "transient",
+            reason="runs_exhausted",
+            attempts=entry.runs,
+            envelope=envelope,
+            first_failed_at=entry.first_failed_at,
+            key_record=KeyRecord(entry.record_id, entry.runs),
+        )
+
+    def _completed_unrecorded(self, envelope: Envelope, key: str, error: Exception) -> Verdict:
+        """The job ran and returned, and the write that marks it completed failed: its side effect is done, so the
+        record is acknowledged, never run again for this message. The completion is tried once more, without the
+        result, in the time left."""
+        started = self._ledger.started()
+        if started is not None:
+            from functions.worker.run_ledger import is_condition_failure
+
+            try:
+                self._ledger.complete(started, time_left_s=self._invocation.call_time_s())
+            except Exception as retry_error:
+                if is_condition_failure(retry_error):  # the first write landed after all, or a newer run took over
+                    return self._done_without_result(envelope)
+                self._obs.logger.exception("second try of the completion write failed")
+            else:
+                self._obs.logger.warning(
+                    "job done; its completion was written on a second try, without its result",
+                    extra={"error": str(error)[:1024]},
+                )
+                return self._done_without_result(envelope)
+        self._tally.runtime_fault("idempotency_store")
+        self._obs.logger.error(
+            "job done, but its completion could not be written to the idempotency store: acknowledged; a duplicate "
+            "message of this key may run it again once the key's in-progress record expires",
+            extra={"error": str(error)[:1024], "error_type": type(error.__cause__ or error).__name__},
+        )
+        return self._done_without_result(envelope)
+
+    def _done_without_result(self, envelope: Envelope) -> Verdict:
+        self._tally.add(envelope.job, SUCCEEDED)
+        return Done(Outcome.SUCCEEDED)
+
+    def _record_of(self, started: StartedRun, *, refunded: bool) -> KeyRecord:
+        return KeyRecord(started.before.record_id, started.number - 1 if refunded else started.number)
+
+    # --- carrying verdicts out ------------------------------------------------------------------------------------
+
+    def carry_out(self, delivery: Delivery, verdict: Verdict) -> Outcome:
+        if isinstance(verdict, Done):
+            return verdict.outcome
+        if isinstance(verdict, DeadLetter):
+            return self.send_dead_letter(delivery, verdict)
+        if delivery.receives >= self._queue.receive_limit:
+            return self._last_receive(delivery, verdict)
+        self.change_visibility(delivery.record.receipt_handle, verdict.delay_s)
+        if verdict.reason != "retry":
+            self._obs.logger.info(
+                "handed back unrun; visible again later",
+                extra={**verdict.details, "reason": verdict.reason, "next_delay_s": verdict.delay_s},
+            )
+        raise RetryLater(verdict.cause)
+
+    def _last_receive(self, delivery: Delivery, verdict: Back) -> Outcome:
+        """The message may be received no more: one more receive and SQS's redrive policy moves it to the DLQ
+        without evidence. A standard queue takes a fresh copy (its receive count starts again; its runs are the
+        ledger's); a FIFO queue can't without breaking its group's order, so it is dead-lettered here."""
+        record = delivery.record
+        if not self._queue.fifo:
+            from functions.worker.deadletter import CopyTooLargeError
+
+            try:
+                self._dead_letters().requeue(
+                    self._settings.queue_url,
+                    record.body,
+                    delivery.attributes,
+                    delay_s=min(SQS_MAX_DELAY_S, verdict.delay_s),
+                )
+            except CopyTooLargeError:
+                # Only a producer that named its attributes `jobs.*` gets a copy bigger than its message: it keeps
+                # the message itself, and SQS's redrive moves it on its next receive.
+                self._obs.logger.warning("a fresh copy would not fit its queue; the message itself goes back")
+                self.change_visibility(record.receipt_handle, verdict.delay_s)
+                raise RetryLater(verdict.cause) from None
+            except Exception:
+                self._tally.runtime_fault("requeue")
+                self._obs.logger.exception("could not send a fresh copy on the last receive; SQS may move it bare")
+                self.change_visibility(record.receipt_handle, verdict.delay_s)
+                raise RetryLater(verdict.cause) from None
+            self._obs.logger.info(
+                "back as a fresh copy: the message's last allowed receive",
+                extra={**verdict.details, "reason": verdict.reason, "next_delay_s": verdict.delay_s},
+            )
+            return Outcome.DEFERRED
+        cause = verdict.cause
+        if verdict.reason == "retry":
+            error_type, message, trace = type(cause).__name__, str(cause), _traceback(cause)
+        else:
+            exhausted = ReceivesExhaustedError(
+                f"received {delivery.receives} times, the queue's limit, and handed back again ({verdict.reason}): "
+                f"{type(cause).__name__}: {cause}"
+            )
+            error_type, message, trace = type(exhausted).__name__, str(exhausted), _traceback(cause)
+        return self.send_dead_letter(
+            delivery,
+            DeadLetter(
+                error_type=error_type,
+                error_message=message,
+                traceback=trace,
+                failure="receives_exhausted",
+                classification="transient",
+                reason=verdict.reason,
+                attempts=max(1, verdict.attempts),
+                envelope=verdict.envelope,
+                first_failed_at=verdict.first_failed_at,
+                key_record=verdict.key_record,
+            ),
+        )
+
+    def send_dead_letter(self, delivery: Delivery, verdict: DeadLetter) -> Outcome:
+        from functions.worker.deadletter import Evidence, iso_from_epoch_ms
+
+        record = delivery.record
+        job_name = verdict.envelope.job if verdict.envelope else UNPARSEABLE_JOB
+        first_ms = (
+            verdict.first_failed_at * 1000
+            if verdict.first_failed_at
+            else int(record.attributes.approximate_first_receive_timestamp or 0)
+        )
+        evidence = Evidence(
+            error_type=verdict.error_type,
+            error_message=verdict.error_message,
+            traceback=verdict.traceback,
+            failure=verdict.failure,
+            attempts=verdict.attempts,
+            first_failed_at=iso_from_epoch_ms(first_ms) if first_ms else "",
+            last_failed_at=iso_from_epoch_ms(time.time() * 1000),
+            source_queue=record.event_source_arn or "",
+            envelope=verdict.envelope,
+        )
+        try:
+            dead_letter_id = self._dead_letters().send(record.body, evidence, record.raw_event, delivery.attributes)
+        except Exception as send_error:
+            # The DLQ refused it (permissions, KMS, an outage): the runtime's fault, not the job's. The original
+            # stays on the queue and comes back after a backoff, its failure kept in its key's record.
+            self._tally.runtime_fault("dead_letter_send")
+            self._obs.logger.exception("could not dead-letter the record; it stays on its queue")
+            run = verdict.run
+            if run is not None:
+                failure = Failure(verdict.error_type, verdict.error_message, verdict.failure, verdict.traceback)
+                self._write(
+                    "fail", lambda time_left_s: self._ledger.fail(run, failure, pending=True, time_left_s=time_left_s)
+                )
+            self.change_visibility(record.receipt_handle, self.backoff(max(1, verdict.attempts)))
+            raise RetryLater(send_error) from send_error
+        key_record = verdict.key_record
+        if key_record is not None:
+            self._write(
+                "forget",
+                lambda time_left_s: self._ledger.forget(key_record.record_id, key_record.runs, time_left_s=time_left_s),
+            )
+        self._obs.logger.error(
+            "job dead-lettered",
+            extra={
+                "failure": verdict.failure,
+                "classification": verdict.classification,
+                "reason": verdict.reason,
+                "error_type": evidence.error_type,
+                "error": evidence.error_message[:1024],
+                "attempts": verdict.attempts,
+                "dead_letter_message_id": dead_letter_id,
+            },
+        )
+        self._tally.add(job_name, DEAD_LETTERED, reason=verdict.failure)
+        return Outcome.DEAD_LETTERED
+
+    # --- the runtime's own calls ------------------------------------------------------------------------------------
+
+    def _write(self, what: str, write: Callable[[float], None]) -> None:
+        """One of the runtime's writes to a key's record; a failure is the runtime's fault (alarmed), never the
+        job's, and a write the record refused (another run has taken the key since) changes nothing."""
+        from functions.worker.run_ledger import is_condition_failure
+
+        try:
+            write(self._invocation.call_time_s())
+        except Exception as error:
+            if is_condition_failure(error):
+                self._obs.logger.info(f"key record moved on; {what} not written")
+                return
+            self._tally.runtime_fault("idempotency_store")
+            self._obs.logger.exception(f"could not write the key's record ({what})")
+
+    def _refund(self, started: StartedRun, *, held: bool) -> None:
+        self._write("refund", lambda time_left_s: self._ledger.refund(started, held=held, time_left_s=time_left_s))
+
+    def backoff(self, attempt: int, classification: Classification | None = None) -> int:
+        from functions.worker.backoff import backoff_delay_s
+        from sqs_jobs.limits import SQS_MAX_VISIBILITY_S
+
+        delay_s = backoff_delay_s(
+            attempt,
+            self._queue.backoff_base_s,
+            self._queue.backoff_cap_s,
+            self._rng,
+            floor_s=classification.retry_after_s if classification else None,
+        )
+        # A visibility timeout counts from now and may not reach past 12 h from this receive.
+        return min(delay_s, SQS_MAX_VISIBILITY_S - self._queue.function_timeout_s)
+
+    def change_visibility(self, receipt_handle: str, timeout_s: int) -> None:
+        try:
+            self._sqs().change_message_visibility(
+                QueueUrl=self._settings.queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=timeout_s
+            )
+        except Exception:
+            # The message keeps the queue's visibility timeout: retried later than planned, never lost.
+            self._tally.runtime_fault("visibility_change")
+            self._obs.logger.exception("could not change the message's visibility; the queue's timeout applies")
