@@ -20,6 +20,7 @@ from sqs_jobs.errors import (
     EnvelopeTooLargeError,
     UnknownJobError,
 )
+from sqs_jobs.visible import describe, first_hidden
 
 # The ID-only rule: a body that needs more than this is carrying data the worker should re-read.
 MAX_ENVELOPE_BYTES = 1024
@@ -31,9 +32,6 @@ RESERVED_FIELDS = ("job", "id", "key")
 Scalar = str | int | float | bool
 
 _FIELD_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-# Control characters (including NUL) have no place in an identifier and break logs and consoles. Unpaired
-# surrogates (from a lone "\ud800" escape) are not text: they can't be encoded as UTF-8 to be sent on.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -86,11 +84,21 @@ def _identifier(body: Mapping[str, Any], name: str, required: bool) -> str | Non
         raise EnvelopeFieldError(f"field {name!r} is empty; it must be a non-blank string")
     if len(value) > MAX_ID_CHARS:
         raise EnvelopeFieldError(f"field {name!r} is {len(value)} characters; at most {MAX_ID_CHARS} are accepted")
-    if _CONTROL.search(value):
-        raise EnvelopeFieldError(
-            f"field {name!r} contains control characters or unpaired surrogates; printable text only"
-        )
+    _refuse_hidden(name, value)
     return value
+
+
+def _refuse_hidden(name: str, value: str) -> None:
+    """Controls, format characters (bidi overrides, zero-width), line separators and unpaired surrogates (from a
+    lone "\\ud800" escape: not text, can't be sent on as UTF-8) have no place in an identifier: they hide or
+    reorder text in every log, terminal and page that shows it (sqs_jobs.visible)."""
+    found = first_hidden(value)
+    if found is not None:
+        position, char = found
+        raise EnvelopeFieldError(
+            f"field {name!r} contains {describe(char)} at position {position}; printable text only (no control, "
+            "format or line-separator characters)"
+        )
 
 
 def _extra_fields(body: Mapping[str, Any]) -> dict[str, Scalar]:
@@ -109,10 +117,11 @@ def _extra_fields(body: Mapping[str, Any]) -> dict[str, Scalar]:
                 raise EnvelopeFieldError(f"field {name!r} must be a finite number")
             continue
         if isinstance(value, str):
-            if len(value) > MAX_EXTRA_STRING_CHARS or _CONTROL.search(value):
+            if len(value) > MAX_EXTRA_STRING_CHARS:
                 raise EnvelopeFieldError(
                     f"field {name!r} must be a short printable string (at most {MAX_EXTRA_STRING_CHARS} characters)"
                 )
+            _refuse_hidden(name, value)
             continue
         raise EnvelopeFieldError(
             f"field {name!r} is {_type_name(value)}; extra fields must be a string, number or boolean "

@@ -346,7 +346,11 @@ class JobPublisher:
         carries the IDs of those that were sent, so the caller can retry only the failures.
         """
         self._check_delay(delay_s)
-        envelopes = [job if isinstance(job, Envelope) else self.envelope(*job) for job in jobs]
+        # An Envelope built by hand is checked again: every path to the queue applies the worker's rules.
+        envelopes = [
+            self.envelope(job.job, job.id, job.key, job.extra) if isinstance(job, Envelope) else self.envelope(*job)
+            for job in jobs
+        ]
         by_queue: dict[str, list[int]] = {}
         for index, envelope in enumerate(envelopes):
             by_queue.setdefault(self._queue_url(envelope.job), []).append(index)

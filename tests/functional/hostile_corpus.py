@@ -120,8 +120,11 @@ CORPUS: tuple[HostileCase, ...] = (
     # Cyrillic small o (U+043E) for the Latin "o", and a fullwidth underscore: look alike, are not the same.
     HostileCase("job_cyrillic_lookalike", '{"job": "\u043erder_confirmation", "id": "1"}', UNKNOWN_JOB),
     HostileCase("job_fullwidth_underscore", '{"job": "order\uff3fconfirmation", "id": "1"}', UNKNOWN_JOB),
-    HostileCase("job_zero_width_space", '{"job": "order_\u200bconfirmation", "id": "1"}', UNKNOWN_JOB),
-    HostileCase("job_rtl_override", '{"job": "\u202enoitamrifnoc_redro", "id": "1"}', UNKNOWN_JOB),
+    # Format characters hide or reorder text wherever it is shown: refused as fields, before any job lookup.
+    HostileCase("job_zero_width_space", '{"job": "order_\u200bconfirmation", "id": "1"}', FIELD),
+    HostileCase("job_rtl_override", '{"job": "\u202enoitamrifnoc_redro", "id": "1"}', FIELD),
+    HostileCase("id_c1_csi", '{"job": "order_confirmation", "id": "1\u009b2J"}', FIELD),
+    HostileCase("id_bidi_isolate", '{"job": "order_confirmation", "id": "\u2067100\u2069"}', FIELD),
     HostileCase("job_with_nul_escape", _raw(r'{"job": "order_confirmation\u0000", "id": "1"}'), FIELD),
     HostileCase("job_lone_surrogate", _raw(r'{"job": "\ud800", "id": "1"}'), FIELD),
     # --- the id field

@@ -244,3 +244,21 @@ def test_a_publisher_for_some_queues_reads_only_their_parameters(
     assert orders_only.publish("order_confirmation", "6", delay=timedelta(hours=1)).startswith("once-")
     with pytest.raises(QueueNotConfiguredError, match="no URL for queue 'invoices'"):
         orders_only.publish("generate_invoice", "7")
+
+
+def test_publish_many_checks_a_hand_built_envelope_as_publish_does_and_sends_nothing(harness: Harness) -> None:
+    from sqs_jobs.envelope import Envelope
+    from sqs_jobs.errors import EnvelopeFieldError
+
+    url = harness.deployment.queues["orders"].url
+    plain = JobPublisher(harness.clients("sqs"), {"orders": url})
+    good = Envelope(job="order_confirmation", id="1001")
+    hidden = Envelope(job="order_confirmation", id="txt\u202egpj.exe")  # built by hand, past build_envelope
+
+    with pytest.raises(EnvelopeFieldError, match=r"field 'id' contains U\+202E \(RIGHT-TO-LEFT OVERRIDE\)"):
+        plain.publish_many([good, hidden])
+
+    attributes = harness.clients("sqs").get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"]
+    )
+    assert attributes["Attributes"]["ApproximateNumberOfMessages"] == "0"

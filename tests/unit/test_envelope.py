@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -34,6 +35,7 @@ from sqs_jobs.envelope import (
     build_envelope,
     parse_envelope,
 )
+from sqs_jobs.visible import is_hidden
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "envelope.schema.json"
 
@@ -362,10 +364,48 @@ def test_duplicate_fields_are_rejected(raw: str) -> None:
 @pytest.mark.parametrize("field_name", ["job", "id", "key"])
 @pytest.mark.parametrize(
     "value",
-    ["\u0000", "12\u00003", "\u0001", "line\nbreak", "tab\t", "\r", "\u001b[31m", "\u001f", "del\u007f", "\ud800"],
-    ids=["nul", "inner-nul", "soh", "newline", "tab", "cr", "escape", "us", "del", "lone-surrogate"],
+    [
+        "\u0000",
+        "12\u00003",
+        "\u0001",
+        "line\nbreak",
+        "tab\t",
+        "\r",
+        "\u001b[31m",
+        "\u001f",
+        "del\u007f",
+        "\ud800",
+        "csi\u009b2J",
+        "txt.exe\u202egpj",
+        "isolate\u2067",
+        "zero\u200bwidth",
+        "bom\ufeff",
+        "line\u2028sep",
+        "tag\U000e0041",
+        "soft\u00adhyphen",
+    ],
+    ids=[
+        "nul",
+        "inner-nul",
+        "soh",
+        "newline",
+        "tab",
+        "cr",
+        "escape",
+        "us",
+        "del",
+        "lone-surrogate",
+        "c1-csi",
+        "bidi-override",
+        "bidi-isolate",
+        "zero-width-space",
+        "byte-order-mark",
+        "line-separator",
+        "tag-character",
+        "soft-hyphen",
+    ],
 )
-def test_control_characters_in_identifiers_are_rejected(field_name: str, value: str) -> None:
+def test_hidden_characters_in_identifiers_are_rejected(field_name: str, value: str) -> None:
     # json.dumps escapes them (\u0000, \n, \ud800): valid JSON that decodes to a control character.
     fields = {"job": JOB, "id": "1", field_name: "x" + value}
 
@@ -373,10 +413,24 @@ def test_control_characters_in_identifiers_are_rejected(field_name: str, value: 
         parse_envelope(escaped_body(**fields), ACCEPTED)
 
     assert repr(field_name) in str(caught.value)
+    # One line naming the character, so a producer knows which to drop.
+    hidden = next(char for char in value if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp", "Cs"))
+    assert f"contains U+{ord(hidden):04X} (" in str(caught.value)
+    assert "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize("value", ["\u0000", "a\nb", "\u007f", "\ud800"])
-def test_control_characters_in_extra_strings_are_rejected(value: str) -> None:
+def test_a_bidi_override_is_named_with_its_position() -> None:
+    with pytest.raises(EnvelopeFieldError) as caught:
+        parse_envelope(escaped_body(job=JOB, id="invoice\u202eFDP.exe"), ACCEPTED)
+
+    assert str(caught.value) == (
+        "field 'id' contains U+202E (RIGHT-TO-LEFT OVERRIDE) at position 7; printable text only (no control, format "
+        "or line-separator characters)"
+    )
+
+
+@pytest.mark.parametrize("value", ["\u0000", "a\nb", "\u007f", "\ud800", "\u009b", "\u202e", "\u200b"])
+def test_hidden_characters_in_extra_strings_are_rejected(value: str) -> None:
     with pytest.raises(EnvelopeFieldError, match="'note'"):
         parse_envelope(escaped_body(job=JOB, id="1", note=value), ACCEPTED)
 
@@ -664,7 +718,12 @@ CORPUS: list[tuple[str, str | bytes, bool]] = [
     ("unicode-id", body(job=JOB, id="注文-📦"), True),
     ("escaped-pair", '{"job": "order_confirmation", "id": "\\ud83d\\udce6"}', True),
     ("nbsp-then-text", body(job=JOB, id="\u00a0x"), True),
-    ("nel-then-text", body(job=JOB, id="\u0085x"), True),
+    ("nel-then-text", body(job=JOB, id="\u0085x"), False),  # NEL is a C1 control
+    ("c1-csi-id", body(job=JOB, id="x\u009b2J"), False),
+    ("bidi-override-id", body(job=JOB, id="txt\u202egpj.exe"), False),
+    ("zero-width-key", body(job=JOB, id="1", key="k\u200b"), False),
+    ("line-separator-id", body(job=JOB, id="a\u2028b"), False),
+    ("bidi-extra-string", body(job=JOB, id="1", note="\u2066x"), False),
     ("max-id", body(job=JOB, id="x" * MAX_ID_CHARS), True),
     ("max-extras", body(job=JOB, id="1", **extras(MAX_EXTRA_FIELDS)), True),
     ("max-extras-and-key", body(job=JOB, id="1", key="k", **extras(MAX_EXTRA_FIELDS)), True),
@@ -752,6 +811,13 @@ def test_schema_job_enum_is_the_catalog(schema: dict[str, Any]) -> None:
     assert sorted(schema["properties"]["job"]["enum"]) == sorted(CATALOG.job_names), "run `make schema`"
 
 
+def test_the_schemas_hidden_class_is_the_one_make_schema_writes() -> None:
+    from scripts.envelope_schema import with_hidden_class
+
+    text = SCHEMA_PATH.read_text()
+    assert with_hidden_class(text) == text, "run `make schema`"
+
+
 def test_make_schema_writes_the_catalogs_jobs_into_the_enum_and_nothing_else() -> None:
     from scripts.envelope_schema import with_job_enum
 
@@ -782,17 +848,18 @@ def test_schema_examples_are_accepted_by_both(validator: Any, schema: dict[str, 
         assert parse_envelope(json.dumps(example), CATALOG.job_names).to_dict() == example
 
 
-def test_schema_blank_and_control_classes_match_python_for_every_code_point(schema: dict[str, Any]) -> None:
+def test_schema_blank_and_hidden_classes_match_python_for_every_code_point(schema: dict[str, Any]) -> None:
     # The parser's "blank" is str.strip()/str.isspace(); the schema spells the same set out for other languages.
+    # Its hidden class is the parser's (sqs_jobs.visible) in the BMP; above it the parser alone refuses them.
     not_blank = re.compile(schema["$defs"]["notBlank"]["pattern"])
-    control = re.compile(schema["$defs"]["noControlCharacters"]["not"]["pattern"])
+    hidden_class = re.compile(schema["$defs"]["noHiddenCharacters"]["not"]["pattern"])
     mismatched = []
     for code_point in range(sys.maxunicode + 1):
         if 0xD800 <= code_point <= 0xDFFF:
             continue
         char = chr(code_point)
         is_control = code_point < 0x20 or code_point == 0x7F
-        if bool(control.search(char)) is not is_control:
+        if code_point <= 0xFFFF and bool(hidden_class.search(char)) is not is_hidden(char):
             mismatched.append(code_point)
         if bool(not_blank.search(char)) is not (not char.isspace() and not is_control):
             mismatched.append(code_point)

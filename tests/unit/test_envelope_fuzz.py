@@ -88,7 +88,7 @@ bodies = st.one_of(
     json_values.map(json.dumps),
 )
 
-printable = st.characters(exclude_categories=("Cc", "Cs"))
+printable = st.characters(exclude_categories=("Cc", "Cf", "Zl", "Zp", "Cs"))
 identifiers = st.text(printable, min_size=1, max_size=MAX_ID_CHARS).filter(lambda text: bool(text.strip()))
 extra_names = st.from_regex(r"\A[a-z][a-z0-9_]{0,39}\Z").filter(lambda name: name not in RESERVED_FIELDS)
 extra_values: st.SearchStrategy[Scalar] = st.one_of(
