@@ -11,7 +11,8 @@ Text flattening (docs/jobctl.md), fields separated by tabs, one record per line:
 - a list of objects is one line per object, the columns the sorted union of the objects' scalar keys (a missing
   one is `None`), each object's own lists and objects on the lines after it;
 - a list of scalars is one line of its values; lists within lists are flattened the same way, line by line;
-- tabs, newlines and backslashes within a value are written `\\t`, `\\n`, `\\\\`, so a record stays one line.
+- tabs, newlines and backslashes within a value are written `\\t`, `\\n`, `\\\\`, so a record stays one line;
+  every other control, format or line-separator character as its escape (`\\x1b`, `\\u202e`), never raw.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import click
 
 from jobctl.cli_globals import Options
 from jobctl.errors import EXIT_USAGE
+from sqs_jobs.visible import visible
 
 Scalar = str | int | float | bool | None
 
@@ -61,7 +63,9 @@ def _is_scalar(value: Any) -> bool:
 
 def _field(value: Scalar) -> str:
     text = value if isinstance(value, str) else str(value)  # None, True, 1.5: as Python (and the aws CLI) print
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    escaped = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    # Every other hidden character (ESC, C1, bidi, zero-width) as its escape: never emitted (sqs_jobs.visible).
+    return visible(escaped)
 
 
 def _line(prefix: str | None, values: list[Any]) -> str:

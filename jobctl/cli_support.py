@@ -16,6 +16,7 @@ from jobctl.cli_globals import Options
 from jobctl.cli_output import emit, progress_bar
 from jobctl.discovery import QueueLocation, find_queues
 from jobctl.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, OperatorError
+from jobctl.shown import shown
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.errors import EnvelopeError
 from sqs_jobs.publisher import InvalidDelayError, PublishError, QueueNotConfiguredError
@@ -73,7 +74,8 @@ def _message(error: BaseException) -> str:
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
     """One line on stderr, then exit with `code`."""
-    click.echo(f"jobctl: error: {message}", err=True)
+    # The message may quote what a producer or a job wrote (an ID, an error): shown as text, one line.
+    click.echo(f"jobctl: error: {shown(message)}", err=True)
     sys.exit(code)
 
 

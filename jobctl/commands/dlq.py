@@ -26,6 +26,7 @@ from jobctl.dlq import (
     verify,
 )
 from jobctl.errors import EXIT_FAILED, EXIT_OK
+from jobctl.shown import cell, console, shown
 
 # Error codes an endpoint answers StartMessageMoveTask with when it doesn't implement it (the local engine).
 _UNSUPPORTED = {
@@ -103,7 +104,6 @@ def list_(options: Options, queue: str, group_by: str, limit: int | None) -> Non
     payload = {"queue": queue, "total": len(letters), "group_by": group_by, "groups": groups}
 
     def table() -> None:
-        from rich.console import Console
         from rich.table import Table
 
         if not letters:
@@ -116,14 +116,14 @@ def list_(options: Options, queue: str, group_by: str, limit: int | None) -> Non
         for entry in groups:
             keys = [entry["error_type"], entry["error_message"][:80]] if group_by == "error" else [entry[group_by]]
             view.add_row(
-                *keys,
-                str(entry["count"]),
-                ", ".join(entry["jobs"]),
-                entry["first_seen"] or "?",
-                entry["last_seen"] or "?",
-                entry["sample_message_id"],
+                *(cell(key) for key in keys),
+                cell(entry["count"]),
+                cell(", ".join(entry["jobs"])),
+                cell(entry["first_seen"] or "?"),
+                cell(entry["last_seen"] or "?"),
+                cell(entry["sample_message_id"]),
             )
-        Console().print(view)
+        console().print(view)
 
     emit(options, payload, table)
 
@@ -144,13 +144,14 @@ def show(options: Options, queue: str, message_id: str) -> None:
 
     def text() -> None:
         for name in ("message_id", "job", "id", "body", "error_type", "error_message", "failure", "attempts"):
-            click.echo(f"{name:>16}: {details[name]}")
+            click.echo(f"{name:>16}: {shown(details[name])}")
         for name in ("first_failed_at", "last_failed_at", "source_queue", "attributes"):
-            click.echo(f"{name:>16}: {details[name]}")
+            click.echo(f"{name:>16}: {shown(details[name])}")
         if details["attributes_stored"]:  # did not fit the dead letter; a redrive reads them back
-            click.echo(f"{'stored in':>16}: {details['attributes_stored']}")
+            click.echo(f"{'stored in':>16}: {shown(details['attributes_stored'])}")
         click.echo("       traceback:")
-        click.echo(details["traceback"] or "(none: moved by SQS redrive, see the worker's logs)")
+        traceback = details["traceback"] or "(none: moved by SQS redrive, see the worker's logs)"
+        click.echo(shown(traceback, keep_newlines=True))
 
     emit(options, details, text)
 
@@ -170,7 +171,7 @@ def _check_idempotent(letters: list[DeadLetter], allow: bool) -> None:
     unsafe = not_idempotent(letters)
     if unsafe and not allow:
         raise click.UsageError(
-            f"not known to be idempotent: {', '.join(unsafe)}; a redrive may run them twice. "
+            f"not known to be idempotent: {shown(', '.join(unsafe))}; a redrive may run them twice. "
             "Check them, then add --allow-non-idempotent"
         )
 
@@ -326,7 +327,7 @@ def _report_redrive(
         if dry_run:
             click.echo(f"dry run: {len(matching)} message(s) would move back to {queue}")
             for letter in matching:
-                click.echo(f"  {letter.message_id}  {letter.job}:{letter.entity_id}  {letter.error_type}")
+                click.echo(shown(f"  {letter.message_id}  {letter.job}:{letter.entity_id}  {letter.error_type}"))
             return
         if not matching:
             click.echo("no message matches: nothing moved")
@@ -334,12 +335,14 @@ def _report_redrive(
         assert report is not None
         click.echo(f"moved {report.moved} of {len(matching)} message(s) back to {queue} ({method} side)")
         for failure in report.failed:
-            click.echo(f"  not moved: {failure['message_id']}: {failure['error']}")
+            click.echo(shown(f"  not moved: {failure['message_id']}: {failure['error']}"))
         if checked is not None:
             state = "processed" if checked.drained else f"not all processed after {checked.waited_s:.0f}s"
             click.echo(f"verified: {state}; {checked.returned_to_dlq} came back to the DLQ")
             for letter in checked.returned:
-                click.echo(f"  back: {letter.job}:{letter.entity_id}  {letter.error_type}: {letter.error_message}")
+                click.echo(
+                    shown(f"  back: {letter.job}:{letter.entity_id}  {letter.error_type}: {letter.error_message}")
+                )
 
     emit(options, payload, text)
 
@@ -392,7 +395,7 @@ def discard(
     def text() -> None:
         click.echo(f"discarded {len(discarded)} message(s) from the DLQ of {queue}; {left} left")
         for letter in discarded:
-            click.echo(f"  {letter.message_id}  {letter.job}:{letter.entity_id}  {letter.error_type}")
+            click.echo(shown(f"  {letter.message_id}  {letter.job}:{letter.entity_id}  {letter.error_type}"))
         if archive is not None:
             click.echo(f"archived to {archive}")
 

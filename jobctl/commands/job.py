@@ -8,6 +8,7 @@ from jobctl.cli_globals import JobctlGroup, complete_job
 from jobctl.cli_support import Options, emit, fail, operator_errors, queues_of
 from jobctl.errors import EXIT_USAGE
 from jobctl.job_lookup import lookup
+from jobctl.shown import shown
 from sqs_jobs.catalog import CATALOG
 
 
@@ -32,9 +33,9 @@ def show(options: Options, name: str, entity_id: str, key: str | None) -> None:
         found = lookup(options.client, spec, where, name, entity_id, key)
 
     def text() -> None:
-        click.echo(f"{name}:{entity_id} on {queue}: {found.verdict}")
-        click.echo(f"  {found.explanation()}")
-        click.echo(f"  idempotency key: {found.idempotency_key}")
+        click.echo(shown(f"{name}:{entity_id} on {queue}: {found.verdict}"))
+        click.echo(shown(f"  {found.explanation()}"))
+        click.echo(shown(f"  idempotency key: {found.idempotency_key}"))
         record = found.record
         if record is not None:
             if record.completed_at is not None:
@@ -43,6 +44,6 @@ def show(options: Options, name: str, entity_id: str, key: str | None) -> None:
             if record.in_progress_until is not None:
                 click.echo(f"  key held until:   {record.in_progress_until.isoformat(timespec='seconds')}")
         for letter in found.dead_letters:
-            click.echo(f"  dead letter {letter.message_id}: {letter.error_type}: {letter.error_message}")
+            click.echo(shown(f"  dead letter {letter.message_id}: {letter.error_type}: {letter.error_message}"))
 
     emit(options, found.to_dict(), text)

@@ -13,6 +13,7 @@ from jobctl.cli_globals import JobctlGroup
 from jobctl.cli_support import Options, emit, fail, operator_errors
 from jobctl.errors import EXIT_FAILED, EXIT_USAGE
 from jobctl.schedule_times import ScheduleExpressionError, next_fire
+from jobctl.shown import cell, console
 from sqs_jobs.publisher import ONE_TIME_PREFIX
 from sqs_jobs.stack_names import SCHEDULED_TIME, schedule_group_name
 
@@ -27,6 +28,8 @@ def _row(schedule: dict[str, Any], now: datetime) -> dict[str, Any]:
     try:
         envelope = json.loads(target.get("Input") or "{}")
     except ValueError:
+        envelope = {}
+    if not isinstance(envelope, dict):  # a publisher may write any input: shown as missing, never a crash
         envelope = {}
     zone = schedule.get("ScheduleExpressionTimezone") or "UTC"
     created = schedule.get("CreationDate")
@@ -63,7 +66,6 @@ def list_(options: Options) -> None:
     rows.sort(key=lambda row: (row["next_run"] is None, row["next_run"] or "", row["name"]))
 
     def table() -> None:
-        from rich.console import Console
         from rich.table import Table
 
         if not rows:
@@ -75,16 +77,16 @@ def list_(options: Options) -> None:
         for row in rows:
             when = f"{row['expression']} {row['timezone']}" if row["timezone"] != "UTC" else row["expression"]
             view.add_row(
-                row["name"],
-                row["kind"],
-                row["job"] or "",
-                str(row["id"] or ""),
-                row["queue"],
-                when,
-                row["next_run"] or "never",
-                row["state"],
+                cell(row["name"]),
+                cell(row["kind"]),
+                cell(row["job"] or ""),
+                cell(row["id"] or ""),
+                cell(row["queue"]),
+                cell(when),
+                cell(row["next_run"] or "never"),
+                cell(row["state"]),
             )
-        Console().print(view)
+        console().print(view)
 
     emit(options, {"group": group, "schedules": rows}, table)
 

@@ -8,12 +8,13 @@ import time
 from datetime import UTC, datetime
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from jobctl.cli_globals import JobctlCommand, complete_queue
 from jobctl.cli_support import Options, emit, operator_errors, queues_of
 from jobctl.errors import EXIT_FAILED
+from jobctl.shown import cell
+from jobctl.shown import console as plain_console
 from jobctl.status import DEFAULT_WINDOW_S, QueueStatus, queue_status
 
 
@@ -44,16 +45,16 @@ def _table(statuses: list[QueueStatus], now: datetime) -> Table:
     for status in statuses:
         runs = status.succeeded + status.failed
         rate = f"{status.failed}/{runs}" + (f" ({status.failure_rate:.0%})" if status.failure_rate is not None else "")
-        health = "[green]healthy[/]" if status.healthy else "[red]" + "; ".join(status.problems) + "[/]"
+        health = cell("healthy", "green") if status.healthy else cell("; ".join(status.problems), "red")
         table.add_row(
-            status.name,
-            str(status.backlog),
-            str(status.in_flight),
-            _age(status.oldest_age_s),
-            str(status.dlq_depth),
-            rate,
-            _ago(status.last_success_at, now),
-            _ago(status.last_heartbeat_at, now),
+            cell(status.name),
+            cell(status.backlog),
+            cell(status.in_flight),
+            cell(_age(status.oldest_age_s)),
+            cell(status.dlq_depth),
+            cell(rate),
+            cell(_ago(status.last_success_at, now)),
+            cell(_ago(status.last_heartbeat_at, now)),
             health,
         )
     return table
@@ -75,7 +76,7 @@ def status(options: Options, queue: str | None, watch: bool, interval: int, wind
     """Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue.
 
     Exit 0 when every queue is healthy, 1 when one is not, 3 when the status could not be read."""
-    console = Console()
+    console = plain_console()
     with operator_errors():
         targets = queues_of(options, queue)
         sqs, cloudwatch, lambda_client = options.client("sqs"), options.client("cloudwatch"), options.client("lambda")

@@ -13,6 +13,7 @@ from typing import Any
 
 import botocore.exceptions
 from flask import Flask, Response, abort, g, redirect, render_template, request, send_file, url_for
+from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 
 from jobctl.console.backend import ConsoleBackend, group_id, to_json
@@ -24,6 +25,7 @@ from jobctl.job_lookup import JobLookupError
 from jobctl.queue_control import QueueControlError
 from sqs_jobs.errors import EnvelopeError
 from sqs_jobs.specs import UnknownQueueError
+from sqs_jobs.visible import visible
 
 # Errors an operator can act on: shown as one line on the page (and in an operation's result), never a traceback.
 OPERATOR_ERRORS: tuple[type[Exception], ...] = (
@@ -54,12 +56,23 @@ def number(value: float | None) -> str:
     return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
 
 
+def shown_in_page(value: Any) -> Any:
+    if isinstance(value, Markup):  # already HTML (tojson): its text is made visible, its markup kept
+        return Markup(visible(str(value), keep_newlines=True))
+    if isinstance(value, str):
+        return visible(value, keep_newlines=True)
+    return value
+
+
 def describe_error(error: BaseException) -> str | None:
     return str(error) if isinstance(error, OPERATOR_ERRORS) else None
 
 
 def create_app(backend: ConsoleBackend, guard: Guard, archive_dir: Path) -> Flask:
     app = Flask(__name__)
+    # Every {{ value }} of every page, before autoescaping: hidden characters as escapes (sqs_jobs.visible), so
+    # what a producer wrote can't reorder or hide text in the operator's browser. Line breaks stay (<pre>).
+    app.jinja_options = {**app.jinja_options, "finalize": shown_in_page}
     _guard(app, guard)
     _error_pages(app)
 

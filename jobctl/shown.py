@@ -1,0 +1,36 @@
+"""What jobctl shows a person: data as plain text, never as terminal sequences or rich markup.
+
+Dead letters, schedule inputs and error messages carry what a producer (or a job's code) wrote. Every table cell
+and line built from such data goes through here: hidden characters (sqs_jobs.visible) are written as escapes,
+and a table cell is a rich `Text`, which rich never parses for markup (`[link=...]`, `[/bold]`). JSON output is
+left exact: json.dumps escapes what it must.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqs_jobs.visible import visible
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+
+def shown(value: object, *, keep_newlines: bool = False) -> str:
+    """`value` as one safe line (or safe lines, with `keep_newlines`) for click.echo."""
+    return visible("" if value is None else value, keep_newlines=keep_newlines)
+
+
+def cell(value: object, style: str = "") -> Text:
+    """A table cell holding `value` as literal text, styled by jobctl only."""
+    from rich.text import Text  # rich loads only when a table is drawn
+
+    return Text(shown(value), style=style)
+
+
+def console() -> Console:
+    """A console that interprets nothing it is given as markup or emoji codes: tables of cells only."""
+    from rich.console import Console
+
+    return Console(markup=False, emoji=False, highlight=False)
