@@ -126,3 +126,34 @@ def test_the_console_pages_show_the_escapes_never_the_characters(engine: LocalEn
             assert response.status == 200, (path, page[:500])
             assert _raw(page) == [], path
             assert '<a href="https://evil.example' not in page
+
+
+def test_schedules_list_shows_malformed_and_hostile_inputs_without_crashing(engine: LocalEngine) -> None:
+    from sqs_jobs.stack_names import schedule_group_name
+
+    assert engine.deployment is not None
+    api = engine.clients()("scheduler")
+    orders = engine.deployment.queues["orders"]
+    inputs = {
+        "once-hostile-list": "[1, 2]",
+        "once-hostile-markup": json.dumps({"job": "[link=https://evil.example/login]x[/link]", "id": f"7{CLEAR}"}),
+    }
+    for name, input_ in inputs.items():
+        api.create_schedule(
+            Name=name,
+            GroupName=schedule_group_name(engine.stack_name),
+            ScheduleExpression="at(2030-01-01T00:00:00)",
+            FlexibleTimeWindow={"Mode": "OFF"},
+            Target={"Arn": orders.arn, "RoleArn": "arn:aws:iam::123456789012:role/r", "Input": input_},
+        )
+
+    for output in ("table", "text"):
+        listed = run(engine, "--output", output, "schedules", "list")
+        assert listed.exit_code == 0, listed.output
+        assert _raw(listed.output) == []
+        assert "once-hostile-list" in listed.output
+    table = run(engine, "schedules", "list").output
+    assert "[link=https://evil.example/login]x[/link]" in " ".join(table.split()).replace("│ ", "").replace(" │", "")
+    scripted = as_json(run(engine, "--output", "json", "schedules", "list"))
+    hostile = next(row for row in scripted["schedules"] if row["name"] == "once-hostile-markup")
+    assert hostile["id"] == f"7{CLEAR}"  # exact in JSON
