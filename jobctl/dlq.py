@@ -23,7 +23,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import IO, Any, ClassVar
+from pathlib import Path
+from typing import IO, Any, ClassVar, TextIO
 
 from functions.worker import deadletter
 from functions.worker.attribute_store import StoredAttributes, StoredAttributesError, read_attributes
@@ -633,3 +634,11 @@ def verify(
         if (letter.job, letter.entity_id) in keys and letter.failed_at is not None and letter.failed_at >= since
     ]
     return Verification(drained=drained, returned_to_dlq=len(returned), returned=returned, waited_s=clock() - started)
+
+
+def open_archive(path: Path) -> TextIO:
+    """An archive of discarded dead letters, opened to append: created readable by its owner only (0600, its
+    folder 0700), since it holds the messages' bodies and evidence. An existing file keeps its mode."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    return open(descriptor, "a", encoding="utf-8")

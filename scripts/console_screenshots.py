@@ -47,7 +47,7 @@ def main() -> int:
             page = context.new_page()
             page.goto(console.url)
             page.screenshot(path=str(OUT / "console-overview.png"), full_page=True)
-            page.goto(console.url + "queues/orders")
+            page.goto(console.url_for("queues/orders"))
             page.screenshot(path=str(OUT / "console-dlq.png"), full_page=True)
             context.close()
     print(f"wrote {OUT / 'console-overview.png'} and {OUT / 'console-dlq.png'}")

@@ -40,10 +40,8 @@ def console(options: Options, port: int, host: str, allow_hosts: tuple[str, ...]
         except OSError as error:
             fail(f"cannot listen on {host}:{port}: {error.strerror}", EXIT_FAILED)
     click.echo(f"jobctl console for stack {options.stack}: {server.url}", err=True)
-    if server.guard.access_token:
-        click.echo("keep this URL private: its token is the console's password; Ctrl-C stops it", err=True)
-    else:
-        click.echo("Ctrl-C stops it", err=True)
+    # On loopback too: another account on this host reaches 127.0.0.1 as well.
+    click.echo("keep this URL private: its token is the console's password; Ctrl-C stops it", err=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

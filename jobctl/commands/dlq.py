@@ -22,6 +22,7 @@ from jobctl.dlq import (
     MoveTaskStatus,
     group,
     not_idempotent,
+    open_archive,
     queue_busy,
     verify,
 )
@@ -375,7 +376,7 @@ def discard(
             chosen_ids = set(sorted(chosen_ids)[:limit])
         with progress_bar(options, f"discarding from the DLQ of {queue}", total=len(chosen_ids)) as bar:
             if archive is not None:
-                with archive.open("a", encoding="utf-8") as sink:
+                with open_archive(archive) as sink:
                     discarded = (
                         dead.discard(chosen, archive=sink, only=chosen_ids, progress=bar.advance) if chosen_ids else []
                     )

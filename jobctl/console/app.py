@@ -10,11 +10,13 @@ import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import botocore.exceptions
 from flask import Flask, Response, abort, g, redirect, render_template, request, send_file, url_for
 from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response as WerkzeugResponse
 
 from jobctl.console.backend import ConsoleBackend, group_id, to_json
 from jobctl.console.operations import Operations
@@ -89,24 +91,30 @@ def create_app(backend: ConsoleBackend, guard: Guard, archive_dir: Path) -> Flas
 
 def _guard(app: Flask, guard: Guard) -> None:
     @app.before_request
-    def check_request() -> Response | None:
+    def check_request() -> WerkzeugResponse | None:
         if not guard.host_allowed(request.host):
             abort(403, description=f"Host {request.host!r} is not this console's address")
+        if not guard.fetch_site_allowed(request.headers.get("Sec-Fetch-Site")) or not guard.origin_allowed(
+            request.headers.get("Origin")
+        ):
+            abort(403, description="cross-site request refused: open the console from the URL it printed")
         if not guard.access_valid(request.cookies.get(ACCESS_COOKIE), request.args.get("token")):
             abort(401, description="this console needs the access token that `jobctl console` printed")
-        if request.method not in SAFE_METHODS:
-            if not guard.origin_allowed(request.headers.get("Origin")):
-                abort(403, description="cross-site request refused")
-            if not guard.csrf_valid(request.form.get(CSRF_FIELD)):
-                abort(403, description="missing or wrong CSRF token: reload the page and try again")
+        if request.args.get("token") is not None and request.method in SAFE_METHODS:
+            # Exchanged once: the cookie from now on, and the token out of the address bar and history.
+            others = {name: value for name, value in request.args.items(multi=True) if name != "token"}
+            target = request.path + (f"?{urlencode(others)}" if others else "")
+            response = redirect(target, code=303)
+            response.set_cookie(ACCESS_COOKIE, guard.access_token, httponly=True, samesite="Strict")
+            return response
+        if request.method not in SAFE_METHODS and not guard.csrf_valid(request.form.get(CSRF_FIELD)):
+            abort(403, description="missing or wrong CSRF token: reload the page and try again")
         g.csrf_token = guard.csrf_token
         return None
 
     @app.after_request
     def harden(response: Response) -> Response:
         response.headers.update(SECURITY_HEADERS)
-        if guard.access_token and request.args.get("token") == guard.access_token:
-            response.set_cookie(ACCESS_COOKIE, guard.access_token, httponly=True, samesite="Strict")
         return response
 
 

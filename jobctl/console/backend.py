@@ -15,7 +15,7 @@ from jobctl import queue_control
 from jobctl.console.charts import Series, queue_charts
 from jobctl.console.operations import Operation
 from jobctl.discovery import QueueLocation, find_queues
-from jobctl.dlq import DeadLetter, DeadLetterQueue, Filter, group, group_key, not_idempotent, verify
+from jobctl.dlq import DeadLetter, DeadLetterQueue, Filter, group, group_key, not_idempotent, open_archive, verify
 from jobctl.job_lookup import JobLookup, lookup
 from jobctl.status import QueueStatus, queue_status
 from sqs_jobs.catalog import CATALOG
@@ -167,8 +167,7 @@ class ConsoleBackend:
         as `jobctl dlq discard --archive` does: the copy exists before the message is gone."""
         _, where = self._where(queue)
         operation.enter("discarding")
-        archive.parent.mkdir(parents=True, exist_ok=True)
-        with archive.open("a", encoding="utf-8") as sink:
+        with open_archive(archive) as sink:
             discarded = self._dlq(where).discard(Filter(), archive=sink, progress=operation.advance, only=set(ids))
         operation.archive = str(archive)
         return {"discarded": len(discarded), "asked": len(ids), "archive": str(archive), "problem": False}

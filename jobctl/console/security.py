@@ -3,11 +3,16 @@ the browser, or a machine on the network, must not be able to drive it.
 
 - Host check: a request whose Host header is not an address the console serves is refused (403), so a DNS
   rebinding page (attacker.example resolving to 127.0.0.1) can't read it or post to it.
+- Access token, always, on loopback too (another account on the same host reaches 127.0.0.1 as well): every
+  request needs the token the command prints. The URL carries it once; the console answers with an HttpOnly,
+  SameSite=Strict cookie and a redirect to the same page without it, so it leaves the address bar and history.
+  Without it, 401.
+- Cross-site refusal on every route, reads too: a request the browser marks as coming from another site
+  (`Sec-Fetch-Site: cross-site` or `same-site`) or whose Origin is another one is refused (403); each read scans
+  a DLQ with the operator's credentials, and concurrent scans hide messages from one another.
 - CSRF: every state-changing request is a POST carrying the per-process token that only the console's own pages
-  contain (403 without it); a cross-site Origin is refused as well.
-- Access token: bound to anything but loopback, every request needs the token the command prints (in the URL
-  once, then an HttpOnly, SameSite=Strict cookie); without it, 401.
-- Headers: no framing (clickjacking), a same-origin-only content security policy, no caching, no referrer
+  contain (403 without it).
+- Headers: no framing (clickjacking), a content security policy with no scripts at all, no caching, no referrer
   beyond the console itself.
 """
 
@@ -53,8 +58,7 @@ class Guard:
     port: int
     extra_hosts: tuple[str, ...] = ()
     csrf_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
-    # Required only off loopback; None on loopback.
-    access_token: str | None = None
+    access_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
 
     @classmethod
     def for_bind(cls, host: str, port: int, extra_hosts: Iterable[str] = ()) -> Guard:
@@ -64,12 +68,7 @@ class Guard:
                 f"--host {host} listens on every interface, but browsers send the name they used as Host: "
                 "add --allow-host NAME for each name operators will use (e.g. --allow-host console.internal)"
             )
-        return cls(
-            host=host,
-            port=port,
-            extra_hosts=extra,
-            access_token=None if is_loopback(host) else secrets.token_urlsafe(24),
-        )
+        return cls(host=host, port=port, extra_hosts=extra)
 
     @property
     def allowed_hosts(self) -> frozenset[str]:
@@ -81,27 +80,39 @@ class Guard:
         return frozenset(_host_port(name, self.port).lower() for name in names)
 
     @property
-    def url(self) -> str:
+    def base_url(self) -> str:
         name = self.extra_hosts[0] if self.host in ("0.0.0.0", "::") else self.host
-        base = f"http://{_host_port(name, self.port)}/"
-        return base + (f"?token={self.access_token}" if self.access_token else "")
+        return f"http://{_host_port(name, self.port)}/"
+
+    @property
+    def url(self) -> str:
+        """The URL the command prints: the console with its access token, exchanged at once for a cookie."""
+        return self.url_for("")
+
+    def url_for(self, path: str) -> str:
+        """A page of the console (e.g. "queues/orders") with the access token, for a browser without the cookie."""
+        return f"{self.base_url}{path}?token={self.access_token}"
 
     def host_allowed(self, host_header: str | None) -> bool:
         return bool(host_header) and host_header.lower() in self.allowed_hosts  # type: ignore[union-attr]
 
     def origin_allowed(self, origin: str | None) -> bool:
-        """A POST's Origin, when the browser sends one, must be this console."""
+        """A request's Origin, when the browser sends one, must be this console."""
         if not origin:
             return True
         parts = urlsplit(origin)
         return parts.scheme == "http" and parts.netloc.lower() in self.allowed_hosts
 
+    @staticmethod
+    def fetch_site_allowed(fetch_site: str | None) -> bool:
+        """The browser's own account of where a request comes from (Fetch Metadata): this console's pages
+        ("same-origin"), or the operator typing or bookmarking a URL ("none"). Not every client sends it."""
+        return fetch_site in (None, "same-origin", "none")
+
     def csrf_valid(self, submitted: str | None) -> bool:
         return bool(submitted) and hmac.compare_digest(submitted.encode(), self.csrf_token.encode())  # type: ignore[union-attr]
 
     def access_valid(self, cookie: str | None, query_token: str | None) -> bool:
-        if self.access_token is None:
-            return True
         return any(
             bool(given) and hmac.compare_digest(given.encode(), self.access_token.encode())  # type: ignore[union-attr]
             for given in (cookie, query_token)
@@ -110,7 +121,7 @@ class Guard:
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
-    "script-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "script-src 'none'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     # same-origin, not no-referrer: under no-referrer Chromium sends `Origin: null` with form POSTs.

@@ -46,7 +46,15 @@ class ConsoleServer:
 
     @property
     def url(self) -> str:
+        """With the access token: open it once, then `base_url` and its pages carry the cookie."""
         return self.guard.url
+
+    @property
+    def base_url(self) -> str:
+        return self.guard.base_url
+
+    def url_for(self, path: str) -> str:
+        return self.guard.url_for(path)
 
     def start(self) -> ConsoleServer:
         """Serve in a background thread (tests, the demo); `stop()` ends it."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import http.cookiejar
 import io
 import json
 import re
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -113,11 +115,17 @@ def test_jobctl_console_serves_the_overview_until_interrupted(engine: LocalEngin
     try:
         assert process.stderr is not None
         first = process.stderr.readline()
-        match = re.search(r"(http://127\.0\.0\.1:\d+/)", first)
+        match = re.search(r"(http://127\.0\.0\.1:\d+/)\?token=(\S+)", first)
         assert match, first
-        with urllib.request.urlopen(match.group(1), timeout=30) as page:
+        # As a browser: the printed URL's token becomes a cookie, and the redirect drops it from the URL.
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        with browser.open(match.group(0), timeout=30) as page:
             body = page.read().decode()
         assert page.status == 200 and 'data-queue="orders"' in body and 'data-queue="invoices"' in body
+        assert page.url == match.group(1)
+        with pytest.raises(urllib.error.HTTPError) as refused:  # without the token or the cookie: 401
+            urllib.request.urlopen(match.group(1), timeout=30)
+        assert refused.value.code == 401
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=15) == 0
     finally:

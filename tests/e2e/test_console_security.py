@@ -40,7 +40,8 @@ def _request(
 ) -> http.client.HTTPResponse:
     port = console.guard.port
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    sent = {"Host": f"127.0.0.1:{port}", **(headers or {})}
+    # The operator's browser, which holds the access cookie; a test of its absence passes Cookie itself.
+    sent = {"Host": f"127.0.0.1:{port}", "Cookie": f"{ACCESS_COOKIE}={console.guard.access_token}", **(headers or {})}
     body = None
     if form is not None:
         body = urlencode(form)
@@ -54,7 +55,8 @@ def _request(
 def _csrf_token(console: ConsoleServer) -> str:
     port = console.guard.port
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    connection.request("GET", "/queues/orders/pause", headers={"Host": f"127.0.0.1:{port}"})
+    cookie = f"{ACCESS_COOKIE}={console.guard.access_token}"
+    connection.request("GET", "/queues/orders/pause", headers={"Host": f"127.0.0.1:{port}", "Cookie": cookie})
     page = connection.getresponse().read().decode()
     match = re.search(rf'name="{CSRF_FIELD}" value="([^"]+)"', page)
     assert match, "the confirmation page carries no CSRF token"
@@ -105,6 +107,7 @@ def test_pages_forbid_framing_and_caching(console: ConsoleServer) -> None:
     assert response.status == 200
     assert response.headers["X-Frame-Options"] == "DENY"
     assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+    assert "script-src 'none'" in response.headers["Content-Security-Policy"]  # the console has no scripts
     assert response.headers["Cache-Control"] == "no-store"
 
 
@@ -116,11 +119,56 @@ def test_off_loopback_every_request_needs_the_printed_token(engine: LocalEngine,
         assert token and f"?token={token}" in console.url and urlsplit(console.url).hostname == "console.test"
         port = console.guard.port
         host = {"Host": f"console.test:{port}"}
-        assert _request(console, "GET", "/", headers=host).status == 401
-        assert _request(console, "GET", "/?token=wrong", headers=host).status == 401
-        first = _request(console, "GET", f"/?token={token}", headers=host)
-        assert first.status == 200
+        anonymous = {**host, "Cookie": ""}
+        assert _request(console, "GET", "/", headers=anonymous).status == 401
+        assert _request(console, "GET", "/?token=wrong", headers=anonymous).status == 401
+        first = _request(console, "GET", f"/?token={token}", headers=anonymous)
+        assert first.status == 303
         cookie = first.headers["Set-Cookie"]
         assert cookie.startswith(f"{ACCESS_COOKIE}={token}") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
         assert _request(console, "GET", "/", headers={**host, "Cookie": f"{ACCESS_COOKIE}={token}"}).status == 200
         assert _request(console, "GET", "/", headers={"Host": f"127.0.0.1:{port}"}).status == 403  # not its name
+
+
+def test_on_loopback_too_every_request_needs_the_token_which_leaves_the_url_at_once(console: ConsoleServer) -> None:
+    # Another account on the same host reaches 127.0.0.1 as well.
+    anonymous = {"Cookie": ""}
+    assert _request(console, "GET", "/", headers=anonymous).status == 401
+    assert _request(console, "GET", "/queues/orders", headers=anonymous).status == 401
+    token = console.guard.access_token
+    first = _request(console, "GET", f"/queues/orders?token={token}&group_by=job", headers=anonymous)
+    # The cookie, and a redirect to the same page without the token: out of the address bar and history.
+    assert first.status == 303
+    assert first.headers["Location"] == "/queues/orders?group_by=job"
+    cookie = first.headers["Set-Cookie"]
+    assert cookie.startswith(f"{ACCESS_COOKIE}={token}") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert console.url == f"{console.base_url}?token={token}"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+        {"Origin": "http://evil.example"},
+    ],
+    ids=["cross-site", "same-site", "foreign-origin"],
+)
+def test_a_read_from_another_site_is_refused_before_it_scans_anything(
+    console: ConsoleServer, headers: dict[str, str]
+) -> None:
+    # Each read scans a DLQ with the operator's credentials: a foreign page's GETs could hide its messages.
+    assert _request(console, "GET", "/queues/orders", headers=headers).status == 403
+    assert _request(console, "GET", "/queues/orders", headers={"Sec-Fetch-Site": "same-origin"}).status == 200
+    assert _request(console, "GET", "/", headers={"Sec-Fetch-Site": "none"}).status == 200  # typed or bookmarked
+
+
+def test_a_discard_archive_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    from jobctl.dlq import open_archive
+
+    path = tmp_path / "archives" / "orders-discarded.jsonl"
+    with open_archive(path) as sink:
+        sink.write("{}\n")
+
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from jobctl.console.security import ACCESS_COOKIE
 from jobctl.console.server import ConsoleServer
 from jobctl.local.engine import LocalEngine
 from tests.e2e.jobctl_runs import as_json, run
@@ -120,7 +121,8 @@ def test_the_console_pages_show_the_escapes_never_the_characters(engine: LocalEn
         for path in pages:
             port = console.guard.port
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            connection.request("GET", path, headers={"Host": f"127.0.0.1:{port}"})
+            cookie = f"{ACCESS_COOKIE}={console.guard.access_token}"
+            connection.request("GET", path, headers={"Host": f"127.0.0.1:{port}", "Cookie": cookie})
             response = connection.getresponse()
             page = response.read().decode("utf-8")
             assert response.status == 200, (path, page[:500])

@@ -5,11 +5,15 @@ import pytest
 from jobctl.console.security import ConsoleBindError, Guard, is_loopback
 
 
-def test_loopback_consoles_need_no_access_token_and_answer_to_their_loopback_names() -> None:
+def test_loopback_consoles_need_their_access_token_too_and_answer_to_their_loopback_names() -> None:
+    # Another account on the same host reaches 127.0.0.1 as well.
     guard = Guard.for_bind("127.0.0.1", 8080)
-    assert guard.access_token is None
+    assert guard.access_token and len(guard.access_token) >= 24
     assert guard.allowed_hosts == {"127.0.0.1:8080", "localhost:8080", "[::1]:8080"}
-    assert guard.url == "http://127.0.0.1:8080/"
+    assert guard.url == f"http://127.0.0.1:8080/?token={guard.access_token}"
+    assert guard.url_for("queues/orders") == f"http://127.0.0.1:8080/queues/orders?token={guard.access_token}"
+    assert not guard.access_valid(None, None)
+    assert guard.access_valid(guard.access_token, None) and guard.access_valid(None, guard.access_token)
     assert guard.host_allowed("LOCALHOST:8080")
     assert not guard.host_allowed("localhost:8081")
     assert not guard.host_allowed("evil.example:8080")
