@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,12 +17,24 @@ from jobctl import queue_control
 from jobctl.console.charts import Series, queue_charts
 from jobctl.console.operations import Operation
 from jobctl.discovery import QueueLocation, find_queues
-from jobctl.dlq import DeadLetter, DeadLetterQueue, Filter, group, group_key, not_idempotent, open_archive, verify
+from jobctl.dlq import (
+    DeadLetter,
+    DeadLetterQueue,
+    DlqError,
+    Filter,
+    group,
+    group_key,
+    not_idempotent,
+    open_archive,
+    verify,
+)
 from jobctl.job_lookup import JobLookup, lookup
 from jobctl.status import QueueStatus, queue_status
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import Catalog, QueueSpec
 
+# How long a page waits for its turn at a DLQ another request is reading or changing before it says so.
+DLQ_WAIT_S = 30.0
 # How long a redrive's verification follows the moved jobs before it reports what it saw.
 VERIFY_TIMEOUT_S = 120
 
@@ -59,11 +73,33 @@ class Selection:
         return [letter.message_id for letter in self.letters]
 
 
+class DlqBusyError(DlqError):
+    """Another request has been reading or changing this DLQ for longer than a page may wait."""
+
+
 class ConsoleBackend:
-    def __init__(self, client: Callable[[str], Any], stack: str, catalog: Catalog = CATALOG) -> None:
+    def __init__(
+        self, client: Callable[[str], Any], stack: str, catalog: Catalog = CATALOG, dlq_wait_s: float = DLQ_WAIT_S
+    ) -> None:
         self._client = client
         self.stack = stack
         self.catalog = catalog
+        self._dlq_wait_s = dlq_wait_s
+        # One reader or writer of a DLQ at a time: reading one hands each message back after a moment, and two
+        # scans at once each miss what the other holds (a view of 0 dead letters of 11, a preview of 0 of 13).
+        self._dlq_locks = {name: threading.Lock() for name in catalog.queue_names}
+
+    @contextmanager
+    def _dlq_turn(self, queue: str) -> Iterator[None]:
+        lock = self._dlq_locks[self.catalog.queue(queue).name]
+        if not lock.acquire(timeout=self._dlq_wait_s):
+            raise DlqBusyError(
+                f"the DLQ of {queue!r} has been busy with another request for {self._dlq_wait_s:.0f}s; try again"
+            )
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _locations(self) -> dict[str, QueueLocation]:
         return find_queues(self._client("ssm"), self.stack, self.catalog)
@@ -98,7 +134,8 @@ class ConsoleBackend:
 
     def dead_letters(self, queue: str) -> list[DeadLetter]:
         _, where = self._where(queue)
-        return self._dlq(where).peek()
+        with self._dlq_turn(queue):
+            return self._dlq(where).peek()
 
     def groups(self, letters: list[DeadLetter]) -> list[DeadLetterGroup]:
         members: dict[str, list[DeadLetter]] = {}
@@ -114,7 +151,8 @@ class ConsoleBackend:
 
     def letter(self, queue: str, message_id: str) -> DeadLetter | None:
         _, where = self._where(queue)
-        return self._dlq(where).find(message_id)
+        with self._dlq_turn(queue):
+            return self._dlq(where).find(message_id)
 
     def find_job(self, queue: str, job: str, entity_id: str, key: str | None) -> JobLookup:
         spec, where = self._where(queue)
@@ -147,7 +185,8 @@ class ConsoleBackend:
         dead = self._dlq(where)
         since = datetime.now(UTC)
         operation.enter("moving")
-        report = dead.move(Filter(), rate_per_s=rate_per_s, progress=operation.advance, only=set(ids))
+        with self._dlq_turn(queue):
+            report = dead.move(Filter(), rate_per_s=rate_per_s, progress=operation.advance, only=set(ids))
         checked = None
         if report.moved:
             operation.enter("verifying: waiting for the moved jobs to be processed")
@@ -167,7 +206,7 @@ class ConsoleBackend:
         as `jobctl dlq discard --archive` does: the copy exists before the message is gone."""
         _, where = self._where(queue)
         operation.enter("discarding")
-        with open_archive(archive) as sink:
+        with self._dlq_turn(queue), open_archive(archive) as sink:
             discarded = self._dlq(where).discard(Filter(), archive=sink, progress=operation.advance, only=set(ids))
         operation.archive = str(archive)
         return {"discarded": len(discarded), "asked": len(ids), "archive": str(archive), "problem": False}

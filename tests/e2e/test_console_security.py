@@ -172,3 +172,33 @@ def test_a_discard_archive_is_readable_by_its_owner_only(tmp_path: Path) -> None
 
     assert path.stat().st_mode & 0o777 == 0o600
     assert path.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_parallel_reads_of_a_dlq_each_see_every_dead_letter(engine: LocalEngine, console: ConsoleServer) -> None:
+    # Reading a DLQ receives each message and hands it straight back; two scans at once each missed what the
+    # other held. The console reads one DLQ one request at a time.
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    assert engine.deployment is not None
+    sqs = engine.clients()("sqs")
+    for number in range(11):
+        sqs.send_message(
+            QueueUrl=engine.deployment.queues["orders"].url,
+            MessageBody=json.dumps({"job": "order_confirmation", "id": f"missing-{number}"}),
+        )
+    assert engine.wait_until_idle(timeout_s=60)
+
+    def dead_letters_shown(_: int) -> str:
+        port = console.guard.port
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        cookie = f"{ACCESS_COOKIE}={console.guard.access_token}"
+        connection.request("GET", "/queues/orders", headers={"Host": f"127.0.0.1:{port}", "Cookie": cookie})
+        page = connection.getresponse().read().decode()
+        found = re.search(r"Dead letters: (\d+)", page)
+        return found.group(1) if found else page[:300]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        shown = list(pool.map(dead_letters_shown, range(8)))
+
+    assert shown == ["11"] * 8
