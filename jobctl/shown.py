@@ -8,6 +8,8 @@ left exact: json.dumps escapes what it must.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING
 
 from sqs_jobs.visible import visible
@@ -29,8 +31,14 @@ def cell(value: object, style: str = "") -> Text:
     return Text(shown(value), style=style)
 
 
+# A table written to a pipe or a file is as wide as this (rich would take 80 columns and cut error types short);
+# COLUMNS, when set, wins, as on a terminal.
+PIPE_WIDTH = 320
+
+
 def console() -> Console:
     """A console that interprets nothing it is given as markup or emoji codes: tables of cells only."""
     from rich.console import Console
 
-    return Console(markup=False, emoji=False, highlight=False)
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH
+    return Console(markup=False, emoji=False, highlight=False, width=width)

@@ -297,6 +297,11 @@ def _cancel(options: Options, queue: str) -> None:
 
 
 def _follow(options: Options, dead: DeadLetterQueue, report: MoveReport, since: datetime, timeout_s: int) -> Any:
+    if not options.show_progress:  # no bar on a pipe: say why the command is still running, and for how long
+        click.echo(
+            f"verifying: waiting up to {timeout_s}s for {report.moved} job(s) to be processed (--no-verify skips it)",
+            err=True,
+        )
     with progress_bar(options, f"verifying: waiting for {report.moved} job(s) to be processed"):
         return verify(dead._sqs, dead, report.moved_letters, since=since, timeout_s=timeout_s)
 

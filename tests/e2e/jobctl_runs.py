@@ -37,4 +37,4 @@ def run(engine: LocalEngine, *args: str) -> Result:
 
 
 def as_json(result: Result) -> Any:
-    return json.loads(result.output)
+    return json.loads(result.stdout)  # stderr (progress, warnings) is not the payload

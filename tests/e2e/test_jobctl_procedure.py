@@ -54,6 +54,8 @@ def _filtered_redrive_moves_only_the_matching_and_verifies_them(engine: LocalEng
     payload = as_json(result)
     assert payload["moved"] == 3 and payload["matched"] == 3 and payload["method"] == "client"
     assert payload["verified"] is True
+    # No terminal, so no progress bar: stderr says what it waits for, and for how long at most.
+    assert "verifying: waiting up to 60s for 3 job(s) to be processed" in result.stderr
     assert payload["returned_to_dlq"] == 2  # 502 and 503 still don't exist
     assert sorted(letter["id"] for letter in payload["returned"]) == ["502", "503"]
     assert result.exit_code == 1  # something came back: a problem to look at
