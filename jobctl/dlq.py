@@ -133,6 +133,17 @@ class DeadLetter:
         return self.evidence.get(deadletter.ERROR_MESSAGE, "")
 
     @property
+    def http_status(self) -> int | None:
+        """The status of the failed HTTP call behind the error, when there was one (its evidence says)."""
+        status = self.evidence.get(deadletter.HTTP, "").partition(" ")[0]
+        return int(status) if status.isdigit() else None
+
+    @property
+    def http_body(self) -> str | None:
+        """The start of that call's response body, as the worker kept it."""
+        return self.evidence.get(deadletter.HTTP, "").partition(" ")[2] or None
+
+    @property
     def stored_attributes(self) -> StoredAttributes | None:
         """Where the producer's attributes are when they could not travel in the dead letter (None: they are in
         `publisher_attributes`). A reference that can't be parsed raises StoredAttributesError."""
@@ -164,6 +175,8 @@ class DeadLetter:
             "last_failed_at": self.failed_at.isoformat() if self.failed_at else None,
             "source_queue": self.evidence.get(deadletter.SOURCE_QUEUE),
             "traceback": self.evidence.get(deadletter.TRACEBACK),
+            "http_status": self.http_status,
+            "http_body": self.http_body,
             # JSON-ready: binary values as base64 text.
             "attributes": portable(self.publisher_attributes),
             # Where the rest of them are kept, when they did not fit the dead letter: a redrive restores them.
@@ -542,9 +555,12 @@ def not_idempotent(letters: Iterable[DeadLetter], catalog: Catalog = CATALOG) ->
     return sorted(unsafe)
 
 
-def group_key(letter: DeadLetter) -> tuple[str, str]:
-    """The error group a dead letter belongs to: its error type and its message with the varying parts blanked."""
-    return (letter.error_type, error_pattern(letter.error_message))
+def group_key(letter: DeadLetter) -> tuple[str, str, str]:
+    """The error group a dead letter belongs to: its error type, its message with the varying parts blanked, and
+    the failed HTTP call's status, so a 404 (bad data: discard) and a 401 (a bad key: fix, then redrive) that read
+    alike are never one group."""
+    status = letter.http_status
+    return (letter.error_type, error_pattern(letter.error_message), "" if status is None else str(status))
 
 
 _VARYING = re.compile(r"'[^']*'|\"[^\"]*\"|\d+")
@@ -579,7 +595,8 @@ def group(letters: Iterable[DeadLetter], by: str) -> list[dict[str, Any]]:
             "jobs": sorted({letter.job for letter in members}),
         }
         if by == "error":
-            entry["error_type"], entry["error_message"] = key
+            entry["error_type"], entry["error_message"] = key[0], key[1]
+            entry["http_status"] = int(key[2]) if key[2] else None
         else:
             entry[by] = key[0]
         groups.append(entry)

@@ -1,16 +1,19 @@
 """Dead-lettering with evidence: the failed message, byte for byte, plus why and when it failed.
 
-SQS allows 10 message attributes. The evidence takes up to 8 `jobs.*` attributes; the producer's own attributes
-travel packed in one, `jobs.original_attributes` (functions/worker/provenance.py), in place of `jobs.job` and
-`jobs.id` (both are in the body anyway), so a redrive can restore the message exactly. Which attributes are the
+SQS allows 10 message attributes. The evidence takes up to 8 `jobs.*` attributes, plus `jobs.job` and `jobs.id`
+(both are in the body anyway) or, for a failed HTTP call, `jobs.http` (its status and the start of the response)
+in their place; the producer's own attributes travel packed in one, `jobs.original_attributes`
+(functions/worker/provenance.py), in place of `jobs.job` and `jobs.id`, so a redrive can restore the message
+exactly. Which attributes are the
 producer's is decided by who sent the message.
 
 Sizes are counted as SQS counts them (`message_size`). The evidence is bounded (`EVIDENCE_MAX_BYTES`) and the
 packing adds a fixed few bytes per attribute, so a dead letter is at most `DEAD_LETTER_HEADROOM_BYTES` bigger than
 its original: the DLQ's limit is that much above its queue's (sqs_jobs.catalog). Should it still not fit (a queue
-whose deployed limit was raised by hand), `fit_evidence` shortens the traceback, then the error message, then
-drops the timestamps, source and job/ID; the error type, failure class and attempts always stay, and the producer's
-attributes are never dropped: they go to the attribute store instead (functions/worker/attribute_store.py).
+whose deployed limit was raised by hand), `fit_evidence` shortens the traceback, then the HTTP excerpt, then the
+error message, then drops the timestamps, source and job/ID; the error type, failure class and attempts always
+stay, and the producer's attributes are never dropped: they go to the attribute store instead
+(functions/worker/attribute_store.py).
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ LAST_FAILED_AT = "jobs.last_failed_at"
 SOURCE_QUEUE = "jobs.source_queue"
 JOB = "jobs.job"
 ID = "jobs.id"
+# A failed HTTP call's status and the start of the response's body, "<status> <body>": what an operator groups
+# and redrives by. One attribute: SQS allows 10, and a dead letter that has it leaves out jobs.job and jobs.id.
+HTTP = "jobs.http"
 
 
 # Each evidence value's most bytes (UTF-8, as SQS counts them).
@@ -57,6 +63,7 @@ MAX_ERROR_TYPE_BYTES = 256
 MAX_ERROR_MESSAGE_BYTES = 1024
 MAX_TRACEBACK_BYTES = 8192
 MAX_FIELD_BYTES = 1024  # the source queue's ARN, the job and the ID
+MAX_HTTP_BYTES = 512
 _MAX_NUMBER_DIGITS = 20
 _ISO_STAMP_BYTES = len("2000-01-01T00:00:00.000+00:00")
 _LIMITS = {
@@ -70,13 +77,14 @@ _LIMITS = {
     SOURCE_QUEUE: ("String", MAX_FIELD_BYTES),
     JOB: ("String", MAX_FIELD_BYTES),
     ID: ("String", MAX_FIELD_BYTES),
+    HTTP: ("String", MAX_HTTP_BYTES),
 }
 # The most the evidence attributes can weigh, as SQS counts them.
 EVIDENCE_MAX_BYTES = sum(len(name) + len(data_type) + limit for name, (data_type, limit) in _LIMITS.items())
 
 # When a dead letter would not fit its DLQ: shortened first (keeping the traceback's last frames and the message's
 # start), then dropped; what is never dropped (the error type, failure class and attempts) is left out of both.
-_SHORTENED_FIRST = ((TRACEBACK, True), (ERROR_MESSAGE, False))
+_SHORTENED_FIRST = ((TRACEBACK, True), (HTTP, False), (ERROR_MESSAGE, False))
 _DROPPED_NEXT = (FIRST_FAILED_AT, LAST_FAILED_AT, SOURCE_QUEUE, JOB, ID)
 # A shortened text keeps at least this much, or goes.
 _MIN_SHORTENED_BYTES = 64
@@ -130,6 +138,9 @@ class Evidence:
     last_failed_at: str
     source_queue: str
     envelope: Envelope | None
+    # A failed HTTP call's status and the start of its response body, when the job's error was one.
+    http_status: int | None = None
+    http_body: str | None = None
 
 
 def _string(value: str) -> dict[str, str]:
@@ -149,7 +160,10 @@ def evidence_attributes(evidence: Evidence, with_envelope: bool) -> Attributes:
         LAST_FAILED_AT: evidence.last_failed_at,
         SOURCE_QUEUE: _sqs_text(evidence.source_queue, MAX_FIELD_BYTES),
     }
-    if with_envelope and evidence.envelope is not None:
+    http = evidence.http_status is not None and 100 <= evidence.http_status <= 999
+    if http:
+        texts[HTTP] = _sqs_text(f"{evidence.http_status} {evidence.http_body or ''}".rstrip(), MAX_HTTP_BYTES)
+    elif with_envelope and evidence.envelope is not None:  # the body holds them too; SQS allows 10 attributes
         texts[JOB] = _sqs_text(evidence.envelope.job, MAX_FIELD_BYTES)
         texts[ID] = _sqs_text(evidence.envelope.id, MAX_FIELD_BYTES)
     attributes = {name: _string(text) for name, text in texts.items() if text}

@@ -127,12 +127,20 @@ class SecretUnavailableError(TransientError):
 
 
 class HttpError(JobError):
-    """An HTTP call a job made failed; `status` is the response status, or None when there was no response."""
+    """An HTTP call a job made failed; `status` is the response status, or None when there was no response, and
+    `body_excerpt` the start of the response's body (hidden characters escaped), kept as evidence."""
 
-    def __init__(self, message: str, status: int | None = None, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+        body_excerpt: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.retry_after_s = retry_after_s
+        self.body_excerpt = body_excerpt
 
 
 class HttpTransientError(HttpError, TransientError):

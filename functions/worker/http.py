@@ -81,11 +81,30 @@ def raise_for_status(method: str, url: str, response: HttpResponse) -> HttpRespo
     from functions.worker.classify import HTTP_TRANSIENT_STATUSES  # failure path: loaded by the first error
 
     what = f"{method} {url} answered {status}"
+    excerpt = body_excerpt(response.data)
     if status >= 500 or status in HTTP_TRANSIENT_STATUSES:
-        raise HttpTransientError(what, status=status, retry_after_s=retry_after_s(response.headers.get("Retry-After")))
+        raise HttpTransientError(
+            what,
+            status=status,
+            retry_after_s=retry_after_s(response.headers.get("Retry-After")),
+            body_excerpt=excerpt,
+        )
     if status in CREDENTIALS_REFUSED_STATUSES:
-        raise HttpCredentialsRefusedError(what, status=status)
-    raise HttpPermanentError(what, status=status)
+        raise HttpCredentialsRefusedError(what, status=status, body_excerpt=excerpt)
+    raise HttpPermanentError(what, status=status, body_excerpt=excerpt)
+
+
+def body_excerpt(data: bytes) -> str | None:
+    """The start of an error response's body, as text an operator can read: what the API said was wrong (a 404's
+    "no such image" and a 401's "key expired" are different fixes). Hidden characters are escaped; None if empty."""
+    from sqs_jobs.visible import visible
+
+    text = data[:HTTP_BODY_EXCERPT_BYTES].decode("utf-8", errors="replace").strip()
+    return visible(text) if text else None
+
+
+# How much of an error response's body a failure keeps (the dead letter's evidence bounds it again, in bytes).
+HTTP_BODY_EXCERPT_BYTES = 256
 
 
 # Unauthorized, Forbidden: the credentials the deployment sends (an API key from a secret) are refused.

@@ -62,6 +62,7 @@ from sqs_jobs.limits import SQS_MAX_DELAY_S
 if TYPE_CHECKING:
     from functions.worker.classify import Classification
     from functions.worker.deadletter import DeadLetterQueue
+    from functions.worker.errors import HttpError
     from functions.worker.execution import Execution
 
 # Errors the runtime raises about a record: classified by the runtime's rules alone, never the job's overrides.
@@ -120,6 +121,9 @@ class DeadLetter:
     key_record: KeyRecord | None = None
     # The run this dead letter ends, not yet written: if the DLQ refuses it, its failure is written as pending.
     run: StartedRun | None = None
+    # The failed HTTP call behind the error, if there was one: its status and the start of its response.
+    http_status: int | None = None
+    http_body: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,21 @@ def _circuit_refusal(error: BaseException) -> CircuitOpenError | None:
             current = current.__cause__
         else:
             current = None if current.__suppress_context__ else current.__context__
+    return None
+
+
+def _http_failure(error: BaseException) -> HttpError | None:
+    """The failed HTTP call behind `error`: the error itself, or what it was raised from (a job's own error type
+    wrapping the call's), a few links deep."""
+    from functions.worker.errors import HttpError
+
+    seen: BaseException | None = error
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, HttpError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
     return None
 
 
@@ -282,6 +301,7 @@ class Settlement:
                 if classification.kind is Kind.PERMANENT
                 else DeadLetterFailure.RETRIES_EXHAUSTED
             )
+            http = _http_failure(error)
             return DeadLetter(
                 error_type=type(error).__name__,
                 error_message=str(error),
@@ -294,6 +314,8 @@ class Settlement:
                 first_failed_at=first_failed_at,
                 key_record=KeyRecord(started.before.record_id, attempt),
                 run=started,
+                http_status=http.status if http else None,
+                http_body=http.body_excerpt if http else None,
             )
         self._write(
             "fail",
@@ -560,6 +582,8 @@ class Settlement:
             last_failed_at=iso_from_epoch_ms(time.time() * 1000),
             source_queue=record.event_source_arn or "",
             envelope=verdict.envelope,
+            http_status=verdict.http_status,
+            http_body=verdict.http_body,
         )
         try:
             dead_letter_id = self._dead_letters().send(record.body, evidence, record.raw_event, delivery.attributes)

@@ -111,11 +111,15 @@ def list_(options: Options, queue: str, group_by: str, limit: int | None) -> Non
             click.echo(f"the DLQ of {queue} is empty")
             return
         view = Table(title=f"DLQ of {queue}: {len(letters)} message(s) by {group_by}")
-        key_columns = ["error type", "error message"] if group_by == "error" else [group_by]
+        key_columns = ["error type", "HTTP", "error message"] if group_by == "error" else [group_by]
         for column in (*key_columns, "count", "jobs", "first seen", "last seen", "sample message"):
             view.add_column(column)
         for entry in groups:
-            keys = [entry["error_type"], entry["error_message"][:80]] if group_by == "error" else [entry[group_by]]
+            keys = (
+                [entry["error_type"], entry["http_status"] or "", entry["error_message"][:80]]
+                if group_by == "error"
+                else [entry[group_by]]
+            )
             view.add_row(
                 *(cell(key) for key in keys),
                 cell(entry["count"]),
@@ -146,6 +150,8 @@ def show(options: Options, queue: str, message_id: str) -> None:
     def text() -> None:
         for name in ("message_id", "job", "id", "body", "error_type", "error_message", "failure", "attempts"):
             click.echo(f"{name:>16}: {shown(details[name])}")
+        if details["http_status"] is not None:
+            click.echo(f"{'http':>16}: {details['http_status']} {shown(details['http_body'] or '')}".rstrip())
         for name in ("first_failed_at", "last_failed_at", "source_queue", "attributes"):
             click.echo(f"{name:>16}: {shown(details[name])}")
         if details["attributes_stored"]:  # did not fit the dead letter; a redrive reads them back

@@ -205,6 +205,9 @@ def test_an_invoice_the_api_rejects_is_dead_lettered_after_one_attempt(
     assert evidence[deadletter.FAILURE] == DeadLetterFailure.PERMANENT
     assert evidence[deadletter.ATTEMPTS] == "1"
     assert "answered 422" in evidence[deadletter.ERROR_MESSAGE]
+    # The status and what the API said, for the operator to group and decide by.
+    assert evidence[deadletter.HTTP].startswith("422 ")
+    assert len(evidence[deadletter.HTTP]) > len("422 ")
     assert api.created_count() == 0
     assert stored_pdf(invoicing, "INV-1") is None
 

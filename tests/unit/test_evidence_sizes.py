@@ -258,3 +258,21 @@ def test_the_producers_packed_attributes_are_never_cut_to_make_room() -> None:
 
 def test_stored_attributes_outlive_any_dlq() -> None:
     assert STORED_FOR_S > SQS_MAX_RETENTION_S
+
+
+def test_a_failed_http_call_keeps_its_status_and_excerpt_in_one_attribute_within_sqs_limit_of_ten() -> None:
+    from functions.worker.deadletter import HTTP
+    from functions.worker.provenance import SQS_MAX_ATTRIBUTES
+
+    failed = _evidence(http_status=404, http_body='{"error": "no such image"}')
+    with_envelope = evidence_attributes(failed, with_envelope=True)
+    with_producers = evidence_attributes(failed, with_envelope=False)
+
+    assert with_envelope[HTTP]["StringValue"] == '404 {"error": "no such image"}'
+    # jobs.http takes the place of jobs.job and jobs.id (the body holds them): one more for the packed producer's.
+    assert JOB not in with_envelope
+    assert len(with_envelope) + 1 <= SQS_MAX_ATTRIBUTES and len(with_producers) + 1 <= SQS_MAX_ATTRIBUTES
+    huge = evidence_attributes(_evidence(http_status=500, http_body=EMOJI * 5000), with_envelope=True)
+    assert len(huge[HTTP]["StringValue"].encode()) <= deadletter.MAX_HTTP_BYTES
+    assert message_size("", huge) <= EVIDENCE_MAX_BYTES
+    assert HTTP not in evidence_attributes(_evidence(), with_envelope=True)  # no HTTP call, no attribute

@@ -97,6 +97,19 @@ def test_400_is_permanent(api: FakeInvoicingApi) -> None:
 
     assert raised.value.status == 400
     assert api.created_count() == 0
+    # What the API said is kept for the operator, as text.
+    assert raised.value.body_excerpt
+    assert raised.value.body_excerpt.isprintable()
+
+
+def test_an_error_bodys_excerpt_is_bounded_and_its_hidden_characters_escaped() -> None:
+    from functions.worker.http import HTTP_BODY_EXCERPT_BYTES, body_excerpt
+
+    assert body_excerpt(b"") is None
+    assert body_excerpt(b'  {"error": "key expired"}\n') == '{"error": "key expired"}'
+    assert body_excerpt(b"\x1b]52;c;ZXZpbA==\x07bad \xe2\x80\xae") == "\\x1b]52;c;ZXZpbA==\\x07bad \\u202e"
+    long = body_excerpt(b"x" * 10_000)
+    assert long is not None and len(long) == HTTP_BODY_EXCERPT_BYTES
 
 
 def test_a_refused_connection_is_transient() -> None:
