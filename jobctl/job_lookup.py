@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from functions.worker.names import PROGRESS_AT, PROGRESS_DONE, PROGRESS_NOTE, PROGRESS_RUN, PROGRESS_TOTAL
 from functions.worker.settings import ENV_IDEMPOTENCY_TABLE, idempotency_record_id
 from jobctl.discovery import QueueLocation
 from jobctl.dlq import DeadLetter, DeadLetterQueue
@@ -32,6 +33,40 @@ NOT_FOUND = "not found"
 
 class JobLookupError(OperatorUnreachableError):
     """The job's records could not be located."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a run last reported of itself: `done` of `total` (if it said), a note, when, and which run."""
+
+    done: float
+    total: float | None
+    note: str
+    at: datetime
+    run: int
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> Progress | None:
+        done, at, run = (item.get(name, {}).get("N") for name in (PROGRESS_DONE, PROGRESS_AT, PROGRESS_RUN))
+        if done is None or at is None or run is None:
+            return None
+        total = item.get(PROGRESS_TOTAL, {}).get("N")
+        return cls(
+            done=float(done),
+            total=float(total) if total is not None else None,
+            note=str(item.get(PROGRESS_NOTE, {}).get("S", "")),
+            at=datetime.fromtimestamp(float(at), tz=UTC),
+            run=int(run),
+        )
+
+    def describe(self) -> str:
+        amount = f"{self.done:g}" + (f" of {self.total:g}" if self.total is not None else "")
+        if self.total:
+            amount += f" ({self.done / self.total:.0%})"
+        return amount + (f": {self.note}" if self.note else "") + f" (run {self.run}, at {self.at.isoformat()})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"done": self.done, "total": self.total, "note": self.note, "at": self.at, "run": self.run}
 
 
 @dataclass(frozen=True)
@@ -53,6 +88,8 @@ class IdempotencyRecord:
     last_failed_at: datetime | None = None
     first_failed_at: datetime | None = None
     pending_dead_letter: str | None = None
+    # The newest progress a run reported (context.progress), and which run reported it.
+    progress: Progress | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any], expiry_s: int) -> IdempotencyRecord:
@@ -81,6 +118,7 @@ class IdempotencyRecord:
             last_failed_at=moment("last_failed_at"),
             first_failed_at=moment("first_failed_at"),
             pending_dead_letter=text("pending_dead_letter"),
+            progress=Progress.from_item(item),
         )
 
 
@@ -117,7 +155,11 @@ class JobLookup:
             return f"completed; a redelivery is skipped until {record.remembered_until.isoformat()}"
         if self.verdict == IN_PROGRESS and record is not None:
             until = record.in_progress_until.isoformat() if record.in_progress_until else "its invocation ends"
-            return f"running now (run {record.runs} of {self.max_attempts}); the run holds the key until {until}"
+            running = f"running now (run {record.runs} of {self.max_attempts}); the run holds the key until {until}"
+            progress = record.progress
+            if progress is not None and progress.run == record.runs:
+                running += f"; progress {progress.describe()}"
+            return running
         if self.verdict == RETRYING and record is not None:
             when = record.last_failed_at.isoformat() if record.last_failed_at else "(unknown)"
             failed = f"run {record.runs} of {self.max_attempts} failed at {when}: {record.last_error_type}"
@@ -154,6 +196,7 @@ class JobLookup:
                 "first_failed_at": record.first_failed_at,
                 "last_failed_at": record.last_failed_at,
                 "pending_dead_letter": record.pending_dead_letter,
+                "progress": record.progress.to_dict() if record.progress else None,
             },
             "dead_letters": [letter.to_dict() for letter in self.dead_letters],
         }

@@ -211,6 +211,8 @@ class JobExecutor:
         assert lambda_context is not None
 
         def context_for(attempt: int) -> JobContext:
+            from functions.worker.progress import ProgressReporter
+
             return JobContext(
                 envelope=envelope,
                 key=key,
@@ -222,6 +224,16 @@ class JobExecutor:
                 lambda_context=lambda_context,
                 http_client_provider=self._http_client,
                 secrets=self._secrets,
+                # The key's record, written by this run only while it holds the key (its run number).
+                progress_reporter=ProgressReporter(
+                    lambda: self._clients("dynamodb"),
+                    self._settings.idempotency_table,
+                    idempotency_record_id(key),
+                    attempt,
+                    on_unwritten=lambda reason: self._obs.logger.warning(
+                        "progress not recorded", extra={"reason": reason}
+                    ),
+                ),
             )
 
         execution = Execution(

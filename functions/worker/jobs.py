@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from functions.worker.http import HttpClient, JobHttp
+    from functions.worker.progress import ProgressReporter
     from functions.worker.secrets import SecretCache
 
 # What a job returns: kept in its idempotency record by the rule of functions/worker/results.py (any value that
@@ -42,6 +43,8 @@ class JobContext:
     http_client_provider: Callable[[], HttpClient]
     # The worker's secrets, read on first use and cached (functions/worker/secrets.py); None: the job has none.
     secrets: SecretCache | None = None
+    # Where this run's progress goes (functions/worker/progress.py); None: nowhere (a test's context).
+    progress_reporter: ProgressReporter | None = None
 
     def resource(self, name: str) -> str:
         try:
@@ -63,6 +66,14 @@ class JobContext:
         if self.secrets is None:
             raise WorkerConfigError(f"job {self.envelope.job!r}: this worker has no secret store to read {name!r}")
         return self.secrets.get(name, secret_id)
+
+    def progress(self, done: float, total: float | None = None, note: str = "") -> bool:
+        """Report how far this run has come (e.g. rows done of total, and a short note): kept in the key's record
+        for `jobctl job show` and the console, at most one write every 5 s (True when this one was written). It
+        never fails the job; after the run's cut it is refused like any call."""
+        if self.progress_reporter is None:
+            return False
+        return self.progress_reporter.report(done, total, note)
 
     def client(self, service: str) -> Any:
         return self.clients(service)

@@ -61,3 +61,11 @@ class DeadLetterFailure(StrEnum):
 class CutRunCallReason(StrEnum):
     REFUSED = "refused"  # the cut run's call after the cut was refused by the fence
     ENDED = "ended"  # a call in flight at the cut got its answer
+
+
+# A run's progress (context.progress) in its key's idempotency record: the runtime writes them, jobctl reads them.
+PROGRESS_DONE = "progress_done"
+PROGRESS_TOTAL = "progress_total"
+PROGRESS_NOTE = "progress_note"
+PROGRESS_AT = "progress_at"
+PROGRESS_RUN = "progress_run"

@@ -1,0 +1,102 @@
+"""A long job's progress, reported through its context (`context.progress(done, total, note)`) and kept in its
+key's idempotency record, where `jobctl job show` and the console read it.
+
+Throttled: at most one write every PROGRESS_INTERVAL_S per run (the first report always writes), so a job may
+report from a tight loop. The write is the job's own call (`context.client("dynamodb")`), so the time limit's
+fence and the breakers see it, and it changes the record only while this very run holds the key (status
+INPROGRESS, `runs` = this run's number): a late report of a cut or superseded run changes nothing. A report that
+can't be written is logged and dropped; it never fails the job.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from functions.worker.names import PROGRESS_AT, PROGRESS_DONE, PROGRESS_NOTE, PROGRESS_RUN, PROGRESS_TOTAL
+from functions.worker.run_ledger import INPROGRESS, RUNS
+
+PROGRESS_INTERVAL_S = 5.0
+MAX_NOTE_CHARS = 200
+
+
+class ProgressReporter:
+    """One run's progress reports: `report` writes the newest to the key's record, at most every `interval_s`."""
+
+    def __init__(
+        self,
+        client: Callable[[], Any],
+        table: str,
+        record_id: str,
+        run: int,
+        *,
+        on_unwritten: Callable[[str], None] = lambda reason: None,
+        interval_s: float = PROGRESS_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._table = table
+        self._record_id = record_id
+        self._run = run
+        self._on_unwritten = on_unwritten
+        self._interval_s = interval_s
+        self._clock = clock
+        self._last_written: float | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def table(self) -> str:
+        """The idempotency table the record is in."""
+        return self._table
+
+    def report(self, done: float, total: float | None = None, note: str = "") -> bool:
+        """Keep `done` (of `total`, with a short `note`) as this run's progress; True if it was written now, False
+        if throttled or refused (a report after the run lost its key, or a write that failed)."""
+        if (
+            isinstance(done, bool)
+            or not isinstance(done, int | float)
+            or (total is not None and (isinstance(total, bool) or not isinstance(total, int | float)))
+        ):
+            raise TypeError("progress(done, total=None, note='') takes numbers for done and total")
+        with self._lock:
+            now = self._clock()
+            if self._last_written is not None and now - self._last_written < self._interval_s:
+                return False
+            self._last_written = now
+        values: dict[str, Any] = {
+            ":done": {"N": repr(float(done)) if isinstance(done, float) else str(done)},
+            ":at": {"N": f"{time.time():.3f}"},
+            ":run": {"N": str(self._run)},
+            ":inprogress": {"S": INPROGRESS},
+            ":note": {"S": str(note)[:MAX_NOTE_CHARS]},
+        }
+        assignments = [f"{PROGRESS_DONE} = :done", f"{PROGRESS_AT} = :at", f"{PROGRESS_RUN} = :run"]
+        assignments.append(f"{PROGRESS_NOTE} = :note")
+        removals = []
+        if total is None:
+            removals.append(PROGRESS_TOTAL)
+        else:
+            values[":total"] = {"N": repr(float(total)) if isinstance(total, float) else str(total)}
+            assignments.append(f"{PROGRESS_TOTAL} = :total")
+        expression = "SET " + ", ".join(assignments) + (" REMOVE " + ", ".join(removals) if removals else "")
+        try:
+            self._client().update_item(
+                TableName=self._table,
+                Key={"id": {"S": self._record_id}},
+                UpdateExpression=expression,
+                ConditionExpression="#status = :inprogress AND #runs = :run",
+                ExpressionAttributeNames={"#status": "status", "#runs": RUNS},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "unknown")
+            self._on_unwritten("the run no longer holds its key" if code == "ConditionalCheckFailedException" else code)
+            return False
+        except BotoCoreError as error:
+            self._on_unwritten(type(error).__name__)
+            return False
+        return True
