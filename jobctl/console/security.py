@@ -90,7 +90,7 @@ class Guard:
         return self.url_for("")
 
     def url_for(self, path: str) -> str:
-        """A page of the console (e.g. "queues/orders") with the access token, for a browser without the cookie."""
+        """A page of the console (e.g. "queues/<name>") with the access token, for a browser without the cookie."""
         return f"{self.base_url}{path}?token={self.access_token}"
 
     def host_allowed(self, host_header: str | None) -> bool:
