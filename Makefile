@@ -29,7 +29,7 @@ export REHEARSAL_CDK_ARGS
 help:
 	@echo "make demo    run the order-confirmation job end to end on the embedded local engine"
 	@echo "make test    lint (ruff, mypy) and every test: unit, functional, infra, e2e (incl. a 2,000-job chaos soak), the console in a browser, rehearsal"
-	@echo "make check   the fast loop: lint, unit and functional tests (about 2 minutes)"
+	@echo "make check   the fast loop: lint, and unit and functional tests beside mypy (about 2.5 minutes)"
 	@echo "make rehearse  deploy the stack to LocalStack with the CDK CLI and run jobctl's procedure against it"
 	@echo "make soak    the chaos soak at 10,000 jobs (SOAK_JOBS=n to change): faults injected, every promise checked"
 	@echo "make schema  write the catalog's job names into docs/envelope.schema.json (after adding or renaming a job)"
@@ -100,9 +100,16 @@ lint: $(VENV)/.synced
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 
-# The fast loop while working: everything that needs no CDK synth, local engine, browser or LocalStack.
-check: lint
-	$(BIN)/pytest -n 3 --dist worksteal tests/unit tests/functional
+# The fast loop while working: everything that needs no CDK synth, local engine, browser or LocalStack. mypy
+# (its cache warm, it rechecks what changed) runs beside the tests; its report follows theirs.
+check: $(VENV)/.synced
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	@mypy_log=$$(mktemp); \
+	$(BIN)/mypy . >"$$mypy_log" 2>&1 & typing=$$!; \
+	$(BIN)/pytest -n 3 --dist worksteal tests/unit tests/functional; tests=$$?; \
+	wait $$typing; typed=$$?; cat "$$mypy_log"; rm -f "$$mypy_log"; \
+	[ $$tests -eq 0 ] && [ $$typed -eq 0 ]
 
 # Three pytest workers on two cores: many tests wait on a local engine or a browser, not the CPU (pytest-xdist);
 # work stealing keeps the others busy beside the soak, the longest test (495 s against 834 s with two workers).
