@@ -563,7 +563,8 @@ def group_key(letter: DeadLetter) -> tuple[str, str, str]:
     return (letter.error_type, error_pattern(letter.error_message), "" if status is None else str(status))
 
 
-_VARYING = re.compile(r"'[^']*'|\"[^\"]*\"|\d+")
+# Quoted values and whole numbers; digits inside a word (a code point's U+001B, a version's v2) stay.
+_VARYING = re.compile(r"'[^']*'|\"[^\"]*\"|\b\d+\b")
 
 
 def error_pattern(message: str) -> str:

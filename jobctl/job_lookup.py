@@ -35,6 +35,11 @@ class JobLookupError(OperatorUnreachableError):
     """The job's records could not be located."""
 
 
+def _number(value: float | None) -> float | int | None:
+    """As the job reported it: 5, not 5.0."""
+    return int(value) if value is not None and value.is_integer() else value
+
+
 @dataclass(frozen=True)
 class Progress:
     """What a run last reported of itself: `done` of `total` (if it said), a note, when, and which run."""
@@ -66,7 +71,13 @@ class Progress:
         return amount + (f": {self.note}" if self.note else "") + f" (run {self.run}, at {self.at.isoformat()})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"done": self.done, "total": self.total, "note": self.note, "at": self.at, "run": self.run}
+        return {
+            "done": _number(self.done),
+            "total": _number(self.total),
+            "note": self.note,
+            "at": self.at,
+            "run": self.run,
+        }
 
 
 @dataclass(frozen=True)

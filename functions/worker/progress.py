@@ -1,11 +1,12 @@
 """A long job's progress, reported through its context (`context.progress(done, total, note)`) and kept in its
 key's idempotency record, where `jobctl job show` and the console read it.
 
-Throttled: at most one write every PROGRESS_INTERVAL_S per run (the first report always writes), so a job may
-report from a tight loop. The write is the job's own call (`context.client("dynamodb")`), so the time limit's
-fence and the breakers see it, and it changes the record only while this very run holds the key (status
-INPROGRESS, `runs` = this run's number): a late report of a cut or superseded run changes nothing. A report that
-can't be written is logged and dropped; it never fails the job.
+Throttled: at most one write every PROGRESS_INTERVAL_S per run (the first report, and one whose `done` reaches
+its `total`, always write), so a job may report from a tight loop. The write is the job's own call
+(`context.client("dynamodb")`), so the time limit's fence and the breakers see it, and it changes the record only
+while this very run holds the key (status INPROGRESS, `runs` = this run's number): a late report of a cut or
+superseded run changes nothing. A report that can't be written is logged and dropped; it never fails the job.
+The note is cut to MAX_NOTE_CHARS; `done` and `total` must be numbers (TypeError otherwise).
 """
 
 from __future__ import annotations
@@ -62,9 +63,10 @@ class ProgressReporter:
             or (total is not None and (isinstance(total, bool) or not isinstance(total, int | float)))
         ):
             raise TypeError("progress(done, total=None, note='') takes numbers for done and total")
+        finished = total is not None and done >= total  # the last report is never throttled away
         with self._lock:
             now = self._clock()
-            if self._last_written is not None and now - self._last_written < self._interval_s:
+            if self._last_written is not None and now - self._last_written < self._interval_s and not finished:
                 return False
             self._last_written = now
         values: dict[str, Any] = {

@@ -258,7 +258,8 @@ def redrive(
         matching = [letter for letter in _scan(options, dead, queue) if chosen.matches(letter)]
         if limit is not None:
             matching = matching[:limit]
-        _check_idempotent(matching, allow_non_idempotent)
+        if not dry_run:  # a preview moves nothing: it shows what the real redrive would refuse instead
+            _check_idempotent(matching, allow_non_idempotent)
         if dry_run or not matching:
             _report_redrive(options, queue, matching, None, None, dry_run=dry_run, method="none")
             return
@@ -334,12 +335,16 @@ def _report_redrive(
     }
     if dry_run:
         payload["would_move"] = [{"message_id": m.message_id, "job": m.job, "id": m.entity_id} for m in matching]
+        payload["not_idempotent"] = not_idempotent(matching)
 
     def text() -> None:
         if dry_run:
             click.echo(f"dry run: {len(matching)} message(s) would move back to {queue}")
             for letter in matching:
                 click.echo(shown(f"  {letter.message_id}  {letter.job}:{letter.entity_id}  {letter.error_type}"))
+            if payload["not_idempotent"]:
+                unsafe = ", ".join(payload["not_idempotent"])
+                click.echo(shown(f"not known to be idempotent: {unsafe}; the redrive needs --allow-non-idempotent"))
             return
         if not matching:
             click.echo("no message matches: nothing moved")

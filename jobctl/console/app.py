@@ -35,7 +35,6 @@ OPERATOR_ERRORS: tuple[type[Exception], ...] = (
     DlqError,
     JobLookupError,
     QueueControlError,
-    EnvelopeError,
     botocore.exceptions.BotoCoreError,
     botocore.exceptions.ClientError,
 )
@@ -67,7 +66,7 @@ def shown_in_page(value: Any) -> Any:
 
 
 def describe_error(error: BaseException) -> str | None:
-    return str(error) if isinstance(error, OPERATOR_ERRORS) else None
+    return str(error) if isinstance(error, (*OPERATOR_ERRORS, EnvelopeError)) else None
 
 
 def create_app(backend: ConsoleBackend, guard: Guard, archive_dir: Path) -> Flask:
@@ -126,6 +125,11 @@ def _error_pages(app: Flask) -> None:
     @app.errorhandler(UnknownQueueError)
     def unknown_queue(error: UnknownQueueError) -> tuple[str, int]:
         return render_template("error.html", title="Unknown queue", message=str(error)), 404
+
+    @app.errorhandler(EnvelopeError)
+    def bad_input(error: EnvelopeError) -> tuple[str, int]:
+        # What the operator typed (a job's ID with a hidden character): their input, not a failure to act.
+        return render_template("error.html", title="Bad input", message=str(error)), 400
 
     for error_type in OPERATOR_ERRORS:
 

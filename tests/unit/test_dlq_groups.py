@@ -36,3 +36,13 @@ def test_a_404_and_a_401_that_read_alike_are_two_groups_each_with_its_status() -
     assert by_status == {404: 2, 401: 1, None: 1}
     assert letters[2].http_status == 401 and letters[2].http_body == '{"error": "key expired"}'
     assert letters[3].to_dict()["http_status"] is None
+
+
+def test_whole_numbers_are_blanked_but_a_code_point_is_kept_whole() -> None:
+    from jobctl.dlq import error_pattern
+
+    assert error_pattern("order 9999 not found, 'INV-7' rejected") == "order … not found, … rejected"
+    assert error_pattern("field 'id' contains U+001B (a control character) at position 0") == (
+        "field … contains U+001B (a control character) at position …"
+    )
+    assert error_pattern("contains U+009B at position 3") != error_pattern("contains U+001B at position 3")
