@@ -202,3 +202,19 @@ def test_parallel_reads_of_a_dlq_each_see_every_dead_letter(engine: LocalEngine,
         shown = list(pool.map(dead_letters_shown, range(8)))
 
     assert shown == ["11"] * 8
+
+
+def test_an_id_with_a_hidden_character_is_bad_input_shown_as_text(console: ConsoleServer) -> None:
+    port = console.guard.port
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    cookie = f"{ACCESS_COOKIE}={console.guard.access_token}"
+    connection.request(
+        "GET",
+        "/jobs?job=order_confirmation&id=%1B%5B2J%E2%80%AE",
+        headers={"Host": f"127.0.0.1:{port}", "Cookie": cookie},
+    )
+    response = connection.getresponse()
+    page = response.read().decode()
+
+    assert response.status == 400
+    assert "contains U+001B" in page and "\u001b" not in page and "\u202e" not in page
