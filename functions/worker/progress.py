@@ -76,8 +76,12 @@ class ProgressReporter:
             ":inprogress": {"S": INPROGRESS},
             ":note": {"S": str(note)[:MAX_NOTE_CHARS]},
         }
-        assignments = [f"{PROGRESS_DONE} = :done", f"{PROGRESS_AT} = :at", f"{PROGRESS_RUN} = :run"]
-        assignments.append(f"{PROGRESS_NOTE} = :note")
+        assignments = [
+            f"{PROGRESS_DONE} = :done",
+            f"{PROGRESS_AT} = :at",
+            f"{PROGRESS_RUN} = :run",
+            f"{PROGRESS_NOTE} = :note",
+        ]
         removals = []
         if total is None:
             removals.append(PROGRESS_TOTAL)

@@ -7,7 +7,7 @@ import io
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -15,6 +15,7 @@ from jobctl.console.security import ACCESS_COOKIE, CSRF_FIELD
 from jobctl.console.server import ConsoleServer
 from jobctl.local.engine import LocalEngine
 from jobctl.queue_control import is_paused
+from tests.e2e.console_requests import console_request
 
 pytestmark = pytest.mark.e2e
 
@@ -38,26 +39,11 @@ def _request(
     form: dict[str, str] | None = None,
     headers: dict[str, str] | None = None,
 ) -> http.client.HTTPResponse:
-    port = console.guard.port
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    # The operator's browser, which holds the access cookie; a test of its absence passes Cookie itself.
-    sent = {"Host": f"127.0.0.1:{port}", "Cookie": f"{ACCESS_COOKIE}={console.guard.access_token}", **(headers or {})}
-    body = None
-    if form is not None:
-        body = urlencode(form)
-        sent["Content-Type"] = "application/x-www-form-urlencoded"
-    connection.request(method, path, body=body, headers=sent)
-    response = connection.getresponse()
-    response.read()
-    return response
+    return console_request(console, method, path, form=form, headers=headers)[0]
 
 
 def _csrf_token(console: ConsoleServer) -> str:
-    port = console.guard.port
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    cookie = f"{ACCESS_COOKIE}={console.guard.access_token}"
-    connection.request("GET", "/queues/orders/pause", headers={"Host": f"127.0.0.1:{port}", "Cookie": cookie})
-    page = connection.getresponse().read().decode()
+    _, page = console_request(console, "GET", "/queues/orders/pause")
     match = re.search(rf'name="{CSRF_FIELD}" value="([^"]+)"', page)
     assert match, "the confirmation page carries no CSRF token"
     return match.group(1)
@@ -189,12 +175,8 @@ def test_parallel_reads_of_a_dlq_each_see_every_dead_letter(engine: LocalEngine,
         )
     assert engine.wait_until_idle(timeout_s=60)
 
-    def dead_letters_shown(_: int) -> str:
-        port = console.guard.port
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        cookie = f"{ACCESS_COOKIE}={console.guard.access_token}"
-        connection.request("GET", "/queues/orders", headers={"Host": f"127.0.0.1:{port}", "Cookie": cookie})
-        page = connection.getresponse().read().decode()
+    def dead_letters_shown(_view: int) -> str:
+        page = console_request(console, "GET", "/queues/orders", timeout_s=120)[1]
         found = re.search(r"Dead letters: (\d+)", page)
         return found.group(1) if found else page[:300]
 
@@ -205,16 +187,7 @@ def test_parallel_reads_of_a_dlq_each_see_every_dead_letter(engine: LocalEngine,
 
 
 def test_an_id_with_a_hidden_character_is_bad_input_shown_as_text(console: ConsoleServer) -> None:
-    port = console.guard.port
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    cookie = f"{ACCESS_COOKIE}={console.guard.access_token}"
-    connection.request(
-        "GET",
-        "/jobs?job=order_confirmation&id=%1B%5B2J%E2%80%AE",
-        headers={"Host": f"127.0.0.1:{port}", "Cookie": cookie},
-    )
-    response = connection.getresponse()
-    page = response.read().decode()
+    response, page = console_request(console, "GET", "/jobs?job=order_confirmation&id=%1B%5B2J%E2%80%AE")
 
     assert response.status == 400
     assert "contains U+001B" in page and "\u001b" not in page and "\u202e" not in page

@@ -5,7 +5,6 @@ and interpret none of them; JSON output stays exact."""
 
 from __future__ import annotations
 
-import http.client
 import io
 import json
 from collections.abc import Iterator
@@ -13,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from jobctl.console.security import ACCESS_COOKIE
 from jobctl.console.server import ConsoleServer
 from jobctl.local.engine import LocalEngine
+from tests.e2e.console_requests import console_request
 from tests.e2e.jobctl_runs import as_json, run
 
 pytestmark = pytest.mark.e2e
@@ -119,12 +118,7 @@ def test_the_console_pages_show_the_escapes_never_the_characters(engine: LocalEn
     with ConsoleServer(engine.clients(), engine.stack_name, port=0, archive_dir=tmp_path) as console:
         pages = ["/", "/queues/orders"] + [f"/queues/orders/messages/{m['message_id']}" for m in scanned["would_move"]]
         for path in pages:
-            port = console.guard.port
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            cookie = f"{ACCESS_COOKIE}={console.guard.access_token}"
-            connection.request("GET", path, headers={"Host": f"127.0.0.1:{port}", "Cookie": cookie})
-            response = connection.getresponse()
-            page = response.read().decode("utf-8")
+            response, page = console_request(console, "GET", path)
             assert response.status == 200, (path, page[:500])
             assert _raw(page) == [], path
             assert '<a href="https://evil.example' not in page

@@ -10,6 +10,7 @@ import pytest
 
 from sqs_jobs.resources import Table
 from tests.infra.cfn import of_type, permissions, props, role_id, role_statements, worker_id
+from tests.infra.nag import unacknowledged_findings
 from tests.infra.resource_grants import TABLE_READ, expected_grant, expected_value
 from tests.sample_app.catalog import CATALOG
 
@@ -103,23 +104,13 @@ def test_a_bad_existing_name_fails_synth_in_one_line(cdk_context: dict[str, Any]
 def test_cdk_nag_finds_nothing_unacknowledged_in_it(sample: tuple[dict[str, Any], Any]) -> None:
     # The kinds' acknowledgements (a created secret without rotation, a bucket without access logs, an object
     # wildcard under a prefix) are the providers': a new app brings none of its own.
-    from cdk_nag import AwsSolutionsChecks, ServerlessChecks
-
     _, stack = sample
-    found = [
-        f"{violation.rule_name} at {resource.construct_path}: {violation.description}"
-        for pack in (AwsSolutionsChecks(), ServerlessChecks())
-        for violation in pack.validate_scope(stack).violations
-        for resource in violation.violating_resources
-    ]
-    assert found == []
+    assert unacknowledged_findings(stack) == []
 
 
 def test_with_an_existing_bucket_and_secret_the_grants_name_them_and_nag_finds_nothing_new(
     cdk_context: dict[str, Any],
 ) -> None:
-    from cdk_nag import AwsSolutionsChecks, ServerlessChecks
-
     from infra.stack import build_app
 
     existing = {
@@ -145,13 +136,7 @@ def test_with_an_existing_bucket_and_secret_the_grants_name_them_and_nag_finds_n
         ),
         ("secretsmanager:GetSecretValue", secret),
     }
-    found = [
-        f"{violation.rule_name} at {resource.construct_path}: {violation.description}"
-        for pack in (AwsSolutionsChecks(), ServerlessChecks())
-        for violation in pack.validate_scope(stack).violations
-        for resource in violation.violating_resources
-    ]
-    assert found == []
+    assert unacknowledged_findings(stack) == []
     accounts = worker_id(resources, CATALOG.queue("accounts"))
     granted = permissions(role_statements(resources, role_id(resources, accounts)))
     assert {(action, arn) for action, arn in granted if action.startswith("secretsmanager:")} == {
