@@ -77,6 +77,9 @@ class Assumptions:
     # From bench.writes (c): per new job 2 idempotency writes and 1 read of the job's own table; a record under
     # 1 KiB is 1 WRU; an eventually consistent read under 4 KiB is 0.5 RRU, strongly consistent 1 (assumed).
     idempotency_writes_per_job: float = 2.0
+    # The sparse index of keys in flight (jobs-by-life): a run's start puts its key in (1 WRU) and its completion
+    # takes it out (1 WRU); DynamoDB bills index writes as table writes.
+    index_writes_per_job: float = 2.0
     reads_per_job: float = 1.0
     jobs_per_month: float = 1_000_000.0  # spreads the fixed monthly costs (alarms, metrics, heartbeats)
 
@@ -136,7 +139,7 @@ def queue_cost(spec: QueueSpec, prices: Prices = Prices(), assume: Assumptions =
         * (attempts * billed_ms_per_run + invocations * assume.overhead_ms_per_invocation)
         / 1000
     )
-    wru = attempts * assume.idempotency_writes_per_job + assume.duplicates_per_job
+    wru = attempts * (assume.idempotency_writes_per_job + assume.index_writes_per_job) + assume.duplicates_per_job
     rru = attempts * assume.reads_per_job
     log_gb = (assume.log_bytes_per_job + invocations * assume.platform_log_bytes_per_invocation) / 2**30
     sqs_price = prices.sqs_fifo_per_million_requests if spec.fifo else prices.sqs_standard_per_million_requests

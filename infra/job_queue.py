@@ -194,7 +194,10 @@ class JobQueue(Construct):
         self.dead_letter_queue.grant(self.function, "sqs:SendMessage")
         # ...and hands records it could not run back to its own queue as unrun copies (no time left, key busy).
         self.queue.grant(self.function, "sqs:SendMessage")
-        idempotency_table.grant(self.function, *IDEMPOTENCY_ACTIONS)
+        # The table only, not its index: the worker reads and writes records by key; the operator lists by index.
+        iam.Grant.add_to_principal(
+            grantee=self.function, actions=list(IDEMPOTENCY_ACTIONS), resource_arns=[idempotency_table.table_arn]
+        )
         for item in needed.values():
             item.grant(self.function)
         # The queue's recurring schedules, and the role they and delayed jobs are sent with.

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from aws_cdk import App, CfnOutput, Stack, Tags, Validations
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from functions.worker.names import SERVICE_NAME
+from functions.worker.names import LIFE, LIFE_AT, LIFE_INDEX, SERVICE_NAME
 from infra import monitoring, nag_suppressions
 from infra.alarm_topic import AlarmTopic, NewAlarmTopic
 from infra.context import StackContext
@@ -87,6 +88,14 @@ class JobsStack(Stack):
             time_to_live_attribute=IDEMPOTENCY_TTL_ATTRIBUTE,
             retain=retain,
         ).table
+        # The keys in flight (running, retrying, cancelled) for the operator's lists, without a scan: sparse, since
+        # a record carries `life` only while its key is in flight (functions/worker/names.py, docs/jobctl.md).
+        self.idempotency_table.add_global_secondary_index(
+            index_name=LIFE_INDEX,
+            partition_key=dynamodb.Attribute(name=LIFE, type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name=LIFE_AT, type=dynamodb.AttributeType.NUMBER),
+            projection_type=dynamodb.ProjectionType.ALL,
+        )
         if context.alarm_topic_arn:
             alarm_topic = AlarmTopic(self, "AlarmTopic", existing_topic_arn=context.alarm_topic_arn)
         else:

@@ -21,7 +21,7 @@ COMMANDS = {
     ),
     "dlq": LazyCommand("jobctl.commands.dlq:dlq", "Triage a queue's dead-letter queue: list, show, redrive, discard."),
     "enqueue": LazyCommand("jobctl.commands.enqueue:enqueue", 'Publish one job to QUEUE: {"job": JOB, "id": ID}.'),
-    "job": LazyCommand("jobctl.commands.job:job", "Look up one job by its name and ID."),
+    "job": LazyCommand("jobctl.commands.job:job", "Look up one job, list the jobs in flight, cancel one."),
     "local": LazyCommand(
         "jobctl.commands.local:local",
         "Run the local engine: moto server + the real workers behind an SQS event source emulator, every resource "

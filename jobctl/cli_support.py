@@ -28,6 +28,7 @@ __all__ = [
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
     "Options",
+    "confirm",
     "emit",
     "exit_code_for",
     "fail",
@@ -96,6 +97,17 @@ def operator_errors() -> Iterator[None]:
 def _debugging() -> bool:
     ctx = click.get_current_context(silent=True)
     return ctx is not None and isinstance(ctx.find_root().obj, Options) and ctx.find_root().obj.debug
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Ask before a change; without a terminal, refuse unless `--yes` was given."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise click.UsageError(f"{question} - not confirmed: add --yes to run without a prompt")
+    if not click.confirm(question, default=False):
+        click.echo("nothing done")
+        sys.exit(EXIT_OK)
 
 
 def queues_of(options: Options, queue: str | None = None) -> list[tuple[QueueSpec, QueueLocation]]:

@@ -15,7 +15,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from functions.worker.names import PROGRESS_AT, PROGRESS_DONE, PROGRESS_NOTE, PROGRESS_RUN, PROGRESS_TOTAL
+from functions.worker.names import (
+    CANCEL_REQUESTED_AT,
+    CANCELLED_AT,
+    CANCELLED_BY,
+    PROGRESS_AT,
+    PROGRESS_DONE,
+    PROGRESS_NOTE,
+    PROGRESS_RUN,
+    PROGRESS_TOTAL,
+)
+from functions.worker.names import CANCELLED as RECORD_CANCELLED
 from functions.worker.settings import ENV_IDEMPOTENCY_TABLE, idempotency_record_id
 from jobctl.discovery import QueueLocation
 from jobctl.dlq import DeadLetter, DeadLetterQueue
@@ -25,6 +35,7 @@ from sqs_jobs.envelope import Envelope, build_envelope
 from sqs_jobs.specs import QueueSpec
 
 COMPLETED = "completed"
+CANCELLED = "cancelled"
 IN_PROGRESS = "in progress"
 RETRYING = "retrying"
 DEAD_LETTERED = "dead-lettered"
@@ -101,6 +112,10 @@ class IdempotencyRecord:
     pending_dead_letter: str | None = None
     # The newest progress a run reported (context.progress), and which run reported it.
     progress: Progress | None = None
+    # An operator's cancel (jobctl job cancel): when the key was cancelled, or a running run was asked to stop.
+    cancelled_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
+    cancelled_by: str | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any], expiry_s: int) -> IdempotencyRecord:
@@ -130,6 +145,9 @@ class IdempotencyRecord:
             first_failed_at=moment("first_failed_at"),
             pending_dead_letter=text("pending_dead_letter"),
             progress=Progress.from_item(item),
+            cancelled_at=moment(CANCELLED_AT),
+            cancel_requested_at=moment(CANCEL_REQUESTED_AT),
+            cancelled_by=text(CANCELLED_BY),
         )
 
 
@@ -152,6 +170,8 @@ class JobLookup:
         if record is not None and record.remembered_until > self.looked_at:
             if record.status == "COMPLETED":
                 return COMPLETED
+            if record.status == RECORD_CANCELLED:
+                return CANCELLED
             if record.status == "FAILED":
                 return RETRYING
             if record.in_progress_until is None or record.in_progress_until > self.looked_at:
@@ -164,12 +184,19 @@ class JobLookup:
             return f"{len(self.dead_letters)} dead letter(s) in the DLQ: triage with `jobctl dlq show {self.queue} ID`"
         if self.verdict == COMPLETED and record is not None:
             return f"completed; a redelivery is skipped until {record.remembered_until.isoformat()}"
+        if self.verdict == CANCELLED and record is not None:
+            return (
+                f"cancelled by {record.cancelled_by or '(unknown)'}: no copy of it runs until "
+                f"{record.remembered_until.isoformat()} (`jobctl job cancel --undo` withdraws it)"
+            )
         if self.verdict == IN_PROGRESS and record is not None:
             until = record.in_progress_until.isoformat() if record.in_progress_until else "its invocation ends"
             running = f"running now (run {record.runs} of {self.max_attempts}); the run holds the key until {until}"
             progress = record.progress
             if progress is not None and progress.run == record.runs:
                 running += f"; progress {progress.describe()}"
+            if record.cancel_requested_at is not None:
+                running += "; a cancel was requested: it stops at its next progress report or call"
             return running
         if self.verdict == RETRYING and record is not None:
             when = record.last_failed_at.isoformat() if record.last_failed_at else "(unknown)"
@@ -208,6 +235,9 @@ class JobLookup:
                 "last_failed_at": record.last_failed_at,
                 "pending_dead_letter": record.pending_dead_letter,
                 "progress": record.progress.to_dict() if record.progress else None,
+                "cancelled_at": record.cancelled_at,
+                "cancel_requested_at": record.cancel_requested_at,
+                "cancelled_by": record.cancelled_by,
             },
             "dead_letters": [letter.to_dict() for letter in self.dead_letters],
         }

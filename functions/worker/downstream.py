@@ -23,7 +23,7 @@ from functions.worker.errors import (
     HttpPermanentError,
     HttpTransientError,
 )
-from functions.worker.time_limit import current_run
+from functions.worker.time_limit import JobRun, current_run
 
 T = TypeVar("T")
 
@@ -59,6 +59,7 @@ def guard_http(method: str, url: str, call: Callable[[], T]) -> T:
     downstream = http_downstream(url)
     what = f"{method} {downstream}"
     run.refuse_if_cut(what)
+    run.raise_if_cancelled()
     ticket = run.breakers.admit(downstream) if run.breakers is not None else None
     if ticket is not None:
         run.hold(ticket)
@@ -120,11 +121,18 @@ def _operation(event_name: str) -> str:
     return ".".join(parts[1:3]) if len(parts) > 2 else event_name
 
 
-def _before_call(event_name: str = "", context: dict[str, Any] | None = None, **_: Any) -> None:
+def _job_run() -> JobRun | None:
+    """The job's run making this call, if a job's run makes it (not the runtime's own read of its cancel)."""
     run = current_run()
+    return None if run is None or run.checking_cancel else run
+
+
+def _before_call(event_name: str = "", context: dict[str, Any] | None = None, **_: Any) -> None:
+    run = _job_run()
     if run is None:
         return
     run.refuse_if_cut(_operation(event_name))
+    run.raise_if_cancelled()
     ticket = run.breakers.admit(_service(event_name)) if run.breakers is not None else None
     if ticket is not None and context is not None:
         run.hold(ticket)
@@ -132,7 +140,7 @@ def _before_call(event_name: str = "", context: dict[str, Any] | None = None, **
 
 
 def _before_send(event_name: str = "", **_: Any) -> None:
-    run = current_run()
+    run = _job_run()
     if run is not None:
         run.refuse_if_cut(_operation(event_name))
 
@@ -144,7 +152,7 @@ def _after_call(
     context: dict[str, Any] | None = None,
     **_: Any,
 ) -> None:
-    run = current_run()
+    run = _job_run()
     if run is None:
         return
     ticket = (context or {}).pop(_TICKET, None)
@@ -162,7 +170,7 @@ def _after_call(
 def _after_call_error(
     event_name: str = "", exception: BaseException | None = None, context: dict[str, Any] | None = None, **_: Any
 ) -> None:
-    run = current_run()
+    run = _job_run()
     if run is None:
         return
     ticket = (context or {}).pop(_TICKET, None)

@@ -30,6 +30,7 @@ __all__ = [
     "HttpPermanentError",
     "HttpTransientError",
     "IdempotencyKeyError",
+    "JobCancelledError",
     "JobCodeExitError",
     "JobError",
     "JobInProgressError",
@@ -154,3 +155,8 @@ class HttpPermanentError(HttpError, PermanentError):
 class HttpCredentialsRefusedError(HttpPermanentError):
     """401 or 403: the server refused the credentials sent. From a job's run it becomes a DownstreamAuthError
     (the deployment's fault, held by the host's breaker); outside one it is a permanent answer like other 4xx."""
+
+
+class JobCancelledError(PermanentError):
+    """An operator cancelled the job while it ran (`jobctl job cancel`): the run stops at its next progress report
+    or call and is dead-lettered with this type, never retried. Every later call of the run raises it again."""

@@ -34,7 +34,7 @@ from functions.worker.names import (
 )
 from functions.worker.observability import BatchTally, Observability
 from functions.worker.provenance import HELD_SINCE, PRIOR_ATTEMPTS, MessageAttributes
-from functions.worker.run_ledger import RunLedger
+from functions.worker.run_ledger import RunIdentity, RunLedger
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, WorkerSettings, idempotency_record_id
 from functions.worker.time_limit import JobRun, JobRunner
 from sqs_jobs.envelope import Envelope
@@ -108,6 +108,7 @@ class Execution:
             args=(context.envelope, context),
             breakers=self.breakers,
             on_call_after_cut=self.on_call_after_cut,
+            cancel_check=context.progress_reporter.raise_if_cancelled if context.progress_reporter else None,
             on_start=lambda: logger.thread_safe_append_keys(**log_keys),
             on_end=logger.thread_safe_clear_keys,
         )
@@ -259,6 +260,13 @@ class JobExecutor:
             seed_runs=int(_number(delivery.attributes, PRIOR_ATTEMPTS) or 0),
             seed_held_since=_number(delivery.attributes, HELD_SINCE),
             first_delivery=delivery.receives == 1,
+            identity=RunIdentity(
+                queue=self._queue.name,
+                job=envelope.job,
+                job_id=envelope.id,
+                key=key,
+                run_by=f"{lambda_context.log_stream_name} {lambda_context.aws_request_id}",
+            ),
         )
         return execution
 

@@ -26,6 +26,7 @@ class Outcome(Enum):
     DEAD_LETTERED = "dead_lettered"
     DEFERRED = "deferred"
     HEARTBEAT = "heartbeat"
+    CANCELLED = "cancelled"  # a copy of a cancelled key, acknowledged unrun
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ namespace. Dependency-free (the standard library only), so the stack (`infra/`) 
 
 from __future__ import annotations
 
+import zlib
 from enum import StrEnum
 
 SERVICE_NAME = "sqs-jobs"
@@ -33,6 +34,9 @@ CIRCUIT_OPENED = "CircuitOpened"
 # A run cut at its time limit called a downstream after the cut or got an answer to a call that was in flight at
 # the cut (per CutRunCallReason): its effect may have happened after the record was settled.
 CUT_RUN_CALL = "CutRunCall"
+# A copy of a key an operator cancelled, acknowledged without running (a run stopped by the cancel is
+# JobDeadLettered, reason cancelled).
+CANCELLED_COPY = "JobCancelled"
 
 # What operators' tools show as the error type of a dead letter the runtime didn't write (no evidence attributes).
 NO_EVIDENCE = "(no evidence: not dead-lettered by the runtime)"
@@ -56,6 +60,7 @@ class DeadLetterFailure(StrEnum):
 
     PERMANENT = "permanent"
     RETRIES_EXHAUSTED = "retries_exhausted"
+    CANCELLED = "cancelled"  # an operator cancelled the key while it ran (JobCancelledError)
 
 
 class CutRunCallReason(StrEnum):
@@ -69,3 +74,44 @@ PROGRESS_TOTAL = "progress_total"
 PROGRESS_NOTE = "progress_note"
 PROGRESS_AT = "progress_at"
 PROGRESS_RUN = "progress_run"
+
+# A key's record also says whose it is and where it stands, for the operator's lists (jobctl/job_life.py) without a
+# scan: the run ledger writes them in the writes it makes anyway (functions/worker/run_ledger.py).
+RECORD_QUEUE = "queue"
+RECORD_JOB = "job"
+RECORD_JOB_ID = "job_id"
+RECORD_JOB_KEY = "job_key"
+STARTED_AT = "started_at"  # when the key's newest run started (epoch seconds)
+RUN_BY = "run_by"  # which worker runs it: the Lambda log stream and request ID
+NEXT_RETRY_AT = "next_retry_at"  # when a failed or held key's message is due again (epoch seconds)
+# Cancel (jobctl job cancel): a record CANCELLED acknowledges every copy of its key without running it until it
+# expires; a running key gets CANCEL_REQUESTED_AT, which its run sees at its next progress report or call.
+CANCELLED = "CANCELLED"
+CANCELLED_AT = "cancelled_at"
+CANCELLED_BY = "cancelled_by"
+CANCEL_REQUESTED_AT = "cancel_requested_at"
+
+# The sparse index of keys in flight: a record carries LIFE only while its key is running, retrying (or held) or
+# cancelled, so the index holds those and nothing completed. LIFE is `<queue>#<state>#<shard>`, spread over
+# LIFE_SHARDS partition keys: one partition key takes at most 1,000 writes a second, and every run of a queue
+# writes its running list twice (4 shards: about 2,000 runs a second per queue). LIFE_AT orders each list (since
+# when running, when due again, when cancelled).
+LIFE_INDEX = "jobs-by-life"
+LIFE = "life"
+LIFE_AT = "life_at"
+LIFE_SHARDS = 4
+
+
+class LifeState(StrEnum):
+    RUNNING = "running"
+    RETRYING = "retrying"
+    CANCELLED = "cancelled"
+
+
+def life_partition(queue: str, state: LifeState, record_id: str) -> str:
+    """The index partition a key's record is listed under (its shard from its record ID, so it never moves)."""
+    return life_shard_partition(queue, state, zlib.crc32(record_id.encode()) % LIFE_SHARDS)
+
+
+def life_shard_partition(queue: str, state: LifeState, shard: int) -> str:
+    return f"{queue}#{state.value}#{shard}"

@@ -7,6 +7,13 @@ its `total`, always write), so a job may report from a tight loop. The write is 
 while this very run holds the key (status INPROGRESS, `runs` = this run's number): a late report of a cut or
 superseded run changes nothing. A report that can't be written is logged and dropped; it never fails the job.
 The note is cut to MAX_NOTE_CHARS; `done` and `total` must be numbers (TypeError otherwise).
+
+It is also how a run learns that an operator cancelled its key (`jobctl job cancel`): a report finds the record's
+CANCEL_REQUESTED_AT (its write's condition fails and returns the record), and before each call the run makes
+(`raise_if_cancelled`, from functions/worker/downstream.py) the record is read, at most once every
+CANCEL_CHECK_INTERVAL_S and never in the run's first interval, so a short job never pays for it. Either raises
+JobCancelledError, and so does every later report or call of the run. A read that fails is ignored (the next one
+tries again): cancelling is best effort, never a new way for a job to fail.
 """
 
 from __future__ import annotations
@@ -14,15 +21,25 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from functions.worker.names import PROGRESS_AT, PROGRESS_DONE, PROGRESS_NOTE, PROGRESS_RUN, PROGRESS_TOTAL
+from functions.worker.errors import JobCancelledError
+from functions.worker.names import (
+    CANCEL_REQUESTED_AT,
+    PROGRESS_AT,
+    PROGRESS_DONE,
+    PROGRESS_NOTE,
+    PROGRESS_RUN,
+    PROGRESS_TOTAL,
+)
 from functions.worker.run_ledger import INPROGRESS, RUNS
 
 PROGRESS_INTERVAL_S = 5.0
 MAX_NOTE_CHARS = 200
+CANCEL_CHECK_INTERVAL_S = 10.0
 
 
 class ProgressReporter:
@@ -37,6 +54,7 @@ class ProgressReporter:
         *,
         on_unwritten: Callable[[str], None] = lambda reason: None,
         interval_s: float = PROGRESS_INTERVAL_S,
+        cancel_check_interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
@@ -48,6 +66,11 @@ class ProgressReporter:
         self._clock = clock
         self._last_written: float | None = None
         self._lock = threading.Lock()
+        self._cancel_check_interval_s = (
+            CANCEL_CHECK_INTERVAL_S if cancel_check_interval_s is None else cancel_check_interval_s
+        )
+        self._last_cancel_check = clock()
+        self._cancelled_at: float | None = None
 
     @property
     def table(self) -> str:
@@ -63,6 +86,7 @@ class ProgressReporter:
             or (total is not None and (isinstance(total, bool) or not isinstance(total, int | float)))
         ):
             raise TypeError("progress(done, total=None, note='') takes numbers for done and total")
+        self._raise_if_seen()
         finished = total is not None and done >= total  # the last report is never throttled away
         with self._lock:
             now = self._clock()
@@ -94,11 +118,14 @@ class ProgressReporter:
                 TableName=self._table,
                 Key={"id": {"S": self._record_id}},
                 UpdateExpression=expression,
-                ConditionExpression="#status = :inprogress AND #runs = :run",
-                ExpressionAttributeNames={"#status": "status", "#runs": RUNS},
+                ConditionExpression="#status = :inprogress AND #runs = :run AND attribute_not_exists(#cancel)",
+                ExpressionAttributeNames={"#status": "status", "#runs": RUNS, "#cancel": CANCEL_REQUESTED_AT},
                 ExpressionAttributeValues=values,
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as error:
+            self._note_cancel(error.response.get("Item") or {})  # type: ignore[arg-type]
+            self._raise_if_seen()
             code = error.response.get("Error", {}).get("Code", "unknown")
             self._on_unwritten("the run no longer holds its key" if code == "ConditionalCheckFailedException" else code)
             return False
@@ -106,3 +133,39 @@ class ProgressReporter:
             self._on_unwritten(type(error).__name__)
             return False
         return True
+
+    def raise_if_cancelled(self) -> None:
+        """Before a call of the run: JobCancelledError if an operator cancelled its key (read at most once every
+        CANCEL_CHECK_INTERVAL_S; see the module's docstring)."""
+        self._raise_if_seen()
+        with self._lock:
+            now = self._clock()
+            if now - self._last_cancel_check < self._cancel_check_interval_s:
+                return
+            self._last_cancel_check = now
+        try:
+            item = (
+                self._client()
+                .get_item(
+                    TableName=self._table,
+                    Key={"id": {"S": self._record_id}},
+                    ProjectionExpression="#cancel, #runs",
+                    ExpressionAttributeNames={"#cancel": CANCEL_REQUESTED_AT, "#runs": RUNS},
+                )
+                .get("Item", {})
+            )
+        except (ClientError, BotoCoreError):
+            return
+        self._note_cancel(item)
+        self._raise_if_seen()
+
+    def _note_cancel(self, item: dict[str, Any]) -> None:
+        """Keep a cancel the record holds for this very run (a later run of the key is not this one's to stop)."""
+        requested = item.get(CANCEL_REQUESTED_AT, {}).get("N")
+        if requested is not None and item.get(RUNS, {}).get("N") == str(self._run):
+            self._cancelled_at = float(requested)
+
+    def _raise_if_seen(self) -> None:
+        if self._cancelled_at is not None:
+            at = datetime.fromtimestamp(self._cancelled_at, tz=UTC).isoformat(timespec="seconds")
+            raise JobCancelledError(f"cancelled by an operator at {at}; the run stopped at its next report or call")

@@ -34,13 +34,31 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyItemAlreadyExistsError
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 from botocore.exceptions import ClientError
+
+from functions.worker.names import (
+    CANCEL_REQUESTED_AT,
+    CANCELLED,
+    CANCELLED_AT,
+    CANCELLED_BY,
+    LIFE,
+    LIFE_AT,
+    NEXT_RETRY_AT,
+    RECORD_JOB,
+    RECORD_JOB_ID,
+    RECORD_JOB_KEY,
+    RECORD_QUEUE,
+    RUN_BY,
+    STARTED_AT,
+    LifeState,
+    life_partition,
+)
 
 INPROGRESS = "INPROGRESS"
 COMPLETED = "COMPLETED"
@@ -61,9 +79,46 @@ PENDING_DEAD_LETTER = "pending_dead_letter"
 # What a failure record keeps of the error: enough to say why, small enough to stay far below DynamoDB's 400 KB.
 MAX_ERROR_CHARS = 1024
 MAX_TRACEBACK_CHARS = 8192
+# The key's text is bounded by the envelope's limits; this caps what a record repeats of it for the lists.
+MAX_IDENTITY_CHARS = 1024
 
 # A client for a call that must end within the given seconds (functions/worker/clients.py).
 ClientFor = Callable[[float], Any]
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """Whose key a run holds, written with its start so the operator's lists need no scan: the queue, the job, the
+    envelope's ID, the idempotency key, and which worker runs it (log stream and request ID)."""
+
+    queue: str = ""
+    job: str = ""
+    job_id: str = ""
+    key: str = ""
+    run_by: str = ""
+
+    def assignments(self, names: dict[str, str], values: dict[str, Any]) -> list[str]:
+        """The start write's SET clauses for these (and the names and values they use)."""
+        fields = {
+            RECORD_QUEUE: self.queue,
+            RECORD_JOB: self.job,
+            RECORD_JOB_ID: self.job_id,
+            RECORD_JOB_KEY: self.key,
+            RUN_BY: self.run_by,
+        }
+        clauses = []
+        for attribute, value in fields.items():
+            if value:
+                names[f"#{attribute}"] = attribute
+                values[f":{attribute}"] = {"S": value[:MAX_IDENTITY_CHARS]}
+                clauses.append(f"#{attribute} = :{attribute}")
+        return clauses
+
+    def item(self) -> dict[str, Any]:
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        self.assignments(names, values)
+        return {attribute: values[f":{attribute}"] for attribute in (name[1:] for name in names)}
 
 
 @dataclass(frozen=True)
@@ -123,6 +178,7 @@ class StartedRun:
     number: int
     before: LedgerEntry
     held_since: float | None = None
+    identity: RunIdentity = field(default_factory=RunIdentity)
 
 
 class RunsExhaustedError(Exception):
@@ -148,6 +204,14 @@ class Failure:
     traceback: str = ""
 
 
+class KeyCancelledError(Exception):
+    """No run may start: an operator cancelled the key (`jobctl job cancel`). Its copies are acknowledged unrun."""
+
+    def __init__(self, entry: LedgerEntry) -> None:
+        super().__init__(f"key record {entry.record_id} was cancelled")
+        self.entry = entry
+
+
 @dataclass
 class _Scope:
     """Per record thread: what the next start write needs and what it learned."""
@@ -159,6 +223,7 @@ class _Scope:
     time_left: Callable[[], float] = lambda: 60.0
     # The message's first delivery, carrying no previous runtime's bookkeeping: its key most likely has no record.
     first_delivery: bool = False
+    identity: RunIdentity = RunIdentity()
     started: StartedRun | None = None
 
 
@@ -183,10 +248,12 @@ class RunLedger(DynamoDBPersistenceLayer):
         seed_runs: int = 0,
         seed_held_since: float | None = None,
         first_delivery: bool = False,
+        identity: RunIdentity | None = None,
     ) -> None:
-        """Before a delivery runs its key in this thread: the runs it may have and what the message carried over
-        from a previous runtime (see docs/failure-semantics.md, upgrades)."""
+        """Before a delivery runs its key in this thread: the runs it may have, what the message carried over
+        from a previous runtime (see docs/failure-semantics.md, upgrades) and whose key it is (`identity`)."""
         self._local.scope = _Scope(
+            identity=identity or RunIdentity(),
             max_runs=max_runs,
             seed_runs=max(0, min(seed_runs, max_runs - 1)),
             seed_held_since=seed_held_since,
@@ -236,7 +303,12 @@ class RunLedger(DynamoDBPersistenceLayer):
             ":one": {"N": "1"},
             ":max": {"N": str(scope.max_runs)},
         }
-        assignments = ["#status = :inprogress", "#expiry = :expiry", "#runs = if_not_exists(#runs, :seed) + :one"]
+        assignments = [
+            "#status = :inprogress",
+            "#expiry = :expiry",
+            "#runs = if_not_exists(#runs, :seed) + :one",
+            *self._running(data_record.idempotency_key, scope.identity, now, names, values),
+        ]
         if data_record.in_progress_expiry_timestamp is not None:
             assignments.append("#in_progress_expiry = :in_progress_expiry")
             values[":in_progress_expiry"] = {"N": str(data_record.in_progress_expiry_timestamp)}
@@ -249,11 +321,15 @@ class RunLedger(DynamoDBPersistenceLayer):
             "(#status = :inprogress AND attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis)"
         )
         condition = f"({free}) AND (attribute_not_exists(#runs) OR #runs < :max) AND attribute_not_exists(#pending)"
+        # What an earlier life of the key left: a due time, and a cancel that has expired.
+        stale = {"#next_retry_at": NEXT_RETRY_AT, "#cancelled_at": CANCELLED_AT, "#cancelled_by": CANCELLED_BY}
+        stale["#cancel_requested_at"] = CANCEL_REQUESTED_AT
+        names.update(stale)
         try:
             response = self._client().update_item(
                 TableName=self.table_name,
                 Key=self._key(data_record.idempotency_key),
-                UpdateExpression="SET " + ", ".join(assignments),
+                UpdateExpression="SET " + ", ".join(assignments) + " REMOVE " + ", ".join(stale),
                 ConditionExpression=condition,
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
@@ -272,7 +348,19 @@ class RunLedger(DynamoDBPersistenceLayer):
         # No runs before: a new key, or a record a previous runtime wrote (the seed then stands for them).
         runs_before = before.runs if RUNS in old else scope.seed_runs
         held_since = before.held_since if HELD_SINCE in old else scope.seed_held_since
-        scope.started = StartedRun(number=runs_before + 1, before=before, held_since=held_since)
+        scope.started = StartedRun(
+            number=runs_before + 1, before=before, held_since=held_since, identity=scope.identity
+        )
+
+    @staticmethod
+    def _running(
+        record_id: str, identity: RunIdentity, now: float, names: dict[str, str], values: dict[str, Any]
+    ) -> list[str]:
+        """The start write's clauses that list the key as running, since now, by whom."""
+        names["#started_at"] = STARTED_AT
+        values[":started_at"] = {"N": f"{now:.3f}"}
+        clauses = [*identity.assignments(names, values), "#started_at = :started_at"]
+        return clauses + _listed(identity.queue, LifeState.RUNNING, record_id, ":started_at", names, values)
 
     def _start_new_key(self, data_record: DataRecord, scope: _Scope, now: float) -> bool:
         """A message's first delivery is nearly always its key's first run: start it with a plain conditional
@@ -284,7 +372,12 @@ class RunLedger(DynamoDBPersistenceLayer):
             self.status_attr: {"S": INPROGRESS},
             self.expiry_attr: {"N": str(data_record.expiry_timestamp)},
             RUNS: {"N": "1"},
+            **scope.identity.item(),
+            STARTED_AT: {"N": f"{now:.3f}"},
         }
+        if scope.identity.queue:
+            item[LIFE] = {"S": life_partition(scope.identity.queue, LifeState.RUNNING, data_record.idempotency_key)}
+            item[LIFE_AT] = {"N": f"{now:.3f}"}
         if data_record.in_progress_expiry_timestamp is not None:
             item[self.in_progress_expiry_attr] = {"N": str(data_record.in_progress_expiry_timestamp)}
         try:
@@ -303,7 +396,9 @@ class RunLedger(DynamoDBPersistenceLayer):
             if isinstance(refusal, IdempotencyItemAlreadyExistsError):
                 raise refusal from error  # a duplicate, or its key busy: Powertools' answers
             return False
-        scope.started = StartedRun(number=1, before=LedgerEntry(record_id=data_record.idempotency_key))
+        scope.started = StartedRun(
+            number=1, before=LedgerEntry(record_id=data_record.idempotency_key), identity=scope.identity
+        )
         return True
 
     def _refusal(self, record_id: str, item: Mapping[str, Any], now: float) -> Exception:
@@ -315,6 +410,8 @@ class RunLedger(DynamoDBPersistenceLayer):
         busy = status == INPROGRESS and (in_progress_expiry is None or int(in_progress_expiry) >= int(now * 1000))
         if live and (status == COMPLETED or busy):
             return IdempotencyItemAlreadyExistsError(old_data_record=self._item_to_data_record(dict(item)))
+        if live and status == CANCELLED:
+            return KeyCancelledError(LedgerEntry.from_item(record_id, item))
         return RunsExhaustedError(LedgerEntry.from_item(record_id, item))
 
     def _update_record(self, data_record: DataRecord) -> None:
@@ -381,6 +478,10 @@ class RunLedger(DynamoDBPersistenceLayer):
         held = run is None or run.held_since is not None
         stale = {
             "#in_progress_expiry": self.in_progress_expiry_attr,
+            # A completed key leaves the lists (the sparse index holds keys in flight only).
+            "#life": LIFE,
+            "#life_at": LIFE_AT,
+            "#next_retry_at": NEXT_RETRY_AT,
             **({"#held_since": HELD_SINCE} if held else {}),
             **({"#first_failed_at": FIRST_FAILED_AT} if run is None or run.before.first_failed_at else {}),
             **({"#pending": PENDING_DEAD_LETTER} if run is None or run.before.pending_dead_letter else {}),
@@ -401,9 +502,17 @@ class RunLedger(DynamoDBPersistenceLayer):
 
     # --- the runtime's own writes -----------------------------------------------------------------------------
 
-    def fail(self, run: StartedRun, failure: Failure, *, pending: bool = False, time_left_s: float) -> None:
-        """A run failed: FAILED with the error, its run counted; `pending`: the DLQ refused it, so the next
-        delivery dead-letters it from this record without running it."""
+    def fail(
+        self,
+        run: StartedRun,
+        failure: Failure,
+        *,
+        pending: bool = False,
+        retry_at: float | None = None,
+        time_left_s: float,
+    ) -> None:
+        """A run failed: FAILED with the error, its run counted, listed as retrying, due again at `retry_at`;
+        `pending`: the DLQ refused it, so the next delivery dead-letters it from this record without running it."""
         now = time.time()
         values: dict[str, Any] = {
             ":failed": {"S": FAILED},
@@ -427,33 +536,63 @@ class RunLedger(DynamoDBPersistenceLayer):
             "#last_error": LAST_ERROR,
             "#last_failure": LAST_FAILURE,
         }
+        assignments += self._retrying(run, retry_at or now, names, values)
         if pending:
             values[":traceback"] = {"S": failure.traceback[-MAX_TRACEBACK_CHARS:] or "(none)"}
             assignments += ["#pending = :kind", "#last_traceback = :traceback"]
             names.update({"#pending": PENDING_DEAD_LETTER, "#last_traceback": LAST_TRACEBACK})
-        self._release(run, "SET " + ", ".join(assignments), names, values, time_left_s)
+        self._release(run, assignments, names, values, time_left_s)
 
-    def refund(self, run: StartedRun, *, held: bool, time_left_s: float) -> None:
+    def refund(self, run: StartedRun, *, held: bool, retry_at: float | None = None, time_left_s: float) -> None:
         """A run that did not count: refused by an open breaker (`held`: `held_since` set on the first hold), or
-        started with no time left to finish. Its run is given back and the key freed."""
+        started with no time left to finish. Its run is given back and the key freed, listed as retrying (due
+        again at `retry_at`)."""
         values: dict[str, Any] = {":failed": {"S": FAILED}, ":one": {"N": "1"}}
         names: dict[str, str] = {}
         assignments = ["#status = :failed", "#runs = #runs - :one"]
+        assignments += self._retrying(run, retry_at or time.time(), names, values)
         if held:
             values[":now"] = {"N": f"{time.time():.3f}"}
             names["#held_since"] = HELD_SINCE
             assignments.append("#held_since = if_not_exists(#held_since, :now)")
-        self._release(run, "SET " + ", ".join(assignments), names, values, time_left_s)
+        self._release(run, assignments, names, values, time_left_s)
+
+    @staticmethod
+    def _retrying(run: StartedRun, retry_at: float, names: dict[str, str], values: dict[str, Any]) -> list[str]:
+        names["#next_retry_at"] = NEXT_RETRY_AT
+        values[":next_retry_at"] = {"N": f"{retry_at:.3f}"}
+        listed = _listed(run.identity.queue, LifeState.RETRYING, run.before.record_id, ":next_retry_at", names, values)
+        return ["#next_retry_at = :next_retry_at", *listed]
+
+    def cancelled(self, run: StartedRun, *, time_left_s: float) -> None:
+        """The run stopped because an operator cancelled its key: CANCELLED, so no copy of the key runs again
+        until the record expires (a redrive included; `jobctl job cancel --undo` withdraws it)."""
+        now = time.time()
+        names = {"#expiry": self.expiry_attr, "#cancelled_at": CANCELLED_AT, "#next_retry_at": NEXT_RETRY_AT}
+        values: dict[str, Any] = {
+            ":cancelled": {"S": CANCELLED},
+            ":now": {"N": f"{now:.3f}"},
+            ":expiry": {"N": str(self._get_expiry_timestamp())},
+        }
+        assignments = ["#status = :cancelled", "#expiry = :expiry", "#cancelled_at = :now"]
+        assignments += _listed(run.identity.queue, LifeState.CANCELLED, run.before.record_id, ":now", names, values)
+        self._release(run, assignments, names, values, time_left_s, remove=["#next_retry_at"])
 
     def _release(
-        self, run: StartedRun, update: str, names: dict[str, str], values: dict[str, Any], time_left_s: float
+        self,
+        run: StartedRun,
+        assignments: list[str],
+        names: dict[str, str],
+        values: dict[str, Any],
+        time_left_s: float,
+        remove: list[str] | tuple[str, ...] = (),
     ) -> None:
         """Write how this run ended, only while the record is still this run's (a run whose in-progress record
         expired may have been overtaken by another)."""
         self._client(time_left_s).update_item(
             TableName=self.table_name,
             Key=self._key(run.before.record_id),
-            UpdateExpression=update + " REMOVE #in_progress_expiry",
+            UpdateExpression="SET " + ", ".join(assignments) + " REMOVE " + ", ".join([*remove, "#in_progress_expiry"]),
             ConditionExpression="#status = :inprogress AND #runs = :run",
             ExpressionAttributeNames={
                 **names,
@@ -469,14 +608,15 @@ class RunLedger(DynamoDBPersistenceLayer):
         record as the runtime last saw it (`runs`), never one a newer run has taken since; with `runs` None (no run
         of this delivery), any record of the key that no live run holds and that has not completed."""
         names = {"#status": self.status_attr}
-        values: dict[str, Any] = {":completed": {"S": COMPLETED}}
+        values: dict[str, Any] = {":completed": {"S": COMPLETED}, ":cancelled": {"S": CANCELLED}}
         if runs is not None:
-            condition = "#runs = :runs AND NOT (#status = :completed)"
+            condition = "#runs = :runs AND NOT (#status = :completed) AND NOT (#status = :cancelled)"
             names["#runs"] = RUNS
             values[":runs"] = {"N": str(runs)}
         else:
             condition = (
-                "NOT (#status = :completed) AND NOT (#status = :inprogress AND #in_progress_expiry >= :now_in_millis)"
+                "NOT (#status = :completed) AND NOT (#status = :cancelled) AND "
+                "NOT (#status = :inprogress AND #in_progress_expiry >= :now_in_millis)"
             )
             names["#in_progress_expiry"] = self.in_progress_expiry_attr
             values[":inprogress"] = {"S": INPROGRESS}
@@ -488,6 +628,18 @@ class RunLedger(DynamoDBPersistenceLayer):
             ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
         )
+
+
+def _listed(
+    queue: str, state: LifeState, record_id: str, at_value: str, names: dict[str, str], values: dict[str, Any]
+) -> list[str]:
+    """The clauses that list the key under `state` in the sparse index, ordered by the value named `at_value`
+    (none for a run that didn't say its queue)."""
+    if not queue:
+        return []
+    names.update({"#life": LIFE, "#life_at": LIFE_AT})
+    values[":life"] = {"S": life_partition(queue, state, record_id)}
+    return ["#life = :life", f"#life_at = {at_value}"]
 
 
 def is_condition_failure(error: BaseException) -> bool:

@@ -31,6 +31,7 @@ from functions.worker.errors import (
     CircuitOpenError,
     EnvelopeError,
     IdempotencyKeyError,
+    JobCancelledError,
     JobInProgressError,
     ReceivesExhaustedError,
     RunNeverReportedError,
@@ -40,6 +41,7 @@ from functions.worker.errors import (
 from functions.worker.invocation import Delivery, Invocation, Outcome
 from functions.worker.jobs import LoadedJob
 from functions.worker.names import (
+    CANCELLED_COPY,
     DEAD_LETTERED,
     DEFERRED,
     DUPLICATE,
@@ -52,7 +54,14 @@ from functions.worker.names import (
     DeferReason,
 )
 from functions.worker.observability import BatchTally, Observability
-from functions.worker.run_ledger import Failure, LedgerEntry, RunLedger, RunsExhaustedError, StartedRun
+from functions.worker.run_ledger import (
+    Failure,
+    KeyCancelledError,
+    LedgerEntry,
+    RunLedger,
+    RunsExhaustedError,
+    StartedRun,
+)
 from functions.worker.settings import WorkerSettings, idempotency_record_id
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.limits import SQS_MAX_DELAY_S
@@ -68,6 +77,7 @@ if TYPE_CHECKING:
 # Errors the runtime raises about a record: classified by the runtime's rules alone, never the job's overrides.
 _RUNTIME_ERRORS = (
     CircuitOpenError,
+    JobCancelledError,
     EnvelopeError,
     IdempotencyKeyError,
     JobInProgressError,
@@ -246,6 +256,8 @@ class Settlement:
             cause = error.__cause__
             if isinstance(cause, RunsExhaustedError):
                 return self._dead_letter_exhausted(delivery, envelope, cause.entry)
+            if isinstance(cause, KeyCancelledError):
+                return self._cancelled_copy(envelope)
             if execution.completed:
                 return self._completed_unrecorded(envelope, key, error)
             # The idempotency table failed the runtime (permissions, throttling, an outage), not the job.
@@ -264,7 +276,7 @@ class Settlement:
         if started is None:  # nothing started a run: the runtime's own fault
             raise error
         if execution.out_of_time:  # the run's start left the job too little time: given back before it began
-            self._refund(started, held=False)
+            self._refund(started, held=False, retry_at=time.time())
             details = {"remaining_s": round(self._invocation.remaining_s(), 3), "time_limit_s": execution.limit_s}
             return self.hand_back(
                 delivery,
@@ -296,11 +308,12 @@ class Settlement:
         first_failed_at = started.before.first_failed_at or time.time()
         self._tally.add(envelope.job, FAILED)  # every failed run, whatever happens next
         if classification.kind is Kind.PERMANENT or attempt >= self._queue.max_attempts:
-            failure = (
-                DeadLetterFailure.PERMANENT
-                if classification.kind is Kind.PERMANENT
-                else DeadLetterFailure.RETRIES_EXHAUSTED
-            )
+            if isinstance(error, JobCancelledError):
+                failure = DeadLetterFailure.CANCELLED
+            elif classification.kind is Kind.PERMANENT:
+                failure = DeadLetterFailure.PERMANENT
+            else:
+                failure = DeadLetterFailure.RETRIES_EXHAUSTED
             http = _http_failure(error)
             return DeadLetter(
                 error_type=type(error).__name__,
@@ -317,15 +330,16 @@ class Settlement:
                 http_status=http.status if http else None,
                 http_body=http.body_excerpt if http else None,
             )
+        delay_s = self.backoff(attempt, classification)
         self._write(
             "fail",
             lambda time_left_s: self._ledger.fail(
                 started,
                 Failure(type(error).__name__, str(error), classification.kind.value),
+                retry_at=time.time() + delay_s,
                 time_left_s=time_left_s,
             ),
         )
-        delay_s = self.backoff(attempt, classification)
         self._obs.logger.warning(
             "job failed; retrying after backoff",
             extra={
@@ -349,6 +363,12 @@ class Settlement:
             key_record=KeyRecord(started.before.record_id, attempt),
         )
 
+    def _cancelled_copy(self, envelope: Envelope) -> Done:
+        """A copy of a key an operator cancelled: acknowledged without running (docs/jobctl.md, cancel)."""
+        self._tally.add(envelope.job, CANCELLED_COPY)
+        self._obs.logger.info("job cancelled by an operator; acknowledged without running")
+        return Done(Outcome.CANCELLED)
+
     def _hold(
         self, delivery: Delivery, envelope: Envelope, started: StartedRun, refusal: CircuitOpenError
     ) -> Back | None:
@@ -361,12 +381,13 @@ class Settlement:
         held_s = now - held_since
         if held_s >= self._queue.circuit_breaker.max_hold_s:
             return None
-        self._refund(started, held=True)
+        delay_s = hold_delay_s(refusal, self._rng)
+        self._refund(started, held=True, retry_at=now + delay_s)
         details = {"downstream": refusal.downstream, "held_s": round(held_s, 3)}
         return self.hand_back(
             delivery,
             envelope,
-            hold_delay_s(refusal, self._rng),
+            delay_s,
             DeferReason.CIRCUIT_OPEN,
             refusal,
             details,
@@ -601,7 +622,14 @@ class Settlement:
             self.change_visibility(record.receipt_handle, self.backoff(max(1, verdict.attempts)))
             raise RetryLater(send_error) from send_error
         key_record = verdict.key_record
-        if key_record is not None:
+        cancelled_run = verdict.run if verdict.failure is DeadLetterFailure.CANCELLED else None
+        if cancelled_run is not None:
+            # The key stays cancelled: no other copy of it runs, a redrive of this one neither, until it expires.
+            self._write(
+                "cancelled",
+                lambda time_left_s: self._ledger.cancelled(cancelled_run, time_left_s=time_left_s),
+            )
+        elif key_record is not None:
             self._write(
                 "forget",
                 lambda time_left_s: self._ledger.forget(key_record.record_id, key_record.runs, time_left_s=time_left_s),
@@ -637,8 +665,11 @@ class Settlement:
             self._tally.runtime_fault("idempotency_store")
             self._obs.logger.exception(f"could not write the key's record ({what})")
 
-    def _refund(self, started: StartedRun, *, held: bool) -> None:
-        self._write("refund", lambda time_left_s: self._ledger.refund(started, held=held, time_left_s=time_left_s))
+    def _refund(self, started: StartedRun, *, held: bool, retry_at: float) -> None:
+        self._write(
+            "refund",
+            lambda time_left_s: self._ledger.refund(started, held=held, retry_at=retry_at, time_left_s=time_left_s),
+        )
 
     def backoff(self, attempt: int, classification: Classification | None = None) -> int:
         from functions.worker.backoff import backoff_delay_s

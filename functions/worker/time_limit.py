@@ -111,6 +111,10 @@ class JobRun:
     breakers: Breakers | None = None
     # Called (in the job thread) for every call the run makes or finishes after it was cut: (run, what, outcome).
     on_call_after_cut: Callable[[JobRun, str, str], None] | None = None
+    # Raises JobCancelledError if an operator cancelled the run's key (functions/worker/progress.py); it reads the
+    # key's record itself, a call the downstream hooks let through untouched (`checking_cancel`).
+    cancel_check: Callable[[], None] | None = None
+    checking_cancel: bool = False
     state: RunState = RunState.RUNNING
     started: float = 0.0
     cut_at: float | None = None
@@ -155,6 +159,16 @@ class JobRun:
         if self.was_cut:
             self._after_cut(what, "refused")
             raise TimeLimitInterrupt(f"{what} refused: this run was cut at its time limit of {self.limit_s:g}s")
+
+    def raise_if_cancelled(self) -> None:
+        """Before a call of the run: stop it here if its key was cancelled (never from inside the check's read)."""
+        if self.cancel_check is None or self.checking_cancel:
+            return
+        self.checking_cancel = True
+        try:
+            self.cancel_check()
+        finally:
+            self.checking_cancel = False
 
     def answered_after_cut(self, what: str, outcome: str) -> None:
         """A call that was in flight when the run was cut has ended: say so, and stop the run there."""

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from jobctl.cli_globals import JobctlGroup, complete_queue
-from jobctl.cli_support import Options, emit, fail, operator_errors, progress_bar, queues_of
+from jobctl.cli_support import Options, confirm, emit, fail, operator_errors, progress_bar, queues_of
 from jobctl.dlq import (
     BadFilterError,
     BadRateError,
@@ -26,7 +26,7 @@ from jobctl.dlq import (
     queue_busy,
     verify,
 )
-from jobctl.errors import EXIT_FAILED, EXIT_OK
+from jobctl.errors import EXIT_FAILED
 from jobctl.shown import cell, console, shown
 
 # Error codes an endpoint answers StartMessageMoveTask with when it doesn't implement it (the local engine).
@@ -163,16 +163,6 @@ def show(options: Options, queue: str, message_id: str) -> None:
     emit(options, details, text)
 
 
-def _confirm(question: str, yes: bool) -> None:
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        raise click.UsageError(f"{question} - not confirmed: add --yes to run without a prompt")
-    if not click.confirm(question, default=False):
-        click.echo("nothing done")
-        sys.exit(EXIT_OK)
-
-
 def _check_idempotent(letters: list[DeadLetter], allow: bool) -> None:
     """Refuse to bulk-redrive jobs that are not safe to run twice, unless explicitly allowed."""
     unsafe = not_idempotent(letters)
@@ -263,7 +253,7 @@ def redrive(
         if dry_run or not matching:
             _report_redrive(options, queue, matching, None, None, dry_run=dry_run, method="none")
             return
-        _confirm(f"move {len(matching)} message(s) from the DLQ of {queue} back to {queue}?", yes)
+        confirm(f"move {len(matching)} message(s) from the DLQ of {queue} back to {queue}?", yes)
         since = datetime.now(UTC)
         report: MoveReport | None = None
         method = "client"

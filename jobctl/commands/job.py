@@ -1,20 +1,30 @@
-"""`jobctl job show JOB ID`: what became of one job (jobctl/job_lookup.py)."""
+"""`jobctl job show|list|cancel`: one job's fate (jobctl/job_lookup.py), the keys in flight (jobctl/job_life.py),
+and cancelling one (jobctl/job_cancel.py)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import click
 
-from jobctl.cli_globals import JobctlGroup, complete_job
-from jobctl.cli_support import Options, emit, fail, operator_errors, queues_of
-from jobctl.errors import EXIT_USAGE
-from jobctl.job_lookup import lookup
-from jobctl.shown import shown
+from jobctl.cli_globals import JobctlGroup, complete_job, complete_queue
+from jobctl.cli_support import Options, confirm, emit, fail, operator_errors, queues_of
+from jobctl.errors import EXIT_FAILED, EXIT_USAGE
+from jobctl.job_lookup import idempotency_table, lookup
+from jobctl.shown import cell, console, shown
 from sqs_jobs.catalog import CATALOG
 
 
 @click.group(cls=JobctlGroup)
 def job() -> None:
-    """Look up one job by its name and ID."""
+    """Look up one job, list the jobs in flight, cancel one."""
+
+
+def _queue_of(name: str) -> str:
+    try:
+        return CATALOG.queue_for_job(name).name
+    except KeyError:
+        fail(f"unknown job {name!r}; accepted: {', '.join(CATALOG.job_names)}", EXIT_USAGE)
 
 
 @job.command()
@@ -24,10 +34,7 @@ def job() -> None:
 @click.pass_obj
 def show(options: Options, name: str, entity_id: str, key: str | None) -> None:
     """Whether JOB ID completed (when, and until when a redelivery is skipped), is running, or sits in the DLQ."""
-    try:
-        queue = CATALOG.queue_for_job(name).name
-    except KeyError:
-        fail(f"unknown job {name!r}; accepted: {', '.join(CATALOG.job_names)}", EXIT_USAGE)
+    queue = _queue_of(name)
     with operator_errors():
         [(spec, where)] = queues_of(options, queue)
         found = lookup(options.client, spec, where, name, entity_id, key)
@@ -43,7 +50,133 @@ def show(options: Options, name: str, entity_id: str, key: str | None) -> None:
             click.echo(f"  remembered until: {record.remembered_until.isoformat(timespec='seconds')}")
             if record.in_progress_until is not None:
                 click.echo(f"  key held until:   {record.in_progress_until.isoformat(timespec='seconds')}")
+            if record.cancelled_at is not None:
+                click.echo(shown(f"  cancelled:        {record.cancelled_at.isoformat(timespec='seconds')}"))
         for letter in found.dead_letters:
             click.echo(shown(f"  dead letter {letter.message_id}: {letter.error_type}: {letter.error_message}"))
 
     emit(options, found.to_dict(), text)
+
+
+def _ago(moment: datetime | None, now: datetime) -> str:
+    if moment is None:
+        return "?"
+    seconds = (now - moment).total_seconds()
+    span = abs(seconds)
+    amount = f"{span:.0f}s" if span < 120 else f"{span / 60:.0f}m" if span < 7200 else f"{span / 3600:.1f}h"
+    return f"{amount} ago" if seconds >= 0 else f"in {amount}"
+
+
+@job.command("list")
+@click.argument("queue", required=False, shell_complete=complete_queue)
+@click.option(
+    "--state",
+    "states",
+    type=click.Choice(["running", "retrying", "cancelled"]),
+    multiple=True,
+    help="Only these states (repeatable; default: all three).",
+)
+@click.option("--job", "job_name", shell_complete=complete_job, help="Only this job.")
+@click.option("--search", help="Only keys whose ID or idempotency key contains TEXT (case-insensitive).")
+@click.option(
+    "--per-shard",
+    type=click.IntRange(1, 1000),
+    default=50,
+    show_default=True,
+    help="Read at most N records per index shard (4 shards per queue and state).",
+)
+@click.pass_obj
+def list_(
+    options: Options,
+    queue: str | None,
+    states: tuple[str, ...],
+    job_name: str | None,
+    search: str | None,
+    per_shard: int,
+) -> None:
+    """The jobs in flight: running (since when, by which worker, progress), retrying or held (runs so far, last
+    error, when due again), and cancelled, from the runtime's records (a Query per queue, state and shard)."""
+    from functions.worker.names import LifeState
+    from jobctl.job_life import jobs_in_flight
+
+    if job_name is not None:
+        queue = queue or _queue_of(job_name)
+    with operator_errors():
+        located = queues_of(options, queue)
+        table = idempotency_table(options.client("lambda"), located[0][1].arn)
+        found = jobs_in_flight(
+            options.client("dynamodb"),
+            table,
+            [spec.name for spec, _ in located],
+            [LifeState(state) for state in states] or list(LifeState),
+            job=job_name,
+            text=search,
+            per_shard=per_shard,
+        )
+    now = datetime.now(UTC)
+
+    def render() -> None:
+        from rich.table import Table
+
+        if not found.jobs:
+            click.echo("no jobs in flight" + (" match" if job_name or search else ""))
+        for state in LifeState:
+            rows = found.of(state)
+            if not rows:
+                continue
+            view = Table(title=f"{state.value}: {len(rows)}")
+            columns = {
+                LifeState.RUNNING: ["queue", "job", "id", "run", "since", "worker", "progress"],
+                LifeState.RETRYING: ["queue", "job", "id", "runs", "due", "last error"],
+                LifeState.CANCELLED: ["queue", "job", "id", "cancelled", "by"],
+            }[state]
+            for column in columns:
+                view.add_column(column)
+            for entry in rows:
+                common = [cell(entry.queue), cell(entry.job), cell(entry.job_id)]
+                if state is LifeState.RUNNING:
+                    since = _ago(entry.started_at, now) + (" (never reported back)" if entry.stalled else "")
+                    progress = entry.progress.describe() if entry.progress else ""
+                    view.add_row(*common, cell(entry.runs), cell(since), cell(entry.run_by), cell(progress))
+                elif state is LifeState.RETRYING:
+                    error = f"{entry.last_error_type}: {entry.last_error}" if entry.last_error_type else "(held)"
+                    view.add_row(*common, cell(entry.runs), cell(_ago(entry.at, now)), cell(error[:160]))
+                else:
+                    view.add_row(*common, cell(_ago(entry.at, now)), cell(entry.cancelled_by))
+            console().print(view)
+        if found.truncated:
+            click.echo(
+                f"more in flight than read ({per_shard} per shard): narrow with --job/--search or raise --per-shard"
+            )
+
+    emit(options, found.to_dict(), render)
+
+
+@job.command()
+@click.argument("name", metavar="JOB", shell_complete=complete_job)
+@click.argument("entity_id", metavar="ID")
+@click.option("--key", help="The idempotency key, if the publisher chose one (default: the job's own, from the ID).")
+@click.option("--undo", is_flag=True, help="Withdraw an earlier cancel: the next copy runs (a redrive too).")
+@click.option("--yes", is_flag=True, help="Don't ask for confirmation.")
+@click.pass_obj
+def cancel(options: Options, name: str, entity_id: str, key: str | None, undo: bool, yes: bool) -> None:
+    """Cancel JOB ID: a queued or retrying copy is acknowledged without running; a running one stops at its next
+    progress report or call (dead-lettered as JobCancelledError, never retried). Lasts the queue's idempotency
+    expiry."""
+    from jobctl.job_cancel import CancelOutcome, cancel_job, operator_identity, target_for, withdraw
+
+    queue = _queue_of(name)
+    with operator_errors():
+        [(spec, where)] = queues_of(options, queue)
+        target = target_for(spec, name, entity_id, key)
+        confirm(f"{'withdraw the cancel of' if undo else 'cancel'} {shown(name)}:{shown(entity_id)} on {queue}?", yes)
+        dynamodb = options.client("dynamodb")
+        table = idempotency_table(options.client("lambda"), where.arn)
+        if undo:
+            result = withdraw(dynamodb, table, target)
+        else:
+            result = cancel_job(dynamodb, table, target, operator_identity(options.client("sts")))
+    payload = {"queue": queue, "job": name, "id": entity_id, "idempotency_key": target.key, **result.to_dict()}
+    emit(options, payload, lambda: click.echo(shown(f"{name}:{entity_id} on {queue}: {result.explanation}")))
+    if result.outcome in (CancelOutcome.COMPLETED, CancelOutcome.NOT_CANCELLED):
+        raise SystemExit(EXIT_FAILED)

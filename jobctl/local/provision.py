@@ -14,10 +14,11 @@ from typing import Any
 import boto3
 
 from functions.worker.clients import new_session
+from functions.worker.names import LIFE, LIFE_AT, LIFE_INDEX
 from functions.worker.settings import WorkerSettings
 from infra.asset_staging import RUNTIME_VERSION
 from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, parameter_name, physical_queue_name
-from jobctl.local.resource_providers import LocalResources, create_table
+from jobctl.local.resource_providers import GlobalIndex, LocalResources, create_table
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.contract import JobContract
 from sqs_jobs.specs import Catalog, QueueSpec
@@ -211,7 +212,13 @@ def provision(
 
     dynamodb = client("dynamodb")
     idempotency_table = f"{stack_name}-idempotency"
-    create_table(dynamodb, idempotency_table, key="id", ttl_attribute="expiration")
+    create_table(
+        dynamodb,
+        idempotency_table,
+        key="id",
+        ttl_attribute="expiration",
+        index=GlobalIndex(LIFE_INDEX, LIFE, LIFE_AT),
+    )
     # The account from a queue ARN (a catalog has at least one queue): no STS call needed.
     account = next(iter(queues.values())).arn.split(":")[4]
     makers = LocalResources(

@@ -9,6 +9,7 @@ import json
 import re
 import secrets
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from jobctl.errors import OperatorUsageError
@@ -59,6 +60,15 @@ def local_bucket_name(stack_name: str, resource: str, account: str) -> str:
     return name
 
 
+@dataclass(frozen=True)
+class GlobalIndex:
+    """A global secondary index projecting every attribute: its partition key and a number sort key."""
+
+    name: str
+    key: str
+    sort_key: str
+
+
 def create_table(
     dynamodb: Any,
     name: str,
@@ -68,15 +78,36 @@ def create_table(
     sort_key: str | None = None,
     sort_key_type: str = "S",
     ttl_attribute: str | None = None,
+    index: GlobalIndex | None = None,
 ) -> None:
     schema = [{"AttributeName": key, "KeyType": "HASH"}]
     definitions = [{"AttributeName": key, "AttributeType": key_type}]
     if sort_key:
         schema.append({"AttributeName": sort_key, "KeyType": "RANGE"})
         definitions.append({"AttributeName": sort_key, "AttributeType": sort_key_type})
+    indexes: dict[str, Any] = {}
+    if index is not None:
+        definitions += [
+            {"AttributeName": index.key, "AttributeType": "S"},
+            {"AttributeName": index.sort_key, "AttributeType": "N"},
+        ]
+        indexes["GlobalSecondaryIndexes"] = [
+            {
+                "IndexName": index.name,
+                "KeySchema": [
+                    {"AttributeName": index.key, "KeyType": "HASH"},
+                    {"AttributeName": index.sort_key, "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ]
     try:
         dynamodb.create_table(
-            TableName=name, KeySchema=schema, AttributeDefinitions=definitions, BillingMode="PAY_PER_REQUEST"
+            TableName=name,
+            KeySchema=schema,
+            AttributeDefinitions=definitions,
+            BillingMode="PAY_PER_REQUEST",
+            **indexes,
         )
     except dynamodb.exceptions.ResourceInUseException:
         return

@@ -89,6 +89,49 @@ def test_job_show_finds_a_completed_and_a_dead_lettered_job(engine: LocalEngine)
     assert text.stdout.strip() == "not found"
 
 
+def test_job_cancel_lists_the_job_and_its_copy_never_runs_until_undone(engine: LocalEngine) -> None:
+    assert engine.deployment is not None
+    clients = engine.clients()
+    clients("dynamodb").put_item(
+        TableName=engine.deployment.resources["orders_table"],
+        Item={"order_id": {"S": "81"}, "email": {"S": "buyer@example.com"}},
+    )
+
+    cancelled = run(engine, "job", "cancel", "order_confirmation", "81", "--yes")
+    assert cancelled.exit_code == 0, cancelled.output
+    assert "order_confirmation:81 on orders: cancelled: no copy of it runs" in cancelled.stdout
+    listed = run(engine, "job", "list", "orders", "--state", "cancelled", "--output", "json")
+    assert listed.exit_code == 0, listed.output
+    [entry] = [job for job in as_json(listed)["jobs"] if job["id"] == "81"]
+    assert (entry["state"], entry["job"]) == ("cancelled", "order_confirmation") and entry["cancelled_by"]
+    table = run(engine, "job", "list", "--job", "order_confirmation", "--search", "81")
+    assert "cancelled: 1" in table.stdout and "order_confirmation" in table.stdout
+
+    url = engine.deployment.queues["orders"].url
+    clients("sqs").send_message(QueueUrl=url, MessageBody=json.dumps({"job": "order_confirmation", "id": "81"}))
+    assert engine.wait_until_idle(timeout_s=30)
+    shown = run(engine, "job", "show", "order_confirmation", "81", "--output", "json")
+    assert as_json(shown)["verdict"] == "cancelled", shown.output
+    counts = clients("sqs").get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    assert counts == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
+
+    undone = run(engine, "job", "cancel", "order_confirmation", "81", "--undo", "--yes", "--output", "json")
+    assert as_json(undone)["outcome"] == "withdrawn"
+    clients("sqs").send_message(QueueUrl=url, MessageBody=json.dumps({"job": "order_confirmation", "id": "81"}))
+    assert engine.wait_until_idle(timeout_s=30)
+    assert as_json(run(engine, "job", "show", "order_confirmation", "81", "--output", "json"))["verdict"] == "completed"
+    # A completed job is not cancelled, and says so with exit code 1.
+    late = run(engine, "job", "cancel", "order_confirmation", "81", "--yes")
+    assert late.exit_code == 1 and "nothing to cancel" in late.stdout
+
+
+def test_job_cancel_asks_first_and_refuses_without_a_terminal(engine: LocalEngine) -> None:
+    result = run(engine, "job", "cancel", "order_confirmation", "82")
+    assert result.exit_code == 2 and "not confirmed: add --yes" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "code", "needle"),
     [

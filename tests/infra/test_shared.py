@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 from importlib.metadata import version
 from typing import Any
 
@@ -12,6 +13,7 @@ from aws_cdk.assertions import Match, Template
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
 from functions.worker import attribute_store
+from functions.worker.names import LIFE, LIFE_AT, LIFE_INDEX
 from infra.naming import (
     ALARM_TOPIC_ARN_OUTPUT,
     DLQ_URL,
@@ -61,10 +63,27 @@ def test_idempotency_table_uses_powertools_defaults(synth: Synth) -> None:
 
     table = _table(synth, "id")["Properties"]
 
-    assert table["AttributeDefinitions"] == [{"AttributeName": "id", "AttributeType": "S"}]
+    assert table["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
+    assert {"AttributeName": "id", "AttributeType": "S"} in table["AttributeDefinitions"]
     assert table["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
     # The attribute store writes its chunks to the same table: same key, and the same TTL lets them expire.
     assert (attribute_store.KEY_ATTRIBUTE, attribute_store.EXPIRY_ATTRIBUTE) == ("id", "expiration")
+
+
+def test_the_idempotency_table_lists_keys_in_flight_by_a_sparse_index_the_workers_cannot_read(synth: Synth) -> None:
+    table = _table(synth, "id")["Properties"]
+
+    [index] = table["GlobalSecondaryIndexes"]
+    assert index == {
+        "IndexName": LIFE_INDEX,
+        "KeySchema": [{"AttributeName": LIFE, "KeyType": "HASH"}, {"AttributeName": LIFE_AT, "KeyType": "RANGE"}],
+        "Projection": {"ProjectionType": "ALL"},
+    }
+    assert {"AttributeName": LIFE, "AttributeType": "S"} in table["AttributeDefinitions"]
+    assert {"AttributeName": LIFE_AT, "AttributeType": "N"} in table["AttributeDefinitions"]
+    # No worker's policy names the index: they read and write records by key only.
+    policies = [resource for resource in synth.resources.values() if resource["Type"] == "AWS::IAM::Policy"]
+    assert policies and "/index/" not in json.dumps(policies)
 
 
 # The idempotency table, and every table the catalog declares.
@@ -81,9 +100,11 @@ def test_tables_are_on_demand_recoverable_and_encrypted(synth: Synth, spec: Tabl
     keys = [("id", "HASH", "S")] if spec is None else _keys(spec)
 
     assert properties["KeySchema"] == [{"AttributeName": name, "KeyType": role} for name, role, _ in keys]
-    assert properties["AttributeDefinitions"] == [
+    # The key's attributes, and the idempotency table's index's (see the test above).
+    assert properties["AttributeDefinitions"][: len(keys)] == [
         {"AttributeName": name, "AttributeType": kind} for name, _, kind in keys
     ]
+    assert len(properties["AttributeDefinitions"]) == len(keys) + (2 if spec is None else 0)
     assert properties["BillingMode"] == "PAY_PER_REQUEST"
     assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     # AWS_MANAGED: encrypted with the aws/dynamodb KMS key, which is SSEEnabled without a key ID.

@@ -1,0 +1,129 @@
+"""The job's life as an operator sees it (jobctl/job_life.py): a running key is listed with since when, by which
+worker and its progress; a failed one as retrying with its runs, last error and when it is due; a completed one not
+at all. Read from the sparse index the runtime's own writes keep, never by scanning the table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from functions.worker.clients import ClientFactory
+from functions.worker.names import LIFE, LIFE_SHARDS, LifeState
+from jobctl.job_life import InFlight, jobs_in_flight
+from jobctl.local.provision import provision
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from tests.functional.conftest import Harness, envelope, key_record
+from tests.functional.sample_jobs import stepwise
+
+QUEUE = QueueSpec(
+    name="steps",
+    jobs=(JobSpec(name="stepwise", handler="tests.functional.sample_jobs.stepwise"),),
+    backoff_base_s=30,
+)
+OTHER = QueueSpec(name="others", jobs=(JobSpec(name="other_steps", handler="tests.functional.sample_jobs.stepwise"),))
+CATALOG = Catalog(queues=(QUEUE, OTHER))
+
+
+@pytest.fixture
+def harness(clients: ClientFactory) -> Iterator[Harness]:
+    stepwise.STEPS.clear()
+    stepwise.BETWEEN.clear()
+    stepwise.FAIL_IDS.clear()
+    yield Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
+    stepwise.BETWEEN.clear()
+    stepwise.FAIL_IDS.clear()
+
+
+def _in_flight(harness: Harness, queues: tuple[str, ...] = ("steps",), **options: object) -> InFlight:
+    return jobs_in_flight(
+        harness.clients("dynamodb"),
+        harness.deployment.idempotency_table,
+        queues,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def test_a_running_job_is_listed_with_since_when_by_whom_and_its_progress(harness: Harness) -> None:
+    seen: list[InFlight] = []
+    stepwise.BETWEEN.append(lambda job_id, step: seen.append(_in_flight(harness)) if step == 2 else None)
+    harness.send(envelope("stepwise", "r-1"), queue="steps")
+    before = datetime.now(UTC)
+
+    invocation = harness.deliver("steps")
+
+    assert invocation is not None and invocation.failed_ids == []
+    [during] = seen
+    [running] = during.of(LifeState.RUNNING)
+    assert (running.queue, running.job, running.job_id, running.key, running.runs) == (
+        "steps",
+        "stepwise",
+        "r-1",
+        "stepwise:r-1",
+        1,
+    )
+    assert running.started_at is not None and before - timedelta(seconds=1) <= running.started_at <= datetime.now(UTC)
+    # Which worker: the Lambda log stream and the request ID of the invocation that runs it.
+    stream, request_id = running.run_by.split(" ")
+    assert stream == f"local/{request_id}" and len(request_id) == 36
+    assert running.progress is not None and (running.progress.done, running.progress.total) == (1, 3)
+    assert not running.stalled
+    # One query per state and shard, whatever the table holds.
+    assert during.queries == len(LifeState) * LIFE_SHARDS
+    # Completed: no longer in flight, and out of the index.
+    assert _in_flight(harness).jobs == []
+    assert LIFE not in key_record(harness, "stepwise:r-1")
+
+
+def test_a_failed_job_is_listed_as_retrying_with_its_error_and_when_it_is_due(harness: Harness) -> None:
+    stepwise.FAIL_IDS.add("f-1")
+    harness.send(envelope("stepwise", "f-1"), queue="steps")
+    failed_at = datetime.now(UTC)
+
+    invocation = harness.deliver("steps")
+
+    assert invocation is not None and invocation.failed_ids
+    [retrying] = _in_flight(harness, states=[LifeState.RETRYING]).jobs
+    assert (retrying.job_id, retrying.runs, retrying.last_error_type) == ("f-1", 1, "StepFailedError")
+    assert retrying.last_error == "step 1 of f-1 refused"
+    # Due when its message is visible again: after the backoff the worker chose (base 30 s, full jitter).
+    assert retrying.at is not None and failed_at <= retrying.at <= failed_at + timedelta(seconds=31)
+    assert _in_flight(harness, states=[LifeState.RUNNING]).jobs == []
+
+    # Its next run succeeds: it leaves the lists.
+    stepwise.FAIL_IDS.clear()
+    harness.expire_visibility(invocation, queue="steps")
+    assert harness.deliver("steps") is not None
+    assert _in_flight(harness).jobs == []
+
+
+def test_lists_search_by_job_and_by_id_or_key_across_queues(harness: Harness) -> None:
+    stepwise.FAIL_IDS.update({"order-17", "order-18", "invoice-9"})
+    for job_id in ("order-17", "order-18"):
+        harness.send(envelope("stepwise", job_id), queue="steps")
+    harness.send(envelope("other_steps", "invoice-9"), queue="others")
+    assert harness.deliver("steps") is not None
+    assert harness.deliver("others") is not None
+
+    both = ("steps", "others")
+    assert sorted(job.job_id for job in _in_flight(harness, both).jobs) == ["invoice-9", "order-17", "order-18"]
+    assert [job.job_id for job in _in_flight(harness, both, job="other_steps").jobs] == ["invoice-9"]
+    assert [job.job_id for job in _in_flight(harness, both, text="ORDER-17").jobs] == ["order-17"]
+    assert [job.job_id for job in _in_flight(harness, both, text="other_steps:").jobs] == ["invoice-9"]
+    assert _in_flight(harness, both, job="stepwise", text="invoice").jobs == []
+
+
+def test_a_list_reads_at_most_its_page_per_shard_and_says_so(harness: Harness) -> None:
+    ids = [f"many-{number}" for number in range(12)]
+    stepwise.FAIL_IDS.update(ids)
+    for job_id in ids:
+        harness.send(envelope("stepwise", job_id), queue="steps")
+    while len(_in_flight(harness).jobs) < len(ids):
+        assert harness.deliver("steps") is not None
+
+    page = _in_flight(harness, per_shard=1)
+
+    assert page.truncated
+    assert 0 < len(page.jobs) <= LIFE_SHARDS
+    assert not _in_flight(harness).truncated
