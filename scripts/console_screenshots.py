@@ -1,5 +1,6 @@
-"""Screenshots of the console for the README (`make screenshots`): the overview and a queue's dead letters, on
-the local engine with a few dead-lettered jobs, taken by the same headless chromium the browser tests drive."""
+"""Screenshots of the console for the README (`make screenshots`): the overview, a queue's dead letters and the
+jobs in flight, on the local engine with a few dead-lettered jobs, one retrying, one running and one cancelled,
+taken by the same headless chromium the browser tests drive."""
 
 from __future__ import annotations
 
@@ -12,11 +13,54 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
+from example.standins.invoicing import FakeInvoicingApi
 from jobctl.console.server import ConsoleServer
+from jobctl.job_cancel import cancel_job, target_for
 from jobctl.local.engine import LocalEngine
+from sqs_jobs.catalog import CATALOG
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "images"
+
+
+def _invoice_job(invoice_id: str) -> str:
+    return json.dumps({"job": "generate_invoice", "id": invoice_id})
+
+
+def _jobs_in_flight(engine: LocalEngine) -> None:
+    """An invoice the API refuses (retrying), one it hangs on (running, with its progress), one cancelled."""
+    assert engine.deployment is not None
+    clients = engine.clients()
+    invoicing = engine.standins["invoicing_api_url"]
+    assert isinstance(invoicing, FakeInvoicingApi)
+    invoices = engine.deployment.queues["invoices"].url
+    for invoice_id in ("INV-2041", "INV-2042"):
+        clients("dynamodb").put_item(
+            TableName=engine.deployment.resources["invoices_table"],
+            Item={
+                "invoice_id": {"S": invoice_id},
+                "customer": {"S": "Aiko"},
+                "amount": {"N": "42.00"},
+                "currency": {"S": "EUR"},
+            },
+        )
+    invoicing.set_mode("503", only_ids=["INV-2041"], retry_after="600")
+    clients("sqs").send_message(
+        QueueUrl=invoices, MessageBody=json.dumps({"job": "generate_invoice", "id": "INV-2041"})
+    )
+    time.sleep(3)
+    invoicing.set_mode("hang", only_ids=["INV-2042"])
+    clients("sqs").send_message(
+        QueueUrl=invoices, MessageBody=json.dumps({"job": "generate_invoice", "id": "INV-2042"})
+    )
+    spec = CATALOG.queue_for_job("order_confirmation")
+    cancel_job(
+        clients("dynamodb"),
+        engine.deployment.idempotency_table,
+        target_for(spec, "order_confirmation", "1005", None),
+        "arn:aws:sts::000000000000:assumed-role/operator/night-shift",
+    )
+    time.sleep(3)
 
 
 def main() -> int:
@@ -34,6 +78,7 @@ def main() -> int:
             sqs.send_message(QueueUrl=orders.url, MessageBody=json.dumps(body))
         sqs.send_message(QueueUrl=orders.url, MessageBody="not json")
         engine.wait_until_idle(timeout_s=60)
+        _jobs_in_flight(engine)
         time.sleep(6)  # one more sample of the queues for the charts
         console = ConsoleServer(engine.clients(), engine.stack_name, port=0, archive_dir=Path(scratch))
         with console, sync_playwright() as driver:
@@ -49,8 +94,11 @@ def main() -> int:
             page.screenshot(path=str(OUT / "console-overview.png"), full_page=True)
             page.goto(console.url_for("queues/orders"))
             page.screenshot(path=str(OUT / "console-dlq.png"), full_page=True)
+            page.goto(console.url_for("life"))
+            page.screenshot(path=str(OUT / "console-jobs.png"), full_page=True)
             context.close()
-    print(f"wrote {OUT / 'console-overview.png'} and {OUT / 'console-dlq.png'}")
+    names = ("console-overview.png", "console-dlq.png", "console-jobs.png")
+    print("wrote " + ", ".join(str(OUT / name) for name in names))
     return 0
 
 

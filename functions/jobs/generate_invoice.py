@@ -72,6 +72,8 @@ def run(envelope: Envelope, context: JobContext) -> dict[str, Any]:
     invoice = load_item(context, "invoices_table", "invoice_id", envelope.id, InvoiceNotFoundError)
 
     url = context.resource("invoicing_api_url").rstrip("/") + "/invoices"
+    # The call that may hang (the article's incident): an operator sees where a long run waits.
+    context.progress(1, 2, "waiting for the invoicing API's PDF")
     answer = context.http.post(url, json=invoice_request(envelope.id, invoice), headers={"Accept": PDF_CONTENT_TYPE})
     content_type = answer.headers.get("Content-Type", "")  # header names are case-insensitive here
     if answer.status not in (200, 201) or not answer.data.startswith(PDF_MAGIC):

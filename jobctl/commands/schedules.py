@@ -3,19 +3,15 @@ one-time schedules of delayed jobs, with their next run."""
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime
-from typing import Any
-
 import click
 
 from jobctl.cli_globals import JobctlGroup
 from jobctl.cli_support import Options, emit, fail, operator_errors
 from jobctl.errors import EXIT_FAILED, EXIT_USAGE
-from jobctl.schedule_times import ScheduleExpressionError, next_fire
+from jobctl.schedule_list import list_schedules
 from jobctl.shown import cell, console
 from sqs_jobs.publisher import ONE_TIME_PREFIX
-from sqs_jobs.stack_names import SCHEDULED_TIME, schedule_group_name
+from sqs_jobs.stack_names import schedule_group_name
 
 
 @click.group(cls=JobctlGroup)
@@ -23,47 +19,13 @@ def schedules() -> None:
     """Recurring and one-time schedules: list them with their next run, cancel a pending one."""
 
 
-def _row(schedule: dict[str, Any], now: datetime) -> dict[str, Any]:
-    target = schedule.get("Target") or {}
-    try:
-        envelope = json.loads(target.get("Input") or "{}")
-    except ValueError:
-        envelope = {}
-    if not isinstance(envelope, dict):  # a publisher may write any input: shown as missing, never a crash
-        envelope = {}
-    zone = schedule.get("ScheduleExpressionTimezone") or "UTC"
-    created = schedule.get("CreationDate")
-    try:
-        upcoming = next_fire(schedule["ScheduleExpression"], now, zone, start=created if created else None)
-    except ScheduleExpressionError:
-        upcoming = None
-    entity = envelope.get("id")
-    return {
-        "name": schedule["Name"],
-        "kind": "one-time" if schedule["Name"].startswith(ONE_TIME_PREFIX) else "recurring",
-        "expression": schedule["ScheduleExpression"],
-        "timezone": zone,
-        "state": schedule.get("State", "ENABLED"),
-        "job": envelope.get("job"),
-        "id": "(the scheduled time)" if entity == SCHEDULED_TIME else entity,
-        "queue": str(target.get("Arn", "")).rsplit(":", 1)[-1],
-        "next_run": upcoming.isoformat() if upcoming and schedule.get("State") != "DISABLED" else None,
-    }
-
-
 @schedules.command("list")
 @click.pass_obj
 def list_(options: Options) -> None:
     """Every schedule of the stack's group, soonest first: recurring ones and pending one-time ones."""
     group = schedule_group_name(options.stack)
-    now = datetime.now(UTC)
     with operator_errors():
-        scheduler = options.client("scheduler")
-        rows = []
-        for page in scheduler.get_paginator("list_schedules").paginate(GroupName=group):
-            for item in page.get("Schedules", []):
-                rows.append(_row(scheduler.get_schedule(Name=item["Name"], GroupName=group), now))
-    rows.sort(key=lambda row: (row["next_run"] is None, row["next_run"] or "", row["name"]))
+        rows = list_schedules(options.client("scheduler"), options.stack).rows
 
     def table() -> None:
         from rich.table import Table

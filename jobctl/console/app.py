@@ -18,11 +18,14 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as WerkzeugResponse
 
+from functions.worker.names import LifeState
 from jobctl.console.backend import ConsoleBackend, group_id, to_json
+from jobctl.console.charts import FRAME_HEIGHT, FRAME_WIDTH
 from jobctl.console.operations import Operations
 from jobctl.console.security import ACCESS_COOKIE, CSRF_FIELD, SAFE_METHODS, SECURITY_HEADERS, Guard
 from jobctl.discovery import DiscoveryError
 from jobctl.dlq import DlqError
+from jobctl.job_cancel import CancelOutcome
 from jobctl.job_lookup import JobLookupError
 from jobctl.queue_control import QueueControlError
 from sqs_jobs.errors import EnvelopeError
@@ -142,7 +145,12 @@ def _reading_pages(app: Flask, backend: ConsoleBackend) -> None:
     @app.get("/")
     def overview() -> str:
         return render_template(
-            "overview.html", overviews=backend.overview(), refresh_s=OVERVIEW_REFRESH_S, now=datetime.now(UTC)
+            "overview.html",
+            overviews=backend.overview(),
+            refresh_s=OVERVIEW_REFRESH_S,
+            now=datetime.now(UTC),
+            frame_width=FRAME_WIDTH,
+            frame_height=FRAME_HEIGHT,
         )
 
     @app.get("/queues/<queue>")
@@ -188,9 +196,46 @@ def _reading_pages(app: Flask, backend: ConsoleBackend) -> None:
             except KeyError:
                 abort(400, description=f"unknown job {job!r}; accepted: {', '.join(backend.catalog.job_names)}")
             found = backend.find_job(queue, job, entity_id, key)
+        try:
+            said = CancelOutcome(request.args.get("cancel", ""))
+        except ValueError:
+            said = None
         return render_template(
-            "job.html", job=job, entity_id=entity_id, key=key or "", found=found, jobs=backend.catalog.job_names
+            "job.html",
+            job=job,
+            entity_id=entity_id,
+            key=key or "",
+            found=found,
+            jobs=backend.catalog.job_names,
+            cancel_outcome=said,
         )
+
+    @app.get("/life")
+    def life_page() -> str:
+        job = request.args.get("job", "").strip() or None
+        text = request.args.get("q", "").strip() or None
+        if job is not None and job not in backend.catalog.job_names:
+            abort(400, description=f"unknown job {job!r}; accepted: {', '.join(backend.catalog.job_names)}")
+        in_flight = backend.in_flight(job, text)
+        schedules = backend.schedules()
+        scheduled = [row for row in schedules.rows if _schedule_matches(row, job, text)]
+        return render_template(
+            "life.html",
+            job=job or "",
+            text=text or "",
+            jobs=backend.catalog.job_names,
+            in_flight=in_flight,
+            states=list(LifeState),
+            scheduled=scheduled,
+            schedules_truncated=schedules.truncated,
+            schedule_calls=1 + len(schedules.rows),
+            now=datetime.now(UTC),
+        )
+
+    @app.get("/jobs/cancel")
+    def confirm_cancel() -> str:
+        job, entity_id, key, undo = _job_form(request.args, backend)
+        return render_template("cancel.html", job=job, entity_id=entity_id, key=key or "", undo=undo)
 
     @app.get("/queues/<queue>/<any(pause, resume):action>")
     def confirm_switch(queue: str, action: str) -> str:
@@ -247,6 +292,13 @@ def _actions(app: Flask, backend: ConsoleBackend, operations: Operations, archiv
             abort(404, description="this operation has no archive")
         return send_file(Path(operation.archive).resolve(), mimetype="application/x-ndjson", as_attachment=True)
 
+    @app.post("/jobs/cancel")
+    def cancel_job() -> Response:
+        job, entity_id, key, undo = _job_form(request.form, backend)
+        result = backend.cancel(job, entity_id, key, undo=undo)
+        target = {"job": job, "id": entity_id, "cancel": result.outcome.value, **({"key": key} if key else {})}
+        return redirect(url_for("job_page") + "?" + urlencode(target), code=303)  # type: ignore[return-value]
+
     @app.post("/queues/<queue>/pause")
     def pause(queue: str) -> Response:
         backend.pause(queue)
@@ -256,6 +308,25 @@ def _actions(app: Flask, backend: ConsoleBackend, operations: Operations, archiv
     def resume(queue: str) -> Response:
         backend.resume(queue)
         return redirect(url_for("queue_page", queue=queue), code=303)  # type: ignore[return-value]
+
+
+def _job_form(values: Any, backend: ConsoleBackend) -> tuple[str, str, str | None, bool]:
+    """The job, ID, publisher's key and undo flag a cancel names (a query string or a form)."""
+    job, entity_id = values.get("job", "").strip(), values.get("id", "").strip()
+    if job not in backend.catalog.job_names:
+        abort(400, description=f"unknown job {job!r}; accepted: {', '.join(backend.catalog.job_names)}")
+    if not entity_id:
+        abort(400, description="no ID: a cancel names a job and its ID")
+    return job, entity_id, values.get("key", "").strip() or None, values.get("undo") == "1"
+
+
+def _schedule_matches(row: dict[str, Any], job: str | None, text: str | None) -> bool:
+    if job and row.get("job") != job:
+        return False
+    if text:
+        needle = text.casefold()
+        return any(needle in str(row.get(field) or "").casefold() for field in ("id", "name"))
+    return True
 
 
 def _rate(value: str) -> float | None:

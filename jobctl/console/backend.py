@@ -28,7 +28,10 @@ from jobctl.dlq import (
     open_archive,
     verify,
 )
-from jobctl.job_lookup import JobLookup, lookup
+from jobctl.job_cancel import CancelResult, cancel_job, operator_identity, target_for, withdraw
+from jobctl.job_life import InFlight, jobs_in_flight
+from jobctl.job_lookup import JobLookup, idempotency_table, lookup
+from jobctl.schedule_list import Schedules, list_schedules
 from jobctl.status import QueueStatus, queue_status
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import Catalog, QueueSpec
@@ -37,6 +40,9 @@ from sqs_jobs.specs import Catalog, QueueSpec
 DLQ_WAIT_S = 30.0
 # How long a redrive's verification follows the moved jobs before it reports what it saw.
 VERIFY_TIMEOUT_S = 120
+# The jobs page reads at most this many records per index shard, and this many schedules.
+IN_FLIGHT_PER_SHARD = 50
+SCHEDULES_SHOWN = 50
 
 
 def group_id(letter: DeadLetter) -> str:
@@ -157,6 +163,34 @@ class ConsoleBackend:
     def find_job(self, queue: str, job: str, entity_id: str, key: str | None) -> JobLookup:
         spec, where = self._where(queue)
         return lookup(self._client, spec, where, job, entity_id, key)
+
+    def _idempotency_table(self) -> str:
+        """The table the workers keep their records in (one per stack), from the first queue's worker."""
+        first = next(iter(self._locations().values()))
+        return idempotency_table(self._client("lambda"), first.arn)
+
+    def in_flight(self, job: str | None = None, text: str | None = None) -> InFlight:
+        """The keys in flight of every queue (jobctl/job_life.py), those of `job` matching `text`."""
+        return jobs_in_flight(
+            self._client("dynamodb"),
+            self._idempotency_table(),
+            self.catalog.queue_names,
+            job=job,
+            text=text,
+            per_shard=IN_FLIGHT_PER_SHARD,
+        )
+
+    def schedules(self) -> Schedules:
+        return list_schedules(self._client("scheduler"), self.stack, limit=SCHEDULES_SHOWN)
+
+    def cancel(self, job: str, entity_id: str, key: str | None, *, undo: bool = False) -> CancelResult:
+        """`jobctl job cancel` (or `--undo`) from the console, as the operator whose credentials it runs on."""
+        spec = self.catalog.queue_for_job(job)
+        target = target_for(spec, job, entity_id, key)
+        dynamodb = self._client("dynamodb")
+        if undo:
+            return withdraw(dynamodb, self._idempotency_table(), target)
+        return cancel_job(dynamodb, self._idempotency_table(), target, operator_identity(self._client("sts")))
 
     def select(self, queue: str, *, group: str | None = None, ids: list[str] | None = None) -> Selection:
         """The dead letters of a group, of explicit message IDs, or (neither) all of them."""

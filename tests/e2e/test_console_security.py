@@ -62,6 +62,27 @@ def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(
     assert not _orders_paused(engine)
 
 
+def test_a_cancel_without_the_csrf_token_or_from_another_origin_is_refused_and_cancels_nothing(
+    engine: LocalEngine, console: ConsoleServer
+) -> None:
+    form = {"job": "order_confirmation", "id": "3001"}
+    assert _request(console, "POST", "/jobs/cancel", form=form).status == 403
+    foreign = {"Origin": "http://evil.example"}
+    assert (
+        _request(
+            console, "POST", "/jobs/cancel", form={**form, CSRF_FIELD: _csrf_token(console)}, headers=foreign
+        ).status
+        == 403
+    )
+    # Nothing was written: the job is not cancelled.
+    _, page = console_request(console, "GET", "/jobs?job=order_confirmation&id=3001")
+    assert "order_confirmation:3001: not found" in page
+    done = _request(console, "POST", "/jobs/cancel", form={**form, CSRF_FIELD: _csrf_token(console)})
+    assert done.status == 303 and "cancel=cancelled" in done.headers["Location"]
+    _, page = console_request(console, "GET", "/jobs?job=order_confirmation&id=3001")
+    assert "order_confirmation:3001: cancelled" in page
+
+
 def test_a_post_from_another_origin_is_refused_even_with_the_token(engine: LocalEngine, console: ConsoleServer) -> None:
     token = _csrf_token(console)
     response = _request(

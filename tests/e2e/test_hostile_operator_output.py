@@ -116,7 +116,8 @@ def test_the_console_pages_show_the_escapes_never_the_characters(engine: LocalEn
         run(engine, "--output", "json", "dlq", "redrive", "orders", "--all", "--dry-run", "--allow-non-idempotent")
     )
     with ConsoleServer(engine.clients(), engine.stack_name, port=0, archive_dir=tmp_path) as console:
-        pages = ["/", "/queues/orders"] + [f"/queues/orders/messages/{m['message_id']}" for m in scanned["would_move"]]
+        messages = [f"/queues/orders/messages/{m['message_id']}" for m in scanned["would_move"]]
+        pages = ["/", "/queues/orders", "/life", *messages]
         for path in pages:
             response, page = console_request(console, "GET", path)
             assert response.status == 200, (path, page[:500])
@@ -124,7 +125,9 @@ def test_the_console_pages_show_the_escapes_never_the_characters(engine: LocalEn
             assert '<a href="https://evil.example' not in page
 
 
-def test_schedules_list_shows_malformed_and_hostile_inputs_without_crashing(engine: LocalEngine) -> None:
+def test_schedules_list_shows_malformed_and_hostile_inputs_without_crashing(
+    engine: LocalEngine, tmp_path: Path
+) -> None:
     from sqs_jobs.stack_names import schedule_group_name
 
     assert engine.deployment is not None
@@ -153,3 +156,10 @@ def test_schedules_list_shows_malformed_and_hostile_inputs_without_crashing(engi
     scripted = as_json(run(engine, "--output", "json", "schedules", "list"))
     hostile = next(row for row in scripted["schedules"] if row["name"] == "once-hostile-markup")
     assert hostile["id"] == f"7{CLEAR}"  # exact in JSON
+    # The console's jobs page lists the same schedules, and a search for what the producer hid, as text.
+    with ConsoleServer(engine.clients(), engine.stack_name, port=0, archive_dir=tmp_path) as console:
+        for path in ("/life", "/life?q=%1B%5B2J"):
+            response, page = console_request(console, "GET", path)
+            assert response.status == 200, page[:500]
+            assert _raw(page) == [], path
+        assert "\\x1b[2J" in page and "once-hostile-markup" in page
