@@ -207,7 +207,7 @@ class JobQueue(Construct):
         """Let `grantee` enqueue jobs: SendMessage, GetQueueUrl, GetQueueAttributes on this queue only; delay them
         beyond 15 minutes (one-time schedules in the stack's group, sent with this queue's scheduler role); and read
         the SSM parameters that say where all that is, and the stack's job contract."""
-        scheduling = self._schedules.grant_one_time_schedules(grantee, self.spec.name)
+        scheduling = self._schedules.grant_one_time_schedules(grantee, self.spec)
         stack = Stack.of(self)
         names = [
             *(parameter_name(self._stack_name, self.spec.name, key) for key in PUBLISHER_QUEUE_PARAMETERS),

@@ -34,9 +34,9 @@ from infra.naming import (
 from infra.queue_alarms import describe
 from infra.scheduler_role import SCHEDULER, scheduler_role
 from sqs_jobs.limits import DAY
-from sqs_jobs.publisher import ONE_TIME_PREFIX, SCHEDULE_RETRY_ATTEMPTS, SCHEDULE_RETRY_MAX_AGE_S
+from sqs_jobs.publisher import SCHEDULE_RETRY_ATTEMPTS, SCHEDULE_RETRY_MAX_AGE_S
 from sqs_jobs.specs import QueueSpec
-from sqs_jobs.stack_names import recurring_input
+from sqs_jobs.stack_names import legacy_one_time_schedule_prefix, one_time_schedule_prefix, recurring_input
 
 # Retries of a failed send, for up to a day, then the DLQ: the publisher's one-time schedules use the same
 # (sqs_jobs.publisher), so a delayed job and a recurring one fail alike. A send to SQS fails on a throttle or an
@@ -147,15 +147,25 @@ class JobSchedules(Construct):
                 self.schedules[name] = schedule
         return role
 
-    def grant_one_time_schedules(self, grantee: iam.IGrantable, queue_name: str) -> iam.Grant:
-        """Let `grantee` delay jobs of `queue_name` beyond 15 minutes: create, cancel and read one-time schedules
-        (named `once-...`, so never a catalog schedule) in the group, and pass the queue's role to the scheduler."""
-        schedules = Stack.of(self).format_arn(
-            service="scheduler",
-            resource="schedule",
-            resource_name=f"{schedule_group_name(self._stack_name)}/{ONE_TIME_PREFIX}*",
-            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-        )
+    def grant_one_time_schedules(self, grantee: iam.IGrantable, spec: QueueSpec) -> iam.Grant:
+        """Let `grantee` delay jobs of `spec`'s queue beyond 15 minutes: create, cancel and read that queue's
+        one-time schedules (`once-<queue>.*`, so never a catalog schedule nor another queue's) in the group, and
+        pass the queue's role to the scheduler."""
+        prefixes = [
+            one_time_schedule_prefix(spec.name),
+            # Wheels of job contract 1 named them by job (`once-<job>-...`): still theirs, per job of this queue.
+            *sorted({legacy_one_time_schedule_prefix(job) for job in spec.job_names}),
+        ]
+        schedules = [
+            Stack.of(self).format_arn(
+                service="scheduler",
+                resource="schedule",
+                resource_name=f"{schedule_group_name(self._stack_name)}/{prefix}*",
+                arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+            )
+            for prefix in prefixes
+        ]
+        queue_name = spec.name
         # The scheduler sends with the queue's role; the publisher never acts with it, it only names it.
         grantee.grant_principal.add_to_principal_policy(
             iam.PolicyStatement(
@@ -165,7 +175,7 @@ class JobSchedules(Construct):
             )
         )
         return iam.Grant.add_to_principal(
-            grantee=grantee, actions=list(ONE_TIME_SCHEDULE_ACTIONS), resource_arns=[schedules]
+            grantee=grantee, actions=list(ONE_TIME_SCHEDULE_ACTIONS), resource_arns=schedules
         )
 
     def _failed_deliveries_alarm(self, topic: sns.ITopic) -> cloudwatch.Alarm:

@@ -13,8 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from jobctl.schedule_times import ScheduleExpressionError, next_fire
-from sqs_jobs.publisher import ONE_TIME_PREFIX
-from sqs_jobs.stack_names import SCHEDULED_TIME, schedule_group_name
+from sqs_jobs.stack_names import ONE_TIME_PREFIX, SCHEDULED_TIME, schedule_group_name
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ import click
 from jobctl.cli_globals import JobctlCommand, complete_job, complete_queue
 from jobctl.cli_support import Options, emit, operator_errors
 from sqs_jobs.catalog import CATALOG
-from sqs_jobs.publisher import MAX_DELAY_S, ONE_TIME_PREFIX, JobPublisher
+from sqs_jobs.publisher import MAX_DELAY_S, JobPublisher
+from sqs_jobs.stack_names import ONE_TIME_PREFIX
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 

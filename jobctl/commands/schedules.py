@@ -10,8 +10,7 @@ from jobctl.cli_support import Options, emit, fail, operator_errors
 from jobctl.errors import EXIT_FAILED, EXIT_USAGE
 from jobctl.schedule_list import list_schedules
 from jobctl.shown import cell, console
-from sqs_jobs.publisher import ONE_TIME_PREFIX
-from sqs_jobs.stack_names import schedule_group_name
+from sqs_jobs.stack_names import ONE_TIME_PREFIX, schedule_group_name
 
 
 @click.group(cls=JobctlGroup)

@@ -32,12 +32,14 @@ from sqs_jobs.limits import SQS_BATCH_MAX, SQS_MAX_DELAY_S
 from sqs_jobs.specs import Catalog, UnknownQueueError
 from sqs_jobs.stack_names import (
     DEFAULT_STACK_NAME,
+    ONE_TIME_PREFIX,
     QUEUE_ARN,
     QUEUE_URL,
     SCHEDULE_GROUP,
     SCHEDULER_ROLE_ARN,
     SCHEDULES_DLQ_ARN,
     contract_parameter_name,
+    one_time_schedule_prefix,
     parameter_name,
     schedules_parameter_name,
 )
@@ -46,8 +48,6 @@ MAX_DELAY_S = SQS_MAX_DELAY_S
 # How far ahead a job may be scheduled: our limit, not the scheduler's (it has none documented). A job due in
 # over a year is a calendar entry, not a background job.
 MAX_SCHEDULE_AHEAD = timedelta(days=365)
-# One-time schedules of delayed jobs are named `once-...` in the stack's group; recurring ones never are.
-ONE_TIME_PREFIX = "once-"
 # The scheduler retries a failed delivery with backoff for up to a day, then dead-letters it (the same policy as
 # the catalog's recurring schedules: infra/job_schedules.py).
 SCHEDULE_RETRY_MAX_AGE_S = 24 * 3600
@@ -304,7 +304,7 @@ class JobPublisher:
             raise QueueNotConfiguredError(f"no scheduler target for queue {queue!r} (job {envelope.job!r})")
         # Whole seconds, rounded up: never earlier than asked.
         due = (due + timedelta(microseconds=999_999)).replace(microsecond=0).astimezone(UTC)
-        name = f"{ONE_TIME_PREFIX}{envelope.job[:30]}-{due:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+        name = f"{one_time_schedule_prefix(queue)}{uuid.uuid4().hex[:16]}"
         schedule_target: dict[str, Any] = {
             "Arn": target.queue_arn,
             "RoleArn": target.role_arn,

@@ -39,6 +39,23 @@ def recurring_schedule_name(job: str, schedule: str) -> str:
     return f"{job}-{schedule}"
 
 
+# One-time schedules of delayed jobs are named `once-...` in the stack's group; recurring ones never are.
+ONE_TIME_PREFIX = "once-"
+
+
+def one_time_schedule_prefix(queue: str) -> str:
+    """What a delayed job's one-time schedule name starts with: `once-<queue>.` (a queue name has no `.`, so one
+    queue's prefix never matches another's, and a publisher's grant covers its own queue's schedules only). The
+    name is the prefix and 16 random hex digits: at most 5 + 40 + 1 + 16 = 62 of the scheduler's 64 characters."""
+    return f"{ONE_TIME_PREFIX}{queue}."
+
+
+def legacy_one_time_schedule_prefix(job: str) -> str:
+    """How wheels of job contract 1 named a delayed job's schedule: `once-<job[:30]>-<time>-<hex>`. Stacks still
+    grant it per job of the queue, so those publishers keep working (a job name has no `-`)."""
+    return f"{ONE_TIME_PREFIX}{job[:30]}-"
+
+
 # Stack-wide parameters of the scheduler: `/<stack_name>/schedules/<key>`.
 SCHEDULE_GROUP = "group"
 # Where the scheduler puts what it could not deliver (a queue of the stack, encrypted, kept 14 days).

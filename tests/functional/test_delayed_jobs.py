@@ -4,6 +4,7 @@ the catalog's recurring schedules, and the local scheduler that fires them, on a
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -177,7 +178,8 @@ def test_none_is_not_given_and_a_lone_zero_is_no_delay(harness: Harness, publish
     publisher.publish("order_confirmation", "8", delay_s=0)
     publisher.publish("order_confirmation", "9", delay=timedelta(0))
 
-    assert name.startswith("once-") and name in _schedules(harness)
+    # Named by its queue, which a publisher's grant is scoped to; 16 random hex digits make it unique.
+    assert re.fullmatch(r"once-orders\.[0-9a-f]{16}", name) and name in _schedules(harness)
     assert sorted(body["id"] for body in _messages(harness, "orders")) == ["8", "9"]  # not delayed: visible now
 
 

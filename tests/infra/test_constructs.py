@@ -170,10 +170,12 @@ def test_grant_publish_allows_sending_and_delaying_jobs_to_that_queue_only() -> 
     region_account = "${Region}:${Account}"
     assert permissions(statement for statement in statements if "Condition" not in statement) == {
         *{(f"sqs:{action}", f"{queue}.Arn") for action in ("SendMessage", "GetQueueAttributes", "GetQueueUrl")},
-        # One-time schedules (`once-...`) in the stack's group: never a recurring schedule of the catalog.
+        # This queue's one-time schedules (`once-orders.*`) in the stack's group: never a recurring schedule of the
+        # catalog, nor another queue's; and, for wheels of contract 1, those named by its jobs (`once-<job>-*`).
         *{
-            (f"scheduler:{action}", f"arn:aws:scheduler:{region_account}:schedule/Test-jobs/once-*")
+            (f"scheduler:{action}", f"arn:aws:scheduler:{region_account}:schedule/Test-jobs/{prefix}*")
             for action in ("CreateSchedule", "DeleteSchedule", "GetSchedule")
+            for prefix in ("once-orders.", *(f"once-{job}-" for job in orders.spec.job_names))
         },
         # What JobPublisher.from_stack reads: this queue's, the stack's schedule group and schedules DLQ, and
         # the stack's job contract.
