@@ -35,6 +35,11 @@ COMMANDS = {
         "jobctl.commands.schedules:schedules",
         "Recurring and one-time schedules: list them with their next run, cancel a pending one.",
     ),
+    "stats": LazyCommand(
+        "jobctl.commands.stats:stats",
+        "Runs processed, failed, retried and dead-lettered per period, and copies cancelled, from the workers' "
+        "metrics.",
+    ),
     "status": LazyCommand(
         "jobctl.commands.status:status",
         "Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue.",

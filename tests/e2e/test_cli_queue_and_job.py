@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -125,6 +126,44 @@ def test_job_cancel_lists_the_job_and_its_copy_never_runs_until_undone(engine: L
     # A completed job is not cancelled, and says so with exit code 1.
     late = run(engine, "job", "cancel", "order_confirmation", "81", "--yes")
     assert late.exit_code == 1 and "nothing to cancel" in late.stdout
+
+
+def test_stats_counts_runs_processed_and_failed_per_period(engine: LocalEngine) -> None:
+    def totals() -> dict[str, int]:
+        result = run(engine, "stats", "orders", "--hours", "1", "--period", "5", "--output", "json")
+        assert result.exit_code == 0, result.output
+        [orders] = as_json(result)["queues"]
+        # Every count is in exactly one row of the table, and in its job's total.
+        for column, total in orders["totals"].items():
+            assert sum(bucket[column] for bucket in orders["buckets"]) == total
+            assert sum(job[column] for job in orders["by_job"].values()) == total
+        assert len(orders["buckets"]) == 12  # an hour in 5-minute rows
+        return dict(orders["totals"])
+
+    before = totals()
+    assert engine.deployment is not None
+    clients = engine.clients()
+    clients("dynamodb").put_item(
+        TableName=engine.deployment.resources["orders_table"],
+        Item={"order_id": {"S": "91"}, "email": {"S": "buyer@example.com"}},
+    )
+    url = engine.deployment.queues["orders"].url
+    for order_id in ("91", "92"):  # 92 doesn't exist: failed and dead-lettered
+        clients("sqs").send_message(QueueUrl=url, MessageBody=json.dumps({"job": "order_confirmation", "id": order_id}))
+    assert engine.wait_until_idle(timeout_s=30)
+
+    # The workers' metrics reach CloudWatch a moment after their invocation (the engine's agent forwards them).
+    expected = {"processed": 1, "failed": 1, "retried": 0, "dead_lettered": 1, "cancelled": 0}
+    deadline = time.monotonic() + 20
+    while True:
+        after = totals()
+        counted = {column: after[column] - before[column] for column in after}
+        if counted == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert counted == expected
+    table = run(engine, "stats", "orders", "--hours", "1").stdout
+    assert "orders: last 1 h, 15 min a row" in table and "total" in table
 
 
 def test_job_cancel_asks_first_and_refuses_without_a_terminal(engine: LocalEngine) -> None:
