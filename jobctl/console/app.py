@@ -218,6 +218,8 @@ def _reading_pages(app: Flask, backend: ConsoleBackend) -> None:
             abort(400, description=f"unknown job {job!r}; accepted: {', '.join(backend.catalog.job_names)}")
         in_flight = backend.in_flight(job, text)
         schedules = backend.schedules()
+        # Dead letters only for a search: each DLQ searched is scanned (docs/console.md).
+        dead = backend.dead_letters_matching(job, text) if job or text else None
         scheduled = [row for row in schedules.rows if _schedule_matches(row, job, text)]
         return render_template(
             "life.html",
@@ -229,6 +231,8 @@ def _reading_pages(app: Flask, backend: ConsoleBackend) -> None:
             scheduled=scheduled,
             schedules_truncated=schedules.truncated,
             schedule_calls=1 + len(schedules.rows),
+            dead=dead,
+            dlqs_searched=1 if job else len(backend.catalog.queue_names),
             now=datetime.now(UTC),
         )
 

@@ -180,6 +180,21 @@ class ConsoleBackend:
             per_shard=IN_FLIGHT_PER_SHARD,
         )
 
+    def dead_letters_matching(self, job: str | None, text: str | None) -> list[tuple[str, DeadLetter]]:
+        """The dead letters of `job` (every queue's, without one) whose ID or body contains `text` (any case): a
+        scan of each DLQ searched, one at a time as every DLQ read is."""
+        queues = [self.catalog.queue_for_job(job).name] if job else list(self.catalog.queue_names)
+        needle = (text or "").casefold()
+        found = []
+        for queue in queues:
+            for letter in self.dead_letters(queue):
+                if job and letter.job != job:
+                    continue
+                if needle and needle not in letter.entity_id.casefold() and needle not in letter.body.casefold():
+                    continue
+                found.append((queue, letter))
+        return found
+
     def schedules(self) -> Schedules:
         return list_schedules(self._client("scheduler"), self.stack, limit=SCHEDULES_SHOWN)
 

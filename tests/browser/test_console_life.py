@@ -122,7 +122,12 @@ def test_retrying_running_and_cancelled_jobs_from_the_browser(
     page.goto(life + "?job=order_confirmation&q=2001")
     expect(page.locator("table.cancelled tr[data-id='2001']")).to_have_count(1)
     expect(page.locator("table.cancelled tr[data-id=inv-run]")).to_have_count(0)
+    # A search reads the dead letters too: the cancelled run's is there, with its error type.
+    page.goto(life + "?job=generate_invoice&q=INV-RUN")
+    expect(page.locator("table.dead tr[data-id=inv-run]")).to_contain_text("JobCancelledError")
+    expect(page.locator("table.cancelled tr[data-id=inv-run]")).to_have_count(1)
     page.goto(life)
+    expect(page.locator("table.dead")).to_have_count(0)  # no search, no DLQ scan
     expect(page.locator("table.scheduled")).to_contain_text("dlq_review")
 
 
