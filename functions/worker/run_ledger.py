@@ -320,7 +320,11 @@ class RunLedger(DynamoDBPersistenceLayer):
             "attribute_not_exists(#id) OR #expiry < :now OR #status = :failed OR "
             "(#status = :inprogress AND attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis)"
         )
-        condition = f"({free}) AND (attribute_not_exists(#runs) OR #runs < :max) AND attribute_not_exists(#pending)"
+        # A run an operator asked to stop that never reported back (a crash): its key is cancelled all the same.
+        condition = (
+            f"({free}) AND (attribute_not_exists(#runs) OR #runs < :max) AND attribute_not_exists(#pending) "
+            "AND (attribute_not_exists(#cancel_requested_at) OR #expiry < :now)"
+        )
         # What an earlier life of the key left: a due time, and a cancel that has expired.
         stale = {"#next_retry_at": NEXT_RETRY_AT, "#cancelled_at": CANCELLED_AT, "#cancelled_by": CANCELLED_BY}
         stale["#cancel_requested_at"] = CANCEL_REQUESTED_AT
@@ -410,7 +414,7 @@ class RunLedger(DynamoDBPersistenceLayer):
         busy = status == INPROGRESS and (in_progress_expiry is None or int(in_progress_expiry) >= int(now * 1000))
         if live and (status == COMPLETED or busy):
             return IdempotencyItemAlreadyExistsError(old_data_record=self._item_to_data_record(dict(item)))
-        if live and status == CANCELLED:
+        if live and (status == CANCELLED or CANCEL_REQUESTED_AT in item):
             return KeyCancelledError(LedgerEntry.from_item(record_id, item))
         return RunsExhaustedError(LedgerEntry.from_item(record_id, item))
 

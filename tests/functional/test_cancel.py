@@ -4,12 +4,14 @@ completed one is not touched; `--undo` lets the next copy run. Every step throug
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from functions.worker.clients import ClientFactory
 from functions.worker.names import CANCELLED_COPY, DEAD_LETTERED, LifeState
+from functions.worker.settings import idempotency_record_id
 from jobctl.job_cancel import CancelOutcome, CancelResult, CancelTarget, cancel_job, withdraw
 from jobctl.job_life import jobs_in_flight
 from jobctl.local.provision import provision
@@ -133,3 +135,46 @@ def test_undo_lets_the_next_copy_run(harness: Harness) -> None:
 
     assert stepwise.STEPS["u-1"] == [1, 2, 3]
     assert withdraw(dynamodb, table, _target("u-1")).outcome is CancelOutcome.NOT_CANCELLED
+
+
+def test_a_run_asked_to_stop_that_crashed_is_not_run_again(harness: Harness) -> None:
+    # Its record as the crashed run left it: in progress, its hold expired, a cancel requested.
+    now = time.time()
+    harness.clients("dynamodb").put_item(
+        TableName=harness.deployment.idempotency_table,
+        Item={
+            "id": {"S": idempotency_record_id("stepwise:x-1")},
+            "status": {"S": "INPROGRESS"},
+            "runs": {"N": "1"},
+            "expiration": {"N": str(int(now) + 3600)},
+            "in_progress_expiration": {"N": str(int((now - 60) * 1000))},
+            "cancel_requested_at": {"N": f"{now - 120:.3f}"},
+        },
+    )
+    harness.send(envelope("stepwise", "x-1"), queue="steps")
+
+    invocation = harness.deliver("steps")
+
+    assert invocation is not None and invocation.failed_ids == [] and len(invocation.deleted) == 1
+    assert stepwise.STEPS == {} and harness.dead_letters("steps") == []
+    assert _counted(harness, CANCELLED_COPY) == 1
+
+
+def test_a_key_whose_cancelled_record_expired_runs_again(harness: Harness) -> None:
+    now = time.time()
+    harness.clients("dynamodb").put_item(
+        TableName=harness.deployment.idempotency_table,
+        Item={
+            "id": {"S": idempotency_record_id("stepwise:e-1")},
+            "status": {"S": "COMPLETED"},
+            "runs": {"N": "0"},
+            "expiration": {"N": str(int(now) - 10)},
+            "cancel_requested_at": {"N": f"{now - 4000:.3f}"},
+        },
+    )
+    harness.send(envelope("stepwise", "e-1"), queue="steps")
+
+    assert harness.deliver("steps") is not None
+
+    assert stepwise.STEPS["e-1"] == [1, 2, 3]
+    assert "cancel_requested_at" not in key_record(harness, "stepwise:e-1")
