@@ -13,6 +13,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
+from example.records import invoice_item
 from example.standins.invoicing import FakeInvoicingApi
 from jobctl.console.server import ConsoleServer
 from jobctl.job_cancel import cancel_job, target_for
@@ -37,12 +38,7 @@ def _jobs_in_flight(engine: LocalEngine) -> None:
     for invoice_id in ("INV-2041", "INV-2042"):
         clients("dynamodb").put_item(
             TableName=engine.deployment.resources["invoices_table"],
-            Item={
-                "invoice_id": {"S": invoice_id},
-                "customer": {"S": "Aiko"},
-                "amount": {"N": "42.00"},
-                "currency": {"S": "EUR"},
-            },
+            Item=invoice_item(invoice_id),
         )
     invoicing.set_mode("503", only_ids=["INV-2041"], retry_after="600")
     clients("sqs").send_message(

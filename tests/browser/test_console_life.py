@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 from playwright.sync_api import BrowserContext, Page, expect
 
+from example.records import invoice_item
 from example.standins.invoicing import FakeInvoicingApi
 from jobctl.console.charts import HEIGHT, TOP
 from jobctl.console.server import ConsoleServer
@@ -38,12 +39,7 @@ def _invoice(engine: LocalEngine, invoice_id: str) -> None:
     assert engine.deployment is not None
     engine.clients()("dynamodb").put_item(
         TableName=engine.deployment.resources["invoices_table"],
-        Item={
-            "invoice_id": {"S": invoice_id},
-            "customer": {"S": "Aiko"},
-            "amount": {"N": "42.00"},
-            "currency": {"S": "EUR"},
-        },
+        Item=invoice_item(invoice_id),
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from example.records import invoice_item
 from example.standins.invoicing import FakeInvoicingApi
 from jobctl.local.engine import LocalEngine, free_port
 from sqs_jobs.catalog import CATALOG
@@ -104,12 +105,7 @@ def test_a_hanging_invoicing_api_no_longer_stops_the_queue(engine: LocalEngine, 
     for invoice_id in INVOICE_IDS:
         clients("dynamodb").put_item(
             TableName=engine.deployment.resources["invoices_table"],
-            Item={
-                "invoice_id": {"S": invoice_id},
-                "customer": {"S": "Aiko"},
-                "amount": {"N": "42.00"},
-                "currency": {"S": "EUR"},
-            },
+            Item=invoice_item(invoice_id),
         )
     invoicing(engine).set_mode("hang", only_ids=[HUNG])
     publisher = JobPublisher(clients("sqs"), {QUEUE: engine.deployment.queues[QUEUE].url})

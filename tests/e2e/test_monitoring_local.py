@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from example.records import invoice_item
 from jobctl.discovery import find_queues
 from jobctl.local.engine import LocalEngine
 from jobctl.status import queue_status
@@ -52,12 +53,7 @@ def test_an_invoicing_outage_opens_the_breaker_and_jobctl_status_says_so() -> No
         for number in range(12):
             clients("dynamodb").put_item(
                 TableName=running.deployment.resources["invoices_table"],
-                Item={
-                    "invoice_id": {"S": f"INV-{number}"},
-                    "customer": {"S": "Aiko"},
-                    "amount": {"N": "1.00"},
-                    "currency": {"S": "EUR"},
-                },
+                Item=invoice_item(f"INV-{number}", amount="1.00"),
             )
         running.standins["invoicing_api_url"].set_mode("503")  # type: ignore[attr-defined]
         for number in range(12):

@@ -39,6 +39,7 @@ from botocore.awsrequest import AWSResponse, HTTPHeaders
 from moto import mock_aws
 
 import functions.entry
+from example.records import invoice_item
 from example.standins.invoicing import FakeInvoicingApi
 from functions.jobs import dlq_review
 from functions.worker.clients import ClientFactory, new_session
@@ -235,12 +236,7 @@ def put_order(account: Account, order_id: str) -> None:
 def put_invoice(account: Account, invoice_id: str) -> None:
     account.clients("dynamodb").put_item(
         TableName=account.deployment.resources["invoices_table"],
-        Item={
-            "invoice_id": {"S": invoice_id},
-            "amount": {"N": "42.00"},
-            "currency": {"S": "EUR"},
-            "customer": {"S": "Aiko"},
-        },
+        Item=invoice_item(invoice_id),
     )
 
 
