@@ -22,14 +22,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from infra.asset_staging import EXCLUDED, check_interpreter, stage
+from infra.asset_staging import CODE_DIRS, EXCLUDED, LAYER_DIR, RUNTIME_MODULES, check_interpreter, stage
 
-ROOT = Path(__file__).resolve().parent.parent
-CODE_DIRS = (ROOT / "functions", ROOT / "lib" / "sqs_jobs")
-LAYER = ROOT / "build" / "layer" / "python"
+LAYER = LAYER_DIR / "python"
 HANDLER_MODULE = "functions.entry"
-# What the Lambda Python runtime provides itself (boto3 and its dependencies), precompiled there.
-RUNTIME_PACKAGES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six")
 
 # Times the import, then checks that the worker, Powertools and boto3 came from the layout's code, layer and
 # runtime directories, so a stray path can't flatter either figure.
@@ -52,7 +48,7 @@ class LayerNotBuiltError(RuntimeError):
 
 def _runtime_stand_in(target: Path) -> None:
     """boto3 and its dependencies from this venv, compiled, as the Lambda runtime ships them."""
-    for name in RUNTIME_PACKAGES:
+    for name in RUNTIME_MODULES:  # what the Lambda Python runtime provides itself, precompiled there
         module = __import__(name)
         source = Path(module.__file__ or "")
         if source.name == "__init__.py":

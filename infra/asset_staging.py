@@ -15,6 +15,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# What the deployed worker imports from, in Lambda's order: its code asset (these packages at the zip root), the
+# dependencies layer (`make bundle` writes build/layer; Lambda mounts its python/ on the path) and the runtime's
+# own packages.
+CODE_DIRS = (REPO_ROOT / "functions", REPO_ROOT / "lib" / "sqs_jobs")
+LAYER_DIR = REPO_ROOT / "build" / "layer"
+# The Lambda Python runtime's boto3 and its dependencies, as import names: the layer leaves them out
+# (scripts/bundle_layer.sh, PROVIDED_BY_RUNTIME, names their distributions).
+RUNTIME_MODULES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six")
+
 # The Lambda runtime's Python (infra/worker_code.py RUNTIME): every .pyc is built for exactly this version.
 RUNTIME_VERSION = (3, 13)
 BYTECODE_MODE = py_compile.PycInvalidationMode.UNCHECKED_HASH

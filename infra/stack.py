@@ -14,6 +14,7 @@ from constructs import Construct
 from functions.worker.names import LIFE, LIFE_AT, LIFE_INDEX, SERVICE_NAME
 from infra import monitoring, nag_suppressions
 from infra.alarm_topic import AlarmTopic, NewAlarmTopic
+from infra.asset_staging import CODE_DIRS, LAYER_DIR, REPO_ROOT
 from infra.context import StackContext
 from infra.dependencies_layer import DependenciesLayer
 from infra.heartbeat_canary import HeartbeatCanary
@@ -36,11 +37,6 @@ from sqs_jobs.catalog import CATALOG
 from sqs_jobs.contract import JobContract
 from sqs_jobs.specs import Catalog
 from sqs_jobs.stack_names import contract_parameter_name
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-# The worker's code: its runtime and jobs, and the job contract it shares with publishers.
-CODE_DIRS = (REPO_ROOT / "functions", REPO_ROOT / "lib" / "sqs_jobs")
-LAYER_DIR = REPO_ROOT / "build" / "layer"
 
 # Powertools' DynamoDBPersistenceLayer defaults (key_attr, expiry_attr): the worker uses them unchanged.
 IDEMPOTENCY_PARTITION_KEY = "id"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from sqs_jobs.visible import visible
@@ -22,6 +23,20 @@ if TYPE_CHECKING:
 def shown(value: object, *, keep_newlines: bool = False) -> str:
     """`value` as one safe line (or safe lines, with `keep_newlines`) for click.echo."""
     return visible("" if value is None else value, keep_newlines=keep_newlines)
+
+
+def attribute_lines(attributes: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """Message attributes as JSON output holds them (`portable`: a binary value as base64 text) for a person: one
+    `name (Type): value` line each, in name order, every part through `shown`; a binary value is its base64 text,
+    said so."""
+    lines = []
+    for name, attribute in sorted(attributes.items()):
+        if "BinaryValue" in attribute:
+            value = f"{shown(attribute['BinaryValue'])} (base64)"
+        else:
+            value = shown(attribute.get("StringValue"))
+        lines.append(f"{shown(name)} ({shown(attribute.get('DataType'))}): {value}")
+    return lines
 
 
 def cell(value: object, style: str = "") -> Text:

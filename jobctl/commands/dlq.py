@@ -27,7 +27,7 @@ from jobctl.dlq import (
     verify,
 )
 from jobctl.errors import EXIT_FAILED
-from jobctl.shown import cell, console, shown
+from jobctl.shown import attribute_lines, cell, console, shown
 
 # Error codes an endpoint answers StartMessageMoveTask with when it doesn't implement it (the local engine).
 _UNSUPPORTED = {
@@ -152,8 +152,11 @@ def show(options: Options, queue: str, message_id: str) -> None:
             click.echo(f"{name:>16}: {shown(details[name])}")
         if details["http_status"] is not None:
             click.echo(f"{'http':>16}: {details['http_status']} {shown(details['http_body'] or '')}".rstrip())
-        for name in ("first_failed_at", "last_failed_at", "source_queue", "attributes"):
+        for name in ("first_failed_at", "last_failed_at", "source_queue"):
             click.echo(f"{name:>16}: {shown(details[name])}")
+        # The producer's attributes, one `name (Type): value` line each (JSON output has them exact).
+        lines = attribute_lines(details["attributes"]) or ["(none)"]
+        click.echo(f"{'attributes':>16}: " + "\n".join([lines[0], *(" " * 18 + line for line in lines[1:])]))
         if details["attributes_stored"]:  # did not fit the dead letter; a redrive reads them back
             click.echo(f"{'stored in':>16}: {shown(details['attributes_stored'])}")
         click.echo("       traceback:")

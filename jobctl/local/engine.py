@@ -227,7 +227,9 @@ class LocalEngine:
         check_port_free(self.host, self.port)
         serialize_moto()  # moto's SQS and DynamoDB are not thread-safe, and the pollers are many threads
         record_senders()  # SenderId names the IAM identity that sent a message, as on AWS
-        enforce_message_limits()  # a message over its queue's size, attributes counted, is refused, as on AWS
+        # A message SQS refuses (over its queue's size, attributes counted; an attribute name SQS doesn't take) is
+        # refused before moto stores it, as on AWS: a stored one made every receive of its queue fail
+        enforce_message_limits()
         self._switch_interval_s = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch_interval_s, GIL_SWITCH_INTERVAL_S))
         self._server = _LocalMotoServer(

@@ -28,6 +28,7 @@ from typing import Any
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.contract import JobContract
 from sqs_jobs.envelope import Envelope, Scalar, build_envelope
+from sqs_jobs.errors import EnvelopeError
 from sqs_jobs.limits import SQS_BATCH_MAX, SQS_MAX_DELAY_S
 from sqs_jobs.specs import Catalog, UnknownQueueError
 from sqs_jobs.stack_names import (
@@ -341,53 +342,72 @@ class JobPublisher:
 
     def publish_many(self, jobs: Iterable[JobRequest], delay_s: int = 0) -> list[str]:
         """Enqueue many jobs with SendMessageBatch (chunks of 10 per queue); returns message IDs in input order.
+        `jobs` are (job, id) pairs or Envelopes (an Envelope carries a key or extra fields).
 
-        Every envelope is checked before anything is sent. Entries SQS rejects raise PartialPublishError, which
-        carries the IDs of those that were sent, so the caller can retry only the failures.
+        Every entry is checked, its queue and its FIFO fields included, before anything is sent; an entry that
+        fails raises the error `publish` would, its message naming the entry's index, job and ID. Entries SQS
+        rejects raise PartialPublishError, which carries the IDs of those that were sent, so the caller can retry
+        only the failures.
         """
         self._check_delay(delay_s)
-        # An Envelope built by hand is checked again: every path to the queue applies the worker's rules.
-        envelopes = [
-            self.envelope(job.job, job.id, job.key, job.extra) if isinstance(job, Envelope) else self.envelope(*job)
-            for job in jobs
-        ]
+        checked = [self._checked_entry(index, job, delay_s) for index, job in enumerate(jobs)]
         by_queue: dict[str, list[int]] = {}
-        for index, envelope in enumerate(envelopes):
-            by_queue.setdefault(self._queue_url(envelope.job), []).append(index)
-        sent: list[str | None] = [None] * len(envelopes)
+        for index, (_, url, _) in enumerate(checked):
+            by_queue.setdefault(url, []).append(index)
+        sent: list[str | None] = [None] * len(checked)
         failed: list[FailedEntry] = []
         for url, indexes in by_queue.items():
             for start in range(0, len(indexes), SQS_BATCH_MAX):
-                failed += self._send_chunk(url, indexes[start : start + SQS_BATCH_MAX], envelopes, sent, delay_s)
+                failed += self._send_chunk(url, indexes[start : start + SQS_BATCH_MAX], checked, sent)
         if failed:
             raise PartialPublishError(sent, failed)
         return [message_id for message_id in sent if message_id is not None]
+
+    def _checked_entry(self, index: int, job: object, delay_s: int) -> tuple[Envelope, str, dict[str, Any]]:
+        """One entry of publish_many as an envelope, its queue's URL and its FIFO fields; an error names the entry."""
+        if isinstance(job, Envelope):
+            name: object = job.job
+            entity_id: object = job.id
+            key, extra = job.key, job.extra
+        elif isinstance(job, tuple | list) and len(job) == 2:
+            name, entity_id = job
+            key, extra = None, None
+        else:
+            raise TypeError(f"publish_many entry {index} is {_excerpt(job)}; accepted: a (job, id) pair or an Envelope")
+        try:
+            # An Envelope built by hand is checked again: every path to the queue applies the worker's rules.
+            envelope = self.envelope(name, entity_id, key, extra)  # type: ignore[arg-type]
+            return envelope, self._queue_url(envelope.job), self._fifo_fields(envelope, delay_s, None)
+        except (EnvelopeError, PublishError) as error:
+            # The same error, its message prefixed with the entry (code acts on the type, never on the text).
+            error.args = (f"publish_many entry {index} (job {_excerpt(name)}, id {_excerpt(entity_id)}): {error}",)
+            raise
 
     def _send_chunk(
         self,
         url: str,
         indexes: Sequence[int],
-        envelopes: Sequence[Envelope],
+        checked: Sequence[tuple[Envelope, str, dict[str, Any]]],
         sent: list[str | None],
-        delay_s: int,
     ) -> list[FailedEntry]:
         entries = [
-            {
-                "Id": str(index),
-                "MessageBody": envelopes[index].to_json(),
-                **self._fifo_fields(envelopes[index], delay_s, None),
-            }
-            for index in indexes
+            {"Id": str(index), "MessageBody": checked[index][0].to_json(), **checked[index][2]} for index in indexes
         ]
         response = self._sqs.send_message_batch(QueueUrl=url, Entries=entries)
         for success in response.get("Successful", []):
             sent[int(success["Id"])] = success["MessageId"]
         return [
             FailedEntry(
-                envelope=envelopes[int(failure["Id"])],
+                envelope=checked[int(failure["Id"])][0],
                 code=failure.get("Code", ""),
                 message=failure.get("Message", ""),
                 sender_fault=bool(failure.get("SenderFault")),
             )
             for failure in response.get("Failed", [])
         ]
+
+
+def _excerpt(value: object, limit: int = 64) -> str:
+    """A value as its repr (hidden characters escaped, quotes showing where a string ends), cut to `limit`."""
+    text = repr(value[:limit] if isinstance(value, str) else value)
+    return text if len(text) <= limit + 8 else text[: limit + 8] + "..."

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from botocore.exceptions import ClientError
 from click.testing import CliRunner
 
 from example.demo import run_demo
@@ -43,6 +44,25 @@ def test_engine_stats_count_invocations_and_deletes(engine: LocalEngine) -> None
     assert stats["records"] >= 1  # the garbage, and the heartbeat canary's first beat
     assert stats["deleted"] == stats["records"]  # the garbage dead-lettered by the runtime, so acknowledged
     assert stats["invocation_errors"] == 0
+
+
+def test_a_send_refused_for_an_attribute_name_leaves_the_queue_draining(engine: LocalEngine) -> None:
+    # moto 5.2.5 stored such a message, and then every receive of the queue's pollers failed on it, forever
+    assert engine.deployment is not None
+    sqs = engine.clients()("sqs")
+    orders = engine.deployment.queues["orders"]
+    with pytest.raises(ClientError) as refused:
+        sqs.send_message(
+            QueueUrl=orders.url,
+            MessageBody=json.dumps({"job": "order_confirmation", "id": "88"}),
+            MessageAttributes={"trace id": {"DataType": "String", "StringValue": "x"}},
+        )
+    assert refused.value.response["Error"]["Code"] == "InvalidParameterValue"
+    sqs.send_message(QueueUrl=orders.url, MessageBody=json.dumps({"job": "order_confirmation", "id": "89"}))
+    assert engine.wait_until_idle(timeout_s=30)
+    dead = sqs.receive_message(QueueUrl=orders.dlq_url, MaxNumberOfMessages=10)["Messages"]
+    assert [json.loads(message["Body"])["id"] for message in dead] == ["89"]  # no such order: it ran, only it
+    assert engine.stats()["orders"]["invocation_errors"] == 0
 
 
 def test_jobctl_enqueue_publishes_through_the_stack_parameters(engine: LocalEngine) -> None:

@@ -52,7 +52,7 @@ def clients(aws_credentials: None) -> Iterator[ClientFactory]:
     record_senders()  # SenderId names who sent a message, as on AWS: the worker's role, or the test (a producer)
     # Records of a batch run side by side: conditional writes must be atomic, as on AWS (moto's aren't).
     serialize_moto()
-    enforce_message_limits()  # a message too big for its queue, attributes counted, is refused, as on AWS
+    enforce_message_limits()  # a message SQS refuses (too big, attributes counted; a bad attribute name) is, as on AWS
     with mock_aws():
         yield ClientFactory(session=new_session(region_name=REGION))
 
