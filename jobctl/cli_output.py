@@ -78,7 +78,10 @@ def text_lines(data: Any, prefix: str | None = None) -> Iterator[str]:
         yield from _object_lines(data, prefix, sorted(key for key, value in data.items() if _is_scalar(value)))
     elif isinstance(data, list):
         objects = [item for item in data if isinstance(item, dict)]
-        columns = sorted({key for item in objects for key, value in item.items() if _is_scalar(value)})
+        # A key that holds a list or object in any of them is printed on its own lines, never as a column (a
+        # progress that is null in one record and an object in another).
+        nested = {key for item in objects for key, value in item.items() if not _is_scalar(value)}
+        columns = sorted({key for item in objects for key, value in item.items() if _is_scalar(value)} - nested)
         scalars = [item for item in data if _is_scalar(item)]
         if scalars:
             yield _line(prefix, scalars)

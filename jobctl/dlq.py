@@ -121,6 +121,11 @@ class DeadLetter:
         return self.evidence.get(deadletter.JOB) or self._envelope_field("job") or "(unknown)"
 
     @property
+    def envelope_key(self) -> str | None:
+        """The idempotency key the publisher chose, if it chose one."""
+        return self._envelope_field("key")
+
+    @property
     def entity_id(self) -> str:
         return self.evidence.get(deadletter.ID) or self._envelope_field("id") or "(unknown)"
 

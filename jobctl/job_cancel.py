@@ -93,12 +93,18 @@ def cancel_job(dynamodb: Any, table: str, target: CancelTarget, by: str, now: fl
     for _ in range(MAX_TRIES):
         moment = time.time() if now is None else now
         try:
-            dynamodb.update_item(**_cancel_free_key(table, target, by, moment))
+            before = dynamodb.update_item(**_cancel_free_key(table, target, by, moment)).get("Attributes")
+            unseen = (
+                ""
+                if before
+                else f" (no run of key {target.key!r} seen yet: a copy published under another key is untouched)"
+            )
             return CancelResult(
                 CancelOutcome.CANCELLED,
                 "cancelled: no copy of it runs (a retry or a redrive neither) until "
                 + _iso(moment + target.expiry_s)
-                + "; `jobctl job cancel --undo` withdraws it",
+                + "; `jobctl job cancel --undo` withdraws it"
+                + unseen,
             )
         except Exception as error:
             old = _condition_failed(error)
@@ -204,6 +210,7 @@ def _cancel_free_key(table: str, target: CancelTarget, by: str, now: float) -> d
         ),
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,
+        "ReturnValues": "ALL_OLD",
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }
 

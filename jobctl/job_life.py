@@ -99,6 +99,11 @@ class JobInFlight:
             stalled=state is LifeState.RUNNING and held_until is not None and held_until < now,
         )
 
+    @property
+    def publisher_key(self) -> str:
+        """The key as a publisher gives it (`--key`): the idempotency key without its `<job>:`."""
+        return self.key.removeprefix(f"{self.job}:")
+
     def matches(self, job: str | None, text: str | None) -> bool:
         if job and self.job != job:
             return False
@@ -113,7 +118,8 @@ class JobInFlight:
             "state": self.state.value,
             "job": self.job,
             "id": self.job_id,
-            "key": self.key,
+            "key": self.publisher_key,
+            "idempotency_key": self.key,
             "runs": self.runs,
             "at": self.at,
             "started_at": self.started_at,

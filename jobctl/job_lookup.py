@@ -29,7 +29,7 @@ from functions.worker.names import CANCELLED as RECORD_CANCELLED
 from functions.worker.settings import ENV_IDEMPOTENCY_TABLE, idempotency_record_id
 from jobctl.discovery import QueueLocation
 from jobctl.dlq import DeadLetter, DeadLetterQueue
-from jobctl.errors import OperatorUnreachableError
+from jobctl.errors import OperatorUnreachableError, OperatorUsageError
 from jobctl.queue_control import QueueControlError, mappings
 from sqs_jobs.envelope import Envelope, build_envelope
 from sqs_jobs.specs import QueueSpec
@@ -181,9 +181,18 @@ class JobLookup:
     def explanation(self) -> str:
         record = self.record
         if self.verdict == DEAD_LETTERED:
-            return f"{len(self.dead_letters)} dead letter(s) in the DLQ: triage with `jobctl dlq show {self.queue} ID`"
+            said = f"{len(self.dead_letters)} dead letter(s) in the DLQ: triage with `jobctl dlq show {self.queue} ID`"
+            if record is not None and record.status == RECORD_CANCELLED:
+                said += "; its key is cancelled, so a redrive is acknowledged unrun until `jobctl job cancel --undo`"
+            return said
         if self.verdict == COMPLETED and record is not None:
-            return f"completed; a redelivery is skipped until {record.remembered_until.isoformat()}"
+            completed = f"completed; a redelivery is skipped until {record.remembered_until.isoformat()}"
+            if record.cancel_requested_at is not None:
+                completed += (
+                    f" (a cancel was requested at {record.cancel_requested_at.isoformat()}; its run finished "
+                    "without reaching a progress report or call that would have stopped it)"
+                )
+            return completed
         if self.verdict == CANCELLED and record is not None:
             return (
                 f"cancelled by {record.cancelled_by or '(unknown)'}: no copy of it runs until "
@@ -256,14 +265,33 @@ def idempotency_table(lambda_client: Any, queue_arn: str) -> str:
     return str(table)
 
 
+class JobKeyUnknownError(OperatorUsageError):
+    """The job's key can't be derived from its ID here: the operator gives the key the publisher chose."""
+
+
 def job_key(spec: QueueSpec, job: str, entity_id: str, key: str | None) -> str:
-    """The job's idempotency key as the worker computes it: the publisher's key, else the job's own key
-    function on an envelope of just the job and ID, else the ID."""
+    """The job's idempotency key as the worker computes it: `<job>:` and the publisher's key, else the job's own
+    key function on an envelope of just the job and ID, else the ID."""
+    envelope: Envelope = build_envelope(job, entity_id, spec.job_names, key=key)
+    if envelope.key is not None:  # the publisher's key wins, whatever the job's module says (LoadedJob)
+        return f"{job}:{envelope.key}"
     # Imported here: loading the jobs imports their modules and Powertools, which only this lookup needs.
     from functions.worker.jobs import load_jobs
 
-    envelope: Envelope = build_envelope(job, entity_id, spec.job_names, key=key)
-    return load_jobs(spec)[job].idempotency_key(envelope)
+    try:
+        loaded = load_jobs(spec)[job]
+    except Exception as error:  # a module that imports what only the deployed worker has
+        raise JobKeyUnknownError(
+            f"can't load job {job!r} here to derive its key ({type(error).__name__}: {error}); "
+            "give the key the publisher chose with --key"
+        ) from None
+    try:
+        return loaded.idempotency_key(envelope)
+    except Exception as error:  # a job whose key needs more than its ID
+        raise JobKeyUnknownError(
+            f"job {job!r} derives no key from ID {entity_id!r} alone ({type(error).__name__}: {error}); "
+            "give the key the publisher chose with --key"
+        ) from None
 
 
 def lookup(
@@ -298,7 +326,11 @@ def find_job(
     record_key = {"id": {"S": idempotency_record_id(idempotency_key)}}
     item = dynamodb.get_item(TableName=table, Key=record_key, ConsistentRead=True)
     record = IdempotencyRecord.from_item(item["Item"], spec.idempotency_expiry_s) if "Item" in item else None
-    letters = [letter for letter in dead_letter_queue.peek() if letter.job == job and letter.entity_id == entity_id]
+    letters = [
+        letter
+        for letter in dead_letter_queue.peek()
+        if letter.job == job and letter.entity_id == entity_id and letter.envelope_key == key
+    ]
     return JobLookup(
         queue=spec.name,
         job=job,

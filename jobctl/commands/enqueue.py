@@ -41,7 +41,7 @@ def parse_time(text: str) -> datetime:
 @click.argument("queue", shell_complete=complete_queue)
 @click.argument("job", shell_complete=complete_job)
 @click.argument("entity_id", metavar="ID")
-@click.option("--key", help="Idempotency key (default: <job>:<id>).")
+@click.option("--key", help="Idempotency key, as the publisher gives it (default: the job's own, usually the ID).")
 @click.option("--delay", type=click.IntRange(0, MAX_DELAY_S), help="Delay in seconds (0-900).")
 @click.option(
     "--in",

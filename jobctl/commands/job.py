@@ -137,6 +137,8 @@ def list_(
                 if state is LifeState.RUNNING:
                     since = _ago(entry.started_at, now) + (" (never reported back)" if entry.stalled else "")
                     progress = entry.progress.describe() if entry.progress else ""
+                    if entry.cancel_requested_at is not None:
+                        since += "; cancel requested"
                     view.add_row(*common, cell(entry.runs), cell(since), cell(entry.run_by), cell(progress))
                 elif state is LifeState.RETRYING:
                     error = f"{entry.last_error_type}: {entry.last_error}" if entry.last_error_type else "(held)"
@@ -177,6 +179,7 @@ def cancel(options: Options, name: str, entity_id: str, key: str | None, undo: b
         else:
             result = cancel_job(dynamodb, table, target, operator_identity(options.client("sts")))
     payload = {"queue": queue, "job": name, "id": entity_id, "idempotency_key": target.key, **result.to_dict()}
-    emit(options, payload, lambda: click.echo(shown(f"{name}:{entity_id} on {queue}: {result.explanation}")))
+    said = f"{name}:{entity_id} on {queue} (key {target.key}): {result.explanation}"
+    emit(options, payload, lambda: click.echo(shown(said)))
     if result.outcome in (CancelOutcome.COMPLETED, CancelOutcome.NOT_CANCELLED):
         raise SystemExit(EXIT_FAILED)

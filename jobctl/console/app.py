@@ -26,7 +26,7 @@ from jobctl.console.security import ACCESS_COOKIE, CSRF_FIELD, SAFE_METHODS, SEC
 from jobctl.discovery import DiscoveryError
 from jobctl.dlq import DlqError
 from jobctl.job_cancel import CancelOutcome
-from jobctl.job_lookup import JobLookupError
+from jobctl.job_lookup import JobKeyUnknownError, JobLookupError
 from jobctl.queue_control import QueueControlError
 from sqs_jobs.errors import EnvelopeError
 from sqs_jobs.specs import UnknownQueueError
@@ -130,7 +130,8 @@ def _error_pages(app: Flask) -> None:
         return render_template("error.html", title="Unknown queue", message=str(error)), 404
 
     @app.errorhandler(EnvelopeError)
-    def bad_input(error: EnvelopeError) -> tuple[str, int]:
+    @app.errorhandler(JobKeyUnknownError)
+    def bad_input(error: Exception) -> tuple[str, int]:
         # What the operator typed (a job's ID with a hidden character): their input, not a failure to act.
         return render_template("error.html", title="Bad input", message=str(error)), 400
 

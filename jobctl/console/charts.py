@@ -115,16 +115,23 @@ def queue_charts(
         key = result["Id"].rstrip("0123456789")
         by_id.setdefault(key, []).extend(zip(result.get("Timestamps", []), result.get("Values", []), strict=False))
 
-    def series(label: str, key: str) -> Series:
+    def series(label: str, key: str, *, counts: bool = False) -> Series:
         merged: dict[datetime, float] = {}
         for stamp, value in by_id.get(key, []):
             merged[stamp] = merged.get(stamp, 0.0) + value
+        if counts and merged:
+            # CloudWatch returns no datapoint for a minute nothing was counted in: that minute counted 0 (else
+            # the line runs straight across quiet minutes and "now" is the last busy minute's count).
+            minute = start.replace(second=0, microsecond=0)
+            while minute <= now:
+                merged.setdefault(minute, 0.0)
+                minute += timedelta(seconds=PERIOD_S)
         return Series(label=label, points=sorted(merged.items()))
 
     return start, [
         series("backlog", "backlog"),
         series("oldest age (s)", "age"),
         series("DLQ depth", "dlq"),
-        series("processed / min", "processed"),
-        series("failed runs / min", "failed"),
+        series("processed / min", "processed", counts=True),
+        series("failed runs / min", "failed", counts=True),
     ]

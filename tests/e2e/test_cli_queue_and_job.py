@@ -100,7 +100,10 @@ def test_job_cancel_lists_the_job_and_its_copy_never_runs_until_undone(engine: L
 
     cancelled = run(engine, "job", "cancel", "order_confirmation", "81", "--yes")
     assert cancelled.exit_code == 0, cancelled.output
-    assert "order_confirmation:81 on orders: cancelled: no copy of it runs" in cancelled.stdout
+    assert (
+        "order_confirmation:81 on orders (key order_confirmation:81): cancelled: no copy of it runs" in cancelled.stdout
+    )
+    assert "no run of key 'order_confirmation:81' seen yet" in cancelled.stdout
     listed = run(engine, "job", "list", "orders", "--state", "cancelled", "--output", "json")
     assert listed.exit_code == 0, listed.output
     [entry] = [job for job in as_json(listed)["jobs"] if job["id"] == "81"]
@@ -175,6 +178,9 @@ def test_job_cancel_asks_first_and_refuses_without_a_terminal(engine: LocalEngin
     ("args", "code", "needle"),
     [
         (["job", "show", "no_such_job", "1"], 2, "unknown job 'no_such_job'; accepted: "),
+        # A job whose key needs the publisher's: asked for, in one line, not a traceback.
+        (["job", "show", "order_update_mail", "1001"], 2, "give the key the publisher chose with --key"),
+        (["job", "cancel", "order_update_mail", "1001", "--yes"], 2, "give the key the publisher chose with --key"),
         (["queue", "pause", "nope"], 2, "unknown queue"),
         (["console", "--host", "0.0.0.0"], 2, "add --allow-host NAME"),
     ],

@@ -212,3 +212,16 @@ def test_an_id_with_a_hidden_character_is_bad_input_shown_as_text(console: Conso
 
     assert response.status == 400
     assert "contains U+001B" in page and "\u001b" not in page and "\u202e" not in page
+
+
+def test_a_job_whose_key_needs_the_publishers_is_asked_for_it_not_answered_500(console: ConsoleServer) -> None:
+    lookup, page = console_request(console, "GET", "/jobs?job=order_update_mail&id=1001")
+    assert lookup.status == 400 and "give the key the publisher chose with --key" in page
+    # The confirmation page only restates the request; its POST is where the key is needed.
+    _, confirm = console_request(console, "GET", "/jobs/cancel?job=order_update_mail&id=1001")
+    token = re.search(rf'name="{CSRF_FIELD}" value="([^"]+)"', confirm)
+    assert token is not None
+    response, page = console_request(
+        console, "POST", "/jobs/cancel", form={"job": "order_update_mail", "id": "1001", CSRF_FIELD: token.group(1)}
+    )
+    assert response.status == 400 and "give the key the publisher chose with --key" in page

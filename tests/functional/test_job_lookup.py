@@ -14,6 +14,7 @@ from jobctl.job_lookup import (
     IN_PROGRESS,
     NOT_FOUND,
     RETRYING,
+    JobKeyUnknownError,
     JobLookup,
     find_job,
     idempotency_table,
@@ -24,9 +25,14 @@ from tests.functional.conftest import Harness, envelope
 
 
 def _lookup(
-    harness: Harness, job: str, entity_id: str, key: str | None = None, now: datetime | None = None
+    harness: Harness,
+    job: str,
+    entity_id: str,
+    key: str | None = None,
+    now: datetime | None = None,
+    queue: str = "orders",
 ) -> JobLookup:
-    local = harness.deployment.queues["orders"]
+    local = harness.deployment.queues[queue]
     dead = DeadLetterQueue(
         harness.clients("sqs"), local.dlq_url, local.url, Provenance.of([local.worker_role_id]), receive_wait_s=0
     )
@@ -80,6 +86,26 @@ def test_a_dead_lettered_job_is_found_in_the_dlq_with_its_evidence(harness: Harn
     [letter] = found.dead_letters
     assert letter.error_type == "OrderNotFoundError"
     assert harness.queue_counts(dead_letter=True) == (1, 0)  # looked at, not consumed
+
+
+def test_a_dead_letter_is_the_jobs_only_if_its_key_is_too(harness: Harness) -> None:
+    # Two updates of one missing order, each its own key: one dead letter per key.
+    for key in ("405-u3", "405-u4"):
+        harness.send(f'{{"job": "order_confirmation", "id": "405", "key": "{key}"}}')
+    harness.deliver()
+
+    [u3] = _lookup(harness, "order_confirmation", "405", key="405-u3").dead_letters
+    [u4] = _lookup(harness, "order_confirmation", "405", key="405-u4").dead_letters
+    assert (u3.envelope_key, u4.envelope_key) == ("405-u3", "405-u4")
+    assert _lookup(harness, "order_confirmation", "405").dead_letters == []  # the job's own key: not these
+
+
+def test_a_job_whose_key_needs_more_than_its_id_asks_for_the_key(harness: Harness) -> None:
+    # order_update_mail's key function needs the publisher's key: an operator's lookup says so, in one line.
+    with pytest.raises(JobKeyUnknownError, match="give the key the publisher chose with --key"):
+        _lookup(harness, "order_update_mail", "1001", queue="order_updates")
+    found = _lookup(harness, "order_update_mail", "1001", key="1001-u3", queue="order_updates")
+    assert found.idempotency_key == "order_update_mail:1001-u3"
 
 
 def test_an_unknown_job_is_not_found_and_an_unknown_name_is_refused(harness: Harness) -> None:

@@ -185,3 +185,11 @@ def test_the_soaks_progress_shows_on_stderr_only_when_asked(capsys: pytest.Captu
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "soak: 10 published, jobs settled" in captured.err and "4/10" in captured.err
+
+
+def test_a_key_that_is_an_object_in_one_record_and_null_in_another_is_never_a_column() -> None:
+    # `jobctl job list --output text`: one running job has progress, another none.
+    lines = list(text_lines([{"id": "a", "progress": None}, {"id": "b", "progress": {"done": 1, "total": 2}}]))
+
+    assert lines == ["a", "b", "PROGRESS\t1\t2"]
+    assert not any("{" in line for line in lines)

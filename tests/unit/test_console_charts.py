@@ -53,3 +53,40 @@ def test_a_lone_point_is_a_short_stroke_and_no_data_is_no_chart() -> None:
     lone = Series("backlog", [(END, 3.0)]).chart(START, END)
     assert lone is not None and len(lone.points.split()) == 2
     assert Series("backlog", []).chart(START, END) is None
+
+
+def test_a_count_is_zero_in_the_minutes_nothing_was_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CloudWatch returns no datapoint for a quiet minute: the chart must not carry the last busy minute to "now".
+    import boto3
+    from moto import mock_aws
+
+    from functions.worker.names import FAILED
+    from jobctl.console.charts import queue_charts
+    from jobctl.status import job_metric
+    from sqs_jobs.specs import JobSpec, QueueSpec
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")
+    spec = QueueSpec(name="q", jobs=(JobSpec(name="j", handler="a.b"),))
+    now = datetime.now(UTC).replace(second=30, microsecond=0)
+    with mock_aws():
+        cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")
+        metric = job_metric("q", "j", FAILED)
+        cloudwatch.put_metric_data(
+            Namespace=metric["Namespace"],
+            MetricData=[
+                {
+                    "MetricName": FAILED,
+                    "Dimensions": metric["Dimensions"],
+                    "Timestamp": now - timedelta(minutes=5),
+                    "Value": 3,
+                }
+            ],
+        )
+        _, charts = queue_charts(cloudwatch, spec, "q", "q-dlq", now)
+
+    failed = next(series for series in charts if series.label.startswith("failed"))
+    assert failed.latest == 0 and failed.peak == 3
+    assert len(failed.points) >= 181  # a point a minute over 3 hours (and the one counted)
+    processed = next(series for series in charts if series.label.startswith("processed"))
+    assert processed.points == []  # never counted: no data, not a row of zeros
