@@ -73,7 +73,7 @@ def _complete(words: str, cword: int, shell: str = "bash") -> list[str]:
 def test_completion_offers_subcommands_of_a_group_and_options() -> None:
     assert _complete("jobctl dlq ", 2) == ["plain,discard", "plain,list", "plain,redrive", "plain,show"]
     assert "plain,--output" in _complete("jobctl dlq list --o", 3)
-    assert _complete("jobctl st", 1) == ["plain,status"]
+    assert _complete("jobctl st", 1) == ["plain,stats", "plain,status"]
 
 
 @pytest.mark.parametrize(
