@@ -14,7 +14,6 @@ from functions.worker.clients import ClientFactory
 from functions.worker.names import NO_EVIDENCE, DeadLetterFailure
 from functions.worker.provenance import Provenance
 from jobctl.dlq import BadFilterError, DeadLetterQueue, DlqError, Filter, group, queue_busy, verify
-from jobctl.local.provision import provision
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness
@@ -267,7 +266,7 @@ FIFO_CATALOG = Catalog(
 
 def test_a_fifo_dlq_is_redriven_into_the_same_message_groups(clients: ClientFactory) -> None:
     # Given two dead letters of a FIFO queue, from two message groups
-    fifo = Harness(clients=clients, deployment=provision(clients, catalog=FIFO_CATALOG), catalog=FIFO_CATALOG)
+    fifo = Harness.provisioned(clients, FIFO_CATALOG)
     local = fifo.deployment.queues["ordered"]
     for group_id in ("order-1", "order-2"):
         fifo.send("not json", queue="ordered", MessageGroupId=group_id, MessageDeduplicationId=group_id)

@@ -20,7 +20,6 @@ from functions.worker.provenance import PRIOR_ATTEMPTS, MessageAttributes, Prove
 from functions.worker.runtime import Worker
 from jobctl.dlq import DeadLetterQueue, Filter
 from jobctl.local.emulator import Invocation
-from jobctl.local.provision import provision
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope
@@ -78,7 +77,7 @@ def testing(clients: ClientFactory) -> Iterator[Harness]:
     stubborn.OUTCOMES.clear()
     sleepy.RELEASE.clear()
     sleepy.DONE.clear()
-    yield Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
+    yield Harness.provisioned(clients, CATALOG)
     sleepy.RELEASE.set()  # let any abandoned run finish
 
 

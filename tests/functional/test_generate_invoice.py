@@ -27,7 +27,6 @@ from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from functions.worker.time_limit import CUT_THREAD_PREFIX
 from jobctl.local.emulator import Invocation
-from jobctl.local.provision import provision
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog
@@ -84,8 +83,7 @@ def api(clients: ClientFactory) -> Iterator[FakeInvoicingApi]:
 
 
 def invoicing_harness(clients: ClientFactory, api_url: str, catalog: Catalog = CATALOG) -> Harness:
-    deployment = provision(clients, catalog=catalog, settings={"invoicing_api_url": api_url})
-    return Harness(clients=clients, deployment=deployment, catalog=catalog)
+    return Harness.provisioned(clients, catalog, settings={"invoicing_api_url": api_url})
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from functions.worker import errors as worker_errors
 from functions.worker.clients import ClientFactory
 from functions.worker.names import DeadLetterFailure
 from functions.worker.provenance import ORIGINAL_ATTRIBUTES, unpack
-from jobctl.local.provision import provision
 from sqs_jobs.catalog import CATALOG
 from tests.functional.conftest import Harness, attributes_of, envelope
 from tests.functional.hostile_corpus import CORPUS, HostileCase
@@ -31,7 +30,7 @@ ORDERS_ONLY = replace(
 
 @pytest.fixture
 def harness(clients: ClientFactory) -> Harness:
-    return Harness(clients=clients, deployment=provision(clients, catalog=ORDERS_ONLY), catalog=ORDERS_ONLY)
+    return Harness.provisioned(clients, ORDERS_ONLY)
 
 
 def test_the_corpus_is_large_and_names_are_unique() -> None:

@@ -22,7 +22,6 @@ from functions.worker.provenance import ORIGINAL_ATTRIBUTES, MessageAttributes, 
 from functions.worker.runtime import Worker
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from jobctl.local.lambda_events import sqs_record
-from jobctl.local.provision import provision
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope, lambda_context
@@ -63,7 +62,7 @@ def testing(clients: ClientFactory) -> Iterator[Harness]:
     flaky.SIDE_EFFECTS.clear()
     flaky.ATTEMPTS_SEEN.clear()
     empty_key.RUNS.clear()
-    yield Harness(clients=clients, deployment=provision(clients, catalog=TEST_CATALOG), catalog=TEST_CATALOG)
+    yield Harness.provisioned(clients, TEST_CATALOG)
 
 
 def test_confirmation_mail_is_sent_and_the_message_deleted(harness: Harness) -> None:
