@@ -22,7 +22,7 @@ from jobctl.local.emulator import Invocation
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
-from tests.functional.conftest import Harness, attributes_of, envelope, key_record, metric_values
+from tests.functional.conftest import Harness, attributes_of, envelope, key_record, metric_values, narrowed
 from tests.functional.test_generate_invoice import body, put_invoice, wait_for_abandoned_runs
 
 pytestmark = pytest.mark.timeout(90)
@@ -58,8 +58,8 @@ FENCED = QueueSpec(
 
 
 def catalog_with(*queues: QueueSpec) -> Catalog:
-    names = {queue.name for queue in queues}
-    return Catalog(resources=APP_RESOURCES, queues=(*queues, *(queue for queue in CATALOG if queue.name not in names)))
+    """These queues alone, and the app's resources their jobs use: all a test here touches."""
+    return narrowed(Catalog(resources=APP_RESOURCES, queues=queues), *(queue.name for queue in queues))
 
 
 @pytest.fixture

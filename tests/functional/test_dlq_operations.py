@@ -14,11 +14,17 @@ from functions.worker.clients import ClientFactory
 from functions.worker.names import NO_EVIDENCE, DeadLetterFailure
 from functions.worker.provenance import Provenance
 from jobctl.dlq import BadFilterError, DeadLetterQueue, DlqError, Filter, group, queue_busy, verify
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
-from tests.functional.conftest import Harness
+from tests.functional.conftest import Harness, narrowed
 
 MISSING = ("9001", "9002", "9003")
+
+
+# Only what these tests use: a fraction of the whole catalog's provisioning, per test.
+@pytest.fixture
+def harness(clients: ClientFactory) -> Harness:
+    return Harness.provisioned(clients, narrowed(CATALOG, "orders"))
 
 
 def envelope(entity_id: str) -> str:
@@ -253,7 +259,6 @@ def test_a_redrive_restores_binary_attributes_as_bytes(harness: Harness) -> None
 
 
 FIFO_CATALOG = Catalog(
-    resources=APP_RESOURCES,
     queues=(
         QueueSpec(
             name="ordered",

@@ -10,13 +10,11 @@ import pytest
 
 from functions.worker.clients import ClientFactory
 from functions.worker.names import RESULT_DROPPED, RUNTIME_FAULT
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, envelope, key_record, metric_values
 from tests.functional.sample_jobs import odd_result
 
 CATALOG = Catalog(
-    resources=APP_RESOURCES,
     queues=(
         QueueSpec(
             name="mail",

@@ -16,7 +16,6 @@ from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
 from functions.worker.clients import ClientFactory
 from functions.worker.run_ledger import RunLedger
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record
 from tests.functional.sample_jobs import flaky, late_finisher, nap
@@ -53,7 +52,7 @@ LATE = QueueSpec(
     function_timeout_s=10,
     jobs=(JobSpec(name="late_finisher", handler="tests.functional.sample_jobs.late_finisher", time_limit_s=1),),
 )
-CATALOG = Catalog(resources=APP_RESOURCES, queues=(STANDARD, ORDERED, ORDERED_TIGHT, LATE))
+CATALOG = Catalog(queues=(STANDARD, ORDERED, ORDERED_TIGHT, LATE))
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from functions.worker.clients import ClientFactory
 from functions.worker.provenance import MessageAttributes, from_received
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record
 from tests.functional.sample_jobs import flaky
@@ -25,7 +24,7 @@ QUEUE = QueueSpec(
     max_attempts=3,
     jobs=(JobSpec(name="flaky", handler="tests.functional.sample_jobs.flaky"),),
 )
-CATALOG = Catalog(resources=APP_RESOURCES, queues=(QUEUE,))
+CATALOG = Catalog(queues=(QUEUE,))
 
 
 @pytest.fixture

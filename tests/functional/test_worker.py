@@ -22,9 +22,9 @@ from functions.worker.provenance import ORIGINAL_ATTRIBUTES, MessageAttributes, 
 from functions.worker.runtime import Worker
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from jobctl.local.lambda_events import sqs_record
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
-from tests.functional.conftest import Harness, attributes_of, envelope, lambda_context
+from tests.functional.conftest import Harness, attributes_of, envelope, lambda_context, narrowed
 from tests.functional.sample_jobs import empty_key, flaky
 
 EVENTS = Path(__file__).parent.parent / "events"
@@ -42,7 +42,6 @@ EVIDENCE_ATTRIBUTES = {
 }
 
 TEST_CATALOG = Catalog(
-    resources=APP_RESOURCES,
     queues=(
         QueueSpec(
             name="testing",
@@ -54,6 +53,12 @@ TEST_CATALOG = Catalog(
         ),
     ),
 )
+
+
+# Only what these tests use: a fraction of the whole catalog's provisioning, per test.
+@pytest.fixture
+def harness(clients: ClientFactory) -> Harness:
+    return Harness.provisioned(clients, narrowed(CATALOG, "orders"))
 
 
 @pytest.fixture
