@@ -44,8 +44,12 @@ $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-$(VENV)/.synced: uv.lock pyproject.toml lib/pyproject.toml | $(UV)
-	$(UV) sync --locked --quiet --python $(LAMBDA_PYTHON)
+# The dependencies are compiled to bytecode here, once (about a minute): where PYTHONDONTWRITEBYTECODE is set (CI
+# images, some shells), every interpreter (each pytest worker, each subprocess a test starts) would otherwise
+# compile boto3, moto and the rest afresh, a quarter of `make check`'s CPU. The Makefile is a prerequisite: a
+# change to how the venv is synced syncs it again (with nothing to install, in a second or two).
+$(VENV)/.synced: uv.lock pyproject.toml lib/pyproject.toml Makefile | $(UV)
+	$(UV) sync --locked --quiet --compile-bytecode --python $(LAMBDA_PYTHON)
 	touch $@
 
 $(REHEARSAL_VENV)/.synced: rehearsal/uv.lock rehearsal/pyproject.toml | $(UV)
@@ -102,7 +106,8 @@ lint: $(VENV)/.synced
 
 # The fast loop while working: everything that needs no CDK synth, local engine, browser or LocalStack. mypy
 # (its cache warm, it rechecks what changed) runs beside the tests; its report follows theirs. The layer (bundle, a
-# no-op while uv.lock is unchanged) is what tests/unit/test_deployed_imports.py checks the jobs' imports against.
+# no-op while uv.lock is unchanged) is what tests/unit/test_deployed_imports.py checks the jobs' imports against,
+# and the cold-start benchmark's unit tests read.
 check: $(VENV)/.synced bundle
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

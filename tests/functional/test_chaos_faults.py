@@ -6,11 +6,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
+from functions.worker.clients import ClientFactory
 from jobctl.local.chaos import Chaos, ChaosSettings
 from jobctl.local.emulator import Invocation
-from tests.functional.conftest import Harness, envelope
+from sqs_jobs.catalog import CATALOG
+from tests.functional.conftest import Harness, envelope, narrowed
 
 BUYER = "buyer@example.com"
+
+
+# Only what these tests use: a fraction of the whole catalog's provisioning, per test.
+@pytest.fixture
+def harness(clients: ClientFactory) -> Harness:
+    return Harness.provisioned(clients, narrowed(CATALOG, "orders"))
 
 
 def test_a_crash_after_the_side_effect_deletes_nothing_and_the_redelivery_does_not_repeat_it(

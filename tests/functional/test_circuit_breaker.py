@@ -19,11 +19,10 @@ from functions.worker.clients import ClientFactory
 from functions.worker.provenance import HELD_SINCE
 from functions.worker.runtime import Worker
 from jobctl.local.emulator import Invocation
-from jobctl.local.provision import provision
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
-from tests.functional.conftest import Harness, attributes_of, envelope, key_record, metric_values
+from tests.functional.conftest import Harness, attributes_of, envelope, key_record, metric_values, narrowed
 from tests.functional.test_generate_invoice import body, put_invoice, wait_for_abandoned_runs
 
 pytestmark = pytest.mark.timeout(90)
@@ -59,8 +58,8 @@ FENCED = QueueSpec(
 
 
 def catalog_with(*queues: QueueSpec) -> Catalog:
-    names = {queue.name for queue in queues}
-    return Catalog(resources=APP_RESOURCES, queues=(*queues, *(queue for queue in CATALOG if queue.name not in names)))
+    """These queues alone, and the app's resources their jobs use: all a test here touches."""
+    return narrowed(Catalog(resources=APP_RESOURCES, queues=queues), *(queue.name for queue in queues))
 
 
 @pytest.fixture
@@ -71,9 +70,7 @@ def api(clients: ClientFactory) -> Iterator[FakeInvoicingApi]:
 
 
 def harness_for(clients: ClientFactory, api: FakeInvoicingApi, *queues: QueueSpec) -> Harness:
-    catalog = catalog_with(*queues)
-    deployment = provision(clients, catalog=catalog, settings={"invoicing_api_url": api.url})
-    return Harness(clients=clients, deployment=deployment, catalog=catalog)
+    return Harness.provisioned(clients, catalog_with(*queues), settings={"invoicing_api_url": api.url})
 
 
 @pytest.fixture
@@ -244,7 +241,7 @@ def throttle(client: Any, event: str) -> list[str]:
 def four_orders(clients: ClientFactory) -> tuple[Harness, Worker]:
     """The orders queue, one record at a time and a breaker that opens after two failures, with 4 orders."""
     catalog = catalog_with(ORDERS)
-    harness = Harness(clients=clients, deployment=provision(clients, catalog=catalog), catalog=catalog)
+    harness = Harness.provisioned(clients, catalog)
     for n in range(4):
         harness.put_order(f"o{n}")
         harness.send(envelope("order_confirmation", f"o{n}"), queue="orders")

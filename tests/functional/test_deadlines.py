@@ -22,7 +22,6 @@ from jobctl.local.emulator import EventSourceMapping
 from jobctl.local.moto_locks import serialize_moto
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import provision
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, envelope
 from tests.functional.sample_jobs import flaky
@@ -36,7 +35,7 @@ AT_THE_LIMIT = QueueSpec(
     function_timeout_s=FUNCTION_TIMEOUT_S,
     jobs=(JobSpec(name="flaky", handler="tests.functional.sample_jobs.flaky", time_limit_s=5),),
 )
-CATALOG = Catalog(resources=APP_RESOURCES, queues=(AT_THE_LIMIT,))
+CATALOG = Catalog(queues=(AT_THE_LIMIT,))
 
 
 @pytest.fixture
@@ -44,7 +43,7 @@ def limit(clients: ClientFactory) -> Iterator[Harness]:
     flaky.FAILURES.clear()
     flaky.SIDE_EFFECTS.clear()
     flaky.ATTEMPTS_SEEN.clear()
-    yield Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
+    yield Harness.provisioned(clients, CATALOG)
 
 
 def test_a_slow_cold_start_never_dead_letters_a_good_job_as_unservable(
@@ -147,7 +146,7 @@ def test_with_a_slow_idempotency_store_the_invocation_still_answers_before_its_d
     flaky.ATTEMPTS_SEEN.clear()
     session = new_session(region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test")
     clients = ClientFactory(session=session, endpoint_url=moto_server)
-    catalog = Catalog(resources=APP_RESOURCES, queues=(SLOW,))
+    catalog = Catalog(queues=(SLOW,))
     deployment = provision(clients, catalog=catalog)
     worker_session = deployment.worker_session(clients("sts"), "slow", "slow-worker")
     output = io.StringIO()

@@ -14,12 +14,17 @@ from functions.worker.clients import ClientFactory
 from functions.worker.names import NO_EVIDENCE, DeadLetterFailure
 from functions.worker.provenance import Provenance
 from jobctl.dlq import BadFilterError, DeadLetterQueue, DlqError, Filter, group, queue_busy, verify
-from jobctl.local.provision import provision
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
-from tests.functional.conftest import Harness
+from tests.functional.conftest import Harness, narrowed
 
 MISSING = ("9001", "9002", "9003")
+
+
+# Only what these tests use: a fraction of the whole catalog's provisioning, per test.
+@pytest.fixture
+def harness(clients: ClientFactory) -> Harness:
+    return Harness.provisioned(clients, narrowed(CATALOG, "orders"))
 
 
 def envelope(entity_id: str) -> str:
@@ -254,7 +259,6 @@ def test_a_redrive_restores_binary_attributes_as_bytes(harness: Harness) -> None
 
 
 FIFO_CATALOG = Catalog(
-    resources=APP_RESOURCES,
     queues=(
         QueueSpec(
             name="ordered",
@@ -267,7 +271,7 @@ FIFO_CATALOG = Catalog(
 
 def test_a_fifo_dlq_is_redriven_into_the_same_message_groups(clients: ClientFactory) -> None:
     # Given two dead letters of a FIFO queue, from two message groups
-    fifo = Harness(clients=clients, deployment=provision(clients, catalog=FIFO_CATALOG), catalog=FIFO_CATALOG)
+    fifo = Harness.provisioned(clients, FIFO_CATALOG)
     local = fifo.deployment.queues["ordered"]
     for group_id in ("order-1", "order-2"):
         fifo.send("not json", queue="ordered", MessageGroupId=group_id, MessageDeduplicationId=group_id)

@@ -11,10 +11,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from functions.worker.clients import ClientFactory
 from functions.worker.observability import Observability
 from jobctl.local.emulator import EventSourceMapping, Handler
+from sqs_jobs.catalog import CATALOG
 from tests.e2e.processes import ROOT
-from tests.functional.conftest import Harness, envelope
+from tests.functional.conftest import Harness, envelope, narrowed
+
+
+# Only what these tests use: a fraction of the whole catalog's provisioning, per test.
+@pytest.fixture
+def harness(clients: ClientFactory) -> Harness:
+    return Harness.provisioned(clients, narrowed(CATALOG, "orders"))
 
 
 def test_a_worker_init_that_fails_is_retried_and_the_queue_still_drains(harness: Harness) -> None:

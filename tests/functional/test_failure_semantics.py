@@ -20,8 +20,6 @@ from functions.worker.provenance import PRIOR_ATTEMPTS, MessageAttributes, Prove
 from functions.worker.runtime import Worker
 from jobctl.dlq import DeadLetterQueue, Filter
 from jobctl.local.emulator import Invocation
-from jobctl.local.provision import provision
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope
 from tests.functional.sample_jobs import flaky, nap, sleepy, stubborn
@@ -66,7 +64,7 @@ NAP_S = "2.5"
 TIGHT_PARALLEL = replace(
     TIGHT, name="tight_parallel", parallel_records=4, jobs=tuple(replace(j, name=f"p_{j.name}") for j in TIGHT.jobs)
 )
-CATALOG = Catalog(resources=APP_RESOURCES, queues=(TESTING, ORDERED, TIGHT, TIGHT_PARALLEL))
+CATALOG = Catalog(queues=(TESTING, ORDERED, TIGHT, TIGHT_PARALLEL))
 
 
 @pytest.fixture
@@ -78,7 +76,7 @@ def testing(clients: ClientFactory) -> Iterator[Harness]:
     stubborn.OUTCOMES.clear()
     sleepy.RELEASE.clear()
     sleepy.DONE.clear()
-    yield Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
+    yield Harness.provisioned(clients, CATALOG)
     sleepy.RELEASE.set()  # let any abandoned run finish
 
 

@@ -27,11 +27,10 @@ from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from functions.worker.time_limit import CUT_THREAD_PREFIX
 from jobctl.local.emulator import Invocation
-from jobctl.local.provision import provision
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog
-from tests.functional.conftest import Harness, attributes_of, metric_values
+from tests.functional.conftest import Harness, attributes_of, metric_values, narrowed
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,9 +42,9 @@ SHORT_LIMIT = replace(
     function_timeout_s=10,
     jobs=tuple(replace(job, time_limit_s=2) for job in INVOICES.jobs),
 )
-SHORT_LIMIT_CATALOG = Catalog(
-    resources=APP_RESOURCES, queues=tuple(SHORT_LIMIT if q.name == QUEUE else q for q in CATALOG)
-)
+SHORT_LIMIT_CATALOG = narrowed(Catalog(resources=APP_RESOURCES, queues=(SHORT_LIMIT,)), QUEUE)
+# Only the invoices queue and what its job uses: all these tests touch.
+INVOICES_ONLY = narrowed(CATALOG, QUEUE)
 # How long a test waits for a run the time limit abandoned (it still holds its HTTP call) to end.
 ABANDONED_RUN_GRACE_S = 10.0
 
@@ -83,9 +82,8 @@ def api(clients: ClientFactory) -> Iterator[FakeInvoicingApi]:
     wait_for_abandoned_runs()
 
 
-def invoicing_harness(clients: ClientFactory, api_url: str, catalog: Catalog = CATALOG) -> Harness:
-    deployment = provision(clients, catalog=catalog, settings={"invoicing_api_url": api_url})
-    return Harness(clients=clients, deployment=deployment, catalog=catalog)
+def invoicing_harness(clients: ClientFactory, api_url: str, catalog: Catalog = INVOICES_ONLY) -> Harness:
+    return Harness.provisioned(clients, catalog, settings={"invoicing_api_url": api_url})
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ attempt, byte for byte, with evidence naming the EnvelopeError subclass; nothing
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,22 +15,18 @@ from functions.worker import errors as worker_errors
 from functions.worker.clients import ClientFactory
 from functions.worker.names import DeadLetterFailure
 from functions.worker.provenance import ORIGINAL_ATTRIBUTES, unpack
-from jobctl.local.provision import provision
 from sqs_jobs.catalog import CATALOG
-from tests.functional.conftest import Harness, attributes_of, envelope
+from tests.functional.conftest import Harness, attributes_of, envelope, narrowed
 from tests.functional.hostile_corpus import CORPUS, HostileCase
 
 GOOD_ORDERS = {"5001": "good-one@example.com", "5002": "good-two@example.com"}
 # Only the queue the corpus is delivered to, and what its jobs use: a third of the provisioning, per case.
-ORDERS = CATALOG.queue("orders")
-ORDERS_ONLY = replace(
-    CATALOG, queues=(ORDERS,), resources=tuple(spec for spec in CATALOG.resources if spec.name in ORDERS.resources)
-)
+ORDERS_ONLY = narrowed(CATALOG, "orders")
 
 
 @pytest.fixture
 def harness(clients: ClientFactory) -> Harness:
-    return Harness(clients=clients, deployment=provision(clients, catalog=ORDERS_ONLY), catalog=ORDERS_ONLY)
+    return Harness.provisioned(clients, ORDERS_ONLY)
 
 
 def test_the_corpus_is_large_and_names_are_unique() -> None:

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from functions.worker.clients import ClientFactory
 from functions.worker.provenance import Provenance
 from jobctl.dlq import DeadLetterQueue
 from jobctl.job_lookup import (
@@ -20,8 +21,15 @@ from jobctl.job_lookup import (
     idempotency_table,
 )
 from jobctl.queue_control import NoMappingError, is_paused, mappings, pause, resume
+from sqs_jobs.catalog import CATALOG
 from sqs_jobs.errors import UnknownJobError
-from tests.functional.conftest import Harness, envelope
+from tests.functional.conftest import Harness, envelope, narrowed
+
+
+# Only what these tests use: a fraction of the whole catalog's provisioning, per test.
+@pytest.fixture
+def harness(clients: ClientFactory) -> Harness:
+    return Harness.provisioned(clients, narrowed(CATALOG, "orders", "invoices"))
 
 
 def _lookup(

@@ -10,14 +10,11 @@ import pytest
 
 from functions.worker.clients import ClientFactory
 from functions.worker.names import RESULT_DROPPED, RUNTIME_FAULT
-from jobctl.local.provision import provision
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, envelope, key_record, metric_values
 from tests.functional.sample_jobs import odd_result
 
 CATALOG = Catalog(
-    resources=APP_RESOURCES,
     queues=(
         QueueSpec(
             name="mail",
@@ -33,7 +30,7 @@ CATALOG = Catalog(
 @pytest.fixture
 def mail(clients: ClientFactory) -> Iterator[Harness]:
     odd_result.SIDE_EFFECTS.clear()
-    yield Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
+    yield Harness.provisioned(clients, CATALOG)
 
 
 def drain(harness: Harness) -> None:

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.ses.models import ses_backends
 
 from functions.jobs.order_update_mail import subject
 from functions.worker import deadletter
+from functions.worker.clients import ClientFactory
+from sqs_jobs.catalog import CATALOG
 from sqs_jobs.publisher import JobPublisher
-from tests.functional.conftest import REGION, Harness, attributes_of
+from tests.functional.conftest import REGION, Harness, attributes_of, narrowed
 
 QUEUE = "order_updates"
 BUYER = "buyer@example.com"
+
+
+# Only what these tests use: a fraction of the whole catalog's provisioning, per test.
+@pytest.fixture
+def harness(clients: ClientFactory) -> Harness:
+    return Harness.provisioned(clients, narrowed(CATALOG, QUEUE))
 
 
 def publisher(harness: Harness) -> JobPublisher:

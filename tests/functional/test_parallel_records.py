@@ -9,8 +9,6 @@ from collections.abc import Iterator
 import pytest
 
 from functions.worker.clients import ClientFactory
-from jobctl.local.provision import provision
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, envelope
 from tests.functional.sample_jobs import flaky, gather
@@ -31,7 +29,7 @@ GROUPS = QueueSpec(
     function_timeout_s=20,
     jobs=(JobSpec(name="grouped", handler="tests.functional.sample_jobs.gather", time_limit_s=5),),
 )
-CATALOG = Catalog(resources=APP_RESOURCES, queues=(WIDE, GROUPS))
+CATALOG = Catalog(queues=(WIDE, GROUPS))
 
 
 @pytest.fixture
@@ -40,7 +38,7 @@ def parallel(clients: ClientFactory) -> Iterator[Harness]:
     flaky.FAILURES.clear()
     flaky.SIDE_EFFECTS.clear()
     flaky.ATTEMPTS_SEEN.clear()
-    yield Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
+    yield Harness.provisioned(clients, CATALOG)
 
 
 def send_fifo(harness: Harness, job: str, entity_id: str, group: str) -> None:
@@ -59,8 +57,8 @@ def test_a_batch_runs_at_most_parallel_records_at_once_and_all_of_them(parallel:
 
 def test_one_record_at_a_time_when_the_queue_says_so(clients: ClientFactory) -> None:
     serial = QueueSpec(name="serial", parallel_records=1, jobs=WIDE.jobs)
-    catalog = Catalog(resources=APP_RESOURCES, queues=(serial,))
-    harness = Harness(clients=clients, deployment=provision(clients, catalog=catalog), catalog=catalog)
+    catalog = Catalog(queues=(serial,))
+    harness = Harness.provisioned(clients, catalog)
     gather.reset()
     for n in range(3):
         harness.send(envelope("gather", f"s{n}"), queue="serial")

@@ -12,7 +12,6 @@ from functions.worker.clients import ClientFactory
 from functions.worker.progress import ProgressReporter
 from functions.worker.settings import idempotency_record_id
 from jobctl.job_lookup import IdempotencyRecord
-from jobctl.local.provision import provision
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, envelope
 from tests.functional.sample_jobs import progressive
@@ -27,7 +26,7 @@ CATALOG = Catalog(queues=(QUEUE,))
 def harness(clients: ClientFactory) -> Iterator[Harness]:
     progressive.SEEN.clear()
     progressive.WRITTEN.clear()
-    yield Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
+    yield Harness.provisioned(clients, CATALOG)
 
 
 def test_a_running_jobs_progress_is_in_its_record_as_an_operator_reads_it(harness: Harness) -> None:

@@ -16,8 +16,6 @@ from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
 from functions.worker.clients import ClientFactory
 from functions.worker.run_ledger import RunLedger
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
-from jobctl.local.provision import provision
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record
 from tests.functional.sample_jobs import flaky, late_finisher, nap
@@ -54,7 +52,7 @@ LATE = QueueSpec(
     function_timeout_s=10,
     jobs=(JobSpec(name="late_finisher", handler="tests.functional.sample_jobs.late_finisher", time_limit_s=1),),
 )
-CATALOG = Catalog(resources=APP_RESOURCES, queues=(STANDARD, ORDERED, ORDERED_TIGHT, LATE))
+CATALOG = Catalog(queues=(STANDARD, ORDERED, ORDERED_TIGHT, LATE))
 
 
 @pytest.fixture
@@ -63,7 +61,7 @@ def accounting(clients: ClientFactory) -> Iterator[Harness]:
     flaky.SIDE_EFFECTS.clear()
     flaky.ATTEMPTS_SEEN.clear()
     nap.FAILURES.clear()
-    yield Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
+    yield Harness.provisioned(clients, CATALOG)
 
 
 def crashed_runs(harness: Harness, key: str, runs: int) -> None:

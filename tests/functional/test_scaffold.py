@@ -15,7 +15,6 @@ from click.testing import CliRunner
 
 from functions.worker.clients import ClientFactory
 from jobctl.cli import main as jobctl
-from jobctl.local.provision import provision
 from jobctl.scaffold import ScaffoldError, scaffold_job
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import JobSpec, QueueSpec, UnknownQueueError
@@ -71,7 +70,7 @@ def test_the_scaffolded_job_fails_until_written_then_runs(clients: ClientFactory
     catalog = replace(
         CATALOG, queues=tuple(replace(q, jobs=(*q.jobs, spec)) if q is orders else q for q in CATALOG.queues)
     )
-    harness = Harness(clients=clients, deployment=provision(clients, catalog=catalog), catalog=catalog)
+    harness = Harness.provisioned(clients, catalog)
 
     harness.send(envelope("resize_image", "1001"))
     unwritten = harness.deliver()

@@ -15,8 +15,6 @@ from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from functions.worker.clients import ClientFactory
 from functions.worker.provenance import MessageAttributes, from_received
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
-from jobctl.local.provision import provision
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record
 from tests.functional.sample_jobs import flaky
@@ -26,7 +24,7 @@ QUEUE = QueueSpec(
     max_attempts=3,
     jobs=(JobSpec(name="flaky", handler="tests.functional.sample_jobs.flaky"),),
 )
-CATALOG = Catalog(resources=APP_RESOURCES, queues=(QUEUE,))
+CATALOG = Catalog(queues=(QUEUE,))
 
 
 @pytest.fixture
@@ -34,7 +32,7 @@ def upgraded(clients: ClientFactory) -> Iterator[Harness]:
     flaky.FAILURES.clear()
     flaky.SIDE_EFFECTS.clear()
     flaky.ATTEMPTS_SEEN.clear()
-    yield Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
+    yield Harness.provisioned(clients, CATALOG)
 
 
 def previous_runtimes_store(harness: Harness) -> DynamoDBPersistenceLayer:

@@ -22,10 +22,9 @@ from functions.worker.provenance import ORIGINAL_ATTRIBUTES, MessageAttributes, 
 from functions.worker.runtime import Worker
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from jobctl.local.lambda_events import sqs_record
-from jobctl.local.provision import provision
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
-from tests.functional.conftest import Harness, attributes_of, envelope, lambda_context
+from tests.functional.conftest import Harness, attributes_of, envelope, lambda_context, narrowed
 from tests.functional.sample_jobs import empty_key, flaky
 
 EVENTS = Path(__file__).parent.parent / "events"
@@ -43,7 +42,6 @@ EVIDENCE_ATTRIBUTES = {
 }
 
 TEST_CATALOG = Catalog(
-    resources=APP_RESOURCES,
     queues=(
         QueueSpec(
             name="testing",
@@ -57,13 +55,19 @@ TEST_CATALOG = Catalog(
 )
 
 
+# Only what these tests use: a fraction of the whole catalog's provisioning, per test.
+@pytest.fixture
+def harness(clients: ClientFactory) -> Harness:
+    return Harness.provisioned(clients, narrowed(CATALOG, "orders"))
+
+
 @pytest.fixture
 def testing(clients: ClientFactory) -> Iterator[Harness]:
     flaky.FAILURES.clear()
     flaky.SIDE_EFFECTS.clear()
     flaky.ATTEMPTS_SEEN.clear()
     empty_key.RUNS.clear()
-    yield Harness(clients=clients, deployment=provision(clients, catalog=TEST_CATALOG), catalog=TEST_CATALOG)
+    yield Harness.provisioned(clients, TEST_CATALOG)
 
 
 def test_confirmation_mail_is_sent_and_the_message_deleted(harness: Harness) -> None:
