@@ -29,7 +29,7 @@ from tests.functional.conftest import Harness, envelope, narrowed
 # Only what these tests use: a fraction of the whole catalog's provisioning, per test.
 @pytest.fixture
 def harness(clients: ClientFactory) -> Harness:
-    return Harness.provisioned(clients, narrowed(CATALOG, "orders", "invoices"))
+    return Harness.provisioned(clients, narrowed(CATALOG, "orders", "order_updates", "invoices"))
 
 
 def _lookup(
