@@ -21,7 +21,6 @@ from typing import Any
 
 from functions.worker.names import (
     CANCEL_REQUESTED_AT,
-    CANCELLED,
     CANCELLED_AT,
     CANCELLED_BY,
     LIFE,
@@ -32,6 +31,7 @@ from functions.worker.names import (
     RECORD_JOB_KEY,
     RECORD_QUEUE,
     LifeState,
+    RecordStatus,
     life_partition,
 )
 from functions.worker.settings import idempotency_record_id
@@ -111,11 +111,11 @@ def cancel_job(dynamodb: Any, table: str, target: CancelTarget, by: str, now: fl
             if old is None:
                 raise
         status = old.get("status", {}).get("S")
-        if status == "COMPLETED":
+        if status == RecordStatus.COMPLETED:
             completed = old.get("expiration", {}).get("N")
             at = _iso(float(completed) - target.expiry_s) if completed else "(unknown)"
             return CancelResult(CancelOutcome.COMPLETED, f"it completed at {at}: nothing to cancel")
-        if status == CANCELLED:
+        if status == RecordStatus.CANCELLED:
             return CancelResult(CancelOutcome.ALREADY_CANCELLED, "already cancelled")
         runs = old.get("runs", {}).get("N", "0")
         try:
@@ -140,7 +140,7 @@ def withdraw(dynamodb: Any, table: str, target: CancelTarget) -> CancelResult:
             Key=key,
             ConditionExpression="#status = :cancelled",
             ExpressionAttributeNames={"#status": "status"},
-            ExpressionAttributeValues={":cancelled": {"S": CANCELLED}},
+            ExpressionAttributeValues={":cancelled": {"S": RecordStatus.CANCELLED}},
         )
         return CancelResult(CancelOutcome.WITHDRAWN, "cancel withdrawn: the next copy of it runs (a redrive too)")
     except Exception as error:
@@ -153,7 +153,7 @@ def withdraw(dynamodb: Any, table: str, target: CancelTarget) -> CancelResult:
             UpdateExpression="REMOVE #request, #by",
             ConditionExpression="#status = :inprogress AND attribute_exists(#request)",
             ExpressionAttributeNames={"#status": "status", "#request": CANCEL_REQUESTED_AT, "#by": CANCELLED_BY},
-            ExpressionAttributeValues={":inprogress": {"S": "INPROGRESS"}},
+            ExpressionAttributeValues={":inprogress": {"S": RecordStatus.INPROGRESS}},
         )
         return CancelResult(
             CancelOutcome.WITHDRAWN, "cancel request withdrawn; a run that already saw it has stopped all the same"
@@ -182,9 +182,9 @@ def _cancel_free_key(table: str, target: CancelTarget, by: str, now: float) -> d
         "#job_key": RECORD_JOB_KEY,
     }
     values = {
-        ":cancelled": {"S": CANCELLED},
-        ":failed": {"S": "FAILED"},
-        ":inprogress": {"S": "INPROGRESS"},
+        ":cancelled": {"S": RecordStatus.CANCELLED},
+        ":failed": {"S": RecordStatus.FAILED},
+        ":inprogress": {"S": RecordStatus.INPROGRESS},
         ":now": {"N": str(int(now))},
         ":now_at": {"N": f"{now:.3f}"},
         ":now_in_millis": {"N": str(int(now * 1000))},
@@ -230,7 +230,7 @@ def _cancel_running_run(table: str, target: CancelTarget, by: str, now: float, r
             "#by": CANCELLED_BY,
         },
         "ExpressionAttributeValues": {
-            ":inprogress": {"S": "INPROGRESS"},
+            ":inprogress": {"S": RecordStatus.INPROGRESS},
             ":runs": {"N": runs},
             ":now": {"N": str(int(now))},
             ":now_at": {"N": f"{now:.3f}"},

@@ -24,8 +24,8 @@ from functions.worker.names import (
     PROGRESS_NOTE,
     PROGRESS_RUN,
     PROGRESS_TOTAL,
+    RecordStatus,
 )
-from functions.worker.names import CANCELLED as RECORD_CANCELLED
 from functions.worker.settings import ENV_IDEMPOTENCY_TABLE, idempotency_record_id
 from jobctl.discovery import QueueLocation
 from jobctl.dlq import DeadLetter, DeadLetterQueue
@@ -135,7 +135,7 @@ class IdempotencyRecord:
         return cls(
             status=status,
             remembered_until=remembered_until,
-            completed_at=remembered_until - timedelta(seconds=expiry_s) if status == "COMPLETED" else None,
+            completed_at=remembered_until - timedelta(seconds=expiry_s) if status == RecordStatus.COMPLETED else None,
             in_progress_until=datetime.fromtimestamp(int(in_progress) / 1000, tz=UTC) if in_progress else None,
             runs=int(item.get("runs", {}).get("N", "0")),
             completed_run=int(completed_run) if completed_run is not None else None,
@@ -168,11 +168,11 @@ class JobLookup:
             return DEAD_LETTERED
         record = self.record
         if record is not None and record.remembered_until > self.looked_at:
-            if record.status == "COMPLETED":
+            if record.status == RecordStatus.COMPLETED:
                 return COMPLETED
-            if record.status == RECORD_CANCELLED:
+            if record.status == RecordStatus.CANCELLED:
                 return CANCELLED
-            if record.status == "FAILED":
+            if record.status == RecordStatus.FAILED:
                 return RETRYING
             if record.in_progress_until is None or record.in_progress_until > self.looked_at:
                 return IN_PROGRESS
@@ -182,7 +182,7 @@ class JobLookup:
         record = self.record
         if self.verdict == DEAD_LETTERED:
             said = f"{len(self.dead_letters)} dead letter(s) in the DLQ: triage with `jobctl dlq show {self.queue} ID`"
-            if record is not None and record.status == RECORD_CANCELLED:
+            if record is not None and record.status == RecordStatus.CANCELLED:
                 said += "; its key is cancelled, so a redrive is acknowledged unrun until `jobctl job cancel --undo`"
             return said
         if self.verdict == COMPLETED and record is not None:

@@ -84,9 +84,20 @@ RECORD_JOB_KEY = "job_key"
 STARTED_AT = "started_at"  # when the key's newest run started (epoch seconds)
 RUN_BY = "run_by"  # which worker runs it: the Lambda log stream and request ID
 NEXT_RETRY_AT = "next_retry_at"  # when a failed or held key's message is due again (epoch seconds)
-# Cancel (jobctl job cancel): a record CANCELLED acknowledges every copy of its key without running it until it
-# expires; a running key gets CANCEL_REQUESTED_AT, which its run sees at its next progress report or call.
-CANCELLED = "CANCELLED"
+
+
+class RecordStatus(StrEnum):
+    """A key's idempotency record's status: Powertools' INPROGRESS and COMPLETED, and the run ledger's own."""
+
+    INPROGRESS = "INPROGRESS"
+    COMPLETED = "COMPLETED"
+    # The last run of the key failed and nothing runs it now; the next delivery may start a run.
+    FAILED = "FAILED"
+    # An operator cancelled the key (jobctl job cancel): every copy of it is acknowledged unrun until it expires.
+    CANCELLED = "CANCELLED"
+
+
+# A running key an operator cancelled gets CANCEL_REQUESTED_AT, which its run sees at its next report or call.
 CANCELLED_AT = "cancelled_at"
 CANCELLED_BY = "cancelled_by"
 CANCEL_REQUESTED_AT = "cancel_requested_at"

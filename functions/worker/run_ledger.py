@@ -44,7 +44,6 @@ from botocore.exceptions import ClientError
 
 from functions.worker.names import (
     CANCEL_REQUESTED_AT,
-    CANCELLED,
     CANCELLED_AT,
     CANCELLED_BY,
     LIFE,
@@ -57,13 +56,14 @@ from functions.worker.names import (
     RUN_BY,
     STARTED_AT,
     LifeState,
+    RecordStatus,
     life_partition,
 )
 
-INPROGRESS = "INPROGRESS"
-COMPLETED = "COMPLETED"
-# The last run of the key failed and nothing runs it now; the next delivery may start a run.
-FAILED = "FAILED"
+INPROGRESS = RecordStatus.INPROGRESS.value
+COMPLETED = RecordStatus.COMPLETED.value
+FAILED = RecordStatus.FAILED.value
+CANCELLED = RecordStatus.CANCELLED.value
 
 RUNS = "runs"
 COMPLETED_RUN = "completed_run"
