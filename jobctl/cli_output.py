@@ -21,6 +21,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import click
@@ -55,6 +56,21 @@ def _queried(options: Options, data: Any) -> Any:
     except jmespath.exceptions.JMESPathError as error:  # e.g. a function given the wrong type
         click.echo(f"jobctl: error: --query {options.query_text!r}: {str(error).splitlines()[0]}", err=True)
         sys.exit(EXIT_USAGE)
+
+
+def age_text(seconds: float | None) -> str:
+    """A span as a table shows it: `45 s`, `12.5 min`; `?` when unknown."""
+    if seconds is None:
+        return "?"
+    return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def relative_text(moment: datetime | None, now: datetime, missing: str = "never") -> str:
+    """`12.5 min ago`, or `in 30 s` for a moment still to come; `missing` for none."""
+    if moment is None:
+        return missing
+    seconds = (now - moment).total_seconds()
+    return f"{age_text(seconds)} ago" if seconds >= 0 else f"in {age_text(-seconds)}"
 
 
 def _is_scalar(value: Any) -> bool:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import click
 
 from jobctl.cli_globals import JobctlGroup, complete_job, complete_queue
+from jobctl.cli_output import relative_text
 from jobctl.cli_support import Options, confirm, emit, fail, operator_errors, queues_of
 from jobctl.errors import EXIT_FAILED, EXIT_USAGE
 from jobctl.job_lookup import idempotency_table, lookup
@@ -56,15 +57,6 @@ def show(options: Options, name: str, entity_id: str, key: str | None) -> None:
             click.echo(shown(f"  dead letter {letter.message_id}: {letter.error_type}: {letter.error_message}"))
 
     emit(options, found.to_dict(), text)
-
-
-def _ago(moment: datetime | None, now: datetime) -> str:
-    if moment is None:
-        return "?"
-    seconds = (now - moment).total_seconds()
-    span = abs(seconds)
-    amount = f"{span:.0f}s" if span < 120 else f"{span / 60:.0f}m" if span < 7200 else f"{span / 3600:.1f}h"
-    return f"{amount} ago" if seconds >= 0 else f"in {amount}"
 
 
 @job.command("list")
@@ -134,17 +126,18 @@ def list_(
                 view.add_column(column)
             for entry in rows:
                 common = [cell(entry.queue), cell(entry.job), cell(entry.job_id)]
+                when = relative_text(entry.at, now, missing="?")  # since when running, when due, when cancelled
                 if state is LifeState.RUNNING:
-                    since = _ago(entry.started_at, now) + (" (never reported back)" if entry.stalled else "")
-                    progress = entry.progress.describe() if entry.progress else ""
+                    since = when + (" (never reported back)" if entry.stalled else "")
                     if entry.cancel_requested_at is not None:
                         since += "; cancel requested"
+                    progress = entry.progress.describe() if entry.progress else ""
                     view.add_row(*common, cell(entry.runs), cell(since), cell(entry.run_by), cell(progress))
                 elif state is LifeState.RETRYING:
                     error = f"{entry.last_error_type}: {entry.last_error}" if entry.last_error_type else "(held)"
-                    view.add_row(*common, cell(entry.runs), cell(_ago(entry.at, now)), cell(error[:160]))
+                    view.add_row(*common, cell(entry.runs), cell(when), cell(error[:160]))
                 else:
-                    view.add_row(*common, cell(_ago(entry.at, now)), cell(entry.cancelled_by))
+                    view.add_row(*common, cell(when), cell(entry.cancelled_by))
             console().print(view)
         if found.truncated:
             click.echo(

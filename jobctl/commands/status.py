@@ -11,21 +11,12 @@ import click
 from rich.table import Table
 
 from jobctl.cli_globals import JobctlCommand, complete_queue
+from jobctl.cli_output import age_text, relative_text
 from jobctl.cli_support import Options, emit, operator_errors, queues_of
 from jobctl.errors import EXIT_FAILED
 from jobctl.shown import cell
 from jobctl.shown import console as plain_console
 from jobctl.status import DEFAULT_WINDOW_S, QueueStatus, queue_status
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.0f} s"
-
-
-def _ago(moment: datetime | None, now: datetime) -> str:
-    return "never" if moment is None else f"{_age((now - moment).total_seconds())} ago"
 
 
 def _table(statuses: list[QueueStatus], now: datetime) -> Table:
@@ -50,11 +41,11 @@ def _table(statuses: list[QueueStatus], now: datetime) -> Table:
             cell(status.name),
             cell(status.backlog),
             cell(status.in_flight),
-            cell(_age(status.oldest_age_s)),
+            cell(age_text(status.oldest_age_s)),
             cell(status.dlq_depth),
             cell(rate),
-            cell(_ago(status.last_success_at, now)),
-            cell(_ago(status.last_heartbeat_at, now)),
+            cell(relative_text(status.last_success_at, now)),
+            cell(relative_text(status.last_heartbeat_at, now)),
             health,
         )
     return table

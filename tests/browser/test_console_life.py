@@ -20,6 +20,7 @@ from example.standins.invoicing import FakeInvoicingApi
 from jobctl.console.charts import HEIGHT, TOP
 from jobctl.console.server import ConsoleServer
 from jobctl.local.engine import LocalEngine
+from tests.e2e.jobctl_runs import publish, put_order
 
 pytestmark = pytest.mark.e2e
 
@@ -40,13 +41,6 @@ def _invoice(engine: LocalEngine, invoice_id: str) -> None:
     engine.clients()("dynamodb").put_item(
         TableName=engine.deployment.resources["invoices_table"],
         Item=invoice_item(invoice_id),
-    )
-
-
-def _publish(engine: LocalEngine, queue: str, job: str, entity_id: str) -> None:
-    assert engine.deployment is not None
-    engine.clients()("sqs").send_message(
-        QueueUrl=engine.deployment.queues[queue].url, MessageBody=json.dumps({"job": job, "id": entity_id})
     )
 
 
@@ -81,7 +75,7 @@ def test_retrying_running_and_cancelled_jobs_from_the_browser(
 
     # Retrying: the API refuses one invoice with 503.
     invoicing.set_mode("503", only_ids=["inv-retry"], retry_after="30")
-    _publish(engine, "invoices", "generate_invoice", "inv-retry")
+    publish(engine, "invoices", "generate_invoice", "inv-retry")
     retrying = page.locator("table.retrying tr[data-id=inv-retry]")
     _until(page, life, lambda: retrying.count() == 1, 30, "inv-retry listed as retrying")
     expect(retrying).to_contain_text("HttpTransientError")
@@ -90,7 +84,7 @@ def test_retrying_running_and_cancelled_jobs_from_the_browser(
 
     # Running: the API hangs on another; it is listed with since when and which worker, and cancelled from its row.
     invoicing.set_mode("hang", only_ids=["inv-run"])
-    _publish(engine, "invoices", "generate_invoice", "inv-run")
+    publish(engine, "invoices", "generate_invoice", "inv-run")
     running = page.locator("table.running tr[data-id=inv-run]")
     _until(page, life, lambda: running.count() == 1, 30, "inv-run listed as running")
     expect(running.locator("td").nth(5)).to_contain_text("local/")  # the worker: its log stream
@@ -130,11 +124,7 @@ def test_retrying_running_and_cancelled_jobs_from_the_browser(
 def _cancel_a_waiting_job_from_its_page(engine: LocalEngine, console: ConsoleServer, page: Page) -> None:
     """A job not run yet (here: not even published; a queued or delayed copy meets the same record) is cancelled
     from its own page, and its copy is acknowledged without running."""
-    assert engine.deployment is not None
-    engine.clients()("dynamodb").put_item(
-        TableName=engine.deployment.resources["orders_table"],
-        Item={"order_id": {"S": "2001"}, "email": {"S": "waiting@example.com"}},
-    )
+    put_order(engine, "2001", "waiting@example.com")
     page.goto(console.url_for("jobs"))
     page.get_by_label("Job").select_option("order_confirmation")
     page.get_by_label("ID", exact=True).fill("2001")
@@ -144,7 +134,7 @@ def _cancel_a_waiting_job_from_its_page(engine: LocalEngine, console: ConsoleSer
     page.get_by_role("button", name="Cancel the job").click()
     expect(page.get_by_role("status").first).to_contain_text("Cancel: cancelled")
     expect(page.get_by_role("heading", name=re.compile("order_confirmation:2001: cancelled"))).to_be_visible()
-    _publish(engine, "orders", "order_confirmation", "2001")
+    publish(engine, "orders", "order_confirmation", "2001")
     assert engine.wait_until_idle(timeout_s=60)
     mailed = {address for mail in engine.sent_mail() for address in mail["destinations"].get("ToAddresses", [])}
     assert "waiting@example.com" not in mailed
@@ -153,8 +143,7 @@ def _cancel_a_waiting_job_from_its_page(engine: LocalEngine, console: ConsoleSer
 def test_the_overview_charts_show_a_flat_series_inside_the_frame(
     engine: LocalEngine, console: ConsoleServer, browser: BrowserContext
 ) -> None:
-    for order_id in ("601", "602", "603", "604"):  # no such orders: four dead letters
-        _publish(engine, "orders", "order_confirmation", order_id)
+    publish(engine, "orders", "order_confirmation", "601", "602", "603", "604")  # no such orders: 4 dead letters
     assert engine.wait_until_idle(timeout_s=60)
     page = browser.new_page()
     page.goto(console.url)

@@ -38,3 +38,22 @@ def run(engine: LocalEngine, *args: str) -> Result:
 
 def as_json(result: Result) -> Any:
     return json.loads(result.stdout)  # stderr (progress, warnings) is not the payload
+
+
+def put_order(engine: LocalEngine, order_id: str, email: str = "buyer@example.com") -> None:
+    """An order `order_confirmation` can mail, in the engine's orders table."""
+    assert engine.deployment is not None
+    engine.clients()("dynamodb").put_item(
+        TableName=engine.deployment.resources["orders_table"],
+        Item={"order_id": {"S": order_id}, "email": {"S": email}},
+    )
+
+
+def publish(engine: LocalEngine, queue: str, job: str, *entity_ids: str) -> None:
+    """Each ID's job on the queue, as a producer sends it."""
+    assert engine.deployment is not None
+    sqs = engine.clients()("sqs")
+    for entity_id in entity_ids:
+        sqs.send_message(
+            QueueUrl=engine.deployment.queues[queue].url, MessageBody=json.dumps({"job": job, "id": entity_id})
+        )

@@ -20,6 +20,7 @@ from click.testing import CliRunner, Result
 
 from jobctl.cli import main as jobctl
 from jobctl.local.engine import LocalEngine
+from tests.e2e.jobctl_runs import publish, put_order
 from tests.e2e.processes import ROOT, cli_env
 
 pytestmark = pytest.mark.e2e
@@ -67,15 +68,8 @@ def test_pause_shows_in_status_and_resume_clears_it(engine: LocalEngine) -> None
 
 
 def test_job_show_finds_a_completed_and_a_dead_lettered_job(engine: LocalEngine) -> None:
-    assert engine.deployment is not None
-    clients = engine.clients()
-    clients("dynamodb").put_item(
-        TableName=engine.deployment.resources["orders_table"],
-        Item={"order_id": {"S": "71"}, "email": {"S": "b@example.com"}},
-    )
-    url = engine.deployment.queues["orders"].url
-    for order_id in ("71", "72"):  # 72 doesn't exist: dead-lettered
-        clients("sqs").send_message(QueueUrl=url, MessageBody=json.dumps({"job": "order_confirmation", "id": order_id}))
+    put_order(engine, "71", "b@example.com")
+    publish(engine, "orders", "order_confirmation", "71", "72")  # 72 doesn't exist: dead-lettered
     assert engine.wait_until_idle(timeout_s=30)
 
     done = run(engine, "job", "show", "order_confirmation", "71", "--output", "json")
@@ -93,10 +87,7 @@ def test_job_show_finds_a_completed_and_a_dead_lettered_job(engine: LocalEngine)
 def test_job_cancel_lists_the_job_and_its_copy_never_runs_until_undone(engine: LocalEngine) -> None:
     assert engine.deployment is not None
     clients = engine.clients()
-    clients("dynamodb").put_item(
-        TableName=engine.deployment.resources["orders_table"],
-        Item={"order_id": {"S": "81"}, "email": {"S": "buyer@example.com"}},
-    )
+    put_order(engine, "81")
 
     cancelled = run(engine, "job", "cancel", "order_confirmation", "81", "--yes")
     assert cancelled.exit_code == 0, cancelled.output
@@ -111,19 +102,19 @@ def test_job_cancel_lists_the_job_and_its_copy_never_runs_until_undone(engine: L
     table = run(engine, "job", "list", "--job", "order_confirmation", "--search", "81")
     assert "cancelled: 1" in table.stdout and "order_confirmation" in table.stdout
 
-    url = engine.deployment.queues["orders"].url
-    clients("sqs").send_message(QueueUrl=url, MessageBody=json.dumps({"job": "order_confirmation", "id": "81"}))
+    publish(engine, "orders", "order_confirmation", "81")
     assert engine.wait_until_idle(timeout_s=30)
     shown = run(engine, "job", "show", "order_confirmation", "81", "--output", "json")
     assert as_json(shown)["verdict"] == "cancelled", shown.output
     counts = clients("sqs").get_queue_attributes(
-        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+        QueueUrl=engine.deployment.queues["orders"].url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
     )["Attributes"]
     assert counts == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
 
     undone = run(engine, "job", "cancel", "order_confirmation", "81", "--undo", "--yes", "--output", "json")
     assert as_json(undone)["outcome"] == "withdrawn"
-    clients("sqs").send_message(QueueUrl=url, MessageBody=json.dumps({"job": "order_confirmation", "id": "81"}))
+    publish(engine, "orders", "order_confirmation", "81")
     assert engine.wait_until_idle(timeout_s=30)
     assert as_json(run(engine, "job", "show", "order_confirmation", "81", "--output", "json"))["verdict"] == "completed"
     # A completed job is not cancelled, and says so with exit code 1.
@@ -144,15 +135,8 @@ def test_stats_counts_runs_processed_and_failed_per_period(engine: LocalEngine) 
         return dict(orders["totals"])
 
     before = totals()
-    assert engine.deployment is not None
-    clients = engine.clients()
-    clients("dynamodb").put_item(
-        TableName=engine.deployment.resources["orders_table"],
-        Item={"order_id": {"S": "91"}, "email": {"S": "buyer@example.com"}},
-    )
-    url = engine.deployment.queues["orders"].url
-    for order_id in ("91", "92"):  # 92 doesn't exist: failed and dead-lettered
-        clients("sqs").send_message(QueueUrl=url, MessageBody=json.dumps({"job": "order_confirmation", "id": order_id}))
+    put_order(engine, "91")
+    publish(engine, "orders", "order_confirmation", "91", "92")  # 92 doesn't exist: failed and dead-lettered
     assert engine.wait_until_idle(timeout_s=30)
 
     # The workers' metrics reach CloudWatch a moment after their invocation (the engine's agent forwards them).

@@ -15,6 +15,7 @@ from click.testing import CliRunner, Result
 from jobctl.cli import main as jobctl
 from jobctl.local.engine import LocalEngine
 from jobctl.local.scheduler import FastClock
+from tests.e2e.jobctl_runs import put_order
 
 pytestmark = pytest.mark.e2e
 
@@ -40,14 +41,6 @@ def run(engine: LocalEngine, *args: str) -> Result:
     return CliRunner().invoke(jobctl, [*args, "--endpoint-url", engine.endpoint_url], env=env)
 
 
-def _put_order(engine: LocalEngine, order_id: str, email: str) -> None:
-    assert engine.deployment is not None
-    engine.clients()("dynamodb").put_item(
-        TableName=engine.deployment.resources["orders_table"],
-        Item={"order_id": {"S": order_id}, "email": {"S": email}},
-    )
-
-
 def _mails_to(engine: LocalEngine, address: str) -> int:
     return sum(1 for mail in engine.sent_mail() if address in mail["destinations"].get("ToAddresses", []))
 
@@ -63,7 +56,7 @@ def _wait_for(condition: Any, timeout_s: float) -> bool:
 
 def test_a_job_enqueued_in_20_minutes_arrives_then_and_not_before(engine: LocalEngine) -> None:
     assert engine.scheduler is not None
-    _put_order(engine, "801", "later@example.com")
+    put_order(engine, "801", "later@example.com")
     result = run(engine, "enqueue", "orders", "order_confirmation", "801", "--in", "20m", "--output", "json")
     assert result.exit_code == 0, result.output
     name = json.loads(result.stdout)["schedule"]
@@ -85,7 +78,7 @@ def test_a_job_enqueued_in_20_minutes_arrives_then_and_not_before(engine: LocalE
 
 
 def test_a_cancelled_job_never_arrives(engine: LocalEngine) -> None:
-    _put_order(engine, "802", "never@example.com")
+    put_order(engine, "802", "never@example.com")
     result = run(engine, "enqueue", "orders", "order_confirmation", "802", "--in", "20m", "--output", "json")
     name = json.loads(result.stdout)["schedule"]
     cancelled = run(engine, "schedules", "cancel", name)

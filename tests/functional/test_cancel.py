@@ -14,7 +14,6 @@ from functions.worker.names import CANCELLED_COPY, DEAD_LETTERED, LifeState
 from functions.worker.settings import idempotency_record_id
 from jobctl.job_cancel import CancelOutcome, CancelResult, CancelTarget, cancel_job, withdraw
 from jobctl.job_life import jobs_in_flight
-from jobctl.local.provision import provision
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record, metric_values
 from tests.functional.sample_jobs import stepwise
@@ -28,12 +27,9 @@ OPERATOR = "arn:aws:sts::123456789012:assumed-role/operator/night-shift"
 def harness(clients: ClientFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
     # A running job reads its record before each call at most this often (10 s in production).
     monkeypatch.setattr("functions.worker.progress.CANCEL_CHECK_INTERVAL_S", 0.0)
-    stepwise.STEPS.clear()
-    stepwise.BETWEEN.clear()
-    stepwise.FAIL_IDS.clear()
-    yield Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
-    stepwise.BETWEEN.clear()
-    stepwise.FAIL_IDS.clear()
+    stepwise.reset()
+    yield Harness.provisioned(clients, CATALOG)
+    stepwise.reset()
 
 
 def _target(job_id: str) -> CancelTarget:

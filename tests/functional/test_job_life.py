@@ -12,7 +12,6 @@ import pytest
 from functions.worker.clients import ClientFactory
 from functions.worker.names import LIFE, LIFE_SHARDS, LifeState
 from jobctl.job_life import InFlight, jobs_in_flight
-from jobctl.local.provision import provision
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, envelope, key_record
 from tests.functional.sample_jobs import stepwise
@@ -28,12 +27,9 @@ CATALOG = Catalog(queues=(QUEUE, OTHER))
 
 @pytest.fixture
 def harness(clients: ClientFactory) -> Iterator[Harness]:
-    stepwise.STEPS.clear()
-    stepwise.BETWEEN.clear()
-    stepwise.FAIL_IDS.clear()
-    yield Harness(clients=clients, deployment=provision(clients, catalog=CATALOG), catalog=CATALOG)
-    stepwise.BETWEEN.clear()
-    stepwise.FAIL_IDS.clear()
+    stepwise.reset()
+    yield Harness.provisioned(clients, CATALOG)
+    stepwise.reset()
 
 
 def _in_flight(harness: Harness, queues: tuple[str, ...] = ("steps",), **options: object) -> InFlight:

@@ -15,6 +15,13 @@ BETWEEN: list[Callable[[str, int], None]] = []
 FAIL_IDS: set[str] = set()
 
 
+def reset() -> None:
+    """Forget every step, hook and failing ID (a test's start and end)."""
+    STEPS.clear()
+    BETWEEN.clear()
+    FAIL_IDS.clear()
+
+
 class StepFailedError(TransientError):
     """A downstream refused the step; the next run may do it."""
 
