@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from functions.worker.errors import CircuitOpenError
+from functions.worker.errors import CircuitOpenError, HeldBackError
 from sqs_jobs.limits import SQS_MAX_DELAY_S
 from sqs_jobs.specs import CircuitBreakerSpec
 
@@ -223,9 +223,10 @@ class Breakers:
         return [breaker.snapshot() for breaker in breakers]
 
 
-def hold_delay_s(refusal: CircuitOpenError, rng: random.Random) -> int:
-    """How long a record refused by an open breaker waits before it is tried again: until the breaker lets a
-    probe through, plus jitter over one open period, so the records held during an outage come back spread out
-    rather than as one wave; whole seconds (SQS's unit), at least 1."""
-    delay_s = refusal.retry_after_s + rng.uniform(0.0, refusal.open_for_s)
+def hold_delay_s(refusal: HeldBackError, rng: random.Random) -> int:
+    """How long a held record waits before it is tried again: until what held it may let it through (an open
+    breaker a probe, a rate limit its token), plus jitter over its spread (one open period, the tokens' interval),
+    so the records held together come back spread out rather than as one wave; whole seconds (SQS's unit), at
+    least 1."""
+    delay_s = refusal.retry_after_s + rng.uniform(0.0, refusal.spread_s)
     return max(1, min(SQS_MAX_DELAY_S, math.ceil(delay_s)))

@@ -60,6 +60,7 @@ def guard_http(method: str, url: str, call: Callable[[], T]) -> T:
     what = f"{method} {downstream}"
     run.refuse_if_cut(what)
     run.raise_if_cancelled()
+    run.limit_call(downstream)
     ticket = run.breakers.admit(downstream) if run.breakers is not None else None
     if ticket is not None:
         run.hold(ticket)
@@ -122,9 +123,10 @@ def _operation(event_name: str) -> str:
 
 
 def _job_run() -> JobRun | None:
-    """The job's run making this call, if a job's run makes it (not the runtime's own read of its cancel)."""
+    """The job's run making this call, if a job's run makes it (not the runtime's own calls from its thread: the
+    read of a cancel, a rate limit's lease)."""
     run = current_run()
-    return None if run is None or run.checking_cancel else run
+    return None if run is None or run.runtime_calling else run
 
 
 def _before_call(event_name: str = "", context: dict[str, Any] | None = None, **_: Any) -> None:

@@ -6,6 +6,8 @@ which publishers share; jobs import all of them from here.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from sqs_jobs.errors import (
     EnvelopeError,
     EnvelopeFieldError,
@@ -26,6 +28,8 @@ __all__ = [
     "EnvelopeNotJSONError",
     "EnvelopeNotObjectError",
     "EnvelopeTooLargeError",
+    "FlowControlStoreError",
+    "HeldBackError",
     "HttpError",
     "HttpPermanentError",
     "HttpTransientError",
@@ -35,7 +39,9 @@ __all__ = [
     "JobError",
     "JobInProgressError",
     "JobTimeLimitError",
+    "KeyBusyError",
     "PermanentError",
+    "RateLimitedError",
     "ReceivesExhaustedError",
     "RecordNotFoundError",
     "RunNeverReportedError",
@@ -87,16 +93,58 @@ class TimeLimitUnservableError(PermanentError):
     could ever run the record, so it is dead-lettered instead of being handed back for ever."""
 
 
-class CircuitOpenError(TransientError):
+class HeldBackError(TransientError):
+    """The runtime held a record back by its own flow control (an open breaker, a rate limit, a busy key, or the
+    limits' store failing): not the job's failure. Its record is handed back until `retry_after_s`, plus jitter
+    over `spread_s`, without spending an attempt, for at most `max_hold_s` from its first hold (None: the queue's
+    breaker's max_hold_s); after that each refusal is a failed attempt, so nothing is held for ever."""
+
+    # Why it was held (JobDeferred's reason, a names.DeferReason value).
+    reason: ClassVar[str]
+
+    def __init__(
+        self, message: str, holder: str, retry_after_s: float, spread_s: float, max_hold_s: int | None = None
+    ) -> None:
+        super().__init__(message)
+        # What held it back: a downstream's breaker, a limit's name.
+        self.holder = holder
+        self.retry_after_s = retry_after_s
+        self.spread_s = spread_s
+        self.max_hold_s = max_hold_s
+
+
+class CircuitOpenError(HeldBackError):
     """A job's call to a downstream whose circuit breaker is open was refused without being made. Not the job's
     failure: its record is handed back for later without spending an attempt (for a bounded time)."""
 
+    reason = "circuit_open"
+
     def __init__(self, message: str, downstream: str, retry_after_s: float, open_for_s: float) -> None:
-        super().__init__(message)
+        # Until the breaker lets a probe through, spread over how long it stays open each time now.
+        super().__init__(message, downstream, retry_after_s, spread_s=open_for_s)
         self.downstream = downstream
-        # Until the breaker lets a probe through; and how long it stays open each time now.
-        self.retry_after_s = retry_after_s
         self.open_for_s = open_for_s
+
+
+class RateLimitedError(HeldBackError):
+    """A rate limit (sqs_jobs.flow_control.RateLimit) had no token for the run or call before the run's time
+    would run out: the record is handed back until about when its token comes, spending no attempt."""
+
+    reason = "rate_limited"
+
+
+class KeyBusyError(HeldBackError):
+    """The job's key already has as many runs as its concurrency limit allows (KeyConcurrency): the record is
+    handed back until a run may have ended, spending no attempt."""
+
+    reason = "key_busy"
+
+
+class FlowControlStoreError(HeldBackError):
+    """The store of the rate limits and key leases (the idempotency table) failed: the runtime's fault, never the
+    job's. The record waits (handed back with a backoff, no attempt spent) and the runtime-faults alarm pages."""
+
+    reason = "runtime_fault"
 
 
 class DownstreamAuthError(CircuitOpenError):

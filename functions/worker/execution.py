@@ -23,18 +23,20 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAl
 from functions.worker.breaker import Breakers, Snapshot
 from functions.worker.clients import ClientFactory
 from functions.worker.errors import JobInProgressError
+from functions.worker.flow_control import Admission, FlowControl
 from functions.worker.invocation import Delivery, Invocation, Outcome
 from functions.worker.jobs import JobContext, JobResult, LoadedJob
 from functions.worker.names import (
     CIRCUIT_OPENED,
     CUT_RUN_CALL,
+    LIMIT_WAIT,
     RESULT_DROPPED,
     RUNTIME_JOB,
     CutRunCallReason,
 )
 from functions.worker.observability import BatchTally, Observability
 from functions.worker.provenance import HELD_SINCE, PRIOR_ATTEMPTS, MessageAttributes
-from functions.worker.run_ledger import RunIdentity, RunLedger
+from functions.worker.run_ledger import RunIdentity, RunLedger, StartedRun
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, WorkerSettings, idempotency_record_id
 from functions.worker.time_limit import JobRun, JobRunner
 from sqs_jobs.envelope import Envelope
@@ -87,9 +89,22 @@ class Execution:
     # The run's start left the job too little time: it was given back before the job's code started.
     out_of_time: bool = False
     run: JobRun | None = None
+    # The job's flow control (its key's concurrency, its rate limit), passed before its code starts, and given
+    # back when it ends; None: the job has none. `call_limit` is what its HTTP calls pass.
+    admit: Callable[[StartedRun | None], Admission] | None = None
+    release: Callable[[Admission], None] | None = None
+    call_limit: Callable[[str, float], None] | None = None
 
     def __call__(self) -> JobResult:
         started = self.ledger.started()
+        admission = self.admit(started) if self.admit is not None else None
+        try:
+            return self._run_admitted(started)
+        finally:
+            if admission is not None and self.release is not None:
+                self.release(admission)
+
+    def _run_admitted(self, started: StartedRun | None) -> JobResult:
         number = started.number if started is not None else 1
         if self.remaining_s() < self.limit_s + SETTLE_MARGIN_S:
             self.out_of_time = True
@@ -109,6 +124,7 @@ class Execution:
             breakers=self.breakers,
             on_call_after_cut=self.on_call_after_cut,
             cancel_check=context.progress_reporter.raise_if_cancelled if context.progress_reporter else None,
+            call_limit=self.call_limit,
             on_start=lambda: logger.thread_safe_append_keys(**log_keys),
             on_end=logger.thread_safe_clear_keys,
         )
@@ -237,7 +253,11 @@ class JobExecutor:
                 ),
             )
 
+        flow = self._flow_control
         execution = Execution(
+            admit=self._admission(job, envelope, key, lambda_context) if flow and flow.limits(job.spec) else None,
+            release=flow.release if flow else None,
+            call_limit=flow.call_limit(envelope) if flow else None,
             job=job,
             context_for=context_for,
             limit_s=limit_s,
@@ -269,6 +289,45 @@ class JobExecutor:
             ),
         )
         return execution
+
+    @cached_property
+    def _flow_control(self) -> FlowControl | None:
+        """The worker's flow control, if any of its jobs or endpoints has a limit (most have none)."""
+        if not any(FlowControl.limits(job) for job in self._queue.jobs) and not self._settings.endpoint_limits:
+            return None
+        return FlowControl(
+            lambda: self._clients("dynamodb"),
+            self._settings.idempotency_table,
+            self._settings.resources,
+            self._settings.endpoint_limits,
+        )
+
+    def _admission(
+        self, job: LoadedJob, envelope: Envelope, key: str, lambda_context: LambdaContext
+    ) -> Callable[[StartedRun | None], Admission]:
+        """What a run of `job` passes before its code starts (its key's slot, its rate limit's token): waiting as
+        long as the invocation can still serve its time limit after, its slot held until the invocation ends."""
+        flow = self._flow_control
+        assert flow is not None
+
+        def admit(started: StartedRun | None) -> Admission:
+            now = time.time()
+            remaining_s = self._invocation.remaining_s()
+            held_since = started.held_since if started is not None else None
+            run_number = started.number if started is not None else 0
+            admission = flow.admit(
+                job.spec,
+                envelope,
+                holder=f"{idempotency_record_id(key)}#{run_number}#{lambda_context.aws_request_id}",
+                wait_s=max(0.0, remaining_s - self._queue.time_limit_s(job.spec.name) - SETTLE_MARGIN_S - 1.0),
+                lease_until=now + remaining_s,
+                held_s=max(0.0, now - held_since) if held_since is not None else 0.0,
+            )
+            if admission.waited_s > 0:
+                self._tally.sample(envelope.job, LIMIT_WAIT, round(admission.waited_s * 1000, 3))
+            return admission
+
+        return admit
 
     def run(self, execution: Execution, key: str) -> Outcome:
         """Run it, or answer it from the key's record; raises what stopped it."""

@@ -34,6 +34,14 @@ CIRCUIT_OPENED = "CircuitOpened"
 # A run cut at its time limit called a downstream after the cut or got an answer to a call that was in flight at
 # the cut (per CutRunCallReason): its effect may have happened after the record was settled.
 CUT_RUN_CALL = "CutRunCall"
+# A record the runtime's flow control held back (counted under RUNTIME_JOB, per reason: what held it, a breaker's
+# downstream or a limit's name, sqs_jobs.flow_control); the record is also JobDeferred with its DeferReason.
+HELD = "JobHeld"
+# Per hold, the share of its bound (max_hold_s) the key will have been held by the time it is due again: its
+# Maximum nearing 1 means keys are about to spend attempts on refusals (the hold alarm).
+HOLD_SHARE = "HoldShare"
+# Per run that waited for a rate limit's token inside its invocation: how long, in milliseconds.
+LIMIT_WAIT = "LimitWait"
 # A copy of a key an operator cancelled, acknowledged without running (a run stopped by the cancel is
 # JobDeadLettered, reason cancelled).
 CANCELLED_COPY = "JobCancelled"
@@ -52,6 +60,8 @@ class DeferReason(StrEnum):
     NO_TIME = "no_time"  # the invocation had no time left for the job's time limit
     IN_PROGRESS = "in_progress"  # another run holds the job's key
     CIRCUIT_OPEN = "circuit_open"  # an open breaker refused a call the job needed
+    RATE_LIMITED = "rate_limited"  # a rate limit had no token for it in time (sqs_jobs.flow_control)
+    KEY_BUSY = "key_busy"  # its key had as many runs as its concurrency limit allows
     RUNTIME_FAULT = "runtime_fault"  # the runtime's own store failed before the run
 
 

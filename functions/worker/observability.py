@@ -22,6 +22,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 
 from functions.worker.names import (
+    HOLD_SHARE,
     METRICS_NAMESPACE,
     RETRY_ATTEMPT,
     RUNTIME_FAULT,
@@ -35,7 +36,7 @@ _LOGGER_SETUP = threading.Lock()
 # Values per EMF document, kept below Powertools' and CloudWatch's 100.
 EMF_MAX_VALUES = 99
 # The unit of each sampled metric; durations are milliseconds.
-_SAMPLE_UNITS = {RETRY_ATTEMPT: MetricUnit.Count}
+_SAMPLE_UNITS = {RETRY_ATTEMPT: MetricUnit.Count, HOLD_SHARE: MetricUnit.NoUnit}
 
 
 @dataclass

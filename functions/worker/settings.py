@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from functions.worker.errors import WorkerConfigError
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.flow_control import RateLimit
+from sqs_jobs.resources import Endpoint
 from sqs_jobs.specs import Catalog, QueueSpec, UnknownQueueError
 
 ENV_QUEUE_NAME = "JOBS_QUEUE_NAME"
@@ -40,6 +42,16 @@ def resource_env_name(resource: str) -> str:
     return RESOURCE_ENV_PREFIX + resource.upper()
 
 
+def endpoint_rate_limits(catalog: Catalog, queue: QueueSpec) -> dict[str, RateLimit]:
+    """The rate limits of the endpoints the queue's jobs use, by resource name (their URLs are its values)."""
+    found: dict[str, RateLimit] = {}
+    for name in queue.resources:
+        resource = catalog.resource(name)
+        if isinstance(resource, Endpoint) and resource.rate_limit is not None:
+            found[name] = resource.rate_limit
+    return found
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     """Everything one queue's worker needs to know about where it runs."""
@@ -50,6 +62,8 @@ class WorkerSettings:
     idempotency_table: str
     runtime_role_id: str
     resources: Mapping[str, str] = field(default_factory=dict)
+    # Rate limits of the endpoints among `resources`, by resource name (sqs_jobs.flow_control).
+    endpoint_limits: Mapping[str, RateLimit] = field(default_factory=dict)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], catalog: Catalog = CATALOG) -> WorkerSettings:
@@ -80,6 +94,7 @@ class WorkerSettings:
             idempotency_table=values[ENV_IDEMPOTENCY_TABLE],
             runtime_role_id=values[ENV_RUNTIME_ROLE_ID],
             resources=resources,
+            endpoint_limits=endpoint_rate_limits(catalog, queue),
         )
 
     def to_environ(self) -> dict[str, str]:

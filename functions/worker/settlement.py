@@ -30,6 +30,8 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyPe
 from functions.worker.errors import (
     CircuitOpenError,
     EnvelopeError,
+    FlowControlStoreError,
+    HeldBackError,
     IdempotencyKeyError,
     JobCancelledError,
     JobInProgressError,
@@ -46,8 +48,11 @@ from functions.worker.names import (
     DEFERRED,
     DUPLICATE,
     FAILED,
+    HELD,
+    HOLD_SHARE,
     RETRIED,
     RETRY_ATTEMPT,
+    RUNTIME_JOB,
     SUCCEEDED,
     UNPARSEABLE_JOB,
     DeadLetterFailure,
@@ -76,7 +81,7 @@ if TYPE_CHECKING:
 
 # Errors the runtime raises about a record: classified by the runtime's rules alone, never the job's overrides.
 _RUNTIME_ERRORS = (
-    CircuitOpenError,
+    HeldBackError,
     JobCancelledError,
     EnvelopeError,
     IdempotencyKeyError,
@@ -153,14 +158,15 @@ class Back:
 Verdict = Done | DeadLetter | Back
 
 
-def _circuit_refusal(error: BaseException) -> CircuitOpenError | None:
-    """The breaker's refusal behind a failed run, if any: a job that wrapped it (raise ... from, or raising in its
-    except block) still failed only because the call was refused. `raise ... from None` says otherwise (e.g. an
-    API whose 403 is about the entity, not the credentials): the chain stops there."""
+def _held_back(error: BaseException) -> HeldBackError | None:
+    """The runtime's hold behind a failed run, if any (an open breaker's refusal, a rate limit, a busy key): a job
+    that wrapped it (raise ... from, or raising in its except block) still failed only because the call was
+    refused. `raise ... from None` says otherwise (e.g. an API whose 403 is about the entity, not the
+    credentials): the chain stops there."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
-        if isinstance(current, CircuitOpenError):
+        if isinstance(current, HeldBackError):
             return current
         seen.add(id(current))
         if current.__cause__ is not None:
@@ -298,12 +304,12 @@ class Settlement:
             classification = classify(error)  # the job's overrides are for the job's own errors
         else:
             classification = classify(error, job.permanent_errors, job.transient_errors)
-        refusal = _circuit_refusal(error)
+        refusal = _held_back(error)
         if refusal is not None:
             held = self._hold(delivery, envelope, started, refusal)
             if held is not None:
                 return held
-            # Held for max_hold_s already: from now on a refusal is a failed run like any other.
+            # Held for its max_hold_s already: from now on a refusal is a failed run like any other.
         attempt = started.number
         first_failed_at = started.before.first_failed_at or time.time()
         self._tally.add(envelope.job, FAILED)  # every failed run, whatever happens next
@@ -369,26 +375,33 @@ class Settlement:
         self._obs.logger.info("job cancelled by an operator; acknowledged without running")
         return Done(Outcome.CANCELLED)
 
-    def _hold(
-        self, delivery: Delivery, envelope: Envelope, started: StartedRun, refusal: CircuitOpenError
-    ) -> Back | None:
-        """A call the job needed was refused by an open breaker: give the run back and hand the record back until
-        the breaker may let a probe through; None once the key has been held for max_hold_s."""
+    def _hold(self, delivery: Delivery, envelope: Envelope, started: StartedRun, refusal: HeldBackError) -> Back | None:
+        """The runtime's flow control held the run back (an open breaker refused a call it needed, a rate limit,
+        a busy key): give the run back and hand the record back until it may pass; None once the key has been
+        held for the holder's max_hold_s."""
         from functions.worker.breaker import hold_delay_s
 
         now = time.time()
         held_since = min(now, started.held_since or now)
         held_s = now - held_since
-        if held_s >= self._queue.circuit_breaker.max_hold_s:
+        max_hold_s = refusal.max_hold_s if refusal.max_hold_s is not None else self._queue.circuit_breaker.max_hold_s
+        if held_s >= max_hold_s:
             return None
         delay_s = hold_delay_s(refusal, self._rng)
         self._refund(started, held=True, retry_at=now + delay_s)
-        details = {"downstream": refusal.downstream, "held_s": round(held_s, 3)}
+        if isinstance(refusal, FlowControlStoreError):
+            self._tally.runtime_fault("flow_control_store")
+            self._obs.logger.warning("the flow control's store failed; the record waits", extra={"error": str(refusal)})
+        self._tally.add(RUNTIME_JOB, HELD, reason=refusal.holder)
+        # How long this key has been held against its bound: the hold alarm fires as the share nears 1.
+        self._tally.sample(envelope.job, HOLD_SHARE, round(min(1.0, (held_s + delay_s) / max(1, max_hold_s)), 3))
+        holder = "downstream" if isinstance(refusal, CircuitOpenError) else "held_by"
+        details = {holder: refusal.holder, "held_s": round(held_s, 3)}
         return self.hand_back(
             delivery,
             envelope,
             delay_s,
-            DeferReason.CIRCUIT_OPEN,
+            DeferReason(refusal.reason),
             refusal,
             details,
             key_record=self._record_of(started, refunded=True),

@@ -34,7 +34,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from types import FrameType
@@ -45,6 +45,8 @@ from functions.worker.errors import JobCodeExitError, JobTimeLimitError, TimeLim
 if TYPE_CHECKING:
     from functions.worker.breaker import Breakers, Ticket
 
+# What a run keeps for an HTTP call itself when it waits for the host's rate limit: past that, it is held instead.
+CALL_TOKEN_RESERVE_S = 2.0
 # After a run is cut, how often its thread is interrupted again while it keeps running the job's own code.
 INTERRUPT_AGAIN_EVERY_S = 1.0
 # An idle job thread ends after this long; the next run starts a new one (about 0.1 ms).
@@ -112,9 +114,13 @@ class JobRun:
     # Called (in the job thread) for every call the run makes or finishes after it was cut: (run, what, outcome).
     on_call_after_cut: Callable[[JobRun, str, str], None] | None = None
     # Raises JobCancelledError if an operator cancelled the run's key (functions/worker/progress.py); it reads the
-    # key's record itself, a call the downstream hooks let through untouched (`checking_cancel`).
+    # key's record itself, a call the downstream hooks let through untouched (`runtime_calling`).
     cancel_check: Callable[[], None] | None = None
-    checking_cancel: bool = False
+    # Before each HTTP call: waits for a token of the host's rate limit, for at most the seconds given, or raises
+    # RateLimitedError (functions/worker/flow_control.py); its store calls pass the hooks untouched too.
+    call_limit: Callable[[str, float], None] | None = None
+    # The runtime's own calls from the job thread (the cancel check's read, a rate limit's lease) are in progress.
+    runtime_calling: bool = False
     state: RunState = RunState.RUNNING
     started: float = 0.0
     cut_at: float | None = None
@@ -162,13 +168,27 @@ class JobRun:
 
     def raise_if_cancelled(self) -> None:
         """Before a call of the run: stop it here if its key was cancelled (never from inside the check's read)."""
-        if self.cancel_check is None or self.checking_cancel:
+        if self.cancel_check is None or self.runtime_calling:
             return
-        self.checking_cancel = True
-        try:
+        with self._runtime_call():
             self.cancel_check()
+
+    def limit_call(self, downstream: str) -> None:
+        """Before an HTTP call of the run: wait for the host's rate limit, if it has one, as long as the run's time
+        allows with CALL_TOKEN_RESERVE_S left for the call itself."""
+        if self.call_limit is None or self.runtime_calling:
+            return
+        left_s = self.limit_s - (time.monotonic() - self.started) - CALL_TOKEN_RESERVE_S
+        with self._runtime_call():
+            self.call_limit(downstream, max(0.0, left_s))
+
+    @contextlib.contextmanager
+    def _runtime_call(self) -> Iterator[None]:
+        self.runtime_calling = True
+        try:
+            yield
         finally:
-            self.checking_cancel = False
+            self.runtime_calling = False
 
     def answered_after_cut(self, what: str, outcome: str) -> None:
         """A call that was in flight when the run was cut has ended: say so, and stop the run there."""

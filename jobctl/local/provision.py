@@ -8,19 +8,20 @@ import io
 import json
 import zipfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
 
 from functions.worker.clients import new_session
 from functions.worker.names import LIFE, LIFE_AT, LIFE_INDEX
-from functions.worker.settings import WorkerSettings
+from functions.worker.settings import WorkerSettings, endpoint_rate_limits
 from infra.asset_staging import RUNTIME_VERSION
 from infra.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, parameter_name, physical_queue_name
 from jobctl.local.resource_providers import GlobalIndex, LocalResources, create_table
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.contract import JobContract
+from sqs_jobs.flow_control import RateLimit
 from sqs_jobs.specs import Catalog, QueueSpec
 from sqs_jobs.stack_names import DEFAULT_STACK_NAME, contract_parameter_name, resource_parameter_name
 
@@ -89,6 +90,8 @@ class LocalDeployment:
     queues: dict[str, LocalQueue]
     idempotency_table: str
     resources: dict[str, str]
+    # Per queue, the rate limits of the endpoints its jobs use (functions.worker.settings.endpoint_rate_limits).
+    endpoint_limits: dict[str, dict[str, RateLimit]] = field(default_factory=dict)
 
     def worker_settings(self, queue: str) -> WorkerSettings:
         local = self.queues[queue]
@@ -99,6 +102,7 @@ class LocalDeployment:
             idempotency_table=self.idempotency_table,
             runtime_role_id=local.worker_role_id,
             resources={name: self.resources[name] for name in local.spec.resources},
+            endpoint_limits=self.endpoint_limits.get(queue, {}),
         )
 
     def worker_session(self, sts_client: Any, queue: str, session_name: str) -> boto3.session.Session:
@@ -256,6 +260,7 @@ def provision(
         queues=queues,
         idempotency_table=idempotency_table,
         resources=resources,
+        endpoint_limits={spec.name: endpoint_rate_limits(catalog, spec) for spec in catalog},
     )
     lambda_client = client("lambda")
     for queue in queues:

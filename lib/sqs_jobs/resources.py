@@ -18,6 +18,8 @@ from enum import StrEnum
 from typing import ClassVar
 from urllib.parse import urlsplit
 
+from sqs_jobs.flow_control import RateLimit
+
 # Names of queues, jobs, schedules and resources: parts of physical names, environment variables and context keys.
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 # An e-mail address, as far as a setting can be checked without sending to it.
@@ -145,12 +147,17 @@ class Endpoint(Resource):
 
     default_url: str
     standin: str | None = None
+    # At most this many calls per second to the endpoint's host, from every job and worker that calls it (its
+    # `per` keys it by a field of the calling job's envelope); None: no limit (sqs_jobs.flow_control).
+    rate_limit: RateLimit | None = None
 
     def problems(self) -> list[str]:
         found = super().problems()
         problem = https_base_url_problem(self.default_url)
         if problem is not None:
             found.append(f"endpoint {self.name!r}: default_url {self.default_url!r} {problem}")
+        if self.rate_limit is not None:
+            found += self.rate_limit.problems(f"endpoint {self.name!r}")
         if self.standin is not None and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", self.standin):
             found.append(f"endpoint {self.name!r}: standin {self.standin!r} must be 'module:callable'")
         return found

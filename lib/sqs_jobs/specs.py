@@ -12,6 +12,7 @@ import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from sqs_jobs.flow_control import KeyConcurrency, RateLimit
 from sqs_jobs.limits import (
     DAY,
     DEAD_LETTER_HEADROOM_BYTES,
@@ -237,6 +238,11 @@ class JobSpec:
     time_limit_s: int | None = None
     # Recurring runs (EventBridge Scheduler); empty: the job runs only when published.
     schedules: tuple[Schedule, ...] = ()
+    # At most this many runs started per second across every worker (sqs_jobs.flow_control); None: no limit.
+    rate_limit: RateLimit | None = None
+    # At most this many runs at once per key (default: per ID) across every worker; None: no limit beyond the
+    # idempotency key's own (one run at a time).
+    concurrency: KeyConcurrency | None = None
 
 
 @dataclass(frozen=True)
@@ -426,6 +432,10 @@ class QueueSpec:
             if not _HANDLER.fullmatch(job.handler):
                 found.append(f"{where}: job {job.name!r} handler {job.handler!r} is not a dotted module path")
             found += self._time_limit_problems(where, job)
+            if job.rate_limit is not None:
+                found += job.rate_limit.problems(f"{where}: job {job.name!r}")
+            if job.concurrency is not None:
+                found += job.concurrency.problems(f"{where}: job {job.name!r}")
             seen_schedules: set[str] = set()
             for schedule in job.schedules:
                 found += schedule.problems(f"{where}: job {job.name!r}")

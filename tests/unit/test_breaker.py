@@ -205,7 +205,7 @@ def _raised(make: object) -> BaseException:
 
 
 def test_a_refusal_wrapped_by_a_job_is_still_found_unless_the_job_says_from_none() -> None:
-    from functions.worker.settlement import _circuit_refusal
+    from functions.worker.settlement import _held_back
 
     refusal = CircuitOpenError("open", downstream="https://api.example.com", retry_after_s=1.0, open_for_s=1.0)
 
@@ -219,6 +219,6 @@ def test_a_refusal_wrapped_by_a_job_is_still_found_unless_the_job_says_from_none
                 raise ValueError("wrapped") from error
             raise ValueError("raised while handling")  # noqa: B904 - the implicit context is the point
 
-    assert _circuit_refusal(_raised(lambda: wrapped(explicit=True, suppress=False))) is refusal
-    assert _circuit_refusal(_raised(lambda: wrapped(explicit=False, suppress=False))) is refusal
-    assert _circuit_refusal(_raised(lambda: wrapped(explicit=False, suppress=True))) is None
+    assert _held_back(_raised(lambda: wrapped(explicit=True, suppress=False))) is refusal
+    assert _held_back(_raised(lambda: wrapped(explicit=False, suppress=False))) is refusal
+    assert _held_back(_raised(lambda: wrapped(explicit=False, suppress=True))) is None

@@ -1,0 +1,125 @@
+"""A worker's flow control: which of the catalog's limits a run and its calls pass, and passing them.
+
+Before a run's job starts (inside its run, its key already held): a slot of its key's concurrency limit, then a
+token of the job's rate limit. Before each HTTP call: a token of the host's rate limit, if an endpoint with one is
+at that host. Each waits while its turn is near and the run's time allows; otherwise it raises a HeldBackError and
+the record is handed back, spending no attempt (functions/worker/settlement.py). The limits themselves are in
+rate_limit.py and key_concurrency.py; their declarations in sqs_jobs.flow_control.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from functions.worker.downstream import http_downstream
+from functions.worker.key_concurrency import KeySlots, Lease
+from functions.worker.rate_limit import RateLimiter, TokenBucketStore
+from sqs_jobs.envelope import Envelope
+from sqs_jobs.flow_control import (
+    RateLimit,
+    endpoint_rate_limit_name,
+    job_rate_limit_name,
+    key_concurrency_name,
+    limit_key,
+)
+from sqs_jobs.specs import JobSpec
+
+# The longest a run's start or call waits for a token inside its invocation; a token further away hands the record
+# back instead. Waiting holds a worker (and its Lambda bill) while a hand-back costs a receive and two writes, and
+# with a backlog the pollers would hand the next records straight back too: a short wait keeps the pollers at the
+# limit's pace. docs/flow-control.md.
+MAX_TOKEN_WAIT_S = 20.0
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a run holds while it runs: its key's slot (to give back when it settles), and how long it waited."""
+
+    lease: Lease | None
+    waited_s: float
+
+
+class FlowControl:
+    """The limits a worker's runs pass, on the shared store (the idempotency table)."""
+
+    def __init__(
+        self,
+        dynamodb: Callable[[], Any],
+        table: str,
+        endpoints: Mapping[str, str],
+        endpoint_limits: Mapping[str, RateLimit],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.buckets = TokenBucketStore(dynamodb, table)
+        self.limiter = RateLimiter(self.buckets, clock=clock)
+        self.slots = KeySlots(dynamodb, table, clock=clock)
+        self._clock = clock
+        # Each limited endpoint's host (scheme, host and port, as its breaker names it): its limit's name and spec.
+        self._hosts = {
+            http_downstream(endpoints[name]): (endpoint_rate_limit_name(name), limit)
+            for name, limit in endpoint_limits.items()
+            if name in endpoints
+        }
+
+    @staticmethod
+    def limits(job: JobSpec) -> bool:
+        """Whether a run of `job` has anything to pass before it starts."""
+        return job.rate_limit is not None or job.concurrency is not None
+
+    def admit(
+        self, job: JobSpec, envelope: Envelope, holder: str, wait_s: float, lease_until: float, held_s: float
+    ) -> Admission:
+        """Pass the job's limits before its run starts: a slot of its key until `lease_until` (when the
+        invocation ends at the latest), then a token, waiting for it at most `wait_s`. Raises KeyBusyError,
+        RateLimitedError or FlowControlStoreError instead (holding nothing)."""
+        fields = envelope.to_dict()
+        lease = None
+        if job.concurrency is not None:
+            lease = self.slots.acquire(
+                key_concurrency_name(job.name),
+                limit_key(fields, job.concurrency.per),
+                job.concurrency,
+                holder,
+                until=lease_until,
+                held_s=held_s,
+            )
+        waited_s = 0.0
+        try:
+            if job.rate_limit is not None:
+                waited_s = self.limiter.acquire(
+                    job_rate_limit_name(job.name),
+                    limit_key(fields, job.rate_limit.per),
+                    job.rate_limit,
+                    wait_until=self._clock() + min(wait_s, MAX_TOKEN_WAIT_S),
+                )
+        except BaseException:
+            if lease is not None:
+                self.release(Admission(lease, 0.0))
+            raise
+        return Admission(lease, waited_s)
+
+    def release(self, admission: Admission) -> None:
+        """The run settled: its key's slot is free for the next (a failure to say so leaves the slot to expire
+        with the invocation)."""
+        if admission.lease is not None:
+            self.slots.release(admission.lease)
+
+    def call_limit(self, envelope: Envelope) -> Callable[[str, float], None] | None:
+        """What a run's HTTP calls wait on: the limit of the host called, for at most the seconds given (the run's
+        time left); None when no endpoint of the worker has a limit."""
+        if not self._hosts:
+            return None
+        fields = envelope.to_dict()
+
+        def wait_for_token(downstream: str, wait_s: float) -> None:
+            found = self._hosts.get(downstream)
+            if found is not None:
+                name, limit = found
+                self.limiter.acquire(
+                    name, limit_key(fields, limit.per), limit, wait_until=self._clock() + min(wait_s, MAX_TOKEN_WAIT_S)
+                )
+
+        return wait_for_token

@@ -1,0 +1,272 @@
+"""Rate limits shared by every worker: a token bucket per limit (and key) in the idempotency table, leased in blocks.
+
+The bucket is GCRA's: one number per bucket, its theoretical arrival time (`tat`). Granting k tokens at time t
+moves it to max(tat, t) + k x interval, and is allowed while that stays within `store_capacity_s` of t. Each grant
+is one conditional UpdateItem, with no read before it: one write serves a whole lease of `lease_tokens` tokens,
+which this worker then spends for up to `lease_valid_s` (RateLimit says why the bound still holds). A refused
+write returns the bucket's `tat` (ReturnValuesOnConditionCheckFailure), which says exactly when the next lease
+fits: the worker waits until then without asking again.
+
+State per worker is only those leases and that "not before" time; the store is the truth, so any number of
+execution environments share one limit. The store failing is the runtime's fault (FlowControlStoreError): the
+record waits, the job is never failed for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from functions.worker.errors import FlowControlStoreError, RateLimitedError
+from sqs_jobs.flow_control import RateLimit
+from sqs_jobs.limits import HOUR
+
+# The bucket's item: `id` (the table's partition key), its `tat`, and `expiration` (the table's TTL attribute).
+TAT = "tat"
+EXPIRATION = "expiration"
+LIMIT_NAME = "flow_limit"
+LIMIT_KEY = "flow_key"
+# The next look after a refusal is spread over this share of one lease's time.
+LOOK_SPREAD = 0.2
+# A bucket untouched for this long after it was last full is deleted by the table's TTL (it is full again then).
+_IDLE_EXPIRY_S = HOUR
+
+
+def bucket_id(limit_name: str, key: str) -> str:
+    """The idempotency table's partition key of a limit's bucket for one key: hashed, so a producer's long or odd
+    key value can't make an odd item ID."""
+    digest = hashlib.sha256(f"{limit_name}\x00{key}".encode()).hexdigest()[:32]
+    return f"flow#rate#{digest}"
+
+
+@dataclass(frozen=True)
+class Granted:
+    tokens: int
+    # When the bucket can grant the next lease (epoch seconds).
+    next_at: float
+
+
+@dataclass(frozen=True)
+class Refused:
+    # When the bucket can grant the next lease (epoch seconds).
+    next_at: float
+
+
+class TokenBucketStore:
+    """The buckets in DynamoDB. `writes` counts every write made, granted or refused (both are billed)."""
+
+    def __init__(self, dynamodb: Callable[[], Any], table: str) -> None:
+        self._dynamodb = dynamodb
+        self._table = table
+        self._lock = threading.Lock()
+        self.writes = 0
+        self.reads = 0
+
+    def lease(
+        self, limit_name: str, key: str, limit: RateLimit, now: float, busy_hint: bool, look_first: bool = False
+    ) -> Granted | Refused:
+        """One lease of `limit.lease_tokens` tokens at `now`, or when the next one fits. At most three writes: a
+        guess at the bucket's state (busy or idle), and a retry for each state the refusal shows. `look_first`
+        (the bucket was contended): a consistent read first, so that workers which lost the race go back to
+        waiting without a write (a read costs a fraction of a write, and it is writes the bucket's item is
+        limited by)."""
+        tokens = limit.lease_tokens
+        span = tokens * limit.interval_s
+        # The latest `tat` at which a lease still fits now.
+        latest = now + limit.store_capacity_s - span
+        busy = busy_hint
+        if look_first:
+            tat = self._read(limit_name, key)
+            if tat > latest:
+                return Refused(next_at=now + (tat - latest))
+            busy = tat >= now
+        for _ in range(3):
+            granted, old_tat = self._write(limit_name, key, limit, now, span, latest, busy)
+            if granted is not None:
+                return Granted(tokens, next_at=now + max(0.0, granted - latest))
+            if old_tat < now:
+                busy = False
+            elif old_tat <= latest:
+                busy = True
+            else:
+                return Refused(next_at=now + (old_tat - latest))
+        # Others leased between each look: the bucket is contended, so it is busy for at least one more lease.
+        return Refused(next_at=now + span)
+
+    def _write(
+        self, limit_name: str, key: str, limit: RateLimit, now: float, span: float, latest: float, busy: bool
+    ) -> tuple[float | None, float]:
+        """One conditional write: the bucket's new `tat` if it was granted, else its `tat` as it was (-inf if it
+        had none)."""
+        values: dict[str, Any] = {
+            ":span": _number(span),
+            ":now": _number(now),
+            ":expires": {"N": str(math.ceil(now + limit.store_capacity_s + _IDLE_EXPIRY_S))},
+            ":limit": {"S": limit_name},
+            ":key": {"S": key[:256]},
+        }
+        names = {"#tat": TAT, "#expiration": EXPIRATION, "#limit": LIMIT_NAME, "#key": LIMIT_KEY}
+        if busy:
+            update = "SET #tat = #tat + :span"
+            condition = "#tat BETWEEN :now AND :latest"
+            values[":latest"] = _number(latest)
+        else:
+            update = "SET #tat = :fresh"
+            condition = "attribute_not_exists(#tat) OR #tat < :now"
+            values[":fresh"] = _number(now + span)
+            del values[":span"]
+        try:
+            answer = self._dynamodb().update_item(
+                TableName=self._table,
+                Key={"id": {"S": bucket_id(limit_name, key)}},
+                UpdateExpression=f"{update}, #expiration = :expires, #limit = :limit, #key = :key",
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                ReturnValues="UPDATED_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except Exception as error:
+            from functions.worker.run_ledger import is_condition_failure
+
+            self._count()
+            if not is_condition_failure(error):
+                raise
+            item = getattr(error, "response", {}).get("Item") or {}
+            return None, float(item[TAT]["N"]) if TAT in item else -math.inf
+        self._count()
+        return float(answer["Attributes"][TAT]["N"]), 0.0
+
+    def _read(self, limit_name: str, key: str) -> float:
+        """The bucket's `tat` (-inf if it has none)."""
+        item = (
+            self._dynamodb()
+            .get_item(
+                TableName=self._table,
+                Key={"id": {"S": bucket_id(limit_name, key)}},
+                ProjectionExpression="#tat",
+                ExpressionAttributeNames={"#tat": TAT},
+                ConsistentRead=True,
+            )
+            .get("Item")
+            or {}
+        )
+        with self._lock:
+            self.reads += 1
+        return float(item[TAT]["N"]) if TAT in item else -math.inf
+
+    def _count(self) -> None:
+        with self._lock:
+            self.writes += 1
+
+
+def _number(value: float) -> dict[str, str]:
+    return {"N": f"{value:.6f}"}
+
+
+@dataclass
+class _Bucket:
+    """This worker's view of one bucket: leased tokens not yet spent, until when they may be, and when the
+    store said the next lease fits."""
+
+    lock: threading.Lock
+    tokens: int = 0
+    valid_until: float = 0.0
+    not_before: float = 0.0
+    # Whether the bucket was busy (its tat ahead of now) when last seen: which write to try first.
+    busy: bool = False
+    # Whether the last lease was refused: the next look reads before it writes.
+    contended: bool = False
+
+
+class RateLimiter:
+    """A worker's rate limits: tokens leased from the store, spent by the worker's records and calls."""
+
+    def __init__(
+        self,
+        store: TokenBucketStore,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self._buckets: dict[tuple[str, str], _Bucket] = {}
+
+    def acquire(self, limit_name: str, key: str, limit: RateLimit, wait_until: float) -> float:
+        """Take one token, waiting for it until `wait_until` (epoch seconds) at the latest; how long it waited.
+        Raises RateLimitedError if the token comes later (retry_after_s says when), FlowControlStoreError if the
+        store fails."""
+        bucket = self._bucket(limit_name, key)
+        started = self._clock()
+        while True:
+            with bucket.lock:
+                now = self._clock()
+                if bucket.tokens > 0 and now <= bucket.valid_until:
+                    bucket.tokens -= 1
+                    return now - started
+                due = bucket.not_before
+                if now >= due:
+                    next_look = self._lease(limit_name, key, limit, bucket, now)
+                    if next_look is None:  # granted: this call spends the lease's first token
+                        bucket.tokens -= 1
+                        return now - started
+                    due = next_look
+            if due > wait_until:
+                raise RateLimitedError(
+                    f"rate limit {limit_name!r} has no token for this run before {due - now:.1f}s from now "
+                    f"({limit.per_second:g}/s, burst {limit.burst}); handed back until then, no attempt spent",
+                    holder=limit_name,
+                    retry_after_s=max(0.0, due - now),
+                    spread_s=max(1.0, limit.lease_tokens * limit.interval_s),
+                    max_hold_s=limit.max_hold_s,
+                )
+            self._sleep(max(0.0, due - now))
+
+    def _lease(self, limit_name: str, key: str, limit: RateLimit, bucket: _Bucket, now: float) -> float | None:
+        """Lease from the store (under the bucket's lock): None when tokens were granted, else when to look
+        again."""
+        try:
+            outcome = self._store.lease(limit_name, key, limit, now, bucket.busy, look_first=bucket.contended)
+        except Exception as error:
+            raise FlowControlStoreError(
+                f"the rate limits' store failed ({type(error).__name__}: {error}); the record waits, no attempt spent",
+                holder=limit_name,
+                retry_after_s=1.0,
+                spread_s=5.0,
+                max_hold_s=limit.max_hold_s,
+            ) from error
+        if isinstance(outcome, Granted):
+            bucket.tokens = outcome.tokens
+            # Counted from before the write: the store granted them as of `now`. A lease of one token
+            # (lease_valid_s 0) is spent at once, by the call that leased it.
+            bucket.valid_until = now + limit.lease_valid_s
+            bucket.not_before = outcome.next_at
+            bucket.busy = True
+            bucket.contended = False
+            return None
+        bucket.busy = True
+        bucket.contended = True
+        # Other workers wait for the same moment: spread the next look over a fifth of one lease's time, so that
+        # one of them leases first and the others' reads see it.
+        bucket.not_before = outcome.next_at + self._rng.uniform(
+            0.0, LOOK_SPREAD * limit.lease_tokens * limit.interval_s
+        )
+        return bucket.not_before
+
+    def _bucket(self, limit_name: str, key: str) -> _Bucket:
+        with self._lock:
+            found = self._buckets.get((limit_name, key))
+            if found is None:
+                found = _Bucket(lock=threading.Lock())
+                self._buckets[(limit_name, key)] = found
+            return found

@@ -1,0 +1,141 @@
+"""Flow control declared in the catalog: rate limits shared by every worker, and concurrency per key.
+
+- `RateLimit` on a job (`JobSpec.rate_limit`: runs started per second) or on an HTTP endpoint
+  (`Endpoint.rate_limit`: calls per second to its host, from every job that calls it). Enforced across every
+  execution environment by a token bucket (GCRA) in the idempotency table, leased in blocks so that most tokens
+  cost no write (functions/worker/rate_limit.py).
+- `KeyConcurrency` on a job (`JobSpec.concurrency`): at most `limit` runs at once per key, across workers, with
+  leases that end with the invocation that holds them (functions/worker/key_concurrency.py).
+
+Both may be keyed by an envelope field (`per`): "tenant", "id", or an extra field the producer sends. A record
+over a limit waits inside its invocation when its turn is near, and is otherwise handed back until its turn,
+spending no attempt, for at most `max_hold_s` (then each refusal is a failed attempt, so nothing waits for ever).
+docs/flow-control.md says how each is enforced and what it costs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqs_jobs.limits import HOUR, MINUTE, SQS_MAX_VISIBILITY_S
+
+# An envelope field a limit is keyed by: a reserved field or an extra field's name (sqs_jobs.envelope).
+_PER = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+# What one lease of tokens aims to cover: a worker asks the store for about this many seconds' worth at once.
+LEASE_TARGET_S = 1.0
+# The most a RateLimit may allow: far above what one bucket item's writes could serve anyway.
+MAX_PER_SECOND = 10_000.0
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most `per_second` on average, and at most `per_second` x W + `burst` in any W seconds, across every
+    worker. `per` keys it by an envelope field (one bucket per value; a record without the field shares the
+    bucket of records without it)."""
+
+    per_second: float
+    burst: int = 1
+    per: str | None = None
+    # How long a record may be handed back by this limit without spending an attempt, from its first hold.
+    max_hold_s: int = 15 * MINUTE
+
+    @property
+    def interval_s(self) -> float:
+        """The time one token stands for."""
+        return 1.0 / self.per_second
+
+    @property
+    def lease_tokens(self) -> int:
+        """Tokens a worker leases at once. A lease's tokens may be spent for as long as they stand for, so the
+        bucket keeps that much of the burst back (see `store_capacity_s`); a burst under 4 leases one at a time,
+        to be spent at once."""
+        wanted = max(1, round(self.per_second * LEASE_TARGET_S))
+        return max(1, min(wanted, self.burst // 2))
+
+    @property
+    def lease_valid_s(self) -> float:
+        """How long a leased token may wait to be spent: what its lease stands for (0: spent at once)."""
+        tokens = self.lease_tokens
+        return tokens * self.interval_s if tokens > 1 else 0.0
+
+    @property
+    def store_capacity_s(self) -> float:
+        """How far ahead of now the bucket's theoretical arrival time may run (GCRA's tolerance plus one
+        interval): the burst less what leases may hold back, so that tokens spent in any W seconds are at most
+        per_second x W + burst however the leases are spent (docs/flow-control.md has the proof)."""
+        return self.burst * self.interval_s - self.lease_valid_s
+
+    def problems(self, where: str) -> list[str]:
+        found: list[str] = []
+        if not (math.isfinite(self.per_second) and 0 < self.per_second <= MAX_PER_SECOND):
+            found.append(
+                f"{where}: rate_limit.per_second {self.per_second} must be above 0 and at most {MAX_PER_SECOND:g}"
+            )
+        if not 1 <= self.burst <= 100_000:
+            found.append(f"{where}: rate_limit.burst {self.burst} must be between 1 and 100000")
+        found += _per_problems(where, "rate_limit", self.per)
+        found += _hold_problems(where, "rate_limit", self.max_hold_s)
+        return found
+
+
+@dataclass(frozen=True)
+class KeyConcurrency:
+    """At most `limit` runs of the job at once per value of the envelope field `per` (default the ID: one run
+    per entity), across every worker. A run's lease ends when it settles, or with its invocation if its worker
+    dies, so no key stays locked."""
+
+    limit: int = 1
+    per: str = "id"
+    # How long a record may be handed back while its key is busy without spending an attempt, from its first
+    # hold: long enough for a few of the job's longest runs.
+    max_hold_s: int = HOUR
+
+    def problems(self, where: str) -> list[str]:
+        found: list[str] = []
+        if not 1 <= self.limit <= 100:
+            found.append(f"{where}: concurrency.limit {self.limit} must be between 1 and 100")
+        found += _per_problems(where, "concurrency", self.per)
+        found += _hold_problems(where, "concurrency", self.max_hold_s)
+        return found
+
+
+def _per_problems(where: str, label: str, per: str | None) -> list[str]:
+    if per is None or _PER.fullmatch(per):
+        return []
+    return [
+        f"{where}: {label}.per {per!r} must name an envelope field (tenant, id, key, or an extra field's name, "
+        f"matching {_PER.pattern})"
+    ]
+
+
+def _hold_problems(where: str, label: str, max_hold_s: int) -> list[str]:
+    if 0 <= max_hold_s <= SQS_MAX_VISIBILITY_S:
+        return []
+    return [f"{where}: {label}.max_hold_s {max_hold_s} is outside 0..{SQS_MAX_VISIBILITY_S}"]
+
+
+def job_rate_limit_name(job: str) -> str:
+    """The name a job's rate limit goes by: in metrics (JobHeld's reason), logs and jobctl."""
+    return f"job:{job}"
+
+
+def endpoint_rate_limit_name(endpoint: str) -> str:
+    """The name an endpoint's rate limit goes by (shared by every job and queue that calls it)."""
+    return f"endpoint:{endpoint}"
+
+
+def key_concurrency_name(job: str) -> str:
+    """The name a job's concurrency per key goes by."""
+    return f"key:{job}"
+
+
+def limit_key(fields: Mapping[str, object], per: str | None) -> str:
+    """The key a limit keyed by the envelope field `per` counts a record under: the field's value as text; ""
+    when the limit has no `per` or the record lacks the field (such records share one key)."""
+    if per is None:
+        return ""
+    value = fields.get(per)
+    return "" if value is None else str(value)

@@ -1,0 +1,148 @@
+"""The shared rate limit's promise, on moto's DynamoDB and a virtual clock: however many workers lease from one
+bucket and whenever they spend their leased tokens, at most per_second x W + burst tokens are spent in any W
+seconds; with demand enough, the bucket is kept busy (at least 90 % of the rate); a lease costs one write."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from functions.worker.errors import RateLimitedError
+from functions.worker.rate_limit import RateLimiter, TokenBucketStore
+from sqs_jobs.flow_control import KeyConcurrency, RateLimit
+
+TABLE = "idempotency"
+
+
+@pytest.fixture
+def dynamodb(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        client = boto3.client("dynamodb")
+        client.create_table(
+            TableName=TABLE,
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        yield client
+
+
+@pytest.mark.parametrize(
+    ("per_second", "burst", "tokens", "valid_s", "capacity_s"),
+    [
+        (10, 20, 10, 1.0, 1.0),  # a second's worth leased, half the burst kept back for it
+        (10, 10, 5, 0.5, 0.5),  # the burst caps the lease at half of it
+        (10, 1, 1, 0.0, 0.1),  # a burst of one: a token at a time, spent at once
+        (0.5, 4, 1, 0.0, 8.0),  # under a token a second: a token at a time
+    ],
+)
+def test_a_lease_is_sized_by_the_rate_and_kept_within_half_the_burst(
+    per_second: float, burst: int, tokens: int, valid_s: float, capacity_s: float
+) -> None:
+    limit = RateLimit(per_second=per_second, burst=burst)
+    assert limit.lease_tokens == tokens
+    assert limit.lease_valid_s == pytest.approx(valid_s)
+    assert limit.store_capacity_s == pytest.approx(capacity_s)
+
+
+def test_limits_that_cant_be_served_are_refused_with_what_is_accepted() -> None:
+    problems = RateLimit(per_second=0, burst=0, per="Bad-Field", max_hold_s=-1).problems("job 'x'")
+    assert problems == [
+        "job 'x': rate_limit.per_second 0 must be above 0 and at most 10000",
+        "job 'x': rate_limit.burst 0 must be between 1 and 100000",
+        "job 'x': rate_limit.per 'Bad-Field' must name an envelope field (tenant, id, key, or an extra field's name, "
+        "matching ^[a-z][a-z0-9_]{0,39}$)",
+        "job 'x': rate_limit.max_hold_s -1 is outside 0..43200",
+    ]
+    assert KeyConcurrency(limit=0).problems("job 'x'") == ["job 'x': concurrency.limit 0 must be between 1 and 100"]
+
+
+class _Worker:
+    """One execution environment's limiter on the shared store, on the test's virtual clock."""
+
+    def __init__(self, store: TokenBucketStore, clock: list[float], rng: random.Random) -> None:
+        self.limiter = RateLimiter(store, clock=lambda: clock[0], sleep=self._no_sleep, rng=rng)
+        self.due = 0.0
+
+    @staticmethod
+    def _no_sleep(seconds: float) -> None:
+        raise AssertionError("the simulation never waits inside acquire")
+
+
+def _simulate(
+    dynamodb: Any, limit: RateLimit, workers: int, seconds: float, gap_s: float, seed: int
+) -> tuple[list[float], int]:
+    """Workers that each want a token every `gap_s` (jittered) for `seconds`: the times tokens were spent, and the
+    store's writes."""
+    rng = random.Random(seed)
+    clock = [1_000.0]
+    store = TokenBucketStore(lambda: dynamodb, TABLE)
+    pool = [_Worker(store, clock, random.Random(rng.random())) for _ in range(workers)]
+    spent: list[float] = []
+    end = clock[0] + seconds
+    while True:
+        worker = min(pool, key=lambda candidate: candidate.due)
+        if worker.due > end:
+            return spent, store.writes
+        clock[0] = max(clock[0], worker.due)
+        try:
+            worker.limiter.acquire("job:x", "", limit, wait_until=clock[0])
+        except RateLimitedError as refused:
+            worker.due = clock[0] + refused.retry_after_s
+            continue
+        spent.append(clock[0])
+        worker.due = clock[0] + rng.uniform(0.0, 2 * gap_s)
+
+
+def _most_in_any_window(times: list[float], window_s: float) -> int:
+    most, start = 0, 0
+    for end, moment in enumerate(times):
+        while moment - times[start] > window_s:
+            start += 1
+        most = max(most, end - start + 1)
+    return most
+
+
+@pytest.mark.parametrize(
+    ("per_second", "burst", "workers", "seed"),
+    [(10, 20, 5, 1), (10, 10, 3, 2), (10, 1, 4, 3), (2, 6, 8, 4), (50, 100, 10, 5)],
+)
+def test_any_number_of_workers_stay_within_the_rate_plus_burst_in_every_window_and_keep_it_busy(
+    dynamodb: Any, per_second: float, burst: int, workers: int, seed: int
+) -> None:
+    limit = RateLimit(per_second=per_second, burst=burst)
+    seconds = 30.0
+    # Each worker alone wants twice the whole rate: there is always demand.
+    spent, writes = _simulate(dynamodb, limit, workers, seconds, gap_s=1 / (2 * per_second), seed=seed)
+
+    for window_s in (0.5, 1.0, 3.0):
+        assert _most_in_any_window(spent, window_s) <= per_second * window_s + burst
+    assert len(spent) >= 0.9 * per_second * seconds
+    # Writes, granted or refused, per token: a lease's worth of tokens per write, give or take the races.
+    assert writes / len(spent) <= 2.5 / limit.lease_tokens
+
+
+def test_a_token_further_away_than_the_wait_allowed_is_refused_with_when_it_comes(dynamodb: Any) -> None:
+    clock = [1_000.0]
+    limiter = RateLimiter(TokenBucketStore(lambda: dynamodb, TABLE), clock=lambda: clock[0], rng=random.Random(1))
+    limit = RateLimit(per_second=0.1, burst=1)
+    assert limiter.acquire("job:x", "", limit, wait_until=clock[0]) == 0.0
+
+    with pytest.raises(RateLimitedError) as refused:
+        limiter.acquire("job:x", "", limit, wait_until=clock[0] + 5)
+
+    assert 10.0 <= refused.value.retry_after_s <= 10.0 + 0.2 * 10
+    assert refused.value.holder == "job:x" and refused.value.max_hold_s == limit.max_hold_s
+    # Another key of the same limit has its own bucket.
+    assert limiter.acquire("job:x", "tenant-b", limit, wait_until=clock[0]) == 0.0
