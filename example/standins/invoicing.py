@@ -18,6 +18,12 @@ is refused with 409). Modes, optionally for some invoice IDs only (`only_ids`; t
     422     refuse with 422, create nothing (the API rejects the invoice: permanent)
     401     refuse with 401, create nothing (the deployment's API key is wrong or was rotated: held, not failed)
 
+Like the real thing, it has a rate limit of its own (`rate_per_s`, `burst`: a token bucket, 10 requests a second
+with a burst of 25 by default): a POST /invoices beyond it is answered 429 with Retry-After and creates nothing,
+and counted (`over_rate` in the stats). The catalog's limit on the endpoint (10 a second, burst 20) keeps the jobs
+inside it with a margin for requests that arrive closer together than their tokens were taken. Every POST's
+arrival time is kept (`arrivals()`), for the benchmark's calls per second.
+
 Slow and hung requests wait on a condition that every mode change and `stop()` wake, so a stop is prompt even
 with requests stuck in `hang`: they are answered 503 and the server closes.
 
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -43,6 +50,9 @@ if TYPE_CHECKING:
 MODES = ("ok", "slow", "hang", "503", "429", "422", "401")
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REQUIRED_FIELDS = ("invoice_id", "customer", "amount", "currency")
+# The API's own rate limit (a token bucket): what the catalog's RateLimit on the endpoint must stay within.
+API_RATE_PER_S = 10.0
+API_BURST = 25
 # A connection that sends nothing is dropped after this long, so no handler thread waits forever on a client.
 CLIENT_SOCKET_TIMEOUT_S = 30.0
 MAX_BODY_BYTES = 64 * 1024
@@ -95,9 +105,23 @@ class FakeInvoicingApi:
     """The fake API: `start()` serves on 127.0.0.1 (port 0: a free one), `stop()` returns promptly."""
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, mode: str = "ok", delay_s: float = 0.0, chaos: Chaos | None = None
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        mode: str = "ok",
+        delay_s: float = 0.0,
+        chaos: Chaos | None = None,
+        rate_per_s: float | None = API_RATE_PER_S,
+        burst: int = API_BURST,
     ) -> None:
         self._host = host
+        # The API's own rate limit (None: none): tokens, and when they were last counted.
+        self._rate_per_s = rate_per_s
+        self._burst = burst
+        self._tokens = float(burst)
+        self._counted_at = time.monotonic()
+        self._over_rate = 0
+        self._arrivals: list[float] = []
         # Injected faults (`jobctl local --chaos`), on top of the mode: a 503 or a hang for a share of requests.
         self._chaos = chaos
         self._port = port
@@ -185,6 +209,9 @@ class FakeInvoicingApi:
         with self._changed:
             self._invoices.clear()
             self._requests.clear()
+            self._arrivals.clear()
+            self._over_rate = 0
+            self._tokens = float(self._burst)
         self.set_mode("ok", delay_s=0.0)
 
     def created_count(self, invoice_id: str | None = None) -> int:
@@ -213,6 +240,7 @@ class FakeInvoicingApi:
                 "invoices": {key: item.invoice_id for key, item in self._invoices.items()},
                 "requests": dict(self._requests),
                 "waiting": self._waiting,
+                "over_rate": self._over_rate,
             }
 
     # --- the API ----------------------------------------------------------------------------------------------
@@ -240,6 +268,10 @@ class FakeInvoicingApi:
         fault = self._chaos.downstream_fault("invoicing") if self._chaos is not None else None
         with self._changed:
             self._requests[key] += 1
+            self._arrivals.append(time.monotonic())
+            if not self._take_token():
+                self._over_rate += 1
+                return _problem(HTTPStatus.TOO_MANY_REQUESTS, "rate limit exceeded", {"Retry-After": "1"})
             mode = self._mode_for(invoice_id if isinstance(invoice_id, str) else None)
             if fault == "transient":
                 mode = "503"
@@ -268,6 +300,23 @@ class FakeInvoicingApi:
             if mode in ("slow", "hang") and not self._wait(found.invoice_id, mode, delay_s):
                 return _problem(HTTPStatus.SERVICE_UNAVAILABLE, "shutting down", {"Retry-After": "1"})
         return HTTPStatus.CREATED, {"Content-Type": "application/pdf"}, found.pdf
+
+    def _take_token(self) -> bool:
+        """One token of the API's own bucket (lock held); False when it is empty."""
+        if self._rate_per_s is None:
+            return True
+        now = time.monotonic()
+        self._tokens = min(float(self._burst), self._tokens + (now - self._counted_at) * self._rate_per_s)
+        self._counted_at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+    def arrivals(self) -> list[float]:
+        """When each POST /invoices arrived (time.monotonic()), in order, whatever it was answered."""
+        with self._lock:
+            return list(self._arrivals)
 
     def _wait(self, invoice_id: str, mode: str, delay_s: float) -> bool:
         """Hold the request (lock held): `slow` for delay_s, `hang` until the mode changes. False on stop."""

@@ -7,6 +7,7 @@ types and their rules are in sqs_jobs.specs and sqs_jobs.resources; docs/catalog
 
 from __future__ import annotations
 
+from sqs_jobs.flow_control import RateLimit
 from sqs_jobs.limits import MINUTE
 from sqs_jobs.resources import Access, AlarmTopic, Bucket, DeadLetterQueues, Endpoint, MailSender, Table
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec, Schedule
@@ -41,6 +42,9 @@ RESOURCES = (
         description="base URL of the external invoicing HTTP API (POST <url>/invoices renders a PDF)",
         default_url="https://invoicing.example.com",
         standin="example.standins.invoicing:standin",
+        # The API allows 10 requests a second (429 beyond): every call from every worker stays within it, a burst
+        # of 20 leaving a margin below the API's own 25 (docs/flow-control.md).
+        rate_limit=RateLimit(per_second=10, burst=20),
     ),
     AlarmTopic(
         name="alarm_topic", description="the stack's alarm SNS topic, which dlq_review publishes its summary to"

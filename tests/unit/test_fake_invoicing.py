@@ -198,6 +198,7 @@ def test_control_and_stats_over_http(api: FakeInvoicingApi) -> None:
         "created": 1,
         "invoices": {"b": "INV-1"},
         "requests": {"a": 1, "b": 1},
+        "over_rate": 0,
         "waiting": 0,
     }
 
@@ -231,3 +232,13 @@ def test_reset_forgets_invoices_and_releases_hung_requests(api: FakeInvoicingApi
     api.reset()
     assert api.created_count() == 0
     assert api.requests_for("k") == 0
+
+
+def test_past_its_own_rate_limit_the_api_answers_429_and_creates_nothing() -> None:
+    with FakeInvoicingApi(rate_per_s=0.01, burst=3) as limited:
+        answers = [call(f"{limited.url}/invoices", invoice(f"INV-{n}"), key=f"k{n}")[0] for n in range(5)]
+
+        assert answers == [201, 201, 201, 429, 429]
+        assert limited.created_count() == 3
+        assert limited.stats()["over_rate"] == 2
+        assert len(limited.arrivals()) == 5
