@@ -348,7 +348,7 @@ def _check_engine(engine: Any, job: str, ids: Sequence[str], result: RunResult, 
         result.details["mails"] = sum(mails.values())
         label = "mail"
     else:
-        api = engine.invoicing.stats()
+        api = engine.standins["invoicing_api_url"].stats()
         created = Counter(api["invoices"].values())
         per_invoice_requests: Counter[str] = Counter()
         for key, n in api["requests"].items():
@@ -422,7 +422,7 @@ def _left_behind(engine: Any, job: str) -> dict[str, int]:
 def _side_effects(engine: Any, job: str) -> Callable[[], int]:
     """A cheap count of the run's side effects so far: mails SES accepted, or invoices the fake API created."""
     if job == "generate_invoice":
-        return lambda: int(engine.invoicing.created_count())
+        return lambda: int(engine.standins["invoicing_api_url"].created_count())
     from moto.core.models import DEFAULT_ACCOUNT_ID
     from moto.ses.models import ses_backends
 
@@ -437,6 +437,20 @@ def _queue_of(job: str) -> str:
     return CATALOG.queue_for_job(job).name
 
 
+def without_rate_limits(catalog: Catalog) -> Catalog:
+    """`catalog` with no endpoint's rate limit: what the runtime alone can do."""
+    from dataclasses import replace
+
+    from sqs_jobs.resources import Endpoint
+
+    return replace(
+        catalog,
+        resources=tuple(
+            replace(spec, rate_limit=None) if isinstance(spec, Endpoint) else spec for spec in catalog.resources
+        ),
+    )
+
+
 def run_engine(
     job: str,
     jobs: int,
@@ -445,13 +459,19 @@ def run_engine(
     *,
     catalog: Catalog | None = None,
     setup: Callable[[Any], None] | None = None,
+    standin_options: dict[str, dict[str, str]] | None = None,
 ) -> RunResult:
     """One engine run. `catalog` replaces the shipped one (same queue names); `setup` is called with the started
     engine after the entities are seeded and the first heartbeats consumed, before the clock starts (e.g. to slow
-    the fake invoicing API)."""
+    the fake invoicing API). Without a catalog, the shipped one runs without its rate limits, against an invoicing
+    API without its own: this benchmark measures the runtime, not the API's limit (bench.rate_limit does)."""
     from jobctl.local.engine import LocalEngine
     from sqs_jobs.catalog import CATALOG
     from sqs_jobs.publisher import JobPublisher
+
+    if catalog is None:
+        catalog = without_rate_limits(CATALOG)
+        standin_options = {"invoicing_api_url": {"rate": "off"}, **(standin_options or {})}
 
     queue_name = _queue_of(job)
     ids = _entity_ids(job, jobs)
@@ -459,9 +479,10 @@ def run_engine(
     # next engine's workers flush the previous stream when they point the handler at theirs.
     with LocalEngine(
         port=0,
-        catalog=catalog if catalog is not None else CATALOG,
+        catalog=catalog,
         worker_output=DISCARD,
         heartbeat_interval_s=HEARTBEAT_OFF_S,
+        standin_options=standin_options,
     ) as engine:
         assert engine.deployment is not None
         mapping = engine.mappings[queue_name]

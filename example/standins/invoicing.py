@@ -94,11 +94,20 @@ def render_pdf(invoice_id: str, customer: str, amount: str, currency: str) -> by
     return bytes(out)
 
 
-def standin(host: str, chaos: Chaos | None = None, mode: str = "ok", port: str = "0") -> FakeInvoicingApi:
-    """The catalog's stand-in of the invoicing API (`jobctl local --standin invoicing_api_url:mode=hang,port=N`)."""
+def standin(
+    host: str, chaos: Chaos | None = None, mode: str = "ok", port: str = "0", rate: str = str(API_RATE_PER_S)
+) -> FakeInvoicingApi:
+    """The catalog's stand-in of the invoicing API (`jobctl local --standin invoicing_api_url:mode=hang,port=N`);
+    `rate=off` lifts its own rate limit (a benchmark of the runtime's throughput, not of the API's limit)."""
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"port {port!r} is not a number in 0..65535")
-    return FakeInvoicingApi(host=host, port=int(port), mode=mode, chaos=chaos)
+    try:
+        rate_per_s = None if rate == "off" else float(rate)
+    except ValueError:
+        rate_per_s = -1.0
+    if rate_per_s is not None and not rate_per_s > 0:
+        raise ValueError(f"rate {rate!r} is neither requests per second above 0 nor 'off'")
+    return FakeInvoicingApi(host=host, port=int(port), mode=mode, chaos=chaos, rate_per_s=rate_per_s)
 
 
 class FakeInvoicingApi:

@@ -67,10 +67,10 @@ class KeySlots:
         try:
             free, ends = self._free_slots(limit_name, key, spec.limit, now)
             for slot in free:
-                lease = self._take(limit_name, key, slot, holder, until, now)
+                lease, holder_until = self._take(limit_name, key, slot, holder, until, now)
                 if lease is not None:
                     return lease
-                ends.append(now + MIN_BUSY_DELAY_S)  # taken by another run since the look
+                ends.append(holder_until)
         except KeyBusyError:
             raise
         except Exception as error:
@@ -138,7 +138,10 @@ class KeySlots:
         self._rng.shuffle(free)
         return free, [until for until in held.values() if until >= now]
 
-    def _take(self, limit_name: str, key: str, slot: int, holder: str, until: float, now: float) -> Lease | None:
+    def _take(
+        self, limit_name: str, key: str, slot: int, holder: str, until: float, now: float
+    ) -> tuple[Lease | None, float]:
+        """The slot, or None and when its holder's lease ends (from the refused write's old item)."""
         from functions.worker.run_ledger import is_condition_failure
 
         item_id = slot_id(limit_name, key, slot)
@@ -156,11 +159,13 @@ class KeySlots:
                 ConditionExpression="attribute_not_exists(#until) OR #until < :now",
                 ExpressionAttributeNames={"#until": UNTIL},
                 ExpressionAttributeValues={":now": {"N": f"{now:.3f}"}},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except Exception as error:
             if is_condition_failure(error):
-                return None
+                held = getattr(error, "response", {}).get("Item") or {}
+                return None, float(held[UNTIL]["N"]) if UNTIL in held else now + MIN_BUSY_DELAY_S
             raise
         finally:
             self.writes += 1
-        return Lease(item_id=item_id, holder=holder)
+        return Lease(item_id=item_id, holder=holder), until

@@ -73,9 +73,9 @@ class TokenBucketStore:
     ) -> Granted | Refused:
         """One lease of `limit.lease_tokens` tokens at `now`, or when the next one fits. At most three writes: a
         guess at the bucket's state (busy or idle), and a retry for each state the refusal shows. `look_first`
-        (the bucket was contended): a consistent read first, so that workers which lost the race go back to
-        waiting without a write (a read costs a fraction of a write, and it is writes the bucket's item is
-        limited by)."""
+        (the bucket was busy when last seen): a consistent read first, so that workers which lost the race go back
+        to waiting without a write (a read costs a fifth of a write, and it is writes the bucket's item is limited
+        by)."""
         tokens = limit.lease_tokens
         span = tokens * limit.interval_s
         # The latest `tat` at which a lease still fits now.
@@ -181,8 +181,6 @@ class _Bucket:
     not_before: float = 0.0
     # Whether the bucket was busy (its tat ahead of now) when last seen: which write to try first.
     busy: bool = False
-    # Whether the last lease was refused: the next look reads before it writes.
-    contended: bool = False
 
 
 class RateLimiter:
@@ -236,7 +234,9 @@ class RateLimiter:
         """Lease from the store (under the bucket's lock): None when tokens were granted, else when to look
         again."""
         try:
-            outcome = self._store.lease(limit_name, key, limit, now, bucket.busy, look_first=bucket.contended)
+            # A bucket seen busy is read before it is written: a worker that lost the race for the next lease then
+            # goes back to waiting without a refused write.
+            outcome = self._store.lease(limit_name, key, limit, now, bucket.busy, look_first=bucket.busy)
         except Exception as error:
             raise FlowControlStoreError(
                 f"the rate limits' store failed ({type(error).__name__}: {error}); the record waits, no attempt spent",
@@ -252,10 +252,8 @@ class RateLimiter:
             bucket.valid_until = now + limit.lease_valid_s
             bucket.not_before = outcome.next_at
             bucket.busy = True
-            bucket.contended = False
             return None
         bucket.busy = True
-        bucket.contended = True
         # Other workers wait for the same moment: spread the next look over a fifth of one lease's time, so that
         # one of them leases first and the others' reads see it.
         bucket.not_before = outcome.next_at + self._rng.uniform(
