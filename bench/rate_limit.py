@@ -70,16 +70,6 @@ class StoreCounter:
         TokenBucketStore._read = counted_read  # type: ignore[method-assign,assignment]
 
 
-def most_in_any_window(times: Sequence[float], window_s: float) -> int:
-    """The most events within any `window_s` seconds (sliding, both ends inclusive)."""
-    most, start = 0, 0
-    for end, moment in enumerate(times):
-        while moment - times[start] > window_s:
-            start += 1
-        most = max(most, end - start + 1)
-    return most
-
-
 def measure(jobs: int) -> dict[str, Any]:
     from sqs_jobs.catalog import CATALOG
 
@@ -99,11 +89,11 @@ def measure(jobs: int) -> dict[str, Any]:
         setup=lambda engine: apis.append(engine.standins[ENDPOINT]),
     )
     [api] = apis
-    arrivals = sorted(api.arrivals())
+    arrivals = api.arrivals()
     span_s = arrivals[-1] - arrivals[0] if len(arrivals) > 1 else 0.0
     per_s = (len(arrivals) - 1) / span_s if span_s else 0.0
     bound = limit.per_second * WINDOW_S + limit.burst
-    most = most_in_any_window(arrivals, WINDOW_S)
+    most = api.most_calls_within(WINDOW_S)
     refused = api.stats()["over_rate"]
     writes_per_job = store.writes / jobs
     problems = list(result.problems)

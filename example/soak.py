@@ -52,7 +52,7 @@ from example.soak_jobs import odd_results
 from functions.worker.attribute_store import StoredAttributesError
 from functions.worker.deadletter import ERROR_MESSAGE, ERROR_TYPE, FAILURE
 from functions.worker.execution import CUT_RUN_CALL_ENDED_MESSAGE
-from functions.worker.names import DeadLetterFailure
+from functions.worker.names import HELD, HOLD_SHARE, DeadLetterFailure
 from functions.worker.provenance import Attributes, Provenance, value_bytes
 from jobctl.dlq import DeadLetter, DeadLetterQueue
 from jobctl.local.chaos import ChaosSettings
@@ -60,15 +60,20 @@ from jobctl.local.engine import WAITING, LocalEngine
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.flow_control import RateLimit
 from sqs_jobs.publisher import JobPublisher
 from sqs_jobs.specs import Catalog, JobSpec
 
 ORDER_JOB = "order_confirmation"
 INVOICE_JOB = "generate_invoice"
+INVOICING_ENDPOINT = "invoicing_api_url"
 UPDATE_JOB = "order_update_mail"
 # A new team's mail job (example/soak_jobs/odd_results.py), on the standard queue and on the FIFO queue.
 ODD_RESULT_JOB = "odd_result_receipt"
 ODD_RESULT_FIFO_JOB = "odd_result_update_receipt"
+# The new team's jobs' own rate limit in the soak (each job its own bucket); the invoicing endpoint keeps the
+# catalog's (10/s, burst 20), below the fake API's own limit, which answers 429 past it.
+ODD_RESULT_RATE_LIMIT = RateLimit(per_second=2, burst=4)
 # The soak's own jobs, added to the catalog's queues only for the soak: the runtime never names them.
 SOAK_JOBS: Mapping[str, tuple[JobSpec, ...]] = {
     "orders": (
@@ -77,6 +82,9 @@ SOAK_JOBS: Mapping[str, tuple[JobSpec, ...]] = {
             handler="example.soak_jobs.odd_results",
             description="Soak only: a new team's mail job with odd results.",
             resources=("orders_table", "mail_sender"),
+            # Low enough that its bursts are held (flow control under chaos): the soak checks no hold passed its
+            # bound and nothing was lost or repeated for it.
+            rate_limit=ODD_RESULT_RATE_LIMIT,
         ),
     ),
     "order_updates": (
@@ -85,6 +93,7 @@ SOAK_JOBS: Mapping[str, tuple[JobSpec, ...]] = {
             handler="example.soak_jobs.odd_results",
             description="Soak only: the same, on the FIFO queue.",
             resources=("orders_table", "mail_sender"),
+            rate_limit=ODD_RESULT_RATE_LIMIT,
         ),
     ),
 }
@@ -326,6 +335,12 @@ class Observed:
     # success after it, as the runtime reported each (CutRunWitness): a timeout can't take those back.
     cut_in_flight: Counter[JobRef] = field(default_factory=Counter)
     drained: bool = True
+    # Flow control: records held by each limit (JobHeld), the largest share of a hold's bound reached (HoldShare),
+    # the invoicing API's calls in its busiest second, and those it refused for its own rate limit.
+    held: Counter[str] = field(default_factory=Counter)
+    most_hold_share: float = 0.0
+    api_calls_in_busiest_second: int = 0
+    api_refused_over_rate: int = 0
 
 
 def check(jobs: Sequence[SoakJob], observed: Observed) -> list[str]:
@@ -354,6 +369,26 @@ def check(jobs: Sequence[SoakJob], observed: Observed) -> list[str]:
     completed, succeeded = observed.idempotency_records.get("COMPLETED", 0), sum(not job.permanent for job in jobs)
     if completed != succeeded:
         problems.append(f"{completed} completed idempotency records for {succeeded} jobs that can succeed")
+    problems += _flow_problems(observed)
+    return problems
+
+
+def _flow_problems(observed: Observed) -> list[str]:
+    """The limits held: the API never saw more than the endpoint's limit allows in any second, refused nothing for
+    its own limit, and no record was held past its bound (a refusal past it is a failed attempt: seen as a share
+    of 1 or more)."""
+    problems: list[str] = []
+    limit = CATALOG.resource(INVOICING_ENDPOINT).rate_limit  # type: ignore[attr-defined]
+    allowed = limit.per_second + limit.burst
+    if observed.api_calls_in_busiest_second > allowed:
+        problems.append(
+            f"the invoicing API got {observed.api_calls_in_busiest_second} calls in one second; its limit allows "
+            f"{allowed:g} (per_second + burst)"
+        )
+    if observed.api_refused_over_rate:
+        problems.append(f"the invoicing API refused {observed.api_refused_over_rate} call(s) past its own rate limit")
+    if observed.most_hold_share >= 1.0:
+        problems.append(f"a record was held {observed.most_hold_share:.0%} of its bound (max_hold_s)")
     return problems
 
 
@@ -487,6 +522,12 @@ class SoakReport:
                 if self.observed.stale_in_progress
                 else ""
             )
+        )
+        held = ", ".join(f"{name} {count}" for name, count in sorted(self.observed.held.items())) or "none"
+        yield (
+            f"  flow control: records held {held}; at most {self.observed.most_hold_share:.0%} of a hold's bound; "
+            f"the invoicing API's busiest second {self.observed.api_calls_in_busiest_second} calls, "
+            f"{self.observed.api_refused_over_rate} refused past its own limit"
         )
         if self.passed:
             yield "  PASSED: every job ended once, every side effect happened once, in order, nothing is in flight"
@@ -639,7 +680,10 @@ def _observe(engine: LocalEngine, drained: bool) -> Observed:
         observed.mails[mail_ref(subject)] += 1
         if update := _UPDATE.match(subject):
             observed.update_mails.setdefault(update.group(1), []).append(update.group(2))
-    invoicing_stats = engine.standins["invoicing_api_url"].stats()  # type: ignore[attr-defined]
+    invoicing = engine.standins[INVOICING_ENDPOINT]
+    invoicing_stats = invoicing.stats()  # type: ignore[attr-defined]
+    observed.api_refused_over_rate = invoicing_stats["over_rate"]
+    observed.api_calls_in_busiest_second = invoicing.most_calls_within(1.0)  # type: ignore[attr-defined]
     for invoice_id in invoicing_stats["invoices"].values():
         observed.invoices_created[invoice_id] += 1
     s3 = engine.clients()("s3")
@@ -664,6 +708,11 @@ def _observe(engine: LocalEngine, drained: bool) -> Observed:
     return observed
 
 
+def _values(value: Any) -> list[float]:
+    """An EMF metric's values: one number, or a list of them."""
+    return [float(item) for item in value] if isinstance(value, list) else [float(value)]
+
+
 # The calls that are a mail job's side effect.
 MAIL_CALLS = frozenset({"ses.SendEmail", "ses.SendRawEmail"})
 
@@ -677,6 +726,8 @@ class CutRunWitness:
         self._partial = ""
         self._lock = threading.Lock()  # the workers' threads write logs and metrics at once
         self.mails: Counter[JobRef] = Counter()
+        self.held: Counter[str] = Counter()
+        self.most_hold_share = 0.0
 
     def write(self, text: str) -> int:
         with self._lock:
@@ -687,7 +738,20 @@ class CutRunWitness:
                 # The runtime's report of a call in flight at its run's cut, answered after it (docs/chaos.md).
                 if CUT_RUN_CALL_ENDED_MESSAGE in line:
                     self._note(line)
+                elif HELD in line or HOLD_SHARE in line:
+                    self._note_flow(line)
         return len(text)
+
+    def _note_flow(self, line: str) -> None:
+        """An EMF document with flow control's counts: records held per limit, and how far into its bound."""
+        try:
+            document = json.loads(line)
+        except ValueError:
+            return
+        if HELD in document and document.get("reason"):
+            self.held[str(document["reason"])] += int(sum(_values(document[HELD])))
+        if HOLD_SHARE in document:
+            self.most_hold_share = max(self.most_hold_share, *_values(document[HOLD_SHARE]))
 
     def flush(self) -> None:
         self._output.flush()
@@ -732,6 +796,7 @@ def run_soak(plan: SoakPlan, worker_output: TextIO | None = None, progress: Soak
         elapsed_s = time.monotonic() - started
         observed = _observe(engine, drained)
         observed.cut_in_flight = witness.mails
+        observed.held, observed.most_hold_share = witness.held, witness.most_hold_share
         assert engine.chaos is not None
         injected = {**engine.chaos.injected(), **planned_faults(jobs)}
         stats = {name: mapping.stats.snapshot() for name, mapping in mappings.items()}

@@ -38,7 +38,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -67,6 +67,16 @@ class _Invoice:
     invoice_id: str
     payload: dict[str, Any]
     pdf: bytes
+
+
+def most_in_any_window(times: Sequence[float], window_s: float) -> int:
+    """The most of the sorted `times` within any `window_s` seconds (sliding, both ends inclusive)."""
+    most, start = 0, 0
+    for end, moment in enumerate(times):
+        while moment - times[start] > window_s:
+            start += 1
+        most = max(most, end - start + 1)
+    return most
 
 
 def render_pdf(invoice_id: str, customer: str, amount: str, currency: str) -> bytes:
@@ -326,6 +336,10 @@ class FakeInvoicingApi:
         """When each POST /invoices arrived (time.monotonic()), in order, whatever it was answered."""
         with self._lock:
             return list(self._arrivals)
+
+    def most_calls_within(self, window_s: float) -> int:
+        """The most POST /invoices that arrived within any `window_s` seconds (sliding, both ends inclusive)."""
+        return most_in_any_window(self.arrivals(), window_s)
 
     def _wait(self, invoice_id: str, mode: str, delay_s: float) -> bool:
         """Hold the request (lock held): `slow` for delay_s, `hang` until the mode changes. False on stop."""

@@ -93,7 +93,7 @@ class Execution:
     # back when it ends; None: the job has none. `call_limit` is what its HTTP calls pass.
     admit: Callable[[StartedRun | None], Admission] | None = None
     release: Callable[[Admission], None] | None = None
-    call_limit: Callable[[str, float], None] | None = None
+    call_limit: Callable[[str, float], float] | None = None
 
     def __call__(self) -> JobResult:
         started = self.ledger.started()
@@ -125,6 +125,7 @@ class Execution:
             on_call_after_cut=self.on_call_after_cut,
             cancel_check=context.progress_reporter.raise_if_cancelled if context.progress_reporter else None,
             call_limit=self.call_limit,
+            invocation_left=self.remaining_s,
             on_start=lambda: logger.thread_safe_append_keys(**log_keys),
             on_end=logger.thread_safe_clear_keys,
         )

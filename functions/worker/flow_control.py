@@ -107,19 +107,20 @@ class FlowControl:
         if admission.lease is not None:
             self.slots.release(admission.lease)
 
-    def call_limit(self, envelope: Envelope) -> Callable[[str, float], None] | None:
-        """What a run's HTTP calls wait on: the limit of the host called, for at most the seconds given (the run's
-        time left); None when no endpoint of the worker has a limit."""
+    def call_limit(self, envelope: Envelope) -> Callable[[str, float], float] | None:
+        """What a run's HTTP calls wait on: the limit of the host called, for at most the seconds given; how long
+        it waited. None when no endpoint of the worker has a limit."""
         if not self._hosts:
             return None
         fields = envelope.to_dict()
 
-        def wait_for_token(downstream: str, wait_s: float) -> None:
+        def wait_for_token(downstream: str, wait_s: float) -> float:
             found = self._hosts.get(downstream)
-            if found is not None:
-                name, limit = found
-                self.limiter.acquire(
-                    name, limit_key(fields, limit.per), limit, wait_until=self._clock() + min(wait_s, MAX_TOKEN_WAIT_S)
-                )
+            if found is None:
+                return 0.0
+            name, limit = found
+            return self.limiter.acquire(
+                name, limit_key(fields, limit.per), limit, wait_until=self._clock() + min(wait_s, MAX_TOKEN_WAIT_S)
+            )
 
         return wait_for_token

@@ -69,14 +69,22 @@ class TokenBucketStore:
         self.reads = 0
 
     def lease(
-        self, limit_name: str, key: str, limit: RateLimit, now: float, busy_hint: bool, look_first: bool = False
+        self,
+        limit_name: str,
+        key: str,
+        limit: RateLimit,
+        now: float,
+        busy_hint: bool,
+        look_first: bool = False,
+        tokens: int | None = None,
     ) -> Granted | Refused:
-        """One lease of `limit.lease_tokens` tokens at `now`, or when the next one fits. At most three writes: a
+        """One lease of `tokens` (at most and by default `limit.lease_tokens`) at `now`, or when the next one fits.
+        At most three writes: a
         guess at the bucket's state (busy or idle), and a retry for each state the refusal shows. `look_first`
         (the bucket was busy when last seen): a consistent read first, so that workers which lost the race go back
         to waiting without a write (a read costs a fifth of a write, and it is writes the bucket's item is limited
         by)."""
-        tokens = limit.lease_tokens
+        tokens = max(1, min(limit.lease_tokens, tokens or limit.lease_tokens))
         span = tokens * limit.interval_s
         # The latest `tat` at which a lease still fits now.
         latest = now + limit.store_capacity_s - span
@@ -181,6 +189,19 @@ class _Bucket:
     not_before: float = 0.0
     # Whether the bucket was busy (its tat ahead of now) when last seen: which write to try first.
     busy: bool = False
+    # The last lease's size and how many of its tokens were spent: the next lease asks for what this worker
+    # spent (plus one) when it left tokens unspent, so that it takes no more than it uses from other workers.
+    leased: int = 0
+    spent: int = 0
+
+    def take(self) -> None:
+        self.tokens -= 1
+        self.spent += 1
+
+    def next_lease(self, limit: RateLimit) -> int:
+        if self.leased and self.spent < self.leased:
+            return max(1, min(limit.lease_tokens, self.spent + 1))
+        return limit.lease_tokens
 
 
 class RateLimiter:
@@ -210,13 +231,13 @@ class RateLimiter:
             with bucket.lock:
                 now = self._clock()
                 if bucket.tokens > 0 and now <= bucket.valid_until:
-                    bucket.tokens -= 1
+                    bucket.take()
                     return now - started
                 due = bucket.not_before
                 if now >= due:
                     next_look = self._lease(limit_name, key, limit, bucket, now)
                     if next_look is None:  # granted: this call spends the lease's first token
-                        bucket.tokens -= 1
+                        bucket.take()
                         return now - started
                     due = next_look
             if due > wait_until:
@@ -236,7 +257,9 @@ class RateLimiter:
         try:
             # A bucket seen busy is read before it is written: a worker that lost the race for the next lease then
             # goes back to waiting without a refused write.
-            outcome = self._store.lease(limit_name, key, limit, now, bucket.busy, look_first=bucket.busy)
+            outcome = self._store.lease(
+                limit_name, key, limit, now, bucket.busy, look_first=bucket.busy, tokens=bucket.next_lease(limit)
+            )
         except Exception as error:
             raise FlowControlStoreError(
                 f"the rate limits' store failed ({type(error).__name__}: {error}); the record waits, no attempt spent",
@@ -246,9 +269,11 @@ class RateLimiter:
                 max_hold_s=limit.max_hold_s,
             ) from error
         if isinstance(outcome, Granted):
-            bucket.tokens = outcome.tokens
-            # Counted from before the write: the store granted them as of `now`. A lease of one token
-            # (lease_valid_s 0) is spent at once, by the call that leased it.
+            bucket.tokens = bucket.leased = outcome.tokens
+            bucket.spent = 0
+            # Counted from before the write: the store granted them as of `now`. Any lease may be spent for as long
+            # as the largest stands for (the bucket's capacity keeps that back). A limit leased one token at a time
+            # (lease_valid_s 0) spends it at once, by the call that leased it.
             bucket.valid_until = now + limit.lease_valid_s
             bucket.not_before = outcome.next_at
             bucket.busy = True

@@ -41,12 +41,11 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from functions.worker.errors import JobCodeExitError, JobTimeLimitError, TimeLimitInterrupt
+from sqs_jobs.limits import SETTLE_MARGIN_S
 
 if TYPE_CHECKING:
     from functions.worker.breaker import Breakers, Ticket
 
-# What a run keeps for an HTTP call itself when it waits for the host's rate limit: past that, it is held instead.
-CALL_TOKEN_RESERVE_S = 2.0
 # After a run is cut, how often its thread is interrupted again while it keeps running the job's own code.
 INTERRUPT_AGAIN_EVERY_S = 1.0
 # An idle job thread ends after this long; the next run starts a new one (about 0.1 ms).
@@ -116,9 +115,14 @@ class JobRun:
     # Raises JobCancelledError if an operator cancelled the run's key (functions/worker/progress.py); it reads the
     # key's record itself, a call the downstream hooks let through untouched (`runtime_calling`).
     cancel_check: Callable[[], None] | None = None
-    # Before each HTTP call: waits for a token of the host's rate limit, for at most the seconds given, or raises
-    # RateLimitedError (functions/worker/flow_control.py); its store calls pass the hooks untouched too.
-    call_limit: Callable[[str, float], None] | None = None
+    # Before each HTTP call: waits for a token of the host's rate limit, for at most the seconds given, and says how
+    # long it waited, or raises RateLimitedError (functions/worker/flow_control.py); its store calls pass the hooks
+    # untouched too. The wait is the runtime's, not the job's: the run's limit is moved out by it, as far as the
+    # invocation's time left (`invocation_left`) allows beyond the run's own time and the settle margin.
+    call_limit: Callable[[str, float], float] | None = None
+    invocation_left: Callable[[], float] | None = None
+    # Seconds the run's limit is moved out by: waits for tokens (during one, the whole time it may take).
+    paused_s: float = 0.0
     # The runtime's own calls from the job thread (the cancel check's read, a rate limit's lease) are in progress.
     runtime_calling: bool = False
     state: RunState = RunState.RUNNING
@@ -155,9 +159,9 @@ class JobRun:
             return self.state is RunState.CUT
 
     def elapsed_ms(self) -> float:
-        """How long the job's code ran, or had run when it was cut."""
+        """How long the job's code ran, or had run when it was cut, less its waits for rate limits' tokens."""
         end = self.ended if self.state is RunState.FINISHED else self.cut_at
-        return round(((end or time.monotonic()) - self.started) * 1000, 3)
+        return round(max(0.0, (end or time.monotonic()) - self.started - self.paused_s) * 1000, 3)
 
     # --- the downstream calls it makes (functions/worker/downstream.py) ----------------------------------------
 
@@ -174,13 +178,23 @@ class JobRun:
             self.cancel_check()
 
     def limit_call(self, downstream: str) -> None:
-        """Before an HTTP call of the run: wait for the host's rate limit, if it has one, as long as the run's time
-        allows with CALL_TOKEN_RESERVE_S left for the call itself."""
+        """Before an HTTP call of the run: wait for the host's rate limit, if it has one. The run's limit is moved
+        out by the wait, so the job keeps its own time for the call; the wait may take what the invocation has
+        beyond that and the settle margin."""
         if self.call_limit is None or self.runtime_calling:
             return
-        left_s = self.limit_s - (time.monotonic() - self.started) - CALL_TOKEN_RESERVE_S
-        with self._runtime_call():
-            self.call_limit(downstream, max(0.0, left_s))
+        own_left_s = max(0.0, self.limit_s + self.paused_s - (time.monotonic() - self.started))
+        invocation_left_s = self.invocation_left() if self.invocation_left is not None else 0.0
+        allowed_s = max(0.0, invocation_left_s - own_left_s - SETTLE_MARGIN_S)
+        with self._lock:
+            self.paused_s += allowed_s
+        waited_s = 0.0
+        try:
+            with self._runtime_call():
+                waited_s = self.call_limit(downstream, allowed_s)
+        finally:
+            with self._lock:
+                self.paused_s -= allowed_s - min(waited_s, allowed_s)
 
     @contextlib.contextmanager
     def _runtime_call(self) -> Iterator[None]:
@@ -346,10 +360,15 @@ class JobRunner:
 
     def run(self, run: JobRun) -> Any:
         """Run `run` and return what its job returned, or raise what it raised; JobTimeLimitError at its limit."""
+        deadline = time.monotonic() + run.limit_s
         self._thread().submit(run)
-        if not run.done.wait(run.limit_s) and run.cut():
-            self._watch(run)
-            raise JobTimeLimitError(f"run went past its time limit of {run.limit_s:g}s and was cut")
+        while not run.done.wait(max(0.0, deadline + run.paused_s - time.monotonic())):
+            if time.monotonic() < deadline + run.paused_s:
+                continue  # moved out by a wait for a rate limit's token
+            if run.cut():
+                self._watch(run)
+                raise JobTimeLimitError(f"run went past its time limit of {run.limit_s:g}s and was cut")
+            break
         run.done.wait()  # finished at the very limit: its end is moments away
         if run.error is not None:
             if not isinstance(run.error, Exception):

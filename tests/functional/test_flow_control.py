@@ -232,3 +232,26 @@ def test_an_endpoints_rate_limit_holds_a_call_over_it_and_its_record_spends_no_a
     assert api.requests_for(f"generate_invoice:{held}") == 0
     assert key_record(harness, f"generate_invoice:{held}")["runs"] == 0
     assert _held_by(harness) == {"endpoint:invoicing_api_url": 1}
+
+
+def test_on_a_fifo_queue_a_held_record_spends_no_attempt_and_its_group_keeps_its_order(
+    clients: ClientFactory,
+) -> None:
+    queue = replace(_queue("rated", rate_limit=SLOW), name="ordered", fifo=True)
+    harness = Harness.provisioned(clients, Catalog(queues=(queue,)))
+    gather.reset()
+    for step in ("a", "b", "c"):
+        harness.send(
+            json.dumps({"job": "rated_job", "id": f"g1-{step}"}),
+            queue="ordered",
+            MessageGroupId="g1",
+            MessageDeduplicationId=step,
+        )
+
+    invocation = harness.deliver("ordered")
+
+    assert invocation is not None and len(invocation.failed_ids) == 2
+    assert gather.STARTED["g1"] == ["g1-a"]
+    assert key_record(harness, "rated_job:g1-b")["runs"] == 0  # held: its run given back
+    assert key_record(harness, "rated_job:g1-c") == {}  # skipped behind it: never started
+    assert _deferred(harness, "rate_limited") == 1

@@ -141,8 +141,18 @@ def _break(observed: Observed, fault: str) -> None:
         observed.idempotency_records["COMPLETED"] = 7
     elif fault == "not drained":
         observed.drained = False
+    elif fault in _FLOW_FAULTS:
+        setattr(observed, *_FLOW_FAULTS[fault])
     else:
         raise AssertionError(fault)
+
+
+# Flow control's broken promises: the figure of Observed that shows each.
+_FLOW_FAULTS: dict[str, tuple[str, float]] = {
+    "api over its limit": ("api_calls_in_busiest_second", 31),
+    "api refused": ("api_refused_over_rate", 2),
+    "held past its bound": ("most_hold_share", 1.0),
+}
 
 
 @pytest.mark.parametrize(
@@ -170,6 +180,9 @@ def _break(observed: Observed, fault: str) -> None:
         ("in progress", "1 idempotency record(s) still IN_PROGRESS"),
         ("completed count", "7 completed idempotency records for 6 jobs"),
         ("not drained", "did not drain"),
+        ("api over its limit", "the invoicing API got 31 calls in one second; its limit allows 30"),
+        ("api refused", "the invoicing API refused 2 call(s) past its own rate limit"),
+        ("held past its bound", "a record was held 100% of its bound"),
     ],
 )
 def test_each_broken_promise_is_named(fault: str, named: str) -> None:
@@ -339,3 +352,18 @@ def test_the_soak_catalog_compresses_time_adds_its_own_jobs_and_keeps_the_rest()
 def test_bad_plans_are_refused(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         SoakPlan(**bad)  # type: ignore[arg-type]
+
+
+def test_the_witness_notes_what_flow_control_held_and_how_near_its_bound() -> None:
+    witness = CutRunWitness(io.StringIO())
+    documents = [
+        {"job": "(runtime)", "reason": "endpoint:invoicing_api_url", "JobHeld": 2.0},
+        {"job": "(runtime)", "JobHeld": 2.0},  # the total of the same count: not counted twice
+        {"job": "generate_invoice", "HoldShare": [0.1, 0.4]},
+        {"job": "odd_result_receipt", "HoldShare": 0.2},
+    ]
+    for document in documents:
+        witness.write(json.dumps(document) + "\n")
+
+    assert witness.held == Counter({"endpoint:invoicing_api_url": 2})
+    assert witness.most_hold_share == 0.4

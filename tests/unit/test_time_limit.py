@@ -240,3 +240,48 @@ def test_a_cut_run_is_fenced_from_further_calls(runner: JobRunner) -> None:
     assert reported == [("ses.SendEmail", "refused")] * REPORTED_CALLS_AFTER_CUT  # ...the first few reported
     assert run.calls_after_cut == 10
     assert isinstance(run.error, TimeLimitInterrupt)
+
+
+# --- a wait for a rate limit's token is the runtime's, not the job's -------------------------------------------
+
+
+def test_a_wait_for_a_token_moves_the_runs_limit_out_and_is_not_its_duration(runner: JobRunner) -> None:
+    budgets: list[float] = []
+
+    def wait_for_token(downstream: str, allowed_s: float) -> float:
+        budgets.append(allowed_s)
+        time.sleep(0.8)  # longer than the whole limit
+        return 0.8
+
+    def job() -> str:
+        run = current_run()
+        assert run is not None
+        run.limit_call("https://api.example.com")
+        time.sleep(0.1)  # the call itself
+        return "done"
+
+    run = job_run(job, limit_s=0.5, call_limit=wait_for_token, invocation_left=lambda: 30.0)
+
+    assert runner.run(run) == "done"
+    assert run.state is RunState.FINISHED
+    # The wait may take what the invocation has beyond the run's own time and the settle margin.
+    assert 27.0 < budgets[0] <= 30.0 - 2
+    assert run.paused_s == pytest.approx(0.8)
+    assert 100 <= run.elapsed_ms() < 500
+
+
+def test_without_time_to_spare_in_the_invocation_a_run_may_not_wait_for_a_token(runner: JobRunner) -> None:
+    budgets: list[float] = []
+
+    def wait_for_token(downstream: str, allowed_s: float) -> float:
+        budgets.append(allowed_s)
+        return 0.0
+
+    def job() -> None:
+        run = current_run()
+        assert run is not None
+        run.limit_call("https://api.example.com")
+
+    runner.run(job_run(job, limit_s=5.0, call_limit=wait_for_token, invocation_left=lambda: 6.0))
+
+    assert budgets == [0.0]  # 6 s left: the run's own 5 s and the 2 s settle margin leave none

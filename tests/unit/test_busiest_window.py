@@ -1,8 +1,9 @@
-"""bench.rate_limit's figures: the most events in any window is counted over sliding windows, ends included."""
+"""The fake invoicing API's busiest window (bench.rate_limit's and the soak's figure): counted over sliding windows,
+ends included."""
 
 from __future__ import annotations
 
-from bench.rate_limit import most_in_any_window
+from example.standins.invoicing import most_in_any_window
 
 
 def test_the_busiest_window_is_found_wherever_it_starts() -> None:
