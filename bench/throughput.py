@@ -438,15 +438,16 @@ def _queue_of(job: str) -> str:
 
 
 def without_rate_limits(catalog: Catalog) -> Catalog:
-    """`catalog` with no endpoint's rate limit: what the runtime alone can do."""
+    """`catalog` with no downstream's rate limit: what the runtime alone can do."""
     from dataclasses import replace
 
-    from sqs_jobs.resources import Endpoint
+    from sqs_jobs.resources import Endpoint, MailSender
 
     return replace(
         catalog,
         resources=tuple(
-            replace(spec, rate_limit=None) if isinstance(spec, Endpoint) else spec for spec in catalog.resources
+            replace(spec, rate_limit=None) if isinstance(spec, Endpoint | MailSender) else spec
+            for spec in catalog.resources
         ),
     )
 

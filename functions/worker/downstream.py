@@ -135,6 +135,7 @@ def _before_call(event_name: str = "", context: dict[str, Any] | None = None, **
         return
     run.refuse_if_cut(_operation(event_name))
     run.raise_if_cancelled()
+    run.limit_call(_service(event_name))
     ticket = run.breakers.admit(_service(event_name)) if run.breakers is not None else None
     if ticket is not None and context is not None:
         run.hold(ticket)

@@ -2,9 +2,10 @@
 
 Before a run's job starts (inside its run, its key already held): a slot of its key's concurrency limit, then a
 token of the job's rate limit. Before each HTTP call: a token of the host's rate limit, if an endpoint with one is
-at that host. Each waits while its turn is near and the run's time allows; otherwise it raises a HeldBackError and
-the record is handed back, spending no attempt (functions/worker/settlement.py). The limits themselves are in
-rate_limit.py and key_concurrency.py; their declarations in sqs_jobs.flow_control.
+at that host; before each SES call, a token of the mail sender's. Each waits while its turn is near and the
+invocation's time allows; otherwise it raises a HeldBackError and the record is handed back, spending no attempt
+(functions/worker/settlement.py). The limits themselves are in rate_limit.py and key_concurrency.py; their
+declarations in sqs_jobs.flow_control.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sqs_jobs.flow_control import (
     key_concurrency_name,
     limit_key,
 )
+from sqs_jobs.resources import MailSender
 from sqs_jobs.specs import JobSpec
 
 # The longest a run's start or call waits for a token inside its invocation; a token further away hands the record
@@ -32,6 +34,8 @@ from sqs_jobs.specs import JobSpec
 # with a backlog the pollers would hand the next records straight back too: a short wait keeps the pollers at the
 # limit's pace. docs/flow-control.md.
 MAX_TOKEN_WAIT_S = 20.0
+# SES's services as botocore names them (v1 and v2): a mail sender's limit counts every call to either.
+SES_SERVICES = ("ses", "sesv2")
 
 
 @dataclass(frozen=True)
@@ -50,19 +54,24 @@ class FlowControl:
         dynamodb: Callable[[], Any],
         table: str,
         endpoints: Mapping[str, str],
-        endpoint_limits: Mapping[str, RateLimit],
+        endpoint_limits: Mapping[str, tuple[str, RateLimit]],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.buckets = TokenBucketStore(dynamodb, table)
         self.limiter = RateLimiter(self.buckets, clock=clock)
         self.slots = KeySlots(dynamodb, table, clock=clock)
         self._clock = clock
-        # Each limited endpoint's host (scheme, host and port, as its breaker names it): its limit's name and spec.
-        self._hosts = {
-            http_downstream(endpoints[name]): (endpoint_rate_limit_name(name), limit)
-            for name, limit in endpoint_limits.items()
-            if name in endpoints
-        }
+        # Each limited downstream as its breaker names it: an endpoint's host (scheme, host and port), SES's
+        # services for a mail sender; its limit's name and spec.
+        self._hosts: dict[str, tuple[str, RateLimit]] = {}
+        for name, (kind, limit) in endpoint_limits.items():
+            if name not in endpoints:
+                continue
+            named = (endpoint_rate_limit_name(name), limit)
+            if kind == MailSender.__name__:
+                self._hosts.update(dict.fromkeys(SES_SERVICES, named))
+            else:
+                self._hosts[http_downstream(endpoints[name])] = named
 
     @staticmethod
     def limits(job: JobSpec) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functions.worker.errors import WorkerConfigError
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.flow_control import RateLimit
-from sqs_jobs.resources import Endpoint
+from sqs_jobs.resources import Endpoint, MailSender
 from sqs_jobs.specs import Catalog, QueueSpec, UnknownQueueError
 
 ENV_QUEUE_NAME = "JOBS_QUEUE_NAME"
@@ -42,13 +42,14 @@ def resource_env_name(resource: str) -> str:
     return RESOURCE_ENV_PREFIX + resource.upper()
 
 
-def endpoint_rate_limits(catalog: Catalog, queue: QueueSpec) -> dict[str, RateLimit]:
-    """The rate limits of the endpoints the queue's jobs use, by resource name (their URLs are its values)."""
-    found: dict[str, RateLimit] = {}
+def endpoint_rate_limits(catalog: Catalog, queue: QueueSpec) -> dict[str, tuple[str, RateLimit]]:
+    """The rate limits of the downstreams the queue's jobs use, by resource name, with the resource's kind: HTTP
+    endpoints (their URLs are their values) and mail senders (SES)."""
+    found: dict[str, tuple[str, RateLimit]] = {}
     for name in queue.resources:
         resource = catalog.resource(name)
-        if isinstance(resource, Endpoint) and resource.rate_limit is not None:
-            found[name] = resource.rate_limit
+        if isinstance(resource, Endpoint | MailSender) and resource.rate_limit is not None:
+            found[name] = (resource.kind, resource.rate_limit)
     return found
 
 
@@ -62,8 +63,9 @@ class WorkerSettings:
     idempotency_table: str
     runtime_role_id: str
     resources: Mapping[str, str] = field(default_factory=dict)
-    # Rate limits of the endpoints among `resources`, by resource name (sqs_jobs.flow_control).
-    endpoint_limits: Mapping[str, RateLimit] = field(default_factory=dict)
+    # Rate limits of the downstreams among `resources` (endpoints, mail senders), by resource name, with the
+    # resource's kind (sqs_jobs.flow_control).
+    endpoint_limits: Mapping[str, tuple[str, RateLimit]] = field(default_factory=dict)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], catalog: Catalog = CATALOG) -> WorkerSettings:

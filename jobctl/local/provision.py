@@ -91,7 +91,7 @@ class LocalDeployment:
     idempotency_table: str
     resources: dict[str, str]
     # Per queue, the rate limits of the endpoints its jobs use (functions.worker.settings.endpoint_rate_limits).
-    endpoint_limits: dict[str, dict[str, RateLimit]] = field(default_factory=dict)
+    endpoint_limits: dict[str, dict[str, tuple[str, RateLimit]]] = field(default_factory=dict)
 
     def worker_settings(self, queue: str) -> WorkerSettings:
         local = self.queues[queue]

@@ -192,11 +192,17 @@ class MailSender(Resource):
     grant allows ses:SendEmail from that address only (the ses:FromAddress condition)."""
 
     default_address: str
+    # At most this many SES calls per second from every worker whose jobs use the sender: the account's sending
+    # rate (1 a second in SES's sandbox; set to the account's own out of it). None: no limit (SES throttles, and
+    # the breaker holds the jobs).
+    rate_limit: RateLimit | None = None
 
     def problems(self) -> list[str]:
         found = super().problems()
         if not EMAIL.fullmatch(self.default_address):
             found.append(f"mail sender {self.name!r}: default_address {self.default_address!r} is not an address")
+        if self.rate_limit is not None:
+            found += self.rate_limit.problems(f"mail sender {self.name!r}")
         return found
 
 

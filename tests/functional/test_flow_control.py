@@ -20,7 +20,7 @@ from functions.worker.rate_limit import bucket_id
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.flow_control import KeyConcurrency, RateLimit, job_rate_limit_name, key_concurrency_name
-from sqs_jobs.resources import Endpoint
+from sqs_jobs.resources import Endpoint, MailSender
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, key_record, metric_values, narrowed
 from tests.functional.sample_jobs import gather
@@ -255,3 +255,24 @@ def test_on_a_fifo_queue_a_held_record_spends_no_attempt_and_its_group_keeps_its
     assert key_record(harness, "rated_job:g1-b")["runs"] == 0  # held: its run given back
     assert key_record(harness, "rated_job:g1-c") == {}  # skipped behind it: never started
     assert _deferred(harness, "rate_limited") == 1
+
+
+def test_a_mail_senders_rate_limit_holds_an_ses_send_over_it_which_is_never_made(clients: ClientFactory) -> None:
+    resources = tuple(
+        replace(spec, rate_limit=SLOW) if isinstance(spec, MailSender) else spec for spec in APP_RESOURCES
+    )
+    orders = replace(CATALOG.queue("orders"), parallel_records=1)
+    harness = Harness.provisioned(clients, narrowed(Catalog(resources=resources, queues=(orders,)), "orders"))
+    for order_id in ("o-1", "o-2"):
+        harness.put_order(order_id, email=f"{order_id}@example.com")
+        harness.send(json.dumps({"job": "order_confirmation", "id": order_id}))
+
+    invocation = harness.deliver()
+
+    assert invocation is not None and len(invocation.failed_ids) == 1
+    assert harness.mails_to("o-1@example.com") + harness.mails_to("o-2@example.com") == 1
+    [held] = [
+        json.loads(r["body"])["id"] for r in invocation.event["Records"] if r["messageId"] in invocation.failed_ids
+    ]
+    assert key_record(harness, f"order_confirmation:{held}")["runs"] == 0
+    assert _held_by(harness) == {"endpoint:mail_sender": 1}
