@@ -14,6 +14,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from functions.worker.key_concurrency import FLOW_SLOT_PREFIX
 from functions.worker.names import METRICS_NAMESPACE, SERVICE_NAME
 from functions.worker.settings import (
     ENV_DLQ_URL,
@@ -198,6 +199,16 @@ class JobQueue(Construct):
         iam.Grant.add_to_principal(
             grantee=self.function, actions=list(IDEMPOTENCY_ACTIONS), resource_arns=[idempotency_table.table_arn]
         )
+        # A key's concurrency limit above one looks at its slots in one read (functions/worker/key_concurrency.py):
+        # that read, of those items only (by their partition keys).
+        if any(job.concurrency is not None and job.concurrency.limit > 1 for job in spec.jobs):
+            self.function.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=["dynamodb:BatchGetItem"],
+                    resources=[idempotency_table.table_arn],
+                    conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{FLOW_SLOT_PREFIX}*"]}},
+                )
+            )
         for item in needed.values():
             item.grant(self.function)
         # The queue's recurring schedules, and the role they and delayed jobs are sent with.

@@ -31,9 +31,13 @@ MIN_BUSY_DELAY_S = 5.0
 MAX_BUSY_DELAY_S = 300.0
 
 
+# Every slot's partition key starts with it: the worker's one BatchGetItem is granted on these items only.
+FLOW_SLOT_PREFIX = "flow#key#"
+
+
 def slot_id(limit_name: str, key: str, slot: int) -> str:
     digest = hashlib.sha256(f"{limit_name}\x00{key}".encode()).hexdigest()[:32]
-    return f"flow#key#{digest}#{slot}"
+    return f"{FLOW_SLOT_PREFIX}{digest}#{slot}"
 
 
 @dataclass(frozen=True)

@@ -213,3 +213,23 @@ def test_a_network_without_its_ids_fails_synth_in_one_line(
     message = str(raised.value)
     assert "\n" not in message
     assert expected in message
+
+
+def test_a_queue_with_a_key_concurrency_above_one_may_read_only_its_slots_in_one_batch(
+    sample: tuple[dict[str, Any], Any],
+) -> None:
+    template, _ = sample
+    resources = template["Resources"]
+    batch_reads = {}
+    for spec in CATALOG.queues:
+        statements = role_statements(resources, role_id(resources, worker_id(resources, spec)))
+        batch_reads[spec.name] = [
+            statement
+            for statement in statements
+            if "dynamodb:BatchGetItem" in str(statement["Action"]) and "IdempotencyTable" in str(statement["Resource"])
+        ]
+    # make_thumbnail allows two runs per user: its worker reads a user's slots at once, and nothing else that way.
+    [statement] = batch_reads["images"]
+    assert statement["Action"] == "dynamodb:BatchGetItem"
+    assert statement["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["flow#key#*"]}}
+    assert batch_reads["accounts"] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sqs_jobs.flow_control import KeyConcurrency
 from sqs_jobs.resources import Access, Bucket, Endpoint, KeyType, MailSender, Network, Secret, Table
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 
@@ -57,6 +58,8 @@ CATALOG = Catalog(
                     handler="tests.sample_app.make_thumbnail",
                     description="Render an image's thumbnail through the API and store it.",
                     resources=("images_table", "users_table", "media_bucket", "thumbnail_api", "thumbnail_api_key"),
+                    # At most two of a user's images at once, however many they upload.
+                    concurrency=KeyConcurrency(limit=2, per="user"),
                 ),
             ),
         ),
