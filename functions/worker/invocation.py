@@ -27,6 +27,7 @@ class Outcome(Enum):
     DEFERRED = "deferred"
     HEARTBEAT = "heartbeat"
     CANCELLED = "cancelled"  # a copy of a cancelled key, acknowledged unrun
+    DROPPED = "dropped"  # a copy of a unique or debounced job its flow setting dropped, acknowledged unrun
 
 
 @dataclass(frozen=True)
