@@ -10,17 +10,21 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from functions.worker.clients import ClientFactory
-from functions.worker.names import DEFERRED, DROPPED, RUNTIME_FAULT, RUNTIME_JOB
+from functions.worker.names import CANCELLED_COPY, DEFERRED, DROPPED, RUNTIME_FAULT, RUNTIME_JOB
 from functions.worker.observability import Observability
-from functions.worker.provenance import SENT_AT
+from functions.worker.provenance import SENT_AT, Provenance
 from functions.worker.runtime import Worker
 from functions.worker.uniqueness import iso_ms
+from jobctl.dlq import DeadLetterQueue
+from jobctl.job_cancel import CancelOutcome, cancel_job, target_for
 from jobctl.job_life import jobs_in_flight
+from jobctl.job_lookup import JobLookup, find_job, idempotency_table
 from jobctl.local.emulator import Invocation
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, key_record, metric_values
@@ -384,3 +388,87 @@ def test_the_state_needs_no_grant_beyond_what_the_worker_has_on_the_idempotency_
 
     assert counted(harness, DROPPED, "unique") == 1 and counted(harness, DROPPED, "superseded") == 1
     assert {"dynamodb:UpdateItem", "dynamodb:DeleteItem"} <= called <= set(granted)
+
+
+# --- jobctl job show -------------------------------------------------------------------------------------------
+
+
+def _show(harness: Harness, job: str, entity_id: str, key: str | None = None, at: float | None = None) -> JobLookup:
+    local = harness.deployment.queues["flows"]
+    dead = DeadLetterQueue(
+        harness.clients("sqs"), local.dlq_url, local.url, Provenance.of([local.worker_role_id]), receive_wait_s=0
+    )
+    return find_job(
+        spec=local.spec,
+        job=job,
+        entity_id=entity_id,
+        key=key,
+        dynamodb=harness.clients("dynamodb"),
+        table=idempotency_table(harness.clients("lambda"), local.arn),
+        dead_letter_queue=dead,
+        now=datetime.fromtimestamp(at, tz=UTC) if at is not None else None,
+    )
+
+
+def test_job_show_says_whose_window_it_is_and_until_when(harness: Harness, clock: Clock) -> None:
+    assert _show(harness, "unique_flaky", "s-1").to_dict()["flow"]["found"] is False  # nothing consumed yet
+    claimant_id = harness.send(body("unique_flaky", "s-1", key="v1"), queue="flows")
+    claimed = deliver(harness, clock)
+    sent = sent_ms(claimed, claimant_id)
+
+    found = _show(harness, "unique_flaky", "s-1", key="v1")
+
+    assert found.verdict == "completed" and found.idempotency_key == "unique_flaky:v1"
+    assert found.flow is not None
+    flow = found.to_dict()["flow"]
+    assert (flow["kind"], flow["unique_key"], flow["found"]) == ("unique", "unique_flaky:s-1", True)
+    assert (flow["publish_key"], flow["publish_message"]) == ("unique_flaky:v1", claimant_id)
+    assert flow["window_end"] == datetime.fromtimestamp((sent + 60_000) / 1000, tz=UTC)
+    assert flow["said"].startswith("unique unique_flaky:s-1: window open until ")
+    assert f"claimed by the publish sent {iso_ms(sent).replace('Z', '+00:00')}" in flow["said"]
+    later = _show(harness, "unique_flaky", "s-1", key="v1", at=sent / 1000 + 61)
+    assert later.flow is not None and "window ended at " in later.flow.describe(later.looked_at)
+
+
+def test_job_show_says_which_publish_waits_and_finds_the_run_of_the_one_that_fired(
+    harness: Harness, clock: Clock
+) -> None:
+    latest_id = harness.send(body("debounced", "s-2"), queue="flows")
+    waiting = deliver(harness, clock)
+    run_key = f"debounced:s-2@{iso_ms(sent_ms(waiting, latest_id))}"
+
+    before = _show(harness, "debounced", "s-2")
+
+    assert before.verdict == "not found" and before.flow is not None and not before.flow.latest_fired
+    assert (before.flow.publish_message, before.flow.latest_run_key) == (latest_id, run_key)
+    assert f"then runs as {run_key} unless a later one comes" in before.flow.describe(before.looked_at)
+
+    clock.ahead_s = PAST_THE_WINDOW_S
+    harness.expire_visibility(waiting, queue="flows")
+    deliver(harness, clock)
+    after = _show(harness, "debounced", "s-2")
+
+    # Without --key, the record of the run the last firing copy made, under its own key.
+    assert (after.verdict, after.idempotency_key) == ("completed", run_key)
+    assert after.flow is not None and after.flow.latest_fired
+    assert after.to_dict()["flow"]["fired_run_key"] == run_key
+    assert "ran at its window's end" in after.flow.describe(after.looked_at)
+
+
+def test_the_waiting_publish_s_run_is_cancelled_by_the_key_job_show_names(harness: Harness, clock: Clock) -> None:
+    harness.send(body("debounced", "s-3"), queue="flows")
+    waiting = deliver(harness, clock)
+    shown = _show(harness, "debounced", "s-3").flow
+    assert shown is not None and shown.latest_run_key is not None
+    # `jobctl job cancel debounced s-3 --key <the part after "debounced:">`
+    target = target_for(FLOWS, "debounced", "s-3", shown.latest_run_key.removeprefix("debounced:"))
+    assert target.key == shown.latest_run_key
+    cancelled = cancel_job(harness.clients("dynamodb"), harness.deployment.idempotency_table, target, "operator")
+    assert cancelled.outcome is CancelOutcome.CANCELLED
+
+    clock.ahead_s = PAST_THE_WINDOW_S
+    harness.expire_visibility(waiting, queue="flows")
+    fired = deliver(harness, clock)
+
+    assert fired.failed_ids == [] and flaky.SIDE_EFFECTS["s-3"] == 0
+    assert counted(harness, CANCELLED_COPY) == 1
