@@ -21,6 +21,8 @@ from functions.worker.observability import Observability
 from functions.worker.provenance import SENT_AT, Provenance
 from functions.worker.runtime import Worker
 from functions.worker.uniqueness import iso_ms
+from jobctl.console.app import create_app
+from jobctl.console.security import Guard
 from jobctl.dlq import DeadLetterQueue
 from jobctl.job_cancel import CancelOutcome, cancel_job, target_for
 from jobctl.job_life import jobs_in_flight
@@ -275,6 +277,19 @@ def test_a_second_burst_later_runs_again(harness: Harness, clock: Clock) -> None
         assert flaky.SIDE_EFFECTS["d-3"] == burst + 1
 
 
+def test_a_key_the_publisher_named_is_the_runs_key_and_an_operation_runs_once(harness: Harness, clock: Clock) -> None:
+    for _ in range(2):  # the same operation published again later: answered from its record, not run again
+        clock.ahead_s = 0.0
+        harness.send(body("debounced", "d-6", key="v7"), queue="flows")
+        waiting = deliver(harness, clock)
+        clock.ahead_s = PAST_THE_WINDOW_S
+        harness.expire_visibility(waiting, queue="flows")
+        deliver(harness, clock)
+
+    assert flaky.SIDE_EFFECTS["d-6"] == 1
+    assert key_record(harness, "debounced:v7")["status"] == "COMPLETED"
+
+
 def test_the_winner_s_retry_runs_after_a_failed_run_even_once_a_later_publish_registered(
     harness: Harness, clock: Clock
 ) -> None:
@@ -472,3 +487,35 @@ def test_the_waiting_publish_s_run_is_cancelled_by_the_key_job_show_names(harnes
 
     assert fired.failed_ids == [] and flaky.SIDE_EFFECTS["s-3"] == 0
     assert counted(harness, CANCELLED_COPY) == 1
+
+
+@dataclass
+class _Backend:
+    """The console's backend, as far as its job page reads it: this harness's catalog and lookups."""
+
+    harness: Harness
+    stack: str = "SqsJobs"
+
+    @property
+    def catalog(self) -> Catalog:
+        return CATALOG
+
+    def find_job(self, queue: str, job: str, entity_id: str, key: str | None) -> JobLookup:
+        return _show(self.harness, job, entity_id, key)
+
+
+def test_the_consoles_job_page_shows_it_too(harness: Harness, clock: Clock, tmp_path: Path) -> None:
+    latest_id = harness.send(body("debounced", "s-4"), queue="flows")
+    deliver(harness, clock)
+    guard = Guard(host="127.0.0.1", port=8000)
+    app = create_app(_Backend(harness), guard, tmp_path)  # type: ignore[arg-type]
+
+    page = app.test_client().get(
+        f"/jobs?job=debounced&id=s-4&token={guard.access_token}",
+        base_url="http://127.0.0.1:8000",
+        follow_redirects=True,
+    )
+
+    assert page.status_code == 200
+    text = page.get_data(as_text=True)
+    assert "<dt>Debounce</dt>" in text and latest_id in text and "then runs as debounced:s-4@" in text
