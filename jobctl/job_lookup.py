@@ -3,6 +3,8 @@
 - The idempotency record (DynamoDB): COMPLETED with when it finished and until when a redelivery is skipped,
   INPROGRESS with until when the run holds the key, or FAILED (retrying) with its runs and last error.
 - The DLQ: every dead letter of that job and ID, with its evidence.
+- For a unique or debounced job, its unique key's state (functions/worker/uniqueness.py): the window claimed and by
+  which publish, or the latest publish registered, when its window ends, and which copy last ran.
 Neither: it hasn't run yet (still in the queue, or delayed), it failed and waits for its next attempt (a failure
 releases the key), or its record expired. The source queue is not searched: receiving would hide its messages
 from the worker.
@@ -11,7 +13,7 @@ from the worker.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,6 +29,15 @@ from functions.worker.names import (
     RecordStatus,
 )
 from functions.worker.settings import ENV_IDEMPOTENCY_TABLE, idempotency_record_id
+from functions.worker.uniqueness import (
+    Claim,
+    DebounceState,
+    FlowKey,
+    FlowKind,
+    debounced_run_key,
+    flow_key,
+    flow_kind,
+)
 from jobctl.discovery import QueueLocation
 from jobctl.dlq import DeadLetter, DeadLetterQueue
 from jobctl.errors import OperatorUnreachableError, OperatorUsageError
@@ -151,6 +162,135 @@ class IdempotencyRecord:
         )
 
 
+def _moment_ms(epoch_ms: int) -> datetime:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+
+
+@dataclass(frozen=True)
+class FlowState:
+    """A unique or debounced job's unique key as the worker keeps it: for unique, the window claimed and by which
+    publish; for debounce, the latest publish registered (its window ends `debounce_s` after its send) and the copy
+    that last ran at its window's end. `found` False: no live state (nothing consumed, or it expired)."""
+
+    kind: str  # "unique" or "debounce"
+    unique_key: str
+    window_s: int
+    found: bool = False
+    tenant: str | None = None
+    window_start: datetime | None = None
+    window_end: datetime | None = None
+    # unique: the claimant; debounce: the latest publish registered.
+    publish_key: str | None = None
+    publish_message: str | None = None
+    # debounce: the copy that last ran (its send, the key it ran under) and whether the latest is that one.
+    fired_sent_at: datetime | None = None
+    fired_run_key: str | None = None
+    latest_fired: bool = False
+    # debounce: the idempotency key the latest publish runs under when it fires.
+    latest_run_key: str | None = None
+    remembered_until: datetime | None = None
+    # Why the state could not be looked up (the unique key needs more than the ID, or the module can't load here).
+    problem: str | None = None
+
+    @classmethod
+    def unknown(cls, spec: QueueSpec, job: str, problem: str) -> FlowState:
+        job_spec = spec.job(job)
+        unique = flow_kind(job_spec) is FlowKind.UNIQUE
+        window_s = (job_spec.unique_for_s if unique else job_spec.debounce_s) or 0
+        return cls(kind="unique" if unique else "debounce", unique_key="", window_s=window_s, problem=problem)
+
+    @classmethod
+    def read(
+        cls, dynamodb: Any, table: str, spec: QueueSpec, job: str, key: FlowKey, now: datetime, derived: bool = False
+    ) -> FlowState | None:
+        """The job's state for `key` (one GetItem), or None for a job with neither setting. `derived`: the runtime
+        derives the job's idempotency key (so a debounced run's is `<job>:<id>@<its first send>`)."""
+        job_spec = spec.job(job)
+        kind = flow_kind(job_spec)
+        if kind is None:
+            return None
+        unique = kind is FlowKind.UNIQUE
+        window_s = (job_spec.unique_for_s if unique else job_spec.debounce_s) or 0
+        empty = cls(kind="unique" if unique else "debounce", unique_key=key.text, window_s=window_s, tenant=key.tenant)
+        response = dynamodb.get_item(TableName=table, Key={"id": {"S": key.record_id(kind)}}, ConsistentRead=True)
+        item = response.get("Item")
+        if not item or int(item.get("expiration", {}).get("N", "0")) < now.timestamp():
+            return empty
+        remembered_until = datetime.fromtimestamp(int(item["expiration"]["N"]), tz=UTC)
+        if unique:
+            claim = Claim.from_item(item)
+            return replace(
+                empty,
+                found=True,
+                window_start=_moment_ms(claim.start_ms),
+                window_end=_moment_ms(claim.end_ms),
+                publish_key=claim.claimant.key,
+                publish_message=claim.claimant.message_id,
+                remembered_until=remembered_until,
+            )
+        state = DebounceState.from_item(item)
+        latest = state.latest
+        return replace(
+            empty,
+            found=latest is not None,
+            window_start=_moment_ms(latest.sent_ms) if latest else None,
+            window_end=_moment_ms(latest.sent_ms + window_s * 1000) if latest else None,
+            publish_key=latest.key if latest else None,
+            publish_message=latest.message_id if latest else None,
+            fired_sent_at=_moment_ms(state.fired.sent_ms) if state.fired else None,
+            fired_run_key=state.fired_run_key,
+            latest_fired=latest is not None and state.fired == latest,
+            latest_run_key=(debounced_run_key(latest.key, latest) if derived else latest.key) if latest else None,
+            remembered_until=remembered_until,
+        )
+
+    def describe(self, now: datetime) -> str:
+        if self.problem is not None:
+            return f"{self.kind}: {self.problem}"
+        where = self.unique_key + (f" (tenant {self.tenant})" if self.tenant is not None else "")
+        if not self.found or self.window_start is None or self.window_end is None:
+            return f"{self.kind} {where}: no publish consumed within its {self.window_s}s window"
+        sent = self.window_start.isoformat(timespec="milliseconds")
+        ends = self.window_end.isoformat(timespec="milliseconds")
+        publish = f"key {self.publish_key}, message {self.publish_message}"
+        if self.kind == "unique":
+            state = f"open until {ends}" if self.window_end > now else f"ended at {ends}"
+            return (
+                f"unique {where}: window {state}, claimed by the publish sent {sent} ({publish}); "
+                "other publishes sent within it are acknowledged unrun"
+            )
+        if self.latest_fired:
+            latest = f"ran at its window's end ({ends}) as {self.fired_run_key}"
+        elif self.window_end > now:
+            latest = f"waits until its window ends, {ends}, then runs as {self.latest_run_key} unless a later one comes"
+        else:
+            latest = f"its window ended {ends}: it runs as {self.latest_run_key} when it is next received"
+        said = f"debounce {where}: latest publish sent {sent} ({publish}) {latest}"
+        if self.fired_sent_at is not None and not self.latest_fired:
+            said += f"; the last run was the publish sent {self.fired_sent_at.isoformat(timespec='milliseconds')}"
+            said += f" ({self.fired_run_key})"
+        return said
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "unique_key": self.unique_key,
+            "tenant": self.tenant,
+            "window_s": self.window_s,
+            "found": self.found,
+            "window_start": self.window_start,
+            "window_end": self.window_end,
+            "publish_key": self.publish_key,
+            "publish_message": self.publish_message,
+            "fired_sent_at": self.fired_sent_at,
+            "fired_run_key": self.fired_run_key,
+            "latest_fired": self.latest_fired,
+            "latest_run_key": self.latest_run_key,
+            "remembered_until": self.remembered_until,
+            "problem": self.problem,
+        }
+
+
 @dataclass(frozen=True)
 class JobLookup:
     queue: str
@@ -161,6 +301,8 @@ class JobLookup:
     dead_letters: list[DeadLetter]
     looked_at: datetime
     max_attempts: int = 0
+    # A unique or debounced job's unique key state; None for other jobs.
+    flow: FlowState | None = None
 
     @property
     def verdict(self) -> str:
@@ -249,6 +391,7 @@ class JobLookup:
                 "cancelled_by": record.cancelled_by,
             },
             "dead_letters": [letter.to_dict() for letter in self.dead_letters],
+            "flow": None if self.flow is None else {**self.flow.to_dict(), "said": self.flow.describe(self.looked_at)},
         }
 
 
@@ -294,6 +437,21 @@ def job_key(spec: QueueSpec, job: str, entity_id: str, key: str | None) -> str:
         ) from None
 
 
+def flow_key_of(spec: QueueSpec, job: str, entity_id: str) -> tuple[FlowKey, bool]:
+    """A unique or debounced job's unique key for an envelope of just its job and ID, as the worker derives it, and
+    whether the worker derives its idempotency key too (no publisher's key, no `idempotency_key` in its module)."""
+    envelope: Envelope = build_envelope(job, entity_id, spec.job_names)
+    from functions.worker.jobs import load_jobs
+
+    try:
+        loaded = load_jobs(spec)[job]
+        return flow_key(spec.job(job), loaded.unique_key_function, envelope), loaded.derives_key(envelope)
+    except Exception as error:  # a module that can't load here, or a unique key that needs more than the ID
+        raise JobKeyUnknownError(
+            f"can't derive job {job!r}'s unique key from ID {entity_id!r} alone ({type(error).__name__}: {error})"
+        ) from None
+
+
 def lookup(
     client: Callable[[str], Any], spec: QueueSpec, where: QueueLocation, job: str, entity_id: str, key: str | None
 ) -> JobLookup:
@@ -323,6 +481,18 @@ def find_job(
     now: datetime | None = None,
 ) -> JobLookup:
     idempotency_key = job_key(spec, job, entity_id, key)
+    looked_at = now or datetime.now(UTC)
+    flow = None
+    if flow_kind(spec.job(job)) is not None:
+        try:
+            unique, derived = flow_key_of(spec, job, entity_id)
+            flow = FlowState.read(dynamodb, table, spec, job, unique, looked_at, derived=derived)
+        except JobKeyUnknownError as error:  # the rest of the lookup still stands
+            flow = FlowState.unknown(spec, job, str(error))
+        # A debounced job's last run, without --key: the key that copy ran under (for a key the runtime derived,
+        # `<job>:<id>@<its first send>`).
+        if flow is not None and key is None and flow.fired_run_key:
+            idempotency_key = flow.fired_run_key
     record_key = {"id": {"S": idempotency_record_id(idempotency_key)}}
     item = dynamodb.get_item(TableName=table, Key=record_key, ConsistentRead=True)
     record = IdempotencyRecord.from_item(item["Item"], spec.idempotency_expiry_s) if "Item" in item else None
@@ -338,6 +508,7 @@ def find_job(
         idempotency_key=idempotency_key,
         record=record,
         dead_letters=letters,
-        looked_at=now or datetime.now(UTC),
+        looked_at=looked_at,
         max_attempts=spec.max_attempts,
+        flow=flow,
     )

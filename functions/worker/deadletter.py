@@ -31,6 +31,7 @@ from functions.worker.provenance import (
     HELD_SINCE,
     PRIOR_ATTEMPTS,
     RUNTIME_PREFIX,
+    SENT_AT,
     SQS_MAX_ATTRIBUTES,
     STORED_ATTRIBUTES,
     Attributes,
@@ -273,17 +274,25 @@ class DeadLetterQueue:
         return str(response["MessageId"])
 
     def copy_attributes(
-        self, body: str, attributes: MessageAttributes, prior: int | None = None, held_since: float | None = None
+        self,
+        body: str,
+        attributes: MessageAttributes,
+        prior: int | None = None,
+        held_since: float | None = None,
+        sent_at_ms: int | None = None,
     ) -> Attributes:
         """A hand-back copy's attributes. The producer's travel as they came (same names and values: the copy is
         no bigger than the original, bookkeeping aside) unless one is named `jobs.*`, which on a message the
         runtime sent would read as bookkeeping, or there would be more than SQS's 10: then they are packed, and
-        CopyTooLargeError says when that copy would not fit the queue."""
+        CopyTooLargeError says when that copy would not fit the queue. `sent_at_ms`: when the original was first
+        sent, which the copy's own SentTimestamp no longer says."""
         bookkeeping: Attributes = {}
         if prior is not None:
             bookkeeping[PRIOR_ATTEMPTS] = {"DataType": "Number", "StringValue": str(max(0, prior))}
         if held_since is not None:
             bookkeeping[HELD_SINCE] = {"DataType": "Number", "StringValue": f"{held_since:.3f}"}
+        if sent_at_ms is not None:
+            bookkeeping[SENT_AT] = {"DataType": "Number", "StringValue": str(sent_at_ms)}
         reference = attributes.bookkeeping.get(STORED_ATTRIBUTES)
         if reference:
             bookkeeping[STORED_ATTRIBUTES] = _string(reference)
@@ -309,10 +318,12 @@ class DeadLetterQueue:
         prior: int | None = None,
         delay_s: int = 0,
         held_since: float | None = None,
+        sent_at_ms: int | None = None,
     ) -> str:
         """Send an unrun copy of a record back to its (standard) queue, due in `delay_s`, remembering `prior`
-        runs and, if open breakers held it, since when (each only when given); see `copy_attributes`."""
-        sent = self.copy_attributes(body, attributes, prior=prior, held_since=held_since)
+        runs, if open breakers held it, since when, and when its original was first sent (each only when given); see
+        `copy_attributes`."""
+        sent = self.copy_attributes(body, attributes, prior=prior, held_since=held_since, sent_at_ms=sent_at_ms)
         request: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": body, "DelaySeconds": delay_s}
         if sent:
             request["MessageAttributes"] = sent

@@ -23,6 +23,7 @@ from sqs_jobs.errors import (
 __all__ = [
     "CircuitOpenError",
     "DeadLetterError",
+    "DebounceWaitError",
     "EnvelopeError",
     "EnvelopeFieldError",
     "EnvelopeNotJSONError",
@@ -49,6 +50,7 @@ __all__ = [
     "TimeLimitInterrupt",
     "TimeLimitUnservableError",
     "TransientError",
+    "UniqueKeyError",
     "UnknownJobError",
     "WorkerConfigError",
 ]
@@ -60,6 +62,15 @@ class RecordNotFoundError(PermanentError):
 
 class IdempotencyKeyError(PermanentError):
     """A job produced an empty idempotency key; hashing it would merge unrelated jobs."""
+
+
+class UniqueKeyError(IdempotencyKeyError):
+    """A unique or debounced job's `unique_key` raised or produced a blank key: dead-lettered like a bad
+    idempotency key (the same envelope would fail the same way)."""
+
+
+class DebounceWaitError(JobError):
+    """A debounced job's publish whose window has not ended yet: handed back unrun until it ends."""
 
 
 class JobInProgressError(TransientError):

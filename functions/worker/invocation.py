@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from functions.worker.provenance import MessageAttributes
+from functions.worker.provenance import SENT_AT, MessageAttributes
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -27,6 +27,7 @@ class Outcome(Enum):
     DEFERRED = "deferred"
     HEARTBEAT = "heartbeat"
     CANCELLED = "cancelled"  # a copy of a cancelled key, acknowledged unrun
+    DROPPED = "dropped"  # a copy of a unique or debounced job its flow setting dropped, acknowledged unrun
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,16 @@ class Delivery:
     record: SQSRecord
     attributes: MessageAttributes
     receives: int
+
+    @property
+    def first_sent_ms(self) -> int | None:
+        """When the message was first sent (epoch ms): SQS's SentTimestamp, or on a fresh copy the runtime sent, the
+        original's, which the copy carries (a producer's attribute of that name is its data, never read here)."""
+        carried = self.attributes.bookkeeping.get(SENT_AT, "")
+        if carried.isdigit():
+            return int(carried)
+        sent = self.record.attributes.sent_timestamp
+        return int(sent) if sent else None
 
 
 class Invocation:

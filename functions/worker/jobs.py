@@ -113,6 +113,8 @@ class JobModule(Protocol):
         (results.py's rule). Raise a PermanentError for what can never succeed; anything else is retried."""
 
     # Optional: `idempotency_key(envelope) -> str`, the business key within the job (default: `envelope.id`).
+    # Optional: `unique_key(envelope) -> str`, what a unique or debounced job is unique by within the job and tenant
+    # (default: `envelope.id`; functions/worker/uniqueness.py).
     # Optional: `PERMANENT_ERRORS` and `TRANSIENT_ERRORS`, tuples of exception classes that override the
     # classifier for this job's own errors (functions/worker/classify.py).
 
@@ -125,6 +127,13 @@ class LoadedJob:
     # The job's classification overrides: exception types it knows to be permanent or transient.
     permanent_errors: ErrorTypes = ()
     transient_errors: ErrorTypes = ()
+    # The module's `unique_key(envelope)`, for a unique or debounced job; None: the entity ID.
+    unique_key_function: Callable[[Envelope], str] | None = None
+
+    def derives_key(self, envelope: Envelope) -> bool:
+        """Whether the record's idempotency key is the runtime's default, `<job>:<id>`: neither the publisher nor
+        the job's module named it."""
+        return envelope.key is None and self.key_function is default_idempotency_key
 
     def idempotency_key(self, envelope: Envelope) -> str:
         """`<job>:<key>`, where the key is the publisher's explicit one if it sent one, else the job's own
@@ -149,12 +158,16 @@ def load_jobs(queue: QueueSpec) -> dict[str, LoadedJob]:
         key_function = getattr(module, "idempotency_key", default_idempotency_key)
         if not callable(key_function) or not _takes_positionals(key_function, 1):
             raise WorkerConfigError(f"job module {spec.handler!r}: idempotency_key must be a function of (envelope)")
+        unique_key = getattr(module, "unique_key", None)
+        if unique_key is not None and (not callable(unique_key) or not _takes_positionals(unique_key, 1)):
+            raise WorkerConfigError(f"job module {spec.handler!r}: unique_key must be a function of (envelope)")
         loaded[spec.name] = LoadedJob(
             spec=spec,
             run=run,
             key_function=key_function,
             permanent_errors=_error_types(module, "PERMANENT_ERRORS"),
             transient_errors=_error_types(module, "TRANSIENT_ERRORS"),
+            unique_key_function=unique_key,
         )
     return loaded
 

@@ -45,6 +45,8 @@ LIMIT_WAIT = "LimitWait"
 # A copy of a key an operator cancelled, acknowledged without running (a run stopped by the cancel is
 # JobDeadLettered, reason cancelled).
 CANCELLED_COPY = "JobCancelled"
+# A copy of a unique or debounced job acknowledged without running, per DropReason (functions/worker/uniqueness.py).
+DROPPED = "JobDropped"
 
 # What operators' tools show as the error type of a dead letter the runtime didn't write (no evidence attributes).
 NO_EVIDENCE = "(no evidence: not dead-lettered by the runtime)"
@@ -63,6 +65,14 @@ class DeferReason(StrEnum):
     RATE_LIMITED = "rate_limited"  # a rate limit had no token for it in time (sqs_jobs.flow_control)
     KEY_BUSY = "key_busy"  # its key had as many runs as its concurrency limit allows
     RUNTIME_FAULT = "runtime_fault"  # the runtime's own store failed before the run
+    DEBOUNCE = "debounce"  # a debounced job's publish waits until its window ends
+
+
+class DropReason(StrEnum):
+    """Why a copy was acknowledged without running (JobDropped's reason): its job's flow setting said so."""
+
+    UNIQUE = "unique"  # another publish of its unique key claimed the window it was sent in
+    SUPERSEDED = "superseded"  # a later publish of its debounced key came within its window
 
 
 class DeadLetterFailure(StrEnum):
@@ -77,6 +87,33 @@ class CutRunCallReason(StrEnum):
     REFUSED = "refused"  # the cut run's call after the cut was refused by the fence
     ENDED = "ended"  # a call in flight at the cut got its answer
 
+
+# A unique or debounced key's state, in the idempotency table beside the key records (functions/worker/uniqueness.py
+# writes it, jobctl job show reads it): one item per key and kind, `<prefix><sha256 of the key>`, expiring with the
+# table's TTL attribute.
+FLOW_UNIQUE_PREFIX = "flow#unique#"
+FLOW_DEBOUNCE_PREFIX = "flow#debounce#"
+FLOW_JOB = "flow_job"
+FLOW_KEY = "flow_key"
+FLOW_TENANT = "flow_tenant"
+# unique: the window the claiming copy opened (epoch ms, from its first send) and whose it is (its idempotency key's
+# record ID, the key itself and its message), and when it claimed it (epoch seconds).
+WINDOW_START_MS = "window_start_ms"
+WINDOW_END_MS = "window_end_ms"
+CLAIMANT = "claimant"
+CLAIMANT_KEY = "claimant_key"
+CLAIMANT_MESSAGE = "claimant_message"
+CLAIMED_AT = "claimed_at"
+# debounce: the latest copy registered (its first send, epoch ms, its idempotency key's record ID, the key and its
+# message), and the copy that last ran at its window's end (`fired_*`, with the key it ran under).
+LATEST_SENT_MS = "latest_sent_ms"
+LATEST_RECORD = "latest_record"
+LATEST_KEY = "latest_key"
+LATEST_MESSAGE = "latest_message"
+FIRED_SENT_MS = "fired_sent_ms"
+FIRED_RECORD = "fired_record"
+FIRED_RUN_KEY = "fired_run_key"
+FIRED_AT = "fired_at"
 
 # A run's progress (context.progress) in its key's idempotency record: the runtime writes them, jobctl reads them.
 PROGRESS_DONE = "progress_done"

@@ -33,6 +33,9 @@ PRIOR_ATTEMPTS = "jobs.prior_attempts"
 # On a copy handed back because an open circuit breaker refused a call it needed: when that first happened (epoch
 # seconds), so the time it may be held without spending attempts is bounded across copies.
 HELD_SINCE = "jobs.held_since"
+# On every fresh copy the runtime sends: when the message it copies was first sent (epoch ms, the original's
+# SentTimestamp), so a copy's own SentTimestamp never moves a unique or debounce window (worker/uniqueness.py).
+SENT_AT = "jobs.sent_at"
 
 # Where the producer's packed attributes went when they could not fit a dead letter (functions/worker/
 # attribute_store.py): a reference, in their place.

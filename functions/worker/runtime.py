@@ -5,11 +5,13 @@ one record at a time per message group). Each record first gets a verdict, then 
 
 1. parse the envelope (a bad one is a permanent failure);
 2. if the invocation has too little time left for the job's time limit, hand the record back at once;
-3. run the job (functions/worker/execution.py) under Powertools idempotency keyed on the business key, its runs
+3. a unique or debounced job's copy may be acknowledged unrun or wait for its window here
+   (functions/worker/uniqueness.py);
+4. run the job (functions/worker/execution.py) under Powertools idempotency keyed on the business key, its runs
    counted in the key's record (functions/worker/run_ledger.py); the job's code runs in a job thread, cut at its
    time limit and fenced after (functions/worker/time_limit.py); its downstream calls pass the circuit breakers
    (functions/worker/downstream.py);
-4. the verdict on what the run came to, carried out (functions/worker/settlement.py): acknowledged, back to the
+5. the verdict on what the run came to, carried out (functions/worker/settlement.py): acknowledged, back to the
    queue after a backoff or until a breaker may probe, or dead-lettered with evidence.
 No exception escapes a batch. See docs/failure-semantics.md.
 """
@@ -38,6 +40,7 @@ from functions.worker.provenance import MessageAttributes, Provenance, from_even
 from functions.worker.run_ledger import RunLedger
 from functions.worker.settings import WorkerSettings
 from functions.worker.settlement import Done, RetryLater, Settlement, Verdict
+from functions.worker.uniqueness import Admitted, FlowStore, Uniqueness
 from sqs_jobs.envelope import Envelope, parse_envelope
 from sqs_jobs.limits import SETTLE_MARGIN_S
 from sqs_jobs.specs import HEARTBEAT_JOB
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Outcome", "RetryLater", "Worker", "build_worker"]
 
-_RECORD_LOG_KEYS = ("job", "id", "message_id", "receive", "attempt", "idempotency_key")
+_RECORD_LOG_KEYS = ("job", "id", "message_id", "receive", "attempt", "idempotency_key", "unique_key")
 
 _NO_ATTRIBUTES = MessageAttributes(bookkeeping={}, producer={})
 
@@ -78,6 +81,7 @@ class Worker:
         observability: Observability | None = None,
         rng: random.Random | None = None,
         http_client: HttpClient | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.settings = settings
         self._queue = settings.queue
@@ -109,6 +113,19 @@ class Worker:
             sqs=self._sqs,
             # The worker's own, built on the first dead letter or copy.
             dead_letters=lambda: self._dead_letters,
+        )
+        # Unique and debounced jobs' state, in the idempotency table; `clock` is what their windows are judged by.
+        self._uniqueness = Uniqueness(
+            self._queue,
+            FlowStore(
+                lambda: clients.within("dynamodb", self._invocation.call_time_s(SETTLE_MARGIN_S)),
+                settings.idempotency_table,
+            ),
+            self._settlement,
+            self._tally,
+            self._obs.logger,
+            forget=lambda record_id: self._ledger.forget(record_id, None, time_left_s=self._invocation.call_time_s()),
+            clock=clock,
         )
         self._executor = JobExecutor(
             settings, clients, self._obs, self._tally, self._ledger, self._invocation, http_client=http_client
@@ -286,7 +303,11 @@ class Worker:
             return self._settlement.dead_letter_of(
                 delivery, envelope, bad_key, DeadLetterFailure.PERMANENT, classify(bad_key).reason
             )
-        return self._run(job, envelope, delivery, key, limit_s)
+        # A unique or debounced job's copy may be dropped or wait here; one that runs may get its own key.
+        admission = self._uniqueness.admit(job, envelope, delivery, key)
+        if not isinstance(admission, Admitted):
+            return admission
+        return self._run(job, envelope, delivery, admission.key, limit_s)
 
     def _run(self, job: LoadedJob, envelope: Envelope, delivery: Delivery, key: str, limit_s: float) -> Verdict:
         """Run the record's job (functions/worker/execution.py), then turn what it came to into a verdict."""

@@ -554,6 +554,8 @@ class Settlement:
                     record.body,
                     delivery.attributes,
                     delay_s=min(SQS_MAX_DELAY_S, verdict.delay_s),
+                    # The copy's own SentTimestamp is now: it carries its original's, for unique and debounce.
+                    sent_at_ms=delivery.first_sent_ms,
                 )
             except CopyTooLargeError:
                 # Only a producer that named its attributes `jobs.*` gets a copy bigger than its message: it keeps

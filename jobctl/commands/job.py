@@ -34,7 +34,8 @@ def _queue_of(name: str) -> str:
 @click.option("--key", help="The idempotency key, if the publisher chose one (default: the job's own, from the ID).")
 @click.pass_obj
 def show(options: Options, name: str, entity_id: str, key: str | None) -> None:
-    """Whether JOB ID completed (when, and until when a redelivery is skipped), is running, or sits in the DLQ."""
+    """Whether JOB ID completed (when, and until when a redelivery is skipped), is running, or sits in the DLQ; for a
+    unique or debounced job, also its window and which publish holds it."""
     queue = _queue_of(name)
     with operator_errors():
         [(spec, where)] = queues_of(options, queue)
@@ -55,6 +56,8 @@ def show(options: Options, name: str, entity_id: str, key: str | None) -> None:
                 click.echo(shown(f"  cancelled:        {record.cancelled_at.isoformat(timespec='seconds')}"))
         for letter in found.dead_letters:
             click.echo(shown(f"  dead letter {letter.message_id}: {letter.error_type}: {letter.error_message}"))
+        if found.flow is not None:
+            click.echo(shown(f"  {found.flow.describe(found.looked_at)}"))
 
     emit(options, found.to_dict(), text)
 

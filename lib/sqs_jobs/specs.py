@@ -243,6 +243,12 @@ class JobSpec:
     # At most this many runs at once per key (default: per ID) across every worker; None: no limit beyond the
     # idempotency key's own (one run at a time).
     concurrency: KeyConcurrency | None = None
+    # Unique: of the publishes of one unique key (`<job>:<id>` by default) sent within this many seconds of the one
+    # that claimed the window, only that one runs; the others are acknowledged unrun when consumed. None: off.
+    unique_for_s: int | None = None
+    # Debounce: each publish waits this many seconds from its send and runs only if no later publish of its unique
+    # key came meanwhile, so a burst runs once, after it ends. None: off. Not together with unique_for_s.
+    debounce_s: int | None = None
 
 
 @dataclass(frozen=True)
@@ -432,6 +438,7 @@ class QueueSpec:
             if not _HANDLER.fullmatch(job.handler):
                 found.append(f"{where}: job {job.name!r} handler {job.handler!r} is not a dotted module path")
             found += self._time_limit_problems(where, job)
+            found += self._flow_problems(where, job)
             if job.rate_limit is not None:
                 found += job.rate_limit.problems(f"{where}: job {job.name!r}")
             if job.concurrency is not None:
@@ -480,6 +487,53 @@ class QueueSpec:
                 "DLQ; lower max_receives or max_attempts, or raise retention_s"
             ]
         return []
+
+    @property
+    def max_debounce_s(self) -> int:
+        """The longest debounce window one hand-back can wait out: SQS hides a message at most 12 h from its receive,
+        and the invocation that hands it back has used up to its timeout of those."""
+        return SQS_MAX_VISIBILITY_S - self.function_timeout_s
+
+    def _flow_problems(self, where: str, job: JobSpec) -> list[str]:
+        """unique_for_s and debounce_s: one or the other, each within what the runtime can keep."""
+        label = f"{where}: job {job.name!r}"
+        found: list[str] = []
+        if job.unique_for_s is not None and job.debounce_s is not None:
+            found.append(
+                f"{label} sets both unique_for_s and debounce_s; set one (unique runs the first publish of a window, "
+                "debounce the last)"
+            )
+        if job.unique_for_s is not None and not 1 <= job.unique_for_s <= self.idempotency_expiry_s:
+            found.append(
+                f"{label} unique_for_s {job.unique_for_s} is outside 1..{self.idempotency_expiry_s} (the queue's "
+                "idempotency_expiry_s: the publish that claimed a window is told from the others by its "
+                "idempotency record, which must outlive the window)"
+            )
+        if job.debounce_s is None:
+            return found
+        if not 1 <= job.debounce_s <= self.max_debounce_s:
+            found.append(
+                f"{label} debounce_s {job.debounce_s} is outside 1..{self.max_debounce_s} (a publish waits its window "
+                f"in one hand-back, and SQS hides a message at most {SQS_MAX_VISIBILITY_S} s from its receive, less "
+                f"the {self.function_timeout_s} s function timeout)"
+            )
+        if job.debounce_s >= self.alarms.oldest_message_age_s:
+            found.append(
+                f"{label} debounce_s {job.debounce_s} must be less than alarms.oldest_message_age_s "
+                f"({self.alarms.oldest_message_age_s}): every publish waits its window in the queue, and the age "
+                "alarm would page for it"
+            )
+        if job.debounce_s >= self.retention_s:
+            found.append(
+                f"{label} debounce_s {job.debounce_s} must be less than retention_s ({self.retention_s}): SQS "
+                "deletes a message at the end of its retention, waiting or not"
+            )
+        if self.fifo:
+            found.append(
+                f"{label} sets debounce_s on a FIFO queue: a waiting message holds its group, so no later publish "
+                "could supersede it; debounce needs a standard queue"
+            )
+        return found
 
     def _time_limit_problems(self, where: str, job: JobSpec) -> list[str]:
         # A limit the invocation can't fit would have every record handed back unrun, for ever.

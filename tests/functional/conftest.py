@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import io
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, cast
@@ -103,11 +103,13 @@ class Harness:
             self._worker_clients[queue] = ClientFactory(session=session)
         return self._worker_clients[queue]
 
-    def worker(self, queue: str = "orders") -> Worker:
+    def worker(self, queue: str = "orders", clock: Callable[[], float] | None = None) -> Worker:
+        """The queue's worker; `clock` is the time unique and debounced jobs' windows are judged by."""
         return Worker(
             settings=self.deployment.worker_settings(queue),
             clients=self.worker_clients(queue),
             observability=Observability.create(output=self.output),
+            clock=clock,
         )
 
     def mapping(self, queue: str = "orders", chaos: Chaos | None = None) -> EventSourceMapping:

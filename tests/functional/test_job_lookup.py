@@ -71,6 +71,7 @@ def test_a_completed_job_is_found_by_the_record_powertools_wrote(harness: Harnes
     expiry = harness.deployment.queues["orders"].spec.idempotency_expiry_s
     assert found.record.remembered_until - found.record.completed_at == timedelta(seconds=expiry)
     assert found.to_dict()["verdict"] == "completed"
+    assert found.flow is None and found.to_dict()["flow"] is None  # neither unique nor debounced
     # Once the record's expiry has passed it no longer protects against a redelivery.
     later = _lookup(harness, "order_confirmation", "1001", now=found.record.remembered_until + timedelta(seconds=1))
     assert later.verdict == NOT_FOUND and "expired" in later.explanation()

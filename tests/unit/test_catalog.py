@@ -178,6 +178,7 @@ def test_job_defaults() -> None:
     assert spec.idempotent is True
     assert spec.resources == ()
     assert spec.description == ""
+    assert (spec.unique_for_s, spec.debounce_s) == (None, None)
 
 
 @pytest.mark.parametrize(
@@ -253,6 +254,19 @@ def test_specs_are_immutable() -> None:
         ({"max_message_bytes": 1023}, "max_message_bytes 1023 is outside 1024..1032192"),
         # SQS would take it, but the DLQ could not hold such a message with its evidence.
         ({"max_message_bytes": SQS_MAX_MESSAGE_BYTES}, "DLQ keeps 16384 bytes above the queue's limit"),
+        ({"jobs": (job(unique_for_s=60, debounce_s=60),)}, "sets both unique_for_s and debounce_s; set one"),
+        ({"jobs": (job(unique_for_s=0),)}, "unique_for_s 0 is outside 1..1296000"),
+        # The claimant is told by its idempotency record, which must outlive the window.
+        ({"jobs": (job(unique_for_s=15 * DAY + 1),)}, "unique_for_s 1296001 is outside 1..1296000"),
+        ({"jobs": (job(debounce_s=0),)}, "debounce_s 0 is outside 1..43140"),
+        # One hand-back waits out the window: SQS hides a message at most 12 h from its receive.
+        (
+            {"jobs": (job(debounce_s=SQS_MAX_VISIBILITY_S),), "alarms": AlarmThresholds(oldest_message_age_s=DAY)},
+            "debounce_s 43200 is outside 1..43140",
+        ),
+        ({"jobs": (job(debounce_s=900),)}, "debounce_s 900 must be less than alarms.oldest_message_age_s (900)"),
+        ({"jobs": (job(debounce_s=120),), "retention_s": 120}, "debounce_s 120 must be less than retention_s (120)"),
+        ({"jobs": (job(debounce_s=60),), "fifo": True}, "sets debounce_s on a FIFO queue"),
     ],
     ids=lambda value: re.sub(r"\W+", "-", str(value))[:40] if isinstance(value, dict) else None,
 )
@@ -293,6 +307,15 @@ def test_each_rule_violation_is_a_catalog_error_naming_the_problem(changes: dict
         {"circuit_breaker": CircuitBreakerSpec(open_s=900, max_open_s=900, max_hold_s=SQS_MAX_VISIBILITY_S)},
         {"max_message_bytes": 1024},
         {"max_message_bytes": SQS_MAX_MESSAGE_BYTES - DEAD_LETTER_HEADROOM_BYTES},
+        {"jobs": (job(unique_for_s=1),)},
+        {"jobs": (job(unique_for_s=15 * DAY),)},
+        {"jobs": (job(unique_for_s=60),), "fifo": True},
+        {"jobs": (job(debounce_s=1),)},
+        {"jobs": (job(debounce_s=899),)},
+        {
+            "jobs": (job(debounce_s=SQS_MAX_VISIBILITY_S - 60),),
+            "alarms": AlarmThresholds(oldest_message_age_s=DAY),
+        },
     ],
 )
 def test_values_at_the_edge_of_each_range_are_accepted(changes: dict[str, Any]) -> None:

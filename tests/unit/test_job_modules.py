@@ -32,6 +32,7 @@ def test_run_alone_is_a_job_with_the_default_key_and_no_overrides(module: types.
 
     assert loaded.key_function is default_idempotency_key
     assert (loaded.permanent_errors, loaded.transient_errors) == ((), ())
+    assert loaded.unique_key_function is None
 
 
 @pytest.mark.parametrize(
@@ -43,6 +44,8 @@ def test_run_alone_is_a_job_with_the_default_key_and_no_overrides(module: types.
         ({"run": lambda e, c: None, "idempotency_key": "id"}, "idempotency_key must be a function of (envelope)"),
         ({"run": lambda e, c: None, "idempotency_key": lambda: "k"}, "idempotency_key must be a function of"),
         ({"run": lambda e, c: None, "PERMANENT_ERRORS": (ValueError, "x")}, "must be a tuple of exception classes"),
+        ({"run": lambda e, c: None, "unique_key": "document"}, "unique_key must be a function of (envelope)"),
+        ({"run": lambda e, c: None, "unique_key": lambda e, f: "k"}, "unique_key must be a function of (envelope)"),
     ],
 )
 def test_a_module_that_breaks_the_protocol_fails_the_start_saying_what(
