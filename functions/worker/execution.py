@@ -297,7 +297,8 @@ class JobExecutor:
         if not any(FlowControl.limits(job) for job in self._queue.jobs) and not self._settings.endpoint_limits:
             return None
         return FlowControl(
-            lambda: self._clients("dynamodb"),
+            # The runtime's own calls: bounded by what the invocation has left, as the run ledger's are.
+            lambda: self._clients.within("dynamodb", self._invocation.call_time_s(SETTLE_MARGIN_S)),
             self._settings.idempotency_table,
             self._settings.resources,
             self._settings.endpoint_limits,

@@ -186,9 +186,7 @@ def test_the_limits_store_failing_holds_the_record_as_the_runtimes_fault(harness
         if str(params.get("Key", {}).get("id", {}).get("S", "")).startswith("flow#"):
             raise ClientError({"Error": {"Code": "InternalServerError", "Message": "injected"}}, "UpdateItem")
 
-    harness.worker_clients("rated")("dynamodb").meta.events.register(
-        "before-parameter-build.dynamodb.UpdateItem", refuse_flow_items
-    )
+    harness.worker_clients("rated").register("before-parameter-build.dynamodb.UpdateItem", refuse_flow_items)
     _send(harness, "rated", "s1")
 
     invocation = harness.deliver("rated", worker=worker)
