@@ -41,6 +41,7 @@ from functions.worker.provenance import (
 from jobctl.discovery import QueueLocation
 from jobctl.errors import EXIT_USAGE, OperatorError
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.envelope import tenant_of
 from sqs_jobs.limits import SQS_BATCH_MAX
 from sqs_jobs.specs import Catalog
 
@@ -119,6 +120,11 @@ class DeadLetter:
     @property
     def job(self) -> str:
         return self.evidence.get(deadletter.JOB) or self._envelope_field("job") or "(unknown)"
+
+    @property
+    def tenant(self) -> str | None:
+        """The tenant its body names (the envelope's rule), or None."""
+        return tenant_of(self.body)
 
     @property
     def envelope_key(self) -> str | None:
@@ -375,8 +381,9 @@ class DeadLetterQueue:
         letters = restored
         if not letters:
             return 0
+        fifo = target_url.endswith(".fifo")  # a FIFO queue's name ends in .fifo (SQS's CreateQueue)
         sent = self._sqs.send_message_batch(
-            QueueUrl=target_url, Entries=[_redrive_entry(str(i), letter) for i, letter in enumerate(letters)]
+            QueueUrl=target_url, Entries=[_redrive_entry(str(i), letter, fifo) for i, letter in enumerate(letters)]
         )
         copied = [letters[int(item["Id"])] for item in sent.get("Successful", [])]
         for failure in sent.get("Failed", []):
@@ -518,14 +525,17 @@ class MoveTasks:
         return task
 
 
-def _redrive_entry(entry_id: str, letter: DeadLetter) -> dict[str, Any]:
-    """SendMessageBatch's entry for a dead letter going back: its body and producer's attributes, and on a FIFO
-    queue its message group, deduplicated on its DLQ message ID so that a retried redrive of it is a no-op."""
+def _redrive_entry(entry_id: str, letter: DeadLetter, fifo: bool) -> dict[str, Any]:
+    """SendMessageBatch's entry for a dead letter going back: its body and producer's attributes, and its message
+    group: on a FIFO queue its order's, deduplicated on its DLQ message ID so that a retried redrive of it is a
+    no-op; on a standard queue its tenant's (fair queues), which takes no deduplication ID."""
     entry: dict[str, Any] = {"Id": entry_id, "MessageBody": letter.body}
     if letter.publisher_attributes:
         entry["MessageAttributes"] = letter.publisher_attributes
-    if letter.group_id:
-        entry["MessageGroupId"] = letter.group_id
+    group = letter.group_id if fifo else letter.group_id or letter.tenant
+    if group:
+        entry["MessageGroupId"] = group
+    if fifo and group:
         entry["MessageDeduplicationId"] = letter.message_id
     return entry
 

@@ -113,6 +113,16 @@ def _tenant(body: Mapping[str, Any]) -> str | None:
     return tenant
 
 
+def tenant_of(body: str) -> str | None:
+    """The tenant `body` names by the envelope's rule, or None (no tenant, or not an envelope at all): for what
+    sends a message on as itself and keeps its tenant's MessageGroupId. Never raises."""
+    try:
+        decoded = json.loads(body)
+        return _tenant(decoded) if isinstance(decoded, dict) else None
+    except (ValueError, RecursionError, EnvelopeFieldError):
+        return None
+
+
 def _refuse_hidden(name: str, value: str) -> None:
     """Controls, format characters (bidi overrides, zero-width), line separators and unpaired surrogates (from a
     lone "\\ud800" escape: not text, can't be sent on as UTF-8) have no place in an identifier: they hide or

@@ -36,6 +36,7 @@ from sqs_jobs.envelope import (
     Envelope,
     build_envelope,
     parse_envelope,
+    tenant_of,
 )
 from sqs_jobs.visible import is_hidden
 
@@ -209,6 +210,23 @@ def test_a_tenant_leaves_room_for_every_extra_field(with_key: bool) -> None:
     envelope = parse_envelope(body(job=JOB, id="1", tenant="acme", **key, **extras(MAX_EXTRA_FIELDS)), ACCEPTED)
 
     assert len(envelope.extra) == MAX_EXTRA_FIELDS
+
+
+@pytest.mark.parametrize(
+    ("raw", "tenant"),
+    [
+        (body(job=JOB, id="1", tenant="acme"), "acme"),
+        (body(job="no_such_job", tenant="acme"), "acme"),  # only the tenant is read
+        (body(job=JOB, id="1"), None),
+        (body(job=JOB, id="1", tenant="acme eu"), None),
+        (body(job=JOB, id="1", tenant=7), None),
+        ("[1]", None),
+        ("not json", None),
+    ],
+    ids=["tenant", "bad-envelope-good-tenant", "none", "refused", "integer", "array", "not-json"],
+)
+def test_tenant_of_reads_a_bodys_tenant_by_the_rule_and_never_raises(raw: str, tenant: str | None) -> None:
+    assert tenant_of(raw) == tenant
 
 
 def test_round_trip_through_to_json() -> None:
