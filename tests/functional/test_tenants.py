@@ -1,25 +1,120 @@
 """Tenants on a standard queue (SQS fair queues): a message's tenant is its body's `tenant` and its MessageGroupId.
-What the runtime sends on keeps both: a dead letter keeps the group (and gets no deduplication ID, which a standard
-queue refuses), and a fresh copy of a record on its last receive keeps its tenant's group."""
+JobPublisher sends both (on a FIFO queue the group stays the order, the tenant in the body alone), the job sees the
+tenant in its envelope. What the runtime sends on keeps both: a dead letter keeps the group (and gets no
+deduplication ID, which a standard queue refuses), and a fresh copy of a record on its last receive keeps its
+tenant's group."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from functions.worker import deadletter
+from functions.worker.clients import ClientFactory
 from functions.worker.provenance import MessageAttributes
+from jobctl.cli import main as jobctl
 from jobctl.dlq import DeadLetterQueue, Filter
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.envelope import Envelope
+from sqs_jobs.publisher import JobPublisher, PublishError
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, narrowed
+from tests.functional.sample_jobs import whose
 
 TENANT = "acme-eu"
+WHOSE = Catalog(
+    queues=(
+        QueueSpec(name="shared", jobs=(JobSpec(name="whose", handler="tests.functional.sample_jobs.whose"),)),
+        QueueSpec(
+            name="ordered", fifo=True, jobs=(JobSpec(name="whose_fifo", handler="tests.functional.sample_jobs.whose"),)
+        ),
+    )
+)
 
 
 @pytest.fixture
-def orders(clients: object) -> Harness:
-    return Harness.provisioned(clients, narrowed(CATALOG, "orders"))  # type: ignore[arg-type]
+def orders(clients: ClientFactory) -> Harness:
+    return Harness.provisioned(clients, narrowed(CATALOG, "orders"))
+
+
+@pytest.fixture
+def shared(clients: ClientFactory) -> Iterator[Harness]:
+    whose.SEEN.clear()
+    yield Harness.provisioned(clients, WHOSE)
+
+
+def _publisher(harness: Harness) -> JobPublisher:
+    urls = {name: queue.url for name, queue in harness.deployment.queues.items()}
+    return JobPublisher(harness.clients("sqs"), urls, catalog=harness.catalog)
+
+
+def _received(harness: Harness, queue: str) -> list[dict[str, Any]]:
+    sqs = harness.clients("sqs")
+    url = harness.deployment.queues[queue].url
+    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"])
+    for message in messages.get("Messages", []):
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+    return list(messages.get("Messages", []))
+
+
+def test_a_tenants_job_arrives_with_its_message_group_and_the_job_sees_its_tenant(shared: Harness) -> None:
+    publisher = _publisher(shared)
+    publisher.publish("whose", "1", tenant=TENANT)
+    publisher.publish("whose", "2")
+    publisher.publish_many([Envelope(job="whose", id="3", tenant="globex"), ("whose", "4")])
+
+    sent = {json.loads(m["Body"])["id"]: m for m in _received(shared, "shared")}
+    assert {entity: m["Attributes"].get("MessageGroupId") for entity, m in sent.items()} == {
+        "1": TENANT,
+        "2": None,
+        "3": "globex",
+        "4": None,
+    }
+    assert json.loads(sent["1"]["Body"]) == {"job": "whose", "id": "1", "tenant": TENANT}
+
+    invocation = shared.deliver("shared")
+
+    assert invocation is not None and invocation.failed_ids == []
+    assert sorted(whose.SEEN) == [
+        ("1", TENANT, TENANT),
+        ("2", None, None),
+        ("3", "globex", "globex"),
+        ("4", None, None),
+    ]
+
+
+def test_on_a_fifo_queue_the_group_stays_the_order_and_the_tenant_rides_in_the_body(shared: Harness) -> None:
+    publisher = _publisher(shared)
+    publisher.publish("whose_fifo", "1", tenant=TENANT)
+    publisher.publish("whose_fifo", "2", tenant=TENANT, group="order-7")
+
+    sent = {json.loads(m["Body"])["id"]: m for m in _received(shared, "ordered")}
+    assert {entity: m["Attributes"]["MessageGroupId"] for entity, m in sent.items()} == {"1": "1", "2": "order-7"}
+    assert all(json.loads(m["Body"])["tenant"] == TENANT for m in sent.values())
+
+
+def test_jobctl_enqueue_publishes_a_tenants_job_and_refuses_a_tenant_sqs_would(orders: Harness) -> None:
+    enqueued = CliRunner().invoke(
+        jobctl, ["--output", "json", "enqueue", "orders", "order_confirmation", "1", "--tenant", TENANT]
+    )
+    refused = CliRunner().invoke(jobctl, ["enqueue", "orders", "order_confirmation", "2", "--tenant", "acme eu"])
+
+    assert enqueued.exit_code == 0, enqueued.output
+    assert json.loads(enqueued.output)["tenant"] == TENANT
+    [message] = _received(orders, "orders")
+    assert message["Attributes"]["MessageGroupId"] == TENANT
+    assert json.loads(message["Body"])["tenant"] == TENANT
+    assert refused.exit_code != 0 and "MessageGroupId" in refused.output
+
+
+def test_a_fifo_group_on_a_standard_queue_is_refused_pointing_at_tenant(shared: Harness) -> None:
+    with pytest.raises(PublishError, match="pass tenant="):
+        _publisher(shared).publish("whose", "1", group="acme")
+    assert shared.queue_counts("shared") == (0, 0)
 
 
 def _body(job: str, entity_id: str, tenant: str | None = TENANT) -> str:
