@@ -1,8 +1,8 @@
 """Tenants on a standard queue (SQS fair queues): a message's tenant is its body's `tenant` and its MessageGroupId.
 JobPublisher sends both (on a FIFO queue the group stays the order, the tenant in the body alone), the job sees the
-tenant in its envelope. What the runtime sends on keeps both: a dead letter keeps the group (and gets no
-deduplication ID, which a standard queue refuses), and a fresh copy of a record on its last receive keeps its
-tenant's group."""
+tenant in its envelope, and the worker logs it. What the runtime sends on keeps both: a dead letter keeps the group
+(and gets no deduplication ID, which a standard queue refuses), and a fresh copy of a record on its last receive
+keeps its tenant's group."""
 
 from __future__ import annotations
 
@@ -85,6 +85,9 @@ def test_a_tenants_job_arrives_with_its_message_group_and_the_job_sees_its_tenan
         ("3", "globex", "globex"),
         ("4", None, None),
     ]
+    # Every log line of a record names its tenant beside its job and ID (Powertools leaves out a key that is None).
+    tenants_logged = {(line["id"], line.get("tenant")) for line in shared.log_lines() if "id" in line}
+    assert tenants_logged == {("1", TENANT), ("2", None), ("3", "globex"), ("4", None)}
 
 
 def test_on_a_fifo_queue_the_group_stays_the_order_and_the_tenant_rides_in_the_body(shared: Harness) -> None:
