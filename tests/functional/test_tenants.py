@@ -7,7 +7,9 @@ keeps its tenant's group."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,9 @@ from functions.worker import deadletter
 from functions.worker.clients import ClientFactory
 from functions.worker.provenance import MessageAttributes
 from jobctl.cli import main as jobctl
+from jobctl.console.app import create_app
+from jobctl.console.backend import ConsoleBackend
+from jobctl.console.security import ACCESS_COOKIE, Guard
 from jobctl.dlq import DeadLetterQueue, Filter
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.envelope import Envelope
@@ -172,3 +177,76 @@ def test_a_redriven_dead_letter_goes_back_with_its_tenants_message_group(orders:
     back = sqs.receive_message(QueueUrl=queue.url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["All"])
     assert sorted(json.loads(m["Body"])["id"] for m in back["Messages"]) == ["1", "2"]
     assert {m["Attributes"].get("MessageGroupId") for m in back["Messages"]} == {TENANT}
+
+
+# --- what an operator sees ----------------------------------------------------------------------------------------
+
+# A tenant may hold any ASCII punctuation: markup in it must reach a terminal and a page as text.
+MARKUP_TENANT = "[bold]<b>acme</b>"
+
+
+def _dead_letters_of_three_tenants(harness: Harness) -> None:
+    for entity_id, tenant in (("1", TENANT), ("2", TENANT), ("3", MARKUP_TENANT), ("4", None)):
+        # No such order: dead-lettered at once (OrderNotFoundError), and safe to redrive.
+        harness.send(_body("order_confirmation", entity_id, tenant), **({"MessageGroupId": tenant} if tenant else {}))
+    harness.deliver()
+    assert harness.queue_counts(dead_letter=True) == (4, 0)
+
+
+def test_dlq_list_groups_and_filters_by_tenant(harness: Harness) -> None:
+    _dead_letters_of_three_tenants(harness)
+
+    grouped = CliRunner().invoke(jobctl, ["--output", "json", "dlq", "list", "orders", "--group-by", "tenant"])
+    only = CliRunner().invoke(jobctl, ["--output", "json", "dlq", "list", "orders", "--tenant", TENANT])
+    # Wide enough for every cell whole, whatever COLUMNS the tests run with.
+    table = CliRunner().invoke(jobctl, ["dlq", "list", "orders", "--group-by", "tenant"], env={"COLUMNS": "400"})
+
+    assert grouped.exit_code == 0, grouped.output
+    counts = {entry["tenant"]: entry["count"] for entry in json.loads(grouped.output)["groups"]}
+    assert counts == {TENANT: 2, MARKUP_TENANT: 1, None: 1}
+    assert only.exit_code == 0 and json.loads(only.output)["total"] == 2
+    assert table.exit_code == 0, table.output
+    assert MARKUP_TENANT in table.output  # literally: rich never reads a cell's text as markup
+    assert "(no tenant)" in table.output
+
+
+def test_dlq_show_names_the_tenant_and_redrive_takes_only_the_tenants_asked_for(harness: Harness) -> None:
+    _dead_letters_of_three_tenants(harness)
+    listed = json.loads(
+        CliRunner().invoke(jobctl, ["--output", "json", "dlq", "list", "orders", "--group-by", "tenant"]).output
+    )
+    sample = next(entry["sample_message_id"] for entry in listed["groups"] if entry["tenant"] is None)
+
+    shown = CliRunner().invoke(jobctl, ["dlq", "show", "orders", sample])
+    moved = CliRunner().invoke(
+        jobctl, ["--output", "json", "dlq", "redrive", "orders", "--tenant", TENANT, "--yes", "--no-verify"]
+    )
+
+    assert shown.exit_code == 0, shown.output
+    assert f"{'tenant':>16}: (no tenant)" in shown.output.splitlines()
+    assert moved.exit_code == 0, moved.output
+    assert json.loads(moved.output)["moved"] == 2
+    back = _received(harness, "orders")
+    assert sorted(json.loads(m["Body"])["id"] for m in back) == ["1", "2"]
+    assert {m["Attributes"]["MessageGroupId"] for m in back} == {TENANT}
+
+
+def test_the_consoles_queue_page_counts_dead_letters_per_tenant_and_shows_each_ones(
+    harness: Harness, tmp_path: Path
+) -> None:
+    _dead_letters_of_three_tenants(harness)
+    guard = Guard(host="127.0.0.1", port=8080)
+    app = create_app(ConsoleBackend(harness.clients, "SqsJobs"), guard, tmp_path)
+    browser = app.test_client()
+    browser.set_cookie(ACCESS_COOKIE, guard.access_token, domain="127.0.0.1")
+
+    page = browser.get("/queues/orders", base_url="http://127.0.0.1:8080")
+
+    assert page.status_code == 200, page.text
+    html = page.text
+    by_tenant = html[html.index("<caption>By tenant</caption>") : html.index("</table>", html.index("By tenant"))]
+    rows = re.findall(r'<th scope="row">(.*?)</th>\s*<td class="num">(\d+)</td>', by_tenant)
+    assert dict(rows) == {TENANT: "2", "[bold]&lt;b&gt;acme&lt;/b&gt;": "1", "(no tenant)": "1"}
+    every = html[html.index("<caption>Every dead letter</caption>") :]
+    assert every.count(f"<td>{TENANT}</td>") == 2 and every.count("<td>(no tenant)</td>") == 1
+    assert "<b>acme</b>" not in html  # the tenant's markup is text on the page
