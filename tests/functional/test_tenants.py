@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from jobctl.cli import main as jobctl
 from jobctl.console.app import create_app
 from jobctl.console.backend import ConsoleBackend
 from jobctl.console.security import ACCESS_COOKIE, Guard
+from jobctl.discovery import find_queues
 from jobctl.dlq import DeadLetterQueue, Filter
+from jobctl.status import queue_status
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.publisher import JobPublisher, PublishError
@@ -179,6 +182,15 @@ def test_a_redriven_dead_letter_goes_back_with_its_tenants_message_group(orders:
     assert {m["Attributes"].get("MessageGroupId") for m in back["Messages"]} == {TENANT}
 
 
+def _console_page(harness: Harness, path: str, archive_dir: Path) -> str:
+    guard = Guard(host="127.0.0.1", port=8080)
+    browser = create_app(ConsoleBackend(harness.clients, "SqsJobs"), guard, archive_dir).test_client()
+    browser.set_cookie(ACCESS_COOKIE, guard.access_token, domain="127.0.0.1")
+    page = browser.get(path, base_url="http://127.0.0.1:8080")
+    assert page.status_code == 200, page.text
+    return page.text
+
+
 # --- what an operator sees ----------------------------------------------------------------------------------------
 
 # A tenant may hold any ASCII punctuation: markup in it must reach a terminal and a page as text.
@@ -235,18 +247,53 @@ def test_the_consoles_queue_page_counts_dead_letters_per_tenant_and_shows_each_o
     harness: Harness, tmp_path: Path
 ) -> None:
     _dead_letters_of_three_tenants(harness)
-    guard = Guard(host="127.0.0.1", port=8080)
-    app = create_app(ConsoleBackend(harness.clients, "SqsJobs"), guard, tmp_path)
-    browser = app.test_client()
-    browser.set_cookie(ACCESS_COOKIE, guard.access_token, domain="127.0.0.1")
 
-    page = browser.get("/queues/orders", base_url="http://127.0.0.1:8080")
+    html = _console_page(harness, "/queues/orders", tmp_path)
 
-    assert page.status_code == 200, page.text
-    html = page.text
     by_tenant = html[html.index("<caption>By tenant</caption>") : html.index("</table>", html.index("By tenant"))]
     rows = re.findall(r'<th scope="row">(.*?)</th>\s*<td class="num">(\d+)</td>', by_tenant)
     assert dict(rows) == {TENANT: "2", "[bold]&lt;b&gt;acme&lt;/b&gt;": "1", "(no tenant)": "1"}
     every = html[html.index("<caption>Every dead letter</caption>") :]
     assert every.count(f"<td>{TENANT}</td>") == 2 and every.count("<td>(no tenant)</td>") == 1
     assert "<b>acme</b>" not in html  # the tenant's markup is text on the page
+
+
+# --- backlog per tenant: what SQS reports of a fair queue ----------------------------------------------------------
+
+
+def test_jobctl_status_reads_sqs_fair_queue_metrics_of_a_standard_queue(harness: Harness, tmp_path: Path) -> None:
+    now = datetime.now(UTC)
+    orders = harness.deployment.queues["orders"]
+    queue_name = orders.url.rsplit("/", 1)[-1]
+    # What SQS publishes for a fair queue (moto takes the data as CloudWatch would store it).
+    harness.clients("cloudwatch").put_metric_data(
+        Namespace="AWS/SQS",
+        MetricData=[
+            {
+                "MetricName": name,
+                "Dimensions": [{"Name": "QueueName", "Value": queue_name}],
+                "Value": value,
+                "Timestamp": now - timedelta(minutes=1),
+            }
+            for name, value in (
+                ("ApproximateNumberOfNoisyGroups", 2.0),
+                ("ApproximateAgeOfOldestMessageInQuietGroups", 12.0),
+                ("ApproximateAgeOfOldestMessage", 1800.0),
+            )
+        ],
+    )
+    locations = find_queues(harness.clients("ssm"), "SqsJobs", CATALOG)
+    sqs, cloudwatch = harness.clients("sqs"), harness.clients("cloudwatch")
+
+    standard = queue_status(sqs, cloudwatch, CATALOG.queue("orders"), locations["orders"], now=now)
+    fifo = queue_status(sqs, cloudwatch, CATALOG.queue("order_updates"), locations["order_updates"], now=now)
+
+    assert (standard.noisy_tenants, standard.quiet_oldest_age_s) == (2, 12.0)
+    assert standard.to_dict()["noisy_tenants"] == 2
+    # The age alarm's problem says whose wait it is: the noisy tenants', while the others' oldest is 12 s.
+    [aged] = [problem for problem in standard.problems if problem.startswith("oldest message")]
+    assert aged.endswith("; SQS deems 2 tenant(s) noisy, the others' oldest has waited 12s")
+    assert (fifo.noisy_tenants, fifo.quiet_oldest_age_s) == (None, None)
+    # The console's queue page says the same.
+    page = _console_page(harness, "/queues/orders", tmp_path)
+    assert "<dt>Noisy tenants</dt><dd>2 (the others' oldest: 12 s)</dd>" in page
