@@ -2,8 +2,8 @@
 
     publisher = JobPublisher(sqs_client, queue_urls={"orders": url})
     publisher.publish("order_confirmation", "123")                      # -> SQS message ID
-    publisher.publish("order_confirmation", "124", tenant="acme-eu")    # the tenant: body and MessageGroupId
     publisher.publish_many([("order_confirmation", "124"), ...])        # SendMessageBatch, chunks of 10
+    publisher.publish("order_confirmation", "127", tenant="acme-eu")    # a tenant's: body and MessageGroupId
 
     publisher = JobPublisher.from_stack(ssm, sqs, scheduler)            # the stack's queues and its scheduler
     publisher.publish("order_confirmation", "125", delay=timedelta(hours=2))   # -> one-time schedule's name
@@ -372,7 +372,7 @@ class JobPublisher:
         """Enqueue many jobs with SendMessageBatch (chunks of 10 per queue); returns message IDs in input order.
         `jobs` are (job, id) pairs or Envelopes (an Envelope carries a key, a tenant or extra fields).
 
-        Every entry is checked, its queue and its FIFO fields included, before anything is sent; an entry that
+        Every entry is checked, its queue, message group and delay included, before anything is sent; an entry that
         fails raises the error `publish` would, its message naming the entry's index, job and ID. Entries SQS
         rejects raise PartialPublishError, which carries the IDs of those that were sent, so the caller can retry
         only the failures.
