@@ -15,6 +15,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from functions.worker.names import SQS_NOISY_GROUPS, SQS_QUIET_OLDEST_AGE, SQS_QUIET_VISIBLE
 from infra import monitoring
 from sqs_jobs.specs import QueueSpec
 
@@ -113,6 +114,13 @@ class JobsDashboard(Construct):
         self.dashboard.add_widgets(
             cloudwatch.TextWidget(markdown=f"## Queue `{name}`\n{spec.description}", width=24, height=2)
         )
+        # A standard queue is a fair queue once its messages name their tenants (MessageGroupId): SQS then reports
+        # how many tenants it deems noisy and how the others fare; it counts no backlog per tenant.
+        quiet_backlog = (
+            []
+            if spec.fifo
+            else [item.queue.metric(SQS_QUIET_VISIBLE, statistic="Maximum", label="backlog of quiet tenants")]
+        )
         self.dashboard.add_widgets(
             _graph(
                 f"{name}: backlog and in flight",
@@ -121,6 +129,7 @@ class JobsDashboard(Construct):
                     item.queue.metric_approximate_number_of_messages_not_visible(
                         statistic="Maximum", label="in flight"
                     ),
+                    *quiet_backlog,
                 ],
                 [cloudwatch.HorizontalAnnotation(value=limits.backlog, label="backlog alarm")],
             ),
@@ -163,6 +172,25 @@ class JobsDashboard(Construct):
                 [],
             ),
         )
+        fair = (
+            []
+            if spec.fifo  # a FIFO queue's message groups are its order, not tenants
+            else [
+                _graph(
+                    f"{name}: tenants SQS deems noisy (fair queues)",
+                    [item.queue.metric(SQS_NOISY_GROUPS, statistic="Maximum", label="noisy tenants")],
+                    [],
+                ),
+                _graph(
+                    f"{name}: age of the oldest job (s), every tenant's and the quiet tenants'",
+                    [
+                        item.queue.metric_approximate_age_of_oldest_message(statistic="Maximum", label="every tenant"),
+                        item.queue.metric(SQS_QUIET_OLDEST_AGE, statistic="Maximum", label="quiet tenants"),
+                    ],
+                    [cloudwatch.HorizontalAnnotation(value=limits.oldest_message_age_s, label="age alarm")],
+                ),
+            ]
+        )
         self.dashboard.add_widgets(
             # A downstream outage: breakers opening in the workers, and the records they hold back meanwhile.
             _graph(
@@ -179,6 +207,7 @@ class JobsDashboard(Construct):
                     cloudwatch.HorizontalAnnotation(value=spec.max_attempts, label="max_attempts (dead letter)"),
                 ],
             ),
+            *fair,
         )
 
 

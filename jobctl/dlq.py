@@ -41,6 +41,7 @@ from functions.worker.provenance import (
 from jobctl.discovery import QueueLocation
 from jobctl.errors import EXIT_USAGE, OperatorError
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.envelope import tenant_of
 from sqs_jobs.limits import SQS_BATCH_MAX
 from sqs_jobs.specs import Catalog
 
@@ -50,6 +51,8 @@ SCAN_VISIBILITY_S = 300
 MOVE_TASK_MAX_RATE = 500
 # A move task's final states (before them: RUNNING, CANCELLING).
 MOVE_TASK_FINAL = ("COMPLETED", "CANCELLED", "FAILED")
+# How a person is shown a dead letter without a tenant: a space makes it no tenant's name (docs/envelope.md, rule 8).
+NO_TENANT = "(no tenant)"
 
 
 class DlqError(OperatorError):
@@ -121,6 +124,11 @@ class DeadLetter:
         return self.evidence.get(deadletter.JOB) or self._envelope_field("job") or "(unknown)"
 
     @property
+    def tenant(self) -> str | None:
+        """The tenant its body names (the envelope's rule), or None."""
+        return tenant_of(self.body)
+
+    @property
     def envelope_key(self) -> str | None:
         """The idempotency key the publisher chose, if it chose one."""
         return self._envelope_field("key")
@@ -172,6 +180,7 @@ class DeadLetter:
             "body": self.body,
             "job": self.job,
             "id": self.entity_id,
+            "tenant": self.tenant,
             "error_type": self.error_type,
             "error_message": self.error_message,
             "failure": self.evidence.get(deadletter.FAILURE),
@@ -197,9 +206,10 @@ class Filter:
     error_type: str | None = None
     match: str | None = None
     job: str | None = None
+    tenant: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("error_type", "match", "job"):
+        for name in ("error_type", "match", "job", "tenant"):
             value = getattr(self, name)
             if value is not None and not value.strip():
                 raise BadFilterError(f"--{name.replace('_', '-')} is empty; give a value or leave the option out")
@@ -209,6 +219,8 @@ class Filter:
             return False
         if self.job is not None and letter.job != self.job:
             return False
+        if self.tenant is not None and letter.tenant != self.tenant:
+            return False
         if self.match is not None:
             haystack = f"{letter.error_message}\n{letter.body}".lower()
             if self.match.lower() not in haystack:
@@ -217,7 +229,7 @@ class Filter:
 
     @property
     def empty(self) -> bool:
-        return self.error_type is None and self.match is None and self.job is None
+        return self.error_type is None and self.match is None and self.job is None and self.tenant is None
 
 
 @dataclass
@@ -375,8 +387,9 @@ class DeadLetterQueue:
         letters = restored
         if not letters:
             return 0
+        fifo = target_url.endswith(".fifo")  # a FIFO queue's name ends in .fifo (SQS's CreateQueue)
         sent = self._sqs.send_message_batch(
-            QueueUrl=target_url, Entries=[_redrive_entry(str(i), letter) for i, letter in enumerate(letters)]
+            QueueUrl=target_url, Entries=[_redrive_entry(str(i), letter, fifo) for i, letter in enumerate(letters)]
         )
         copied = [letters[int(item["Id"])] for item in sent.get("Successful", [])]
         for failure in sent.get("Failed", []):
@@ -518,14 +531,17 @@ class MoveTasks:
         return task
 
 
-def _redrive_entry(entry_id: str, letter: DeadLetter) -> dict[str, Any]:
-    """SendMessageBatch's entry for a dead letter going back: its body and producer's attributes, and on a FIFO
-    queue its message group, deduplicated on its DLQ message ID so that a retried redrive of it is a no-op."""
+def _redrive_entry(entry_id: str, letter: DeadLetter, fifo: bool) -> dict[str, Any]:
+    """SendMessageBatch's entry for a dead letter going back: its body and producer's attributes, and its message
+    group: on a FIFO queue its order's, deduplicated on its DLQ message ID so that a retried redrive of it is a
+    no-op; on a standard queue its tenant's (fair queues), which takes no deduplication ID."""
     entry: dict[str, Any] = {"Id": entry_id, "MessageBody": letter.body}
     if letter.publisher_attributes:
         entry["MessageAttributes"] = letter.publisher_attributes
-    if letter.group_id:
-        entry["MessageGroupId"] = letter.group_id
+    group = letter.group_id if fifo else letter.group_id or letter.tenant
+    if group:
+        entry["MessageGroupId"] = group
+    if fifo and group:
         entry["MessageDeduplicationId"] = letter.message_id
     return entry
 
@@ -578,17 +594,20 @@ def error_pattern(message: str) -> str:
 
 
 def group(letters: Iterable[DeadLetter], by: str) -> list[dict[str, Any]]:
-    """Group dead letters by error (type and message), job, or day: count, first and last seen, a sample."""
+    """Group dead letters by error (type and message), job, tenant (None: none named), or day: count, first and
+    last seen, a sample."""
     keyed: dict[tuple[str, ...], list[DeadLetter]] = {}
     for letter in letters:
         if by == "error":
             key: tuple[str, ...] = group_key(letter)
         elif by == "job":
             key = (letter.job,)
+        elif by == "tenant":
+            key = (letter.tenant or "",)
         elif by == "day":
             key = (letter.failed_at.date().isoformat() if letter.failed_at else "(unknown)",)
         else:
-            raise BadFilterError(f"unknown grouping {by!r}; accepted: error, job, day")
+            raise BadFilterError(f"unknown grouping {by!r}; accepted: error, job, tenant, day")
         keyed.setdefault(key, []).append(letter)
     groups = []
     for key, members in keyed.items():
@@ -603,6 +622,8 @@ def group(letters: Iterable[DeadLetter], by: str) -> list[dict[str, Any]]:
         if by == "error":
             entry["error_type"], entry["error_message"] = key[0], key[1]
             entry["http_status"] = int(key[2]) if key[2] else None
+        elif by == "tenant":
+            entry["tenant"] = key[0] or None
         else:
             entry[by] = key[0]
         groups.append(entry)

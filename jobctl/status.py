@@ -19,6 +19,8 @@ from functions.worker.names import (
     RETRY_ATTEMPT,
     RUNTIME_JOB,
     SERVICE_NAME,
+    SQS_NOISY_GROUPS,
+    SQS_QUIET_OLDEST_AGE,
     SUCCEEDED,
     UNPARSEABLE_JOB,
 )
@@ -57,6 +59,10 @@ class QueueStatus:
     circuit_opened: int = 0
     # The most runs in a row one job's key failed and was retried after, in the window (RetryAttempt's Maximum).
     retry_attempt_max: int = 0
+    # SQS's fair-queue metrics (a standard queue's tenants): how many tenants it deems noisy, and the age of the
+    # oldest message of the others. None: no datapoint (a FIFO queue, no tenant's messages lately, the local engine).
+    noisy_tenants: int | None = None
+    quiet_oldest_age_s: float | None = None
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -87,6 +93,8 @@ class QueueStatus:
             "paused": self.paused,
             "circuit_opened": self.circuit_opened,
             "retry_attempt_max": self.retry_attempt_max,
+            "noisy_tenants": self.noisy_tenants,
+            "quiet_oldest_age_s": self.quiet_oldest_age_s,
             "healthy": self.healthy,
             "problems": list(self.problems),
         }
@@ -125,6 +133,18 @@ class _Readings:
     last_heartbeat_at: datetime | None
     circuit_opened: int = 0
     retry_attempt_max: int = 0
+    noisy_tenants: int | None = None
+    quiet_oldest_age_s: float | None = None
+
+
+def _latest(result: dict[str, Any], since: datetime) -> float | None:
+    """A gauge's latest datapoint since `since`, or None."""
+    recent = [
+        (stamp, value)
+        for stamp, value in zip(result.get("Timestamps", []), result.get("Values", []), strict=False)
+        if stamp >= since
+    ]
+    return max(recent)[1] if recent else None
 
 
 def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, window_s: int) -> _Readings:
@@ -133,16 +153,21 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
     def stat(query_id: str, metric: dict[str, Any], statistic: str) -> dict[str, Any]:
         return {"Id": query_id, "MetricStat": {"Metric": metric, "Period": 60, "Stat": statistic}}
 
-    age_metric = {
-        "Namespace": SQS_NAMESPACE,
-        "MetricName": OLDEST_AGE_METRIC,
-        "Dimensions": [{"Name": "QueueName", "Value": queue_name}],
-    }
+    def sqs_metric(name: str) -> dict[str, Any]:
+        return {
+            "Namespace": SQS_NAMESPACE,
+            "MetricName": name,
+            "Dimensions": [{"Name": "QueueName", "Value": queue_name}],
+        }
+
     queries = [
-        stat("age", age_metric, "Maximum"),
+        stat("age", sqs_metric(OLDEST_AGE_METRIC), "Maximum"),
         stat("hb", job_metric(spec.name, HEARTBEAT_JOB, HEARTBEAT), "Sum"),
         stat("circuit", job_metric(spec.name, RUNTIME_JOB, CIRCUIT_OPENED), "Sum"),
     ]
+    if not spec.fifo:  # fair queues are standard queues' (a FIFO queue's groups are its order)
+        queries.append(stat("noisy", sqs_metric(SQS_NOISY_GROUPS), "Maximum"))
+        queries.append(stat("quietage", sqs_metric(SQS_QUIET_OLDEST_AGE), "Maximum"))
     # Malformed messages fail under the runtime's "(unparseable)" job: they count as failed runs too.
     for index, job in enumerate((*spec.job_names, UNPARSEABLE_JOB)):
         queries.append(stat(f"ok{index}", job_metric(spec.name, job, SUCCEEDED), "Sum"))
@@ -155,12 +180,8 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
         MetricDataQueries=queries, StartTime=now - timedelta(seconds=lookback_s), EndTime=now + timedelta(minutes=1)
     )
     results = {result["Id"]: result for result in response.get("MetricDataResults", [])}
-    age_result = results.get("age", {})
-    recent_ages = [
-        (stamp, value)
-        for stamp, value in zip(age_result.get("Timestamps", []), age_result.get("Values", []), strict=False)
-        if stamp >= now - timedelta(seconds=AGE_LOOKBACK_S)
-    ]
+    recent = now - timedelta(seconds=AGE_LOOKBACK_S)
+    noisy = _latest(results.get("noisy", {}), recent)
     window_start = now - timedelta(seconds=window_s)
     succeeded = failed = circuit_opened = retry_attempt_max = 0
     last_success: datetime | None = None
@@ -180,13 +201,15 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
         elif query_id.startswith("retry"):
             retry_attempt_max = max([retry_attempt_max, *(int(value) for value in in_window)])
     return _Readings(
-        oldest_age_s=max(recent_ages)[1] if recent_ages else None,
+        oldest_age_s=_latest(results.get("age", {}), recent),
         succeeded=succeeded,
         failed=failed,
         last_success_at=last_success,
         last_heartbeat_at=_last_positive(results.get("hb", {})),
         circuit_opened=circuit_opened,
         retry_attempt_max=retry_attempt_max,
+        noisy_tenants=int(noisy) if noisy is not None else None,
+        quiet_oldest_age_s=_latest(results.get("quietage", {}), recent),
     )
 
 
@@ -225,6 +248,8 @@ def queue_status(
         paused=_paused(lambda_client, location.arn),
         circuit_opened=readings.circuit_opened,
         retry_attempt_max=readings.retry_attempt_max,
+        noisy_tenants=readings.noisy_tenants,
+        quiet_oldest_age_s=readings.quiet_oldest_age_s,
     )
     status.problems = diagnose(status, spec, now)
     return status
@@ -247,9 +272,14 @@ def diagnose(status: QueueStatus, spec: QueueSpec, now: datetime) -> list[str]:
     if status.paused:
         problems.append(f"paused: its worker takes no jobs until `jobctl queue resume {spec.name}`")
     if status.oldest_age_s is not None and status.oldest_age_s > alarms.oldest_message_age_s:
-        problems.append(
-            f"oldest message has waited {status.oldest_age_s:.0f}s (alarm above {alarms.oldest_message_age_s}s)"
-        )
+        problem = f"oldest message has waited {status.oldest_age_s:.0f}s (alarm above {alarms.oldest_message_age_s}s)"
+        if status.noisy_tenants and status.quiet_oldest_age_s is not None:
+            # Whose wait it is: SQS serves the other tenants first, so their oldest tells whether they suffer too.
+            problem += (
+                f"; SQS deems {status.noisy_tenants} tenant(s) noisy, the others' oldest has waited "
+                f"{status.quiet_oldest_age_s:.0f}s"
+            )
+        problems.append(problem)
     if status.backlog > alarms.backlog:
         problems.append(f"backlog of {status.backlog} (alarm above {alarms.backlog})")
     if status.dlq_depth >= alarms.dlq_depth:

@@ -1,6 +1,6 @@
 """Screenshots of the console for the README (`make screenshots`): the overview, a queue's dead letters and the
-jobs in flight, on the local engine with a few dead-lettered jobs, one retrying, one running and one cancelled,
-taken by the same headless chromium the browser tests drive."""
+jobs in flight, on the local engine with a few dead-lettered jobs of two tenants, one retrying, one running and one
+cancelled, taken by the same headless chromium the browser tests drive."""
 
 from __future__ import annotations
 
@@ -69,9 +69,13 @@ def main() -> int:
             TableName=engine.deployment.resources["orders_table"],
             Item={"order_id": {"S": "1001"}, "email": {"S": "buyer@example.com"}},
         )
-        bodies = [{"job": "order_confirmation", "id": order_id} for order_id in ("1001", "1002", "1003", "1004")]
-        for body in bodies:
-            sqs.send_message(QueueUrl=orders.url, MessageBody=json.dumps(body))
+        # Two tenants' orders, as a publisher sends them (the tenant is the message group: fair queues).
+        for order_id, tenant in (("1001", "acme-eu"), ("1002", "acme-eu"), ("1003", "acme-eu"), ("1004", "globex")):
+            sqs.send_message(
+                QueueUrl=orders.url,
+                MessageBody=json.dumps({"job": "order_confirmation", "id": order_id, "tenant": tenant}),
+                MessageGroupId=tenant,
+            )
         sqs.send_message(QueueUrl=orders.url, MessageBody="not json")
         engine.wait_until_idle(timeout_s=60)
         _jobs_in_flight(engine)

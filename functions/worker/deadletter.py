@@ -40,7 +40,7 @@ from functions.worker.provenance import (
     pack,
     packed_attribute,
 )
-from sqs_jobs.envelope import Envelope
+from sqs_jobs.envelope import Envelope, tenant_of
 from sqs_jobs.limits import SQS_DEFAULT_MAX_MESSAGE_BYTES, SQS_MAX_MESSAGE_BYTES
 
 ATTRIBUTE_PREFIX = RUNTIME_PREFIX
@@ -227,6 +227,9 @@ class DeadLetterQueue:
     ) -> None:
         self._sqs = sqs_client
         self._dlq_url = dlq_url
+        # A FIFO queue's name, so its URL, ends in .fifo (SQS's CreateQueue); only a FIFO queue takes a
+        # deduplication ID: a standard one refuses the message (InvalidParameterValue).
+        self._fifo = dlq_url.endswith(".fifo")
         self._dlq_max_bytes = dlq_max_bytes
         self._queue_max_bytes = queue_max_bytes
         self._store = attribute_store
@@ -267,9 +270,10 @@ class DeadLetterQueue:
             "MessageAttributes": self.dead_letter(body, evidence, attributes),
         }
         group_id = (record.get("attributes") or {}).get("MessageGroupId")
-        if group_id:  # a FIFO DLQ needs the group; the source message ID makes a resend of this one a no-op
+        if group_id:  # a FIFO DLQ's order, or on a standard one the tenant's (fair queues)
             request["MessageGroupId"] = group_id
-            request["MessageDeduplicationId"] = record["messageId"]
+            if self._fifo:  # the source message ID makes a resend of this one a no-op
+                request["MessageDeduplicationId"] = record["messageId"]
         response = self._sqs.send_message(**request)
         return str(response["MessageId"])
 
@@ -322,10 +326,14 @@ class DeadLetterQueue:
     ) -> str:
         """Send an unrun copy of a record back to its (standard) queue, due in `delay_s`, remembering `prior`
         runs, if open breakers held it, since when, and when its original was first sent (each only when given); see
-        `copy_attributes`."""
+        `copy_attributes`. The copy keeps its tenant's message group, so SQS's fair queues still count it as the
+        tenant's."""
         sent = self.copy_attributes(body, attributes, prior=prior, held_since=held_since, sent_at_ms=sent_at_ms)
         request: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": body, "DelaySeconds": delay_s}
         if sent:
             request["MessageAttributes"] = sent
+        tenant = tenant_of(body)
+        if tenant is not None:
+            request["MessageGroupId"] = tenant
         response = self._sqs.send_message(**request)
         return str(response["MessageId"])

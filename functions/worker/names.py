@@ -173,3 +173,12 @@ def life_partition(queue: str, state: LifeState, record_id: str) -> str:
 
 def life_shard_partition(queue: str, state: LifeState, shard: int) -> str:
     return f"{queue}#{state.value}#{shard}"
+
+
+# SQS's own metrics of a fair queue: a standard queue whose messages name their tenant as MessageGroupId (AWS/SQS,
+# dimension QueueName). SQS counts no backlog per tenant; these say how many tenants it deems noisy and how the
+# others fare (the SQS Developer Guide, "Amazon SQS fair queues"; the metric names as AWS announced them on
+# 21 July 2025, AWS Compute Blog, "Building resilient multi-tenant systems with Amazon SQS fair queues").
+SQS_NOISY_GROUPS = "ApproximateNumberOfNoisyGroups"
+SQS_QUIET_OLDEST_AGE = "ApproximateAgeOfOldestMessageInQuietGroups"
+SQS_QUIET_VISIBLE = "ApproximateNumberOfMessagesVisibleInQuietGroups"

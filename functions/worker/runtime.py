@@ -270,7 +270,7 @@ class Worker:
             return self._settlement.dead_letter_of(
                 delivery, None, error, DeadLetterFailure.PERMANENT, classify(error).reason
             )
-        self._obs.logger.thread_safe_append_keys(job=envelope.job, id=envelope.id)
+        self._obs.logger.thread_safe_append_keys(job=envelope.job, id=envelope.id, tenant=envelope.tenant)
         if envelope.job == HEARTBEAT_JOB:
             return Done(self._heartbeat(record))
         job = self._jobs[envelope.job]

@@ -12,6 +12,7 @@ import click
 from jobctl.cli_globals import JobctlGroup, complete_queue
 from jobctl.cli_support import Options, confirm, emit, fail, operator_errors, progress_bar, queues_of
 from jobctl.dlq import (
+    NO_TENANT,
     BadFilterError,
     BadRateError,
     DeadLetter,
@@ -70,14 +71,19 @@ def _move_tasks(options: Options, where: Any) -> MoveTasks:
     return MoveTasks(sqs, dlq_arn=dlq_arn, destination_arn=where.arn)
 
 
-def _filters(error_type: str | None, match: str | None, job: str | None) -> Filter:
+def _filters(error_type: str | None, match: str | None, job: str | None, tenant: str | None = None) -> Filter:
     try:
-        return Filter(error_type=error_type, match=match, job=job)
+        return Filter(error_type=error_type, match=match, job=job, tenant=tenant)
     except BadFilterError as error:
         raise click.UsageError(str(error)) from None
 
 
+def tenant_option(command: Any) -> Any:
+    return click.option("--tenant", help="Only this tenant's (the envelope's tenant).")(command)
+
+
 def filter_options(command: Any) -> Any:
+    command = tenant_option(command)
     command = click.option("--job", help="Only this job type.")(command)
     command = click.option("--match", help="Only messages whose error or body contains TEXT (case-insensitive).")(
         command
@@ -93,24 +99,31 @@ def dlq() -> None:
 
 @dlq.command("list")
 @click.argument("queue", shell_complete=complete_queue)
-@click.option("--group-by", type=click.Choice(["error", "job", "day"]), default="error", show_default=True)
+@click.option("--group-by", type=click.Choice(["error", "job", "tenant", "day"]), default="error", show_default=True)
+@tenant_option
 @click.option("--limit", type=click.IntRange(1), help="Read at most N messages.")
 @click.pass_obj
-def list_(options: Options, queue: str, group_by: str, limit: int | None) -> None:
-    """Group the DLQ's messages by error, job or day (read without consuming)."""
+def list_(options: Options, queue: str, group_by: str, tenant: str | None, limit: int | None) -> None:
+    """Group the DLQ's messages by error, job, tenant or day (read without consuming)."""
+    chosen = _filters(None, None, None, tenant)
     with operator_errors():
         dead, _ = _dlq(options, queue)
-        letters = _scan(options, dead, queue, limit)
+        letters = [letter for letter in _scan(options, dead, queue, limit) if chosen.matches(letter)]
         groups = group(letters, group_by)
-    payload = {"queue": queue, "total": len(letters), "group_by": group_by, "groups": groups}
+    payload: dict[str, Any] = {"queue": queue, "total": len(letters), "group_by": group_by, "groups": groups}
+    if tenant is not None:
+        payload["tenant"] = tenant
 
     def table() -> None:
         from rich.table import Table
 
         if not letters:
-            click.echo(f"the DLQ of {queue} is empty")
+            click.echo(
+                f"the DLQ of {queue} is empty" if tenant is None else shown(f"no dead letter of tenant {tenant}")
+            )
             return
-        view = Table(title=f"DLQ of {queue}: {len(letters)} message(s) by {group_by}")
+        whose = f" of tenant {tenant}" if tenant is not None else ""
+        view = Table(title=cell(f"DLQ of {queue}: {len(letters)} message(s){whose} by {group_by}"))
         key_columns = ["error type", "HTTP", "error message"] if group_by == "error" else [group_by]
         for column in (*key_columns, "count", "jobs", "first seen", "last seen", "sample message"):
             view.add_column(column)
@@ -118,7 +131,7 @@ def list_(options: Options, queue: str, group_by: str, limit: int | None) -> Non
             keys = (
                 [entry["error_type"], entry["http_status"] or "", entry["error_message"][:80]]
                 if group_by == "error"
-                else [entry[group_by]]
+                else [NO_TENANT if entry[group_by] is None else entry[group_by]]
             )
             view.add_row(
                 *(cell(key) for key in keys),
@@ -148,8 +161,9 @@ def show(options: Options, queue: str, message_id: str) -> None:
     details = letter.to_dict()
 
     def text() -> None:
-        for name in ("message_id", "job", "id", "body", "error_type", "error_message", "failure", "attempts"):
-            click.echo(f"{name:>16}: {shown(details[name])}")
+        for name in ("message_id", "job", "id", "tenant", "body", "error_type", "error_message", "failure", "attempts"):
+            value = NO_TENANT if name == "tenant" and details[name] is None else details[name]
+            click.echo(f"{name:>16}: {shown(value)}")
         if details["http_status"] is not None:
             click.echo(f"{'http':>16}: {details['http_status']} {shown(details['http_body'] or '')}".rstrip())
         for name in ("first_failed_at", "last_failed_at", "source_queue"):
@@ -225,6 +239,7 @@ def redrive(
     error_type: str | None,
     match: str | None,
     job: str | None,
+    tenant: str | None,
     limit: int | None,
     rate: float | None,
     move_all: bool,
@@ -236,12 +251,12 @@ def redrive(
     verify_timeout: int,
 ) -> None:
     """Move dead-lettered jobs back to their queue: selectively, rate-limited, crash-safe, then verified."""
-    chosen = _filters(error_type, match, job)
+    chosen = _filters(error_type, match, job, tenant)
     if cancel:
         _cancel(options, queue)
         return
     if move_all and (not chosen.empty or limit is not None):
-        raise click.UsageError("--all moves everything: leave out --error-type, --match, --job and --limit")
+        raise click.UsageError("--all moves everything: leave out --error-type, --match, --job, --tenant and --limit")
     try:
         task_rate = MoveTasks.check_rate(rate) if move_all else None
     except BadRateError as error:
@@ -370,12 +385,13 @@ def discard(
     error_type: str | None,
     match: str | None,
     job: str | None,
+    tenant: str | None,
     limit: int | None,
     archive: Path | None,
     yes: bool,
 ) -> None:
     """Delete matching dead letters (the bad-data case), archiving each first when asked."""
-    chosen = _filters(error_type, match, job)
+    chosen = _filters(error_type, match, job, tenant)
     if not yes:
         raise click.UsageError("discard deletes messages for good: add --yes (and --archive FILE to keep a copy)")
     with operator_errors():

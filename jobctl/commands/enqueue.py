@@ -42,6 +42,10 @@ def parse_time(text: str) -> datetime:
 @click.argument("job", shell_complete=complete_job)
 @click.argument("entity_id", metavar="ID")
 @click.option("--key", help="Idempotency key, as the publisher gives it (default: the job's own, usually the ID).")
+@click.option(
+    "--tenant",
+    help="Whose job it is (1-128 ASCII letters, digits, punctuation); on a standard queue its message group too.",
+)
 @click.option("--delay", type=click.IntRange(0, MAX_DELAY_S), help="Delay in seconds (0-900).")
 @click.option(
     "--in",
@@ -59,6 +63,7 @@ def enqueue(
     job: str,
     entity_id: str,
     key: str | None,
+    tenant: str | None,
     delay: int | None,
     in_: str | None,
     at: str | None,
@@ -83,16 +88,18 @@ def enqueue(
             stack_name=options.stack,
             queues=[queue],
         )
-        sent = publisher.publish(job, entity_id, key=key, delay_s=delay, delay=later, at=moment)
+        sent = publisher.publish(job, entity_id, key=key, delay_s=delay, delay=later, at=moment, tenant=tenant)
     scheduled = sent.startswith(ONE_TIME_PREFIX)
-    payload = {"queue": queue, "job": job, "id": entity_id, "message_id": None if scheduled else sent}
+    payload = {"queue": queue, "job": job, "id": entity_id, "tenant": tenant, "message_id": None if scheduled else sent}
     payload["schedule"] = sent if scheduled else None
+
+    whose = f" for tenant {tenant}" if tenant is not None else ""
 
     def text() -> None:
         if scheduled:
-            click.echo(f"scheduled {job}:{entity_id} on {queue} as one-time schedule {sent}")
+            click.echo(f"scheduled {job}:{entity_id}{whose} on {queue} as one-time schedule {sent}")
             click.echo(f"  cancel it with: jobctl schedules cancel {sent}")
         else:
-            click.echo(f"enqueued {job}:{entity_id} on {queue} as message {sent}")
+            click.echo(f"enqueued {job}:{entity_id}{whose} on {queue} as message {sent}")
 
     emit(options, payload, text)

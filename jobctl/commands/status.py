@@ -30,6 +30,7 @@ def _table(statuses: list[QueueStatus], now: datetime) -> Table:
         "failed / runs",
         "last job done",
         "heartbeat",
+        "noisy tenants",
         "health",
     ):
         table.add_column(column)
@@ -46,9 +47,19 @@ def _table(statuses: list[QueueStatus], now: datetime) -> Table:
             cell(rate),
             cell(relative_text(status.last_success_at, now)),
             cell(relative_text(status.last_heartbeat_at, now)),
+            cell(_tenants_text(status)),
             health,
         )
     return table
+
+
+def _tenants_text(status: QueueStatus) -> str:
+    """SQS's fair-queue figures: how many tenants it deems noisy, and the other tenants' oldest message."""
+    if status.noisy_tenants is None:
+        return "-"
+    if status.quiet_oldest_age_s is None:
+        return str(status.noisy_tenants)
+    return f"{status.noisy_tenants} (others' oldest {age_text(status.quiet_oldest_age_s)})"
 
 
 @click.command(cls=JobctlCommand)

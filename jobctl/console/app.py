@@ -24,7 +24,7 @@ from jobctl.console.charts import FRAME_HEIGHT, FRAME_WIDTH
 from jobctl.console.operations import Operations
 from jobctl.console.security import ACCESS_COOKIE, CSRF_FIELD, SAFE_METHODS, SECURITY_HEADERS, Guard
 from jobctl.discovery import DiscoveryError
-from jobctl.dlq import DlqError
+from jobctl.dlq import NO_TENANT, DlqError, group
 from jobctl.job_cancel import CancelOutcome
 from jobctl.job_lookup import JobKeyUnknownError, JobLookupError
 from jobctl.queue_control import QueueControlError
@@ -82,7 +82,12 @@ def create_app(backend: ConsoleBackend, guard: Guard, archive_dir: Path) -> Flas
 
     @app.context_processor
     def common() -> dict[str, Any]:
-        return {"csrf_field": CSRF_FIELD, "stack": backend.stack, "queues": backend.catalog.queue_names}
+        return {
+            "csrf_field": CSRF_FIELD,
+            "stack": backend.stack,
+            "queues": backend.catalog.queue_names,
+            "no_tenant": NO_TENANT,
+        }
 
     app.add_template_filter(when)
     app.add_template_filter(number)
@@ -163,6 +168,7 @@ def _reading_pages(app: Flask, backend: ConsoleBackend) -> None:
             queue=queue,
             status=backend.status(queue),
             groups=backend.groups(letters),
+            tenants=group(letters, by="tenant"),
             letters=letters,
             group_of={letter.message_id: group_id(letter) for letter in letters},
         )

@@ -1,5 +1,6 @@
 """moto's SQS, taught what SQS refuses in a message, checked before the message is stored: its size as SQS counts
-it, more than 10 attributes, and an attribute name SQS doesn't accept.
+it, more than 10 attributes, an attribute name SQS doesn't accept, a MessageGroupId SQS doesn't take, and a
+deduplication ID on a standard queue.
 
 SQS refuses a message whose body (UTF-8 bytes) and attributes (each one's name, data type and value; strings as
 UTF-8, binary values as raw bytes) exceed the queue's MaximumMessageSize, and one with more than 10 attributes (AWS's
@@ -18,6 +19,16 @@ stays, and from then on every ReceiveMessage asking for the attributes (`Message
 engine's event source emulator does) fails on that queue, which then never drains. Here moto's own character check
 (`Message.validate_attribute_name`) and the rest of the documented rule run before anything is stored.
 
+A message group ID is 1 to 128 alphanumeric or punctuation characters, on a FIFO queue and on a standard one, where
+it names the message's tenant for SQS's fair queues; a deduplication ID is for FIFO queues only (the SQS API
+Reference, SendMessage: https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html).
+SQS refuses a standard queue's message with a deduplication ID ("Value ... for parameter MessageDeduplicationId is
+invalid. Reason: The request include parameter that is not valid for this queue type.", InvalidParameterValue).
+moto 5.2.5 stores either unchecked on any queue: a dead letter or a copy that would fail on SQS would pass here.
+On a standard queue moto delivers a grouped message like any other (SQS's fair queues only change whose messages a
+receive returns first while a tenant is noisy; they limit no tenant's rate), and ReceiveMessage returns the group
+as the MessageGroupId attribute, as SQS does.
+
 In a SendMessageBatch every entry is checked before any is stored (moto checked the size entry by entry while
 storing them, so an entry too big failed the request after the ones before it were stored). One difference
 stays: moto then fails the whole request where SQS fails the one entry.
@@ -28,6 +39,7 @@ Used by the local engine and the tests (tests/functional/conftest.py); `enforce_
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +54,9 @@ _PATCHED = "_jobs_enforces_message_limits"
 # SQS's rule for a message attribute's name, beyond its characters (the Developer Guide, cited above).
 ATTRIBUTE_NAME_MAX_CHARS = 256
 RESERVED_NAME_PREFIXES = ("aws.", "amazon.")
+# What SQS takes as a MessageGroupId (the API Reference, cited above).
+MESSAGE_GROUP_MAX_CHARS = 128
+_MESSAGE_GROUP = re.compile(rf"[!-~]{{1,{MESSAGE_GROUP_MAX_CHARS}}}")
 
 
 def check_attribute_name(name: str) -> None:
@@ -58,6 +73,21 @@ def check_attribute_name(name: str) -> None:
         problem = "holds two periods in a row"
     if problem:
         raise MessageAttributesInvalid(f"The message attribute name '{name}' is invalid: it {problem}.")
+
+
+def check_group_fields(queue: Any, group_id: str | None, deduplication_id: str | None) -> None:
+    """Raise SQS's InvalidParameterValue for a MessageGroupId it doesn't take, or a deduplication ID sent to a
+    standard queue."""
+    if group_id is not None and not _MESSAGE_GROUP.fullmatch(group_id):
+        raise InvalidParameterValue(
+            f"Value {group_id} for parameter MessageGroupId is invalid. Reason: MessageGroupId can only include "
+            f"alphanumeric and punctuation characters. 1 to {MESSAGE_GROUP_MAX_CHARS} in length."
+        )
+    if deduplication_id is not None and not queue.fifo_queue:
+        raise InvalidParameterValue(
+            f"Value {deduplication_id} for parameter MessageDeduplicationId is invalid. Reason: The request include "
+            "parameter that is not valid for this queue type."
+        )
 
 
 def check_message(queue: Any, message_body: str, attributes: dict[str, Any]) -> None:
@@ -83,12 +113,27 @@ def _limited(send: Callable[..., Any]) -> Callable[..., Any]:
         queue_name: str,
         message_body: str,
         message_attributes: dict[str, Any] | None = None,
+        delay_seconds: int | None = None,
+        deduplication_id: str | None = None,
+        group_id: str | None = None,
         *args: Any,
         **kwargs: Any,
     ) -> Any:
         attributes = message_attributes or {}
-        check_message(self.get_queue(queue_name), message_body, attributes)
-        return send(self, queue_name, message_body, attributes or None, *args, **kwargs)
+        queue = self.get_queue(queue_name)
+        check_group_fields(queue, group_id, deduplication_id)
+        check_message(queue, message_body, attributes)
+        return send(
+            self,
+            queue_name,
+            message_body,
+            attributes or None,
+            delay_seconds,
+            deduplication_id,
+            group_id,
+            *args,
+            **kwargs,
+        )
 
     return checked
 
@@ -100,6 +145,7 @@ def _limited_batch(send_batch: Callable[..., Any]) -> Callable[..., Any]:
     ) -> Any:
         queue = self.get_queue(queue_name)
         for entry in entries.values():
+            check_group_fields(queue, entry.get("MessageGroupId"), entry.get("MessageDeduplicationId"))
             check_message(queue, entry["MessageBody"], entry.get("MessageAttributes") or {})
         return send_batch(self, queue_name, entries, *args, **kwargs)
 
@@ -107,8 +153,8 @@ def _limited_batch(send_batch: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def enforce_message_limits() -> None:
-    """Patch moto's SQS, once per process, to refuse before storing it a message SQS would refuse for its size or
-    its attributes (their number, their names)."""
+    """Patch moto's SQS, once per process, to refuse before storing it a message SQS would refuse for its size, its
+    attributes (their number, their names) or its message group and deduplication IDs."""
     with _PATCH_LOCK:
         if getattr(SQSBackend, _PATCHED, False):
             return

@@ -1,7 +1,7 @@
-"""The job contract a publisher needs from a deployed stack: which jobs exist, which queue takes each, and which
-queues are FIFO. The stack publishes it as an SSM parameter (`contract_parameter_name`), so a service with an
-older wheel publishes a job that was added after it was built; it needs a new wheel only when the envelope
-contract itself (`CONTRACT_VERSION`) changes.
+"""The job contract a publisher needs from a deployed stack: which jobs exist, which queue takes each, which
+queues are FIFO, and which envelope fields its workers reserve. The stack publishes it as an SSM parameter
+(`contract_parameter_name`), so a service with an older wheel publishes a job that was added after it was built;
+it needs a new wheel only when the envelope contract itself (`CONTRACT_VERSION`) changes.
 """
 
 from __future__ import annotations
@@ -10,11 +10,16 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sqs_jobs.envelope import RESERVED_FIELDS
 from sqs_jobs.resources import NAME
 from sqs_jobs.specs import Catalog, UnknownNameError
 
-# The shape of the published contract; a publisher refuses one of another version.
+# The shape of the published contract; a publisher refuses one of another version. Fields added since are
+# optional, so a wheel that doesn't know them reads the contract still (it ignores what it doesn't know).
 CONTRACT_VERSION = 1
+# The envelope's reserved fields of a contract that doesn't list them: a stack from before `tenant`, whose workers
+# read a `tenant` as one of the extra fields.
+FIRST_RESERVED_FIELDS = frozenset({"job", "id", "key"})
 
 
 class ContractError(ValueError):
@@ -27,10 +32,11 @@ class UnknownContractJobError(UnknownNameError):
 
 @dataclass(frozen=True)
 class JobContract:
-    """Job -> queue, and the FIFO queues."""
+    """Job -> queue, the FIFO queues, and the envelope fields the stack's workers reserve."""
 
     routes: Mapping[str, str]
     fifo_queues: frozenset[str] = frozenset()
+    reserved_fields: frozenset[str] = frozenset(RESERVED_FIELDS)
 
     @classmethod
     def from_catalog(cls, catalog: Catalog) -> JobContract:
@@ -58,9 +64,19 @@ class JobContract:
     def is_fifo(self, queue: str) -> bool:
         return queue in self.fifo_queues
 
+    @property
+    def knows_tenants(self) -> bool:
+        """Whether the stack's workers read `tenant` as the tenant (else as an extra field)."""
+        return "tenant" in self.reserved_fields
+
     def to_json(self) -> str:
         queues = {queue: {"fifo": self.is_fifo(queue)} for queue in self.queue_names}
-        document = {"version": CONTRACT_VERSION, "jobs": dict(self.routes), "queues": queues}
+        document = {
+            "version": CONTRACT_VERSION,
+            "jobs": dict(self.routes),
+            "queues": queues,
+            "reserved_fields": sorted(self.reserved_fields),
+        }
         return json.dumps(document, separators=(",", ":"), sort_keys=True)
 
     @classmethod
@@ -90,4 +106,7 @@ class JobContract:
                 raise ContractError(f"the job contract's queue {queue!r} needs a name and a boolean 'fifo'")
             if settings["fifo"]:
                 fifo.add(queue)
-        return cls(routes=routes, fifo_queues=frozenset(fifo))
+        reserved = document.get("reserved_fields", sorted(FIRST_RESERVED_FIELDS))
+        if not (isinstance(reserved, list) and all(isinstance(name, str) for name in reserved)):
+            raise ContractError("the job contract's 'reserved_fields' must be a list of field names")
+        return cls(routes=routes, fifo_queues=frozenset(fifo), reserved_fields=frozenset(reserved))

@@ -1,4 +1,5 @@
-"""The message contract: `{"job": "<type>", "id": "<entity id>"}`, IDs only.
+"""The message contract: `{"job": "<type>", "id": "<entity id>"}`, IDs only, and optionally the tenant the job is
+for (`"tenant"`), which a publisher sends on a standard queue as SQS's MessageGroupId (fair queues).
 
 One parser serves the publisher (reject before sending) and the worker (dead-letter on receipt), so the two
 sides can never disagree. The same rules, for publishers in other languages, are in docs/envelope.schema.json.
@@ -27,7 +28,11 @@ MAX_ENVELOPE_BYTES = 1024
 MAX_ID_CHARS = 256
 MAX_EXTRA_FIELDS = 8
 MAX_EXTRA_STRING_CHARS = 128
-RESERVED_FIELDS = ("job", "id", "key")
+RESERVED_FIELDS = ("job", "id", "key", "tenant")
+# The tenant travels as SQS's MessageGroupId too, so it takes what SQS takes there: 1 to 128 alphanumeric or
+# punctuation characters, that is ASCII 0x21-0x7E (SQS API Reference, SendMessage, MessageGroupId).
+MAX_TENANT_CHARS = 128
+_TENANT_CHARACTER = re.compile(r"[!-~]")
 
 Scalar = str | int | float | bool
 
@@ -44,11 +49,16 @@ class Envelope:
     key: str | None = None
     # A few small scalar fields, for what an ID alone can't say (a locale, a version).
     extra: Mapping[str, Scalar] = field(default_factory=dict)
+    # Whose job it is (a customer, an account): on a standard queue also its MessageGroupId, so SQS's fair queues
+    # keep one tenant's backlog from delaying the others'. Last, so positional construction stays as it was.
+    tenant: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"job": self.job, "id": self.id}
         if self.key is not None:
             body["key"] = self.key
+        if self.tenant is not None:
+            body["tenant"] = self.tenant
         body.update(self.extra)
         return body
 
@@ -71,7 +81,7 @@ def _type_name(value: object) -> str:
     )
 
 
-def _identifier(body: Mapping[str, Any], name: str, required: bool) -> str | None:
+def _identifier(body: Mapping[str, Any], name: str, required: bool, max_chars: int = MAX_ID_CHARS) -> str | None:
     if name not in body:
         if required:
             raise EnvelopeFieldError(f'missing field {name!r}; an envelope is {{"job": <type>, "id": <id>}}')
@@ -82,10 +92,35 @@ def _identifier(body: Mapping[str, Any], name: str, required: bool) -> str | Non
         raise EnvelopeFieldError(f"field {name!r} must be a string, got {_type_name(value)}{hint}")
     if not value.strip():
         raise EnvelopeFieldError(f"field {name!r} is empty; it must be a non-blank string")
-    if len(value) > MAX_ID_CHARS:
-        raise EnvelopeFieldError(f"field {name!r} is {len(value)} characters; at most {MAX_ID_CHARS} are accepted")
+    if len(value) > max_chars:
+        raise EnvelopeFieldError(f"field {name!r} is {len(value)} characters; at most {max_chars} are accepted")
     _refuse_hidden(name, value)
     return value
+
+
+def _tenant(body: Mapping[str, Any]) -> str | None:
+    """The tenant: an identifier (so the errors and the hidden-character rule are the ID's) that SQS also takes as
+    a MessageGroupId."""
+    tenant = _identifier(body, "tenant", required=False, max_chars=MAX_TENANT_CHARS)
+    if tenant is None:
+        return None
+    for position, char in enumerate(tenant):
+        if not _TENANT_CHARACTER.fullmatch(char):
+            raise EnvelopeFieldError(
+                f"field 'tenant' contains {describe(char)} at position {position}; accepted are a-z, A-Z, 0-9 and "
+                "ASCII punctuation (what SQS takes as a MessageGroupId)"
+            )
+    return tenant
+
+
+def tenant_of(body: str) -> str | None:
+    """The tenant `body` names by the envelope's rule, or None (no tenant, or not an envelope at all): for what
+    sends a message on as itself and keeps its tenant's MessageGroupId. Never raises."""
+    try:
+        decoded = json.loads(body)
+        return _tenant(decoded) if isinstance(decoded, dict) else None
+    except (ValueError, RecursionError, EnvelopeFieldError):
+        return None
 
 
 def _refuse_hidden(name: str, value: str) -> None:
@@ -105,7 +140,8 @@ def _extra_fields(body: Mapping[str, Any]) -> dict[str, Scalar]:
     extra = {name: value for name, value in body.items() if name not in RESERVED_FIELDS}
     if len(extra) > MAX_EXTRA_FIELDS:
         raise EnvelopeFieldError(
-            f"{len(extra)} extra fields; at most {MAX_EXTRA_FIELDS} small scalar fields besides job, id, key"
+            f"{len(extra)} extra fields; at most {MAX_EXTRA_FIELDS} small scalar fields besides "
+            f"{', '.join(RESERVED_FIELDS)}"
         )
     for name, value in extra.items():
         if not _FIELD_NAME.fullmatch(name):
@@ -159,7 +195,8 @@ def parse_envelope(body: str | bytes, accepted_jobs: Collection[str]) -> Envelop
     entity_id = _identifier(decoded, "id", required=True)
     assert entity_id is not None
     key = _identifier(decoded, "key", required=False)
-    return Envelope(job=job, id=entity_id, key=key, extra=_extra_fields(decoded))
+    tenant = _tenant(decoded)
+    return Envelope(job=job, id=entity_id, key=key, extra=_extra_fields(decoded), tenant=tenant)
 
 
 def build_envelope(
@@ -168,6 +205,7 @@ def build_envelope(
     accepted_jobs: Collection[str],
     key: str | None = None,
     extra: Mapping[str, Scalar] | None = None,
+    tenant: str | None = None,
 ) -> Envelope:
     """Build an envelope for publishing, checked by exactly the rules a worker applies on receipt."""
     clashing = sorted(set(extra or {}) & set(RESERVED_FIELDS))
@@ -176,6 +214,8 @@ def build_envelope(
     body: dict[str, Any] = {"job": job, "id": entity_id, **(extra or {})}
     if key is not None:
         body["key"] = key
+    if tenant is not None:
+        body["tenant"] = tenant
     try:
         encoded = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -3,6 +3,7 @@
     publisher = JobPublisher(sqs_client, queue_urls={"orders": url})
     publisher.publish("order_confirmation", "123")                      # -> SQS message ID
     publisher.publish_many([("order_confirmation", "124"), ...])        # SendMessageBatch, chunks of 10
+    publisher.publish("order_confirmation", "127", tenant="acme-eu")    # a tenant's: body and MessageGroupId
 
     publisher = JobPublisher.from_stack(ssm, sqs, scheduler)            # the stack's queues and its scheduler
     publisher.publish("order_confirmation", "125", delay=timedelta(hours=2))   # -> one-time schedule's name
@@ -12,6 +13,10 @@ A delay up to 15 minutes is SQS's DelaySeconds; beyond, an EventBridge Scheduler
 stack's group sends the job at its time and deletes itself. `delay_s`, `delay` and `at` are three ways to say
 when: give at most one (None means not given). Two together, even a zero (`delay_s=0, at=...`), contradict each
 other and raise ConflictingDelaysError.
+
+A tenant goes in the body (the envelope's `tenant`) and, on a standard queue, is the message's MessageGroupId:
+SQS's fair queues deliver a noisy tenant's backlog after the other tenants' messages. On a FIFO queue the
+message group is the order (the entity ID by default, or `group`), so the tenant rides in the body alone.
 
 Works against AWS or the local engine alike: pass a client built with the engine's endpoint_url.
 """
@@ -27,8 +32,8 @@ from typing import Any
 
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.contract import JobContract
-from sqs_jobs.envelope import Envelope, Scalar, build_envelope
-from sqs_jobs.errors import EnvelopeError
+from sqs_jobs.envelope import MAX_EXTRA_FIELDS, Envelope, Scalar, build_envelope
+from sqs_jobs.errors import EnvelopeError, EnvelopeFieldError
 from sqs_jobs.limits import SQS_BATCH_MAX, SQS_MAX_DELAY_S
 from sqs_jobs.specs import Catalog, UnknownQueueError
 from sqs_jobs.stack_names import (
@@ -206,18 +211,36 @@ class JobPublisher:
         return cls(sqs_client, urls, scheduling=scheduling, clock=clock, contract=contract)
 
     def envelope(
-        self, job: str, entity_id: str, key: str | None = None, extra: Mapping[str, Scalar] | None = None
+        self,
+        job: str,
+        entity_id: str,
+        key: str | None = None,
+        extra: Mapping[str, Scalar] | None = None,
+        tenant: str | None = None,
     ) -> Envelope:
         """Build and check an envelope; raises the EnvelopeError subclass a worker would dead-letter it for."""
-        return build_envelope(job, entity_id, self._contract.job_names, key=key, extra=extra)
+        envelope = build_envelope(job, entity_id, self._contract.job_names, key=key, extra=extra, tenant=tenant)
+        if envelope.tenant is not None and not self._contract.knows_tenants and len(envelope.extra) >= MAX_EXTRA_FIELDS:
+            raise EnvelopeFieldError(
+                f"{len(envelope.extra)} extra fields and a tenant; this stack's workers predate the tenant field and "
+                f"count it as an extra field: at most {MAX_EXTRA_FIELDS - 1} beside a tenant until it is deployed again"
+            )
+        return envelope
 
-    def _fifo_fields(self, envelope: Envelope, delay_s: int, group: str | None) -> dict[str, Any]:
-        """FIFO queues need a message group (default: the entity ID, so one entity's jobs keep their order)
-        and take no per-message delay."""
+    def _send_fields(self, envelope: Envelope, delay_s: int, group: str | None) -> dict[str, Any]:
+        """A FIFO queue needs a message group (default: the entity ID, so one entity's jobs keep their order) and
+        takes no per-message delay. On a standard queue the message group is the tenant's, if there is one: SQS's
+        fair queues go by it (the SQS Developer Guide, "Amazon SQS fair queues")."""
         if not self._contract.is_fifo(self._contract.queue_for_job(envelope.job)):
             if group is not None:
-                raise PublishError(f"job {envelope.job!r} is on a standard queue; message groups are for FIFO queues")
-            return {"DelaySeconds": delay_s} if delay_s else {}
+                raise PublishError(
+                    f"job {envelope.job!r} is on a standard queue; `group` is a FIFO queue's order: for fair queues "
+                    "pass tenant= (sent as the message group)"
+                )
+            fields: dict[str, Any] = {"DelaySeconds": delay_s} if delay_s else {}
+            if envelope.tenant is not None:
+                fields["MessageGroupId"] = envelope.tenant
+            return fields
         if delay_s:
             raise InvalidDelayError(f"job {envelope.job!r} is on a FIFO queue, which takes no per-message delay")
         return {"MessageGroupId": group or envelope.id}
@@ -247,20 +270,22 @@ class JobPublisher:
         *,
         delay: timedelta | float | None = None,
         at: datetime | None = None,
+        tenant: str | None = None,
     ) -> str:
         """Enqueue one job; returns the SQS message ID, or for a job due more than 15 minutes ahead the name of
         the one-time schedule that will send it (`once-...`; `cancel_scheduled` cancels it). At most one of
         `delay_s` (seconds, 0-900), `delay` (a timedelta or seconds) and `at` (a timezone-aware time) chooses
         when (None: not given; two given, zeros included, raise ConflictingDelaysError); `group` is the FIFO
-        message group (default: the ID)."""
+        message group (default: the ID); `tenant` whose job it is (in the body, and on a standard queue the
+        message group)."""
         wait_s = self._wait_s(delay_s, delay, at)
-        envelope = self.envelope(job, entity_id, key=key, extra=extra)
+        envelope = self.envelope(job, entity_id, key=key, extra=extra, tenant=tenant)
         if wait_s > MAX_DELAY_S:
             return self._schedule(envelope, self._clock() + timedelta(seconds=wait_s), group)
         # Rounded up: a job never arrives earlier than asked.
         seconds = math.ceil(wait_s)
         request: dict[str, Any] = {"QueueUrl": self._queue_url(job), "MessageBody": envelope.to_json()}
-        request.update(self._fifo_fields(envelope, seconds, group))
+        request.update(self._send_fields(envelope, seconds, group))
         return str(self._sqs.send_message(**request)["MessageId"])
 
     def _wait_s(self, delay_s: int | None, delay: timedelta | float | None, at: datetime | None) -> float:
@@ -318,6 +343,9 @@ class JobPublisher:
         }
         if self._contract.is_fifo(queue):
             schedule_target["SqsParameters"] = {"MessageGroupId": group or envelope.id}
+        # On a standard queue a tenant rides in the body alone: EventBridge Scheduler documents SqsParameters'
+        # MessageGroupId for FIFO targets only (its API Reference, SqsParameters), so the job arrives without a
+        # group and SQS's fair queues count it as a tenant of its own.
         self._scheduling.client.create_schedule(
             Name=name,
             GroupName=self._scheduling.group,
@@ -342,9 +370,9 @@ class JobPublisher:
 
     def publish_many(self, jobs: Iterable[JobRequest], delay_s: int = 0) -> list[str]:
         """Enqueue many jobs with SendMessageBatch (chunks of 10 per queue); returns message IDs in input order.
-        `jobs` are (job, id) pairs or Envelopes (an Envelope carries a key or extra fields).
+        `jobs` are (job, id) pairs or Envelopes (an Envelope carries a key, a tenant or extra fields).
 
-        Every entry is checked, its queue and its FIFO fields included, before anything is sent; an entry that
+        Every entry is checked, its queue, message group and delay included, before anything is sent; an entry that
         fails raises the error `publish` would, its message naming the entry's index, job and ID. Entries SQS
         rejects raise PartialPublishError, which carries the IDs of those that were sent, so the caller can retry
         only the failures.
@@ -364,20 +392,21 @@ class JobPublisher:
         return [message_id for message_id in sent if message_id is not None]
 
     def _checked_entry(self, index: int, job: object, delay_s: int) -> tuple[Envelope, str, dict[str, Any]]:
-        """One entry of publish_many as an envelope, its queue's URL and its FIFO fields; an error names the entry."""
+        """One entry of publish_many as an envelope, its queue's URL and its group and delay; an error names the
+        entry."""
         if isinstance(job, Envelope):
             name: object = job.job
             entity_id: object = job.id
-            key, extra = job.key, job.extra
+            key, extra, tenant = job.key, job.extra, job.tenant
         elif isinstance(job, tuple | list) and len(job) == 2:
             name, entity_id = job
-            key, extra = None, None
+            key, extra, tenant = None, None, None
         else:
             raise TypeError(f"publish_many entry {index} is {_excerpt(job)}; accepted: a (job, id) pair or an Envelope")
         try:
             # An Envelope built by hand is checked again: every path to the queue applies the worker's rules.
-            envelope = self.envelope(name, entity_id, key, extra)  # type: ignore[arg-type]
-            return envelope, self._queue_url(envelope.job), self._fifo_fields(envelope, delay_s, None)
+            envelope = self.envelope(name, entity_id, key, extra, tenant)  # type: ignore[arg-type]
+            return envelope, self._queue_url(envelope.job), self._send_fields(envelope, delay_s, None)
         except (EnvelopeError, PublishError) as error:
             # The same error, its message prefixed with the entry (code acts on the type, never on the text).
             error.args = (f"publish_many entry {index} (job {_excerpt(name)}, id {_excerpt(entity_id)}): {error}",)

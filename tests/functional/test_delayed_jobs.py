@@ -111,6 +111,22 @@ def test_beyond_15_minutes_is_a_one_time_schedule_that_arrives_no_earlier_than_a
     assert scheduler.tick() == []  # fired once
 
 
+def test_a_delayed_tenants_job_carries_its_tenant_in_the_body(
+    harness: Harness, publisher: JobPublisher, scheduler: LocalScheduler, clock: Clock
+) -> None:
+    name = publisher.publish("order_confirmation", "3", delay=timedelta(hours=1), tenant="acme-eu")
+
+    target = _schedules(harness)[name]["Target"]
+    assert json.loads(target["Input"]) == {"job": "order_confirmation", "id": "3", "tenant": "acme-eu"}
+    # Scheduler documents SqsParameters' message group for FIFO targets only: none for a standard queue.
+    assert "SqsParameters" not in target
+    assert scheduler.tick() == []
+    clock.now = NOW + timedelta(hours=1, seconds=1)
+    [fired] = scheduler.tick()
+    assert fired.delivered
+    assert _messages(harness, "orders") == [{"job": "order_confirmation", "id": "3", "tenant": "acme-eu"}]
+
+
 def test_at_a_time_and_cancel(
     harness: Harness, publisher: JobPublisher, scheduler: LocalScheduler, clock: Clock
 ) -> None:

@@ -92,7 +92,7 @@ def test_grouping_by_job_and_day(dlq: DeadLetterQueue) -> None:
     today = datetime.now(UTC).date().isoformat()
     [day] = group(dlq.peek(), "day")
     assert (day["day"], day["count"]) == (today, 6)
-    with pytest.raises(BadFilterError, match="accepted: error, job, day"):
+    with pytest.raises(BadFilterError, match="accepted: error, job, tenant, day"):
         group(dlq.peek(), "hour")
 
 

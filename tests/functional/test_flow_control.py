@@ -274,3 +274,17 @@ def test_a_mail_senders_rate_limit_holds_an_ses_send_over_it_which_is_never_made
     ]
     assert key_record(harness, f"order_confirmation:{held}")["runs"] == 0
     assert _held_by(harness) == {"endpoint:mail_sender": 1}
+
+
+def test_a_limit_per_tenant_keys_on_the_envelopes_tenant(clients: ClientFactory) -> None:
+    queue = _queue("rated", rate_limit=replace(SLOW, per="tenant"))
+    harness = Harness.provisioned(clients, Catalog(queues=(queue,)))
+    gather.reset()
+    for entity_id, tenant in (("t1", "acme"), ("t2", "globex"), ("t3", "acme")):
+        _send(harness, "rated", entity_id, tenant=tenant)
+
+    invocation = harness.deliver("rated")
+
+    assert invocation is not None and len(invocation.failed_ids) == 1
+    started = {run_id for runs in gather.STARTED.values() for run_id in runs}
+    assert "t2" in started and len(started) == 2  # globex's own, and one of acme's

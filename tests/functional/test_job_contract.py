@@ -12,7 +12,8 @@ from functions.worker.clients import ClientFactory
 from jobctl.local.provision import provision
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.contract import CONTRACT_VERSION, ContractError, JobContract
-from sqs_jobs.errors import UnknownJobError
+from sqs_jobs.envelope import MAX_EXTRA_FIELDS, RESERVED_FIELDS
+from sqs_jobs.errors import EnvelopeFieldError, UnknownJobError
 from sqs_jobs.publisher import JobPublisher
 from sqs_jobs.specs import JobSpec, QueueSpec
 from sqs_jobs.stack_names import contract_parameter_name
@@ -68,6 +69,7 @@ def test_the_contract_round_trips_and_says_which_queues_are_fifo() -> None:
         (json.dumps({"version": CONTRACT_VERSION, "jobs": {"a": "q"}, "queues": {}}), "does not declare"),
         (json.dumps({"version": CONTRACT_VERSION, "jobs": {}, "queues": {"q": {"fifo": "yes"}}}), "boolean"),
         (json.dumps({"version": CONTRACT_VERSION, "jobs": [], "queues": {}}), "needs objects"),
+        (json.dumps({"version": CONTRACT_VERSION, "jobs": {}, "queues": {}, "reserved_fields": "tenant"}), "list"),
     ],
 )
 def test_a_contract_that_cant_be_used_is_refused_saying_why(text: str, problem: str) -> None:
@@ -98,3 +100,38 @@ def test_a_role_granted_before_contracts_falls_back_to_the_wheels_catalog(client
 
     publisher.publish("order_confirmation", "1001")
     assert clients("sqs").receive_message(QueueUrl=url)["Messages"]
+
+
+def test_the_contract_says_which_envelope_fields_the_stacks_workers_reserve() -> None:
+    contract = JobContract.from_catalog(CATALOG)
+    assert contract.knows_tenants and json.loads(contract.to_json())["reserved_fields"] == sorted(RESERVED_FIELDS)
+
+    # A stack from before tenants published no reserved fields: its workers read `tenant` as an extra field.
+    before_tenants = json.loads(contract.to_json())
+    del before_tenants["reserved_fields"]
+    older = JobContract.from_json(json.dumps(before_tenants))
+    assert not older.knows_tenants and older.routes == contract.routes
+
+
+def test_for_a_stack_from_before_tenants_a_tenant_leaves_room_for_one_extra_field_less(clients: ClientFactory) -> None:
+    provision(clients, catalog=CATALOG)
+    ssm = clients("ssm")
+    name = contract_parameter_name("SqsJobs")
+    document = json.loads(ssm.get_parameter(Name=name)["Parameter"]["Value"])
+    del document["reserved_fields"]
+    ssm.put_parameter(Name=name, Value=json.dumps(document), Type="String", Overwrite=True)
+    publisher = JobPublisher.from_stack(ssm, clients("sqs"), queues=["orders"])
+    extra = {f"field_{n}": n for n in range(MAX_EXTRA_FIELDS)}
+
+    # Its workers would count the tenant as a ninth extra field and dead-letter the job: refused before sending.
+    with pytest.raises(EnvelopeFieldError) as refused:
+        publisher.publish("order_confirmation", "1", extra=extra, tenant="acme")
+    assert str(refused.value) == (
+        "8 extra fields and a tenant; this stack's workers predate the tenant field and count it as an extra field: "
+        "at most 7 beside a tenant until it is deployed again"
+    )
+    publisher.publish("order_confirmation", "1", extra=dict(list(extra.items())[:-1]), tenant="acme")
+    publisher.publish("order_confirmation", "2", extra=extra)  # no tenant: all 8
+    # The stack as deployed now takes all 8 beside a tenant.
+    current = JobPublisher(clients("sqs"), {"orders": "unused"}, contract=JobContract.from_catalog(CATALOG))
+    assert current.envelope("order_confirmation", "3", extra=extra, tenant="acme").tenant == "acme"

@@ -1,5 +1,6 @@
 """moto's SQS refuses, and stores nothing of, a message SQS refuses (jobctl/local/moto_limits.py), in its server
-mode as the local engine runs it and under `mock_aws` as the tests do.
+mode as the local engine runs it and under `mock_aws` as the tests do; a standard queue's message group (a
+tenant, for SQS's fair queues) is delivered as SQS delivers it.
 
 Without the patch's name check, moto 5.2.5 answers a SendMessage whose attribute name SQS doesn't accept with
 SQS's error, but only after storing the message; every ReceiveMessage with `MessageAttributeNames=["All"]` on that
@@ -42,6 +43,10 @@ NAMES_SQS_REFUSES = (
     "two..periods",
 )
 ACCEPTED_NAMES = ("tenant", "x" * 256, "a.b-c_D.9", "AWSx.not_reserved")
+# Each breaks SQS's rule for a MessageGroupId (the SQS API Reference, SendMessage): 1 to 128 alphanumeric or
+# punctuation characters.
+GROUPS_SQS_REFUSES = ("", "x" * 129, "acme eu", "café", "tab\there")
+EVERY_GROUP_CHARACTER = "".join(chr(code) for code in range(0x21, 0x7F))
 
 
 @pytest.fixture(params=["server", "mock_aws"])
@@ -118,6 +123,60 @@ def test_a_message_whose_attribute_name_sqs_refuses_is_refused_and_not_stored(
     assert set(record["messageAttributes"]) == set(ACCEPTED_NAMES)
 
 
+def test_a_message_group_sqs_refuses_is_refused_and_not_stored(clients: ClientFactory, orders: LocalQueue) -> None:
+    sqs = clients("sqs")
+    body = envelope("order_confirmation", "1")
+    for group in GROUPS_SQS_REFUSES:
+        for send, request in (
+            (sqs.send_message, {"MessageBody": body, "MessageGroupId": group}),
+            (sqs.send_message_batch, {"Entries": [{"Id": "0", "MessageBody": body, "MessageGroupId": group}]}),
+        ):
+            with pytest.raises(ClientError) as refused:
+                send(QueueUrl=orders.url, **request)
+            assert refused.value.response["Error"]["Code"] == "InvalidParameterValue", group
+            assert "MessageGroupId" in refused.value.response["Error"]["Message"], group
+            assert _counts(sqs, orders.url) == ("0", "0"), f"{group!r} was stored"
+
+
+def test_a_deduplication_id_on_a_standard_queue_is_refused_and_not_stored(
+    clients: ClientFactory, orders: LocalQueue
+) -> None:
+    sqs = clients("sqs")
+    with pytest.raises(ClientError) as refused:
+        sqs.send_message(
+            QueueUrl=orders.url,
+            MessageBody=envelope("order_confirmation", "1"),
+            MessageGroupId="acme",
+            MessageDeduplicationId="m-1",
+        )
+    assert refused.value.response["Error"]["Code"] == "InvalidParameterValue"
+    assert "not valid for this queue type" in refused.value.response["Error"]["Message"]
+    assert _counts(sqs, orders.url) == ("0", "0")
+
+
+def test_a_standard_queues_message_group_is_delivered_as_any_message_and_shown_as_sqs_shows_it(
+    clients: ClientFactory, orders: LocalQueue
+) -> None:
+    sqs = clients("sqs")
+    for entity_id, group in (("1", "acme"), ("2", "acme"), ("3", EVERY_GROUP_CHARACTER), ("4", "g" * 128)):
+        sqs.send_message(
+            QueueUrl=orders.url, MessageBody=envelope("order_confirmation", entity_id), MessageGroupId=group
+        )
+
+    # Two messages of one group are both in flight at once: a standard queue keeps no group order (FIFO would
+    # hold the second until the first is deleted).
+    first = sqs.receive_message(QueueUrl=orders.url, MaxNumberOfMessages=1, MessageSystemAttributeNames=["All"])
+    second = sqs.receive_message(QueueUrl=orders.url, MaxNumberOfMessages=1, MessageSystemAttributeNames=["All"])
+    groups = [reply["Messages"][0]["Attributes"]["MessageGroupId"] for reply in (first, second)]
+    assert groups == ["acme", "acme"]
+    # The emulator hands the worker the group as Lambda's event does, as a system attribute
+    records = _delivered_by_the_emulator(clients, orders)
+    assert {json.loads(r["body"])["id"]: r["attributes"]["MessageGroupId"] for r in records} == {
+        "3": EVERY_GROUP_CHARACTER,
+        "4": "g" * 128,
+    }
+
+
 def test_a_batch_with_one_entry_sqs_refuses_stores_none_of_it(clients: ClientFactory, orders: LocalQueue) -> None:
     sqs = clients("sqs")
     good = [{"Id": str(i), "MessageBody": envelope("order_confirmation", str(i))} for i in range(3)]
@@ -129,7 +188,9 @@ def test_a_batch_with_one_entry_sqs_refuses_stores_none_of_it(clients: ClientFac
         "MessageBody": "b" * (limit - 10),
         "MessageAttributes": {"pad": {"DataType": "String", "StringValue": "p" * 20}},
     }
-    for last in (bad_name, too_big):
+    bad_group = {**good[0], "Id": "group", "MessageGroupId": "no spaces"}
+    deduplicated = {**good[0], "Id": "dedup", "MessageDeduplicationId": "standard queues take none"}
+    for last in (bad_name, too_big, bad_group, deduplicated):
         with pytest.raises(ClientError) as refused:
             sqs.send_message_batch(QueueUrl=orders.url, Entries=[*good, last])
         assert refused.value.response["Error"]["Code"] == "InvalidParameterValue"

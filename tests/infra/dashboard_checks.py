@@ -7,7 +7,13 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from functions.worker.names import METRICS_NAMESPACE, SERVICE_NAME
+from functions.worker.names import (
+    METRICS_NAMESPACE,
+    SERVICE_NAME,
+    SQS_NOISY_GROUPS,
+    SQS_QUIET_OLDEST_AGE,
+    SQS_QUIET_VISIBLE,
+)
 from sqs_jobs.limits import MINUTE
 from sqs_jobs.specs import QueueSpec
 from tests.infra.cfn import Resources, of_type, props, queue_id, render, worker_id
@@ -62,6 +68,7 @@ def check_dashboard_queue(resources: Resources, stack_name: str, spec: QueueSpec
     assert {(metric, tuple(dims.items())) for _, metric, dims, _ in plain_metrics(backlog)} == {
         ("ApproximateNumberOfMessagesVisible", tuple(queue.items())),
         ("ApproximateNumberOfMessagesNotVisible", tuple(queue.items())),
+        *([] if spec.fifo else [(SQS_QUIET_VISIBLE, tuple(queue.items()))]),
     }
     assert horizontal_lines(backlog) == {"backlog alarm": limits.backlog}
 
@@ -108,6 +115,29 @@ def check_dashboard_queue(resources: Resources, stack_name: str, spec: QueueSpec
 
     retries = graph(body, f"{name}: most failed runs in a row of one job (per 5 min)")
     check_retries(retries, spec)
+
+    check_fair_queue(body, spec, queue)
+
+
+def check_fair_queue(body: dict[str, Any], spec: QueueSpec, queue: dict[str, str]) -> None:
+    """A standard queue's tenants as SQS's fair queues report them (AWS/SQS, by QueueName); none for a FIFO queue,
+    whose message groups are its order."""
+    titles = (
+        f"{spec.name}: tenants SQS deems noisy (fair queues)",
+        f"{spec.name}: age of the oldest job (s), every tenant's and the quiet tenants'",
+    )
+    if spec.fifo:
+        assert not [widget for widget in body["widgets"] if widget["properties"].get("title") in titles]
+        return
+    noisy, ages = (graph(body, title) for title in titles)
+    assert [(ns, metric, dims, options["stat"]) for ns, metric, dims, options in plain_metrics(noisy)] == [
+        ("AWS/SQS", SQS_NOISY_GROUPS, queue, "Maximum")
+    ]
+    assert [(metric, dims) for _, metric, dims, _ in plain_metrics(ages)] == [
+        ("ApproximateAgeOfOldestMessage", queue),
+        (SQS_QUIET_OLDEST_AGE, queue),
+    ]
+    assert horizontal_lines(ages) == {"age alarm": spec.alarms.oldest_message_age_s}
 
 
 def check_retries(widget: Widget, spec: QueueSpec) -> None:

@@ -40,6 +40,7 @@ sqs = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
                    aws_access_key_id="service", aws_secret_access_key="service")
 publisher = JobPublisher(sqs, queue_urls={"orders": url})
 sent = publisher.publish("order_confirmation", "1001")
+for_tenant = publisher.publish("order_confirmation", "1002", tenant="acme-eu")
 try:
     publisher.publish("no_such_job", "1")
     refused = None
@@ -47,6 +48,7 @@ except UnknownJobError as error:
     refused = str(error)
 print(json.dumps({
     "sent": sent,
+    "for_tenant": for_tenant,
     "refused": refused,
     "version": sqs_jobs.__version__,
     "package": sqs_jobs.__file__,
@@ -105,6 +107,13 @@ def test_a_service_publishes_through_the_installed_wheel(
     assert report["version"] == wheel_version()
     assert report["version"].startswith(f"{RELEASE}+contract{CONTRACT_VERSION}.catalog")
     assert report["refused"].startswith("unknown job type 'no_such_job'; accepted: ")
-    [message] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)["Messages"]
-    assert message["MessageId"] == report["sent"]
-    assert json.loads(message["Body"]) == {"job": "order_confirmation", "id": "1001"}
+    messages = sqs.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1, MessageSystemAttributeNames=["All"]
+    )["Messages"]
+    by_id = {message["MessageId"]: message for message in messages}
+    assert set(by_id) == {report["sent"], report["for_tenant"]}
+    assert json.loads(by_id[report["sent"]]["Body"]) == {"job": "order_confirmation", "id": "1001"}
+    # A tenant's job on a standard queue: in the body, and the message group SQS's fair queues go by.
+    tenants = by_id[report["for_tenant"]]
+    assert json.loads(tenants["Body"]) == {"job": "order_confirmation", "id": "1002", "tenant": "acme-eu"}
+    assert tenants["Attributes"]["MessageGroupId"] == "acme-eu"

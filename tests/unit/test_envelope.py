@@ -7,6 +7,7 @@ import re
 import sys
 import unicodedata
 from collections.abc import Iterator
+from itertools import combinations
 from pathlib import Path
 from types import FrameType
 from typing import Any, cast
@@ -30,10 +31,12 @@ from sqs_jobs.envelope import (
     MAX_EXTRA_FIELDS,
     MAX_EXTRA_STRING_CHARS,
     MAX_ID_CHARS,
+    MAX_TENANT_CHARS,
     RESERVED_FIELDS,
     Envelope,
     build_envelope,
     parse_envelope,
+    tenant_of,
 )
 from sqs_jobs.visible import is_hidden
 
@@ -176,11 +179,64 @@ def test_extra_field_names_that_match_are_accepted(name: str) -> None:
     assert name in parse_envelope(body(job=JOB, id="1", **{name: 1}), ACCEPTED).extra
 
 
+# Every character SQS takes in a MessageGroupId: the ASCII letters, digits and punctuation, U+0021..U+007E.
+SQS_GROUP_CHARACTERS = "".join(chr(code) for code in range(0x21, 0x7F))
+
+
+@pytest.mark.parametrize(
+    "tenant",
+    ["acme", "t", "acme-eu:42", SQS_GROUP_CHARACTERS, "x" * MAX_TENANT_CHARS],
+    ids=["word", "one-char", "punctuated", "every-accepted-character", "max-length"],
+)
+def test_a_tenant_sqs_takes_as_a_message_group_is_accepted(tenant: str) -> None:
+    envelope = parse_envelope(body(job=JOB, id="1", tenant=tenant), ACCEPTED)
+
+    assert envelope.tenant == tenant
+    assert dict(envelope.extra) == {}  # reserved: never an extra field
+    assert envelope.to_dict()["tenant"] == tenant
+
+
+def test_without_a_tenant_the_envelope_has_none_and_sends_none() -> None:
+    envelope = parse_envelope(body(job=JOB, id="1"), ACCEPTED)
+
+    assert envelope.tenant is None
+    assert "tenant" not in envelope.to_dict()
+
+
+@pytest.mark.parametrize("with_key", [False, True])
+def test_a_tenant_leaves_room_for_every_extra_field(with_key: bool) -> None:
+    key = {"key": "k"} if with_key else {}
+
+    envelope = parse_envelope(body(job=JOB, id="1", tenant="acme", **key, **extras(MAX_EXTRA_FIELDS)), ACCEPTED)
+
+    assert len(envelope.extra) == MAX_EXTRA_FIELDS
+
+
+@pytest.mark.parametrize(
+    ("raw", "tenant"),
+    [
+        (body(job=JOB, id="1", tenant="acme"), "acme"),
+        (body(job="no_such_job", tenant="acme"), "acme"),  # only the tenant is read
+        (body(job=JOB, id="1"), None),
+        (body(job=JOB, id="1", tenant="acme eu"), None),
+        (body(job=JOB, id="1", tenant=7), None),
+        ("[1]", None),
+        ("not json", None),
+    ],
+    ids=["tenant", "bad-envelope-good-tenant", "none", "refused", "integer", "array", "not-json"],
+)
+def test_tenant_of_reads_a_bodys_tenant_by_the_rule_and_never_raises(raw: str, tenant: str | None) -> None:
+    assert tenant_of(raw) == tenant
+
+
 def test_round_trip_through_to_json() -> None:
     envelope = parse_envelope(body(job=JOB, id="注文", key="k", locale="ja", n=2), ACCEPTED)
 
     assert parse_envelope(envelope.to_json(), ACCEPTED) == envelope
     assert envelope.to_dict() == {"job": JOB, "id": "注文", "key": "k", "locale": "ja", "n": 2}
+    with_tenant = parse_envelope(body(job=JOB, id="1", tenant="acme", key="k", n=2), ACCEPTED)
+    assert parse_envelope(with_tenant.to_json(), ACCEPTED) == with_tenant
+    assert with_tenant.to_dict() == {"job": JOB, "id": "1", "key": "k", "tenant": "acme", "n": 2}
     assert "注文" in envelope.to_json()  # UTF-8 on the wire, not \\u escapes that cost 6 bytes each
 
 
@@ -259,7 +315,7 @@ def test_missing_required_field_is_rejected(fields: dict[str, Any], missing: str
     assert f"missing field {missing!r}" in str(caught.value)
 
 
-@pytest.mark.parametrize("field_name", ["job", "id", "key"])
+@pytest.mark.parametrize("field_name", ["job", "id", "key", "tenant"])
 @pytest.mark.parametrize("value", ["", " ", "   \t", "\u3000", "\u00a0", "\u2003\u2028"])
 def test_empty_or_blank_identifier_is_rejected(field_name: str, value: str) -> None:
     fields = {"job": JOB, "id": "1", field_name: value}
@@ -281,7 +337,7 @@ def test_numeric_id_is_rejected_with_a_hint_to_send_a_string(value: int | float)
     assert f'"{value}"' in message  # the hint shows the value as it should be sent
 
 
-@pytest.mark.parametrize("field_name", ["job", "id", "key"])
+@pytest.mark.parametrize("field_name", ["job", "id", "key", "tenant"])
 @pytest.mark.parametrize(
     ("value", "json_type"),
     [(None, "null"), (True, "boolean"), (["1"], "array"), ({"id": "1"}, "object"), (5, "integer")],
@@ -312,6 +368,44 @@ def test_identifier_over_max_chars_is_rejected(field_name: str) -> None:
         parse_envelope(body(**fields), ACCEPTED)
 
     assert str(MAX_ID_CHARS) in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("tenant", "message"),
+    [
+        ("", "field 'tenant' is empty; it must be a non-blank string"),
+        ("   ", "field 'tenant' is empty; it must be a non-blank string"),
+        (7, "field 'tenant' must be a string, got integer; send it as a string, e.g. \"7\""),
+        (None, "field 'tenant' must be a string, got null"),
+        ("x" * (MAX_TENANT_CHARS + 1), "field 'tenant' is 129 characters; at most 128 are accepted"),
+        (
+            "acme eu",
+            "field 'tenant' contains U+0020 (SPACE) at position 4; accepted are a-z, A-Z, 0-9 and ASCII punctuation "
+            "(what SQS takes as a MessageGroupId)",
+        ),
+        (
+            "café",
+            "field 'tenant' contains U+00E9 (LATIN SMALL LETTER E WITH ACUTE) at position 3; accepted are a-z, A-Z, "
+            "0-9 and ASCII punctuation (what SQS takes as a MessageGroupId)",
+        ),
+        (
+            "acme\u202e",
+            "field 'tenant' contains U+202E (RIGHT-TO-LEFT OVERRIDE) at position 4; printable text only (no control, "
+            "format or line-separator characters)",
+        ),
+        (
+            "a\tb",
+            "field 'tenant' contains U+0009 (a control character) at position 1; printable text only (no control, "
+            "format or line-separator characters)",
+        ),
+    ],
+    ids=["empty", "blank", "integer", "null", "too-long", "space", "non-ascii", "bidi-override", "tab"],
+)
+def test_a_tenant_sqs_would_not_take_as_a_message_group_is_refused_saying_which_rule(tenant: Any, message: str) -> None:
+    with pytest.raises(EnvelopeFieldError) as caught:
+        parse_envelope(escaped_body(job=JOB, id="1", tenant=tenant), ACCEPTED)
+
+    assert str(caught.value) == message
 
 
 @pytest.mark.parametrize("job", ["send_invoice", "ORDER_CONFIRMATION", "order_confirmation ", "order"])
@@ -361,7 +455,7 @@ def test_duplicate_fields_are_rejected(raw: str) -> None:
         parse_envelope(raw, ACCEPTED)
 
 
-@pytest.mark.parametrize("field_name", ["job", "id", "key"])
+@pytest.mark.parametrize("field_name", ["job", "id", "key", "tenant"])
 @pytest.mark.parametrize(
     "value",
     [
@@ -574,6 +668,18 @@ def test_build_minimal_envelope() -> None:
     assert build_envelope(JOB, "123", ACCEPTED) == Envelope(job=JOB, id="123")
 
 
+def test_build_with_a_tenant_puts_it_in_the_body_not_the_extras() -> None:
+    envelope = build_envelope(JOB, "123", ACCEPTED, tenant="acme", extra={"locale": "ja"})
+
+    assert envelope == Envelope(job=JOB, id="123", tenant="acme", extra={"locale": "ja"})
+    assert json.loads(envelope.to_json()) == {"job": JOB, "id": "123", "tenant": "acme", "locale": "ja"}
+
+
+def test_build_refuses_a_tenant_by_the_parsers_rule() -> None:
+    with pytest.raises(EnvelopeFieldError, match="MessageGroupId"):
+        build_envelope(JOB, "123", ACCEPTED, tenant="acme eu")
+
+
 def test_build_with_key_and_extras() -> None:
     envelope = build_envelope(JOB, "123", ACCEPTED, key="k1", extra={"locale": "ja", "version": 2})
 
@@ -727,6 +833,11 @@ CORPUS: list[tuple[str, str | bytes, bool]] = [
     ("max-id", body(job=JOB, id="x" * MAX_ID_CHARS), True),
     ("max-extras", body(job=JOB, id="1", **extras(MAX_EXTRA_FIELDS)), True),
     ("max-extras-and-key", body(job=JOB, id="1", key="k", **extras(MAX_EXTRA_FIELDS)), True),
+    ("max-extras-and-tenant", body(job=JOB, id="1", tenant="acme", **extras(MAX_EXTRA_FIELDS)), True),
+    ("max-extras-key-tenant", body(job=JOB, id="1", key="k", tenant="t", **extras(MAX_EXTRA_FIELDS)), True),
+    ("tenant", body(job=JOB, id="1", tenant="acme-eu:42"), True),
+    ("tenant-every-character", body(job=JOB, id="1", tenant=SQS_GROUP_CHARACTERS), True),
+    ("tenant-max-length", body(job=JOB, id="1", tenant="t" * MAX_TENANT_CHARS), True),
     ("max-name", body(job=JOB, id="1", **{"a" * 40: 1}), True),
     ("max-extra-string", body(job=JOB, id="1", note="x" * MAX_EXTRA_STRING_CHARS), True),
     ("big-integer", '{"job": "order_confirmation", "id": "1", "n": 123456789012345678901234567890}', True),
@@ -763,6 +874,14 @@ CORPUS: list[tuple[str, str | bytes, bool]] = [
     ("control-extra-string", body(job=JOB, id="1", note="a\tb"), False),
     ("too-many-extras", body(job=JOB, id="1", **extras(MAX_EXTRA_FIELDS + 1)), False),
     ("too-many-extras-and-key", body(job=JOB, id="1", key="k", **extras(MAX_EXTRA_FIELDS + 1)), False),
+    ("too-many-extras-and-tenant", body(job=JOB, id="1", tenant="t", **extras(MAX_EXTRA_FIELDS + 1)), False),
+    ("too-many-extras-key-tenant", body(job=JOB, id="1", key="k", tenant="t", **extras(MAX_EXTRA_FIELDS + 1)), False),
+    ("tenant-too-long", body(job=JOB, id="1", tenant="t" * (MAX_TENANT_CHARS + 1)), False),
+    ("tenant-space", body(job=JOB, id="1", tenant="acme eu"), False),
+    ("tenant-non-ascii", body(job=JOB, id="1", tenant="café"), False),
+    ("tenant-newline-last", body(job=JOB, id="1", tenant="acme\n"), False),
+    ("tenant-empty", body(job=JOB, id="1", tenant=""), False),
+    ("tenant-integer", body(job=JOB, id="1", tenant=42), False),
     ("upper-name", body(job=JOB, id="1", Locale="ja"), False),
     ("long-name", body(job=JOB, id="1", **{"a" * 41: 1}), False),
     ("newline-name", body(job=JOB, id="1", **{"a\n": 1}), False),
@@ -833,12 +952,37 @@ def test_schema_limits_match_the_code(schema: dict[str, Any]) -> None:
     extra_string = defs["extraFieldValue"]["anyOf"][3]
 
     assert defs["identifier"]["maxLength"] == MAX_ID_CHARS
+    assert schema["properties"]["tenant"]["maxLength"] == MAX_TENANT_CHARS
     assert extra_string["maxLength"] == MAX_EXTRA_STRING_CHARS
     assert defs["extraFieldName"]["pattern"] == envelope_module._FIELD_NAME.pattern
-    assert schema["else"]["maxProperties"] == len(RESERVED_FIELDS) - 1 + MAX_EXTRA_FIELDS
-    assert schema["then"]["maxProperties"] == len(RESERVED_FIELDS) + MAX_EXTRA_FIELDS
+    assert sorted(schema["propertyNames"]["anyOf"][0]["enum"]) == sorted(RESERVED_FIELDS)
+    assert sorted(schema["properties"]) == sorted(RESERVED_FIELDS)
     assert sorted(schema["required"]) == ["id", "job"]
     assert str(MAX_ENVELOPE_BYTES) in schema["description"]
+
+
+OPTIONAL_RESERVED = [name for name in RESERVED_FIELDS if name not in ("job", "id")]
+RESERVED_COMBINATIONS = [
+    combination for size in range(len(OPTIONAL_RESERVED) + 1) for combination in combinations(OPTIONAL_RESERVED, size)
+]
+
+
+@pytest.mark.parametrize(
+    "present",
+    RESERVED_COMBINATIONS,
+    ids=lambda present: "+".join(present) or "none",
+)
+def test_schema_counts_extra_fields_as_the_parser_does_whichever_reserved_fields_are_there(
+    validator: Any, present: tuple[str, ...]
+) -> None:
+    # The schema can't count "properties other than these", so it spells out a maxProperties per case: each case
+    # must still allow exactly MAX_EXTRA_FIELDS extras, as the parser does.
+    reserved = {name: "t" for name in present}
+    at_limit = body(job=JOB, id="1", **reserved, **extras(MAX_EXTRA_FIELDS))
+    over = body(job=JOB, id="1", **reserved, **extras(MAX_EXTRA_FIELDS + 1))
+
+    assert parser_accepts(at_limit) and schema_accepts(validator, at_limit)
+    assert not parser_accepts(over) and not schema_accepts(validator, over)
 
 
 def test_schema_examples_are_accepted_by_both(validator: Any, schema: dict[str, Any]) -> None:

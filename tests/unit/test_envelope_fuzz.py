@@ -22,6 +22,7 @@ from sqs_jobs.envelope import (
     MAX_EXTRA_FIELDS,
     MAX_EXTRA_STRING_CHARS,
     MAX_ID_CHARS,
+    MAX_TENANT_CHARS,
     RESERVED_FIELDS,
     Envelope,
     Scalar,
@@ -42,7 +43,7 @@ json_tokens = st.sampled_from(
     [
         *'{}[]":,\\ \t\n0123456789-+.eE',
         *("true", "false", "null", "NaN", "-Infinity", "\\u", "\\ud800", "\\u0000", "\ufeff"),
-        *('"job"', '"id"', '"key"', '"order_confirmation"'),
+        *('"job"', '"id"', '"key"', '"tenant"', '"order_confirmation"'),
     ]
 )
 any_char = st.one_of(st.characters(), surrogates)
@@ -70,7 +71,7 @@ json_values = st.recursive(
 def near_envelopes(draw: st.DrawFn) -> str:
     """Objects shaped almost like an envelope: the right names, values of any kind, often valid, sometimes not."""
     body: dict[str, Any] = {}
-    for name in ("job", "id", "key"):
+    for name in RESERVED_FIELDS:
         if draw(st.integers(0, 9)) < 8:
             body[name] = draw(st.one_of(st.sampled_from(JOB_NAMES), st.text(max_size=10), json_values))
     body.update(draw(st.dictionaries(st.text(max_size=12), json_values, max_size=10)))
@@ -90,6 +91,8 @@ bodies = st.one_of(
 
 printable = st.characters(exclude_categories=("Cc", "Cf", "Zl", "Zp", "Cs"))
 identifiers = st.text(printable, min_size=1, max_size=MAX_ID_CHARS).filter(lambda text: bool(text.strip()))
+# What SQS takes as a MessageGroupId: ASCII letters, digits and punctuation.
+tenants = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=MAX_TENANT_CHARS)
 extra_names = st.from_regex(r"\A[a-z][a-z0-9_]{0,39}\Z").filter(lambda name: name not in RESERVED_FIELDS)
 extra_values: st.SearchStrategy[Scalar] = st.one_of(
     st.booleans(),
@@ -106,12 +109,13 @@ def valid_envelopes(draw: st.DrawFn) -> Envelope:
         id=draw(identifiers),
         key=draw(st.none() | identifiers),
         extra=draw(st.dictionaries(extra_names, extra_values, max_size=MAX_EXTRA_FIELDS)),
+        tenant=draw(st.none() | tenants),
     )
     # The contract's size limit is in UTF-8 bytes; shorten the ID until the body fits.
     while len(envelope.to_json().encode("utf-8")) > MAX_ENVELOPE_BYTES:
         envelope = Envelope(job=envelope.job, id=envelope.id[: len(envelope.id) // 2] or "1", extra={})
     if not envelope.id.strip():
-        envelope = Envelope(job=envelope.job, id="1", key=envelope.key, extra=envelope.extra)
+        envelope = Envelope(job=envelope.job, id="1", key=envelope.key, extra=envelope.extra, tenant=envelope.tenant)
     return envelope
 
 
@@ -144,7 +148,9 @@ def test_valid_envelopes_round_trip_and_build_envelope_agrees(envelope: Envelope
     parsed = parse_envelope(body, ACCEPTED)
     assert parsed == envelope
     assert parse_envelope(body.encode("utf-8"), ACCEPTED) == envelope
-    built = build_envelope(envelope.job, envelope.id, ACCEPTED, key=envelope.key, extra=dict(envelope.extra))
+    built = build_envelope(
+        envelope.job, envelope.id, ACCEPTED, key=envelope.key, extra=dict(envelope.extra), tenant=envelope.tenant
+    )
     assert built == envelope
     assert parse_envelope(built.to_json(), ACCEPTED) == envelope
 

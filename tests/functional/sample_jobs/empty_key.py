@@ -9,7 +9,7 @@ RUNS: list[str] = []
 
 
 def idempotency_key(envelope: Envelope) -> str:
-    return envelope.extra.get("tenant", "")  # type: ignore[return-value]
+    return envelope.tenant or ""
 
 
 def run(envelope: Envelope, context: JobContext) -> None:

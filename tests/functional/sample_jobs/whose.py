@@ -1,0 +1,12 @@
+"""Records whose job each run was: the tenant as the job sees it, in its envelope and in its context's."""
+
+from __future__ import annotations
+
+from functions.worker.jobs import JobContext
+from sqs_jobs.envelope import Envelope
+
+SEEN: list[tuple[str, str | None, str | None]] = []
+
+
+def run(envelope: Envelope, context: JobContext) -> None:
+    SEEN.append((envelope.id, envelope.tenant, context.envelope.tenant))
