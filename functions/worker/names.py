@@ -4,6 +4,7 @@ namespace. Dependency-free (the standard library only), so the stack (`infra/`) 
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from enum import StrEnum
 
@@ -136,3 +137,28 @@ def life_partition(queue: str, state: LifeState, record_id: str) -> str:
 
 def life_shard_partition(queue: str, state: LifeState, shard: int) -> str:
     return f"{queue}#{state.value}#{shard}"
+
+
+# Flow control's state in the idempotency table (functions/worker/rate_limit.py and key_concurrency.py), which
+# jobctl reads: a rate limit's bucket per key (its GCRA `tat`), and a key's concurrency slots (who holds each, until
+# when). Each item also names its limit and its key (the key as text, producer-chosen: shown escaped).
+FLOW_TAT = "tat"
+FLOW_HOLDER = "holder"
+FLOW_UNTIL = "until"
+FLOW_LIMIT_NAME = "flow_limit"
+FLOW_LIMIT_KEY = "flow_key"
+
+
+def _flow_digest(limit_name: str, key: str) -> str:
+    # Hashed, so a producer's long or odd key value can't make an odd item ID.
+    return hashlib.sha256(f"{limit_name}\x00{key}".encode()).hexdigest()[:32]
+
+
+def flow_bucket_id(limit_name: str, key: str) -> str:
+    """The idempotency table's partition key of a rate limit's bucket for one key."""
+    return f"flow#rate#{_flow_digest(limit_name, key)}"
+
+
+def flow_slot_id(limit_name: str, key: str, slot: int) -> str:
+    """The partition key of slot `slot` (0 .. limit - 1) of a key's concurrency limit."""
+    return f"flow#key#{_flow_digest(limit_name, key)}#{slot}"
