@@ -25,6 +25,7 @@ from functions.worker.names import (
     DURATION,
     FAILED,
     HEARTBEAT,
+    HOLD_SHARE,
     METRICS_NAMESPACE,
     RETRIED,
     RETRY_ATTEMPT,
@@ -286,6 +287,22 @@ def retry_attempts(spec: QueueSpec) -> cloudwatch.MathExpression:
         using_metrics=using,
         period=FIVE_MINUTES,
         label="most failed runs in a row",
+    )
+
+
+def hold_share(spec: QueueSpec) -> cloudwatch.MathExpression:
+    """The most any held key of the queue's jobs had used of its max_hold_s by the time it is due again, per
+    5 minutes: MAX over the jobs of HoldShare's Maximum (per timestamp, as retry_attempts). Every hold samples it:
+    a rate limit's, a busy key's and an open breaker's."""
+    using = {
+        f"share{index}": job_metric(spec.name, job, HOLD_SHARE, statistic="Maximum")
+        for index, job in enumerate(spec.job_names)
+    }
+    return cloudwatch.MathExpression(
+        expression=f"MAX([{', '.join(using)}])",
+        using_metrics=using,
+        period=FIVE_MINUTES,
+        label="longest hold, share of its bound",
     )
 
 

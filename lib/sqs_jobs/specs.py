@@ -103,6 +103,9 @@ class AlarmThresholds:
     # with the default backoff (30 s base, 120 s cap) the third failure comes at most 90 s after the first, while
     # the tenth (the dead letter) comes 465 s later on average (docs/monitoring.md).
     retry_attempts: int | None = None
+    # A key held back (by a rate limit, a busy key, an open breaker) for this share of its max_hold_s by the time it
+    # is due again: it is about to spend attempts on refusals (the runtime's HoldShare, Maximum over 5 minutes).
+    hold_share: float = 0.8
 
     def retry_alarm_attempts(self, max_attempts: int) -> int:
         """The retrying alarm's threshold for a queue whose jobs run at most `max_attempts` times."""
@@ -125,6 +128,9 @@ class AlarmThresholds:
             found.append(f"{where}: alarms.failure_rate_min_runs {self.failure_rate_min_runs} must be at least 1")
         if not 0 < self.duration_ratio <= 1:
             found.append(f"{where}: alarms.duration_ratio {self.duration_ratio} must be in (0, 1]")
+        # HoldShare is capped at 1 (a key at its bound): above it the alarm could never fire.
+        if not 0 < self.hold_share <= 1:
+            found.append(f"{where}: alarms.hold_share {self.hold_share} must be in (0, 1]")
         if self.stalled_after_s < 5 * MINUTE:
             found.append(f"{where}: alarms.stalled_after_s must be at least {5 * MINUTE} (SQS metrics lag minutes)")
         slack_s = HEARTBEAT_JITTER_S + METRIC_LAG_S

@@ -42,6 +42,7 @@ OVERRIDES = AlarmThresholds(
     heartbeat_missing_after_s=10 * MINUTE,
     circuit_opened=3,
     retry_attempts=5,
+    hold_share=0.6,
 )
 REPORTS = QueueSpec(
     name="reports",
@@ -116,6 +117,7 @@ def test_the_thresholds_are_the_overrides(custom: Custom) -> None:
     assert under_test.alarm("heartbeat-missing")["EvaluationPeriods"] == 10
     assert under_test.alarm("circuit-open")["Threshold"] == 3
     assert under_test.alarm("retrying")["Threshold"] == 5
+    assert under_test.alarm("held-near-bound")["Threshold"] == 0.6
     # 50% of an explicit 200 s limit, and of the queue's default (half the 300 s function timeout).
     assert under_test.alarm("duration-render_report")["Threshold"] == 100_000
     assert under_test.alarm("duration-send_report")["Threshold"] == 75_000
