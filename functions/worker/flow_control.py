@@ -19,6 +19,7 @@ from functions.worker.key_concurrency import KeySlots, Lease
 from functions.worker.rate_limit import RateLimiter, TokenBucketStore
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.flow_control import (
+    MAX_TOKEN_WAIT_S,
     RateLimit,
     endpoint_rate_limit_name,
     job_rate_limit_name,
@@ -26,12 +27,6 @@ from sqs_jobs.flow_control import (
     limit_key,
 )
 from sqs_jobs.specs import JobSpec
-
-# The longest a run's start or call waits for a token inside its invocation; a token further away hands the record
-# back instead. Waiting holds a worker (and its Lambda bill) while a hand-back costs a receive and two writes, and
-# with a backlog the pollers would hand the next records straight back too: a short wait keeps the pollers at the
-# limit's pace. docs/flow-control.md.
-MAX_TOKEN_WAIT_S = 20.0
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,14 @@ import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from sqs_jobs.flow_control import KeyConcurrency, RateLimit
+from sqs_jobs.flow_control import (
+    DeclaredLimit,
+    KeyConcurrency,
+    RateLimit,
+    endpoint_rate_limit_name,
+    job_rate_limit_name,
+    key_concurrency_name,
+)
 from sqs_jobs.limits import (
     DAY,
     DEAD_LETTER_HEADROOM_BYTES,
@@ -38,7 +45,7 @@ from sqs_jobs.limits import (
     SQS_MIN_MESSAGE_BYTES,
     SQS_MIN_RETENTION_S,
 )
-from sqs_jobs.resources import NAME, Network, Resource
+from sqs_jobs.resources import NAME, Endpoint, Network, Resource
 from sqs_jobs.schedule_expressions import schedule_expression_problem
 
 _HANDLER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -561,6 +568,22 @@ class Catalog:
             if resource.name == name:
                 return resource
         raise UnknownResourceError(f"unknown resource {name!r}; the catalog has: {', '.join(self.resource_names)}")
+
+    def flow_limits(self, queue: str) -> tuple[DeclaredLimit, ...]:
+        """The limits the queue's runs pass (sqs_jobs.flow_control): each job's concurrency per key and rate
+        limit, then the rate limit of each endpoint its jobs call (shared with every other queue that calls it)."""
+        spec = self.queue(queue)
+        found: list[DeclaredLimit] = []
+        for job in spec.jobs:
+            if job.concurrency is not None:
+                found.append(DeclaredLimit(key_concurrency_name(job.name), job.concurrency))
+            if job.rate_limit is not None:
+                found.append(DeclaredLimit(job_rate_limit_name(job.name), job.rate_limit))
+        for name in spec.resources:
+            resource = self.resource(name)
+            if isinstance(resource, Endpoint) and resource.rate_limit is not None:
+                found.append(DeclaredLimit(endpoint_rate_limit_name(name), resource.rate_limit))
+        return tuple(found)
 
     def _resource_problems(self) -> list[str]:
         found = [problem for resource in self.resources for problem in resource.problems()]
