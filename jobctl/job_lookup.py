@@ -3,6 +3,7 @@
 - The idempotency record (DynamoDB): COMPLETED with when it finished and until when a redelivery is skipped,
   INPROGRESS with until when the run holds the key, or FAILED (retrying) with its runs and last error.
 - The DLQ: every dead letter of that job and ID, with its evidence.
+- For a job with a concurrency limit per key: the slots of its key (who holds each, until when), read by ID.
 Neither: it hasn't run yet (still in the queue, or delayed), it failed and waits for its next attempt (a failure
 releases the key), or its record expired. The source queue is not searched: receiving would hide its messages
 from the worker.
@@ -30,6 +31,7 @@ from functions.worker.settings import ENV_IDEMPOTENCY_TABLE, idempotency_record_
 from jobctl.discovery import QueueLocation
 from jobctl.dlq import DeadLetter, DeadLetterQueue
 from jobctl.errors import OperatorUnreachableError, OperatorUsageError
+from jobctl.flow_limits import KeySlots, key_of, read_key_slots
 from jobctl.queue_control import QueueControlError, mappings
 from sqs_jobs.envelope import Envelope, build_envelope
 from sqs_jobs.specs import QueueSpec
@@ -161,6 +163,8 @@ class JobLookup:
     dead_letters: list[DeadLetter]
     looked_at: datetime
     max_attempts: int = 0
+    # The job's key's slots, if the job has a concurrency limit per key (KeyConcurrency).
+    key_slots: KeySlots | None = None
 
     @property
     def verdict(self) -> str:
@@ -249,6 +253,7 @@ class JobLookup:
                 "cancelled_by": record.cancelled_by,
             },
             "dead_letters": [letter.to_dict() for letter in self.dead_letters],
+            "key_slots": self.key_slots.to_dict(self.looked_at) if self.key_slots is not None else None,
         }
 
 
@@ -295,7 +300,13 @@ def job_key(spec: QueueSpec, job: str, entity_id: str, key: str | None) -> str:
 
 
 def lookup(
-    client: Callable[[str], Any], spec: QueueSpec, where: QueueLocation, job: str, entity_id: str, key: str | None
+    client: Callable[[str], Any],
+    spec: QueueSpec,
+    where: QueueLocation,
+    job: str,
+    entity_id: str,
+    key: str | None,
+    limit_key: str | None = None,
 ) -> JobLookup:
     """`find_job` on a deployed stack: the queue's idempotency table (from its worker's environment) and its DLQ,
     through `client` (service name -> boto3 client)."""
@@ -308,6 +319,7 @@ def lookup(
         dynamodb=client("dynamodb"),
         table=idempotency_table(client("lambda"), where.arn),
         dead_letter_queue=dead,
+        limit_key=limit_key,
     )
 
 
@@ -321,7 +333,10 @@ def find_job(
     table: str,
     dead_letter_queue: DeadLetterQueue,
     now: datetime | None = None,
+    limit_key: str | None = None,
 ) -> JobLookup:
+    """`limit_key`: the value of the envelope field the job's concurrency is keyed by, when the job, ID and key
+    don't give it (flow_limits.key_of)."""
     idempotency_key = job_key(spec, job, entity_id, key)
     record_key = {"id": {"S": idempotency_record_id(idempotency_key)}}
     item = dynamodb.get_item(TableName=table, Key=record_key, ConsistentRead=True)
@@ -331,6 +346,11 @@ def find_job(
         for letter in dead_letter_queue.peek()
         if letter.job == job and letter.entity_id == entity_id and letter.envelope_key == key
     ]
+    concurrency = spec.job(job).concurrency
+    key_slots = None
+    if concurrency is not None:
+        limit_value = key_of(concurrency.per, job, entity_id, key, limit_key)
+        key_slots = read_key_slots(dynamodb, table, job, concurrency, limit_value)
     return JobLookup(
         queue=spec.name,
         job=job,
@@ -340,4 +360,5 @@ def find_job(
         dead_letters=letters,
         looked_at=now or datetime.now(UTC),
         max_attempts=spec.max_attempts,
+        key_slots=key_slots,
     )
