@@ -41,8 +41,15 @@ from sqs_jobs.stack_names import contract_parameter_name
 
 # Outlives the DLQ's 14 days, so the logs of any dead-lettered job are still there when it is looked at.
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
-# What the worker does with the idempotency table (Powertools' DynamoDBPersistenceLayer), nothing more.
-IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+# What the worker does with the idempotency table, nothing more: Powertools' DynamoDBPersistenceLayer, and flow
+# control's buckets and key slots (BatchGetItem: the free slots of a key whose limit is above one, in one read).
+IDEMPOTENCY_ACTIONS = (
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchGetItem",
+)
 # The SSM parameters a publisher reads (JobPublisher.from_stack): the queue's URL and ARN, the role the scheduler
 # sends a delayed job with, and the stack's schedule group and schedules DLQ.
 PUBLISHER_QUEUE_PARAMETERS = (QUEUE_URL, QUEUE_ARN, SCHEDULER_ROLE_ARN)

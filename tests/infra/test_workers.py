@@ -38,7 +38,8 @@ from tests.infra.resource_grants import DLQ_REVIEW, dlq_arns, expected_grant, ex
 
 QUEUES = pytest.mark.parametrize("spec", CATALOG.queues, ids=lambda spec: spec.name)
 CONSUME = ("ChangeMessageVisibility", "DeleteMessage", "GetQueueAttributes", "GetQueueUrl", "ReceiveMessage")
-IDEMPOTENCY = ("DeleteItem", "GetItem", "PutItem", "UpdateItem")
+# BatchGetItem: a key with a concurrency limit above one reads its slots at once (functions/worker/key_concurrency.py).
+IDEMPOTENCY = ("BatchGetItem", "DeleteItem", "GetItem", "PutItem", "UpdateItem")
 
 
 def _table_id(synth: Synth, partition_key: str) -> str:
