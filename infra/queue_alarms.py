@@ -275,7 +275,8 @@ class QueueAlarms(Construct):
             missing=Missing.NOT_BREACHING,
             meaning=(
                 f"The {name} worker's own AWS resources failed it in 5 min (RuntimeFault, by reason: "
-                "idempotency_store, dead_letter_send, requeue, visibility_change): permissions, KMS or an outage. "
+                "idempotency_store, dead_letter_send, requeue, visibility_change, flow_control_store): permissions, "
+                "KMS or an outage. "
                 "Jobs are handed back and wait; none is dead-lettered for it."
             ),
             anchor="runtime-faults",

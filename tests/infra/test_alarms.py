@@ -105,4 +105,6 @@ def test_every_runbook_anchor_is_a_runbook_heading() -> None:
     headings = re.findall(r"^#+ (.+)$", runbook.read_text(), flags=re.MULTILINE)
     anchors = {re.sub(r"[^a-z0-9 -]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
     used = {anchor for anchor, _ in SIGNALS.values()} | {"jobs-near-their-time-limit", "scheduled-deliveries-failed"}
+    # What docs/monitoring.md sends flow control's operators to besides its alarm.
+    used |= {"records-held-by-a-rate-limit-or-a-busy-key", "the-limits-store-failing"}
     assert used <= anchors, f"missing headings for {sorted(used - anchors)}"
