@@ -53,13 +53,19 @@ class LimitView:
             return f"not read: {self.unread}"
         if self.tokens_free is None:
             return "not read"
-        return f"{math.floor(self.tokens_free)} of {limit.burst} token(s) free now"
+        return f"{self.whole_tokens} of {limit.burst} token(s) free now"
+
+    @property
+    def whole_tokens(self) -> int | None:
+        """The free tokens a run could take now. The store keeps `tat` to the microsecond: a hair short of a token
+        is that token."""
+        return None if self.tokens_free is None else math.floor(round(self.tokens_free, 3))
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.declared.to_dict(),
             "declared": self.declared.describe(),
-            "tokens_free": None if self.tokens_free is None else math.floor(self.tokens_free),
+            "tokens_free": self.whole_tokens,
             "state": self.state(),
         }
 
