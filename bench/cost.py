@@ -29,8 +29,8 @@ HOURS_PER_MONTH = 730
 MINUTES_PER_MONTH = HOURS_PER_MONTH * 60
 SQS_CHUNK_BYTES = 64 * 1024  # SQS bills each 64 KiB of a request's payload as one request
 # The stack's alarms per queue: one per queue signal (age, DLQ depth, backlog, DLQ arrivals, failure rate, stalled,
-# heartbeat missing, runtime faults, circuit open, retrying, ...) and 1 per job (its p99 duration against its time
-# limit). A queue that never retries (max_attempts 1) has no retrying alarm: `queue_signals`.
+# heartbeat missing, runtime faults, circuit open, retrying, held near bound, ...) and 1 per job (its p99 duration
+# against its time limit). A queue that never retries (max_attempts 1) has no retrying alarm: `queue_signals`.
 ALARMS_PER_QUEUE = len(QUEUE_SIGNALS)
 ALARMS_PER_JOB = 1
 # The runtime's EMF metrics per job (JobSucceeded, JobDuplicate, JobFailed, JobRetried, JobDeadLettered x2 reasons,

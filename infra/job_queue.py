@@ -14,8 +14,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from functions.worker.key_concurrency import FLOW_SLOT_PREFIX
-from functions.worker.names import METRICS_NAMESPACE, SERVICE_NAME
+from functions.worker.names import FLOW_SLOT_PREFIX, METRICS_NAMESPACE, SERVICE_NAME
 from functions.worker.settings import (
     ENV_DLQ_URL,
     ENV_IDEMPOTENCY_TABLE,
@@ -42,7 +41,8 @@ from sqs_jobs.stack_names import contract_parameter_name
 
 # Outlives the DLQ's 14 days, so the logs of any dead-lettered job are still there when it is looked at.
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
-# What the worker does with the idempotency table (Powertools' DynamoDBPersistenceLayer), nothing more.
+# What the worker does with the idempotency table, nothing more: Powertools' DynamoDBPersistenceLayer, and flow
+# control's buckets and key slots (and, only where a key's limit is above one, BatchGetItem of its slots: below).
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
 # The SSM parameters a publisher reads (JobPublisher.from_stack): the queue's URL and ARN, the role the scheduler
 # sends a delayed job with, and the stack's schedule group and schedules DLQ.

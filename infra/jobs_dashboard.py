@@ -17,6 +17,7 @@ from constructs import Construct
 
 from functions.worker.names import SQS_NOISY_GROUPS, SQS_QUIET_OLDEST_AGE, SQS_QUIET_VISIBLE
 from infra import monitoring
+from sqs_jobs.flow_control import MAX_TOKEN_WAIT_S, DeclaredLimit
 from sqs_jobs.specs import QueueSpec
 
 WIDTH = 6  # four graphs to a row of 24
@@ -31,6 +32,8 @@ class DashboardQueue:
     queue: sqs.IQueue
     dead_letter_queue: sqs.IQueue
     function: lambda_.IFunction
+    # The limits its runs pass (Catalog.flow_limits): the flow control graphs are drawn only for a queue with some.
+    limits: Sequence[DeclaredLimit] = ()
 
 
 @dataclass(frozen=True)
@@ -208,7 +211,41 @@ class JobsDashboard(Construct):
                 ],
             ),
             *fair,
+            # A held record nearing its bound (the held-near-bound alarm's figure), whatever held it.
+            _graph(
+                f"{name}: longest hold, share of its bound (per 5 min)",
+                [monitoring.hold_share(spec)],
+                [
+                    cloudwatch.HorizontalAnnotation(value=limits.hold_share, label="held-near-bound alarm"),
+                    cloudwatch.HorizontalAnnotation(value=1, label="max_hold_s (refusals spend attempts)"),
+                ],
+            ),
         )
+        if item.limits:
+            self._flow_row(item)
+
+    def _flow_row(self, item: DashboardQueue) -> None:
+        """Only for a queue whose jobs or endpoints declare limits: elsewhere these graphs would stay empty (an
+        open breaker's holds have their own graph)."""
+        spec = item.spec
+        name = spec.name
+        graphs = [
+            _graph(
+                f"{name}: records held by flow control (per 5 min)",
+                [*monitoring.flow_held(spec), monitoring.held_by_holder(spec)],
+                [],
+            )
+        ]
+        waits = monitoring.limit_waits(spec)
+        if waits:  # only a job's own rate limit samples LimitWait
+            graphs.append(
+                _graph(
+                    f"{name}: waits for a rate limit's token, p99 (ms)",
+                    waits,
+                    [cloudwatch.HorizontalAnnotation(value=MAX_TOKEN_WAIT_S * 1000, label="longest wait, then held")],
+                )
+            )
+        self.dashboard.add_widgets(*graphs)
 
 
 def _graph(

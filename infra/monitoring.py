@@ -25,6 +25,9 @@ from functions.worker.names import (
     DURATION,
     FAILED,
     HEARTBEAT,
+    HELD,
+    HOLD_SHARE,
+    LIMIT_WAIT,
     METRICS_NAMESPACE,
     RETRIED,
     RETRY_ATTEMPT,
@@ -287,6 +290,53 @@ def retry_attempts(spec: QueueSpec) -> cloudwatch.MathExpression:
         period=FIVE_MINUTES,
         label="most failed runs in a row",
     )
+
+
+def hold_share(spec: QueueSpec) -> cloudwatch.MathExpression:
+    """The most any held key of the queue's jobs had used of its max_hold_s by the time it is due again, per
+    5 minutes: MAX over the jobs of HoldShare's Maximum (per timestamp, as retry_attempts). Every hold samples it:
+    a rate limit's, a busy key's and an open breaker's."""
+    using = {
+        f"share{index}": job_metric(spec.name, job, HOLD_SHARE, statistic="Maximum")
+        for index, job in enumerate(spec.job_names)
+    }
+    return cloudwatch.MathExpression(
+        expression=f"MAX([{', '.join(using)}])",
+        using_metrics=using,
+        period=FIVE_MINUTES,
+        label="longest hold, share of its bound",
+    )
+
+
+def flow_held(spec: QueueSpec) -> list[cloudwatch.IMetric]:
+    """Records handed back by flow control per 5 minutes, summed over the queue's jobs: by rate limits
+    (JobDeferred, reason rate_limited) and by busy keys (key_busy)."""
+    return [
+        queue_total(spec, DEFERRED, "rated", "held by rate limits", reason=DeferReason.RATE_LIMITED),
+        queue_total(spec, DEFERRED, "busy", "held by busy keys", reason=DeferReason.KEY_BUSY),
+    ]
+
+
+def held_by_holder(spec: QueueSpec) -> cloudwatch.SearchExpression:
+    """Records held per 5 minutes, one line per holder (JobHeld of the pseudo-job `(runtime)`, its reason the
+    limit's name or an open breaker's downstream). A SEARCH: the holders are data (an endpoint's limit, a breaker's
+    host), not known at synth. Dashboards may use one; alarms may not (docs/monitoring.md cites AWS)."""
+    schema = f"{{{METRICS_NAMESPACE},job,queue,reason,service}}"
+    terms = f'MetricName="{HELD}" queue="{spec.name}" job="{RUNTIME_JOB}" service="{SERVICE_NAME}"'
+    return cloudwatch.SearchExpression(
+        expression=f"SEARCH('{schema} {terms}', 'Sum', {int(FIVE_MINUTES.to_seconds())})",
+        label="held by",
+        period=FIVE_MINUTES,
+    )
+
+
+def limit_waits(spec: QueueSpec) -> list[cloudwatch.Metric]:
+    """p99 per 5 minutes of how long a run of each rate-limited job waited for its token in its invocation (ms)."""
+    return [
+        job_metric(spec.name, job.name, LIMIT_WAIT, statistic=DURATION_STATISTIC, label=f"{job.name} p99")
+        for job in spec.jobs
+        if job.rate_limit is not None
+    ]
 
 
 # EventBridge Scheduler's metrics of a schedule group (namespace AWS/Scheduler, dimension ScheduleGroup), each

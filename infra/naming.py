@@ -38,6 +38,7 @@ __all__ = [
     "DLQ_URL",
     "FAILURE_RATE",
     "HEARTBEAT_MISSING",
+    "HELD_NEAR_BOUND",
     "IDEMPOTENCY_TABLE_OUTPUT",
     "OLDEST_MESSAGE_AGE",
     "QUEUE_ARN",
@@ -100,6 +101,8 @@ RUNTIME_FAULTS = "runtime-faults"
 CIRCUIT_OPEN = "circuit-open"
 # One job's key failing run after run, before it is dead-lettered (none for a queue that never retries).
 RETRYING = "retrying"
+# A key held back (rate limit, busy key, open breaker) nearing its max_hold_s, after which refusals spend attempts.
+HELD_NEAR_BOUND = "held-near-bound"
 # Stack-wide (not per queue): `<stack_name>-schedules-failed-deliveries`.
 SCHEDULE_DELIVERIES_FAILED = "schedules-failed-deliveries"
 # One signal per queue, in this order, then one duration signal per job (`duration_signal`).
@@ -116,6 +119,7 @@ QUEUE_SIGNALS = (
     RUNTIME_FAULTS,
     CIRCUIT_OPEN,
     RETRYING,
+    HELD_NEAR_BOUND,
 )
 
 

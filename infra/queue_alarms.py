@@ -25,6 +25,7 @@ from infra.naming import (
     DLQ_DEPTH,
     FAILURE_RATE,
     HEARTBEAT_MISSING,
+    HELD_NEAR_BOUND,
     OLDEST_MESSAGE_AGE,
     RETRYING,
     RUNTIME_FAULTS,
@@ -274,7 +275,8 @@ class QueueAlarms(Construct):
             missing=Missing.NOT_BREACHING,
             meaning=(
                 f"The {name} worker's own AWS resources failed it in 5 min (RuntimeFault, by reason: "
-                "idempotency_store, dead_letter_send, requeue, visibility_change): permissions, KMS or an outage. "
+                "idempotency_store, dead_letter_send, requeue, visibility_change, flow_control_store): permissions, "
+                "KMS or an outage. "
                 "Jobs are handed back and wait; none is dead-lettered for it."
             ),
             anchor="runtime-faults",
@@ -320,6 +322,26 @@ class QueueAlarms(Construct):
                 anchor="a-job-failing-again-and-again",
                 first=[status],
             )
+
+        # A held key nearing its bound: past max_hold_s each refusal spends an attempt and a limit far below the load
+        # (or a lasting outage) ends in the DLQ. The circuit-open alarm sees a breaker open; nothing else sees a rate
+        # limit or a busy key holding records for long: nothing fails meanwhile.
+        self._alarm(
+            HELD_NEAR_BOUND,
+            metric=monitoring.hold_share(spec),
+            threshold=limits.hold_share,
+            comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            # The runtime samples HoldShare only when it holds a record.
+            missing=Missing.NOT_BREACHING,
+            meaning=(
+                f"A record of the {name} queue has been held back (a rate limit, a busy key or an open breaker) "
+                f"for {limits.hold_share:.0%}+ of its max_hold_s by the time it is due again (HoldShare, Maximum): "
+                "past its bound each refusal spends an attempt and it ends in the DLQ. JobHeld's reason names the "
+                "holder; raise the limit, lower max_concurrency or raise max_hold_s."
+            ),
+            anchor="hold-near-its-bound",
+            first=[status],
+        )
 
     def _alarm(
         self,

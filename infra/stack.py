@@ -163,7 +163,11 @@ class JobsStack(Stack):
             stack_name=context.stack_name,
             queues=[
                 DashboardQueue(
-                    spec=item.spec, queue=item.queue, dead_letter_queue=item.dead_letter_queue, function=item.function
+                    spec=item.spec,
+                    queue=item.queue,
+                    dead_letter_queue=item.dead_letter_queue,
+                    function=item.function,
+                    limits=catalog.flow_limits(item.spec.name),
                 )
                 for item in self.queues.values()
             ],

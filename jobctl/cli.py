@@ -42,7 +42,8 @@ COMMANDS = {
     ),
     "status": LazyCommand(
         "jobctl.commands.status:status",
-        "Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue.",
+        "Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue, and its flow "
+        "limits (an unkeyed rate limit's free tokens now).",
     ),
 }
 

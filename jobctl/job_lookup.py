@@ -5,6 +5,7 @@
 - The DLQ: every dead letter of that job and ID, with its evidence.
 - For a unique or debounced job, its unique key's state (functions/worker/uniqueness.py): the window claimed and by
   which publish, or the latest publish registered, when its window ends, and which copy last ran.
+- For a job with a concurrency limit per key: the slots of its key (who holds each, until when), read by ID.
 Neither: it hasn't run yet (still in the queue, or delayed), it failed and waits for its next attempt (a failure
 releases the key), or its record expired. The source queue is not searched: receiving would hide its messages
 from the worker.
@@ -41,6 +42,7 @@ from functions.worker.uniqueness import (
 from jobctl.discovery import QueueLocation
 from jobctl.dlq import DeadLetter, DeadLetterQueue
 from jobctl.errors import OperatorUnreachableError, OperatorUsageError
+from jobctl.flow_limits import KeySlots, key_of, read_key_slots
 from jobctl.queue_control import QueueControlError, mappings
 from sqs_jobs.envelope import Envelope, build_envelope
 from sqs_jobs.specs import QueueSpec
@@ -303,6 +305,8 @@ class JobLookup:
     max_attempts: int = 0
     # A unique or debounced job's unique key state; None for other jobs.
     flow: FlowState | None = None
+    # The job's key's slots, if the job has a concurrency limit per key (KeyConcurrency).
+    key_slots: KeySlots | None = None
 
     @property
     def verdict(self) -> str:
@@ -392,6 +396,7 @@ class JobLookup:
             },
             "dead_letters": [letter.to_dict() for letter in self.dead_letters],
             "flow": None if self.flow is None else {**self.flow.to_dict(), "said": self.flow.describe(self.looked_at)},
+            "key_slots": self.key_slots.to_dict(self.looked_at) if self.key_slots is not None else None,
         }
 
 
@@ -453,7 +458,13 @@ def flow_key_of(spec: QueueSpec, job: str, entity_id: str) -> tuple[FlowKey, boo
 
 
 def lookup(
-    client: Callable[[str], Any], spec: QueueSpec, where: QueueLocation, job: str, entity_id: str, key: str | None
+    client: Callable[[str], Any],
+    spec: QueueSpec,
+    where: QueueLocation,
+    job: str,
+    entity_id: str,
+    key: str | None,
+    limit_key: str | None = None,
 ) -> JobLookup:
     """`find_job` on a deployed stack: the queue's idempotency table (from its worker's environment) and its DLQ,
     through `client` (service name -> boto3 client)."""
@@ -466,6 +477,7 @@ def lookup(
         dynamodb=client("dynamodb"),
         table=idempotency_table(client("lambda"), where.arn),
         dead_letter_queue=dead,
+        limit_key=limit_key,
     )
 
 
@@ -479,7 +491,10 @@ def find_job(
     table: str,
     dead_letter_queue: DeadLetterQueue,
     now: datetime | None = None,
+    limit_key: str | None = None,
 ) -> JobLookup:
+    """`limit_key`: the value of the envelope field the job's concurrency is keyed by, when the job, ID and key
+    don't give it (flow_limits.key_of)."""
     idempotency_key = job_key(spec, job, entity_id, key)
     looked_at = now or datetime.now(UTC)
     flow = None
@@ -501,6 +516,11 @@ def find_job(
         for letter in dead_letter_queue.peek()
         if letter.job == job and letter.entity_id == entity_id and letter.envelope_key == key
     ]
+    concurrency = spec.job(job).concurrency
+    key_slots = None
+    if concurrency is not None:
+        limit_value = key_of(concurrency.per, job, entity_id, key, limit_key)
+        key_slots = read_key_slots(dynamodb, table, job, concurrency, limit_value)
     return JobLookup(
         queue=spec.name,
         job=job,
@@ -511,4 +531,5 @@ def find_job(
         looked_at=looked_at,
         max_attempts=spec.max_attempts,
         flow=flow,
+        key_slots=key_slots,
     )

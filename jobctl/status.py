@@ -1,10 +1,12 @@
 """The article's four signals per queue - backlog, age of the oldest job, failure rate and DLQ count, worker
 liveness - read the same way from AWS and from the local engine (which publishes the same metrics to its
-CloudWatch stand-in), with a health verdict.
+CloudWatch stand-in), with a health verdict; and the queue's flow limits with what their store holds now
+(jobctl/flow_limits.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,6 +17,7 @@ from functions.worker.names import (
     CIRCUIT_OPENED,
     FAILED,
     HEARTBEAT,
+    HOLD_SHARE,
     METRICS_NAMESPACE,
     RETRY_ATTEMPT,
     RUNTIME_JOB,
@@ -25,7 +28,9 @@ from functions.worker.names import (
     UNPARSEABLE_JOB,
 )
 from jobctl.discovery import QueueLocation
+from jobctl.flow_limits import LimitView, read_limits, unread
 from jobctl.queue_control import QueueControlError, is_paused
+from sqs_jobs.flow_control import DeclaredLimit, RateLimit
 from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec
 
 SQS_NAMESPACE = "AWS/SQS"
@@ -63,6 +68,11 @@ class QueueStatus:
     # oldest message of the others. None: no datapoint (a FIFO queue, no tenant's messages lately, the local engine).
     noisy_tenants: int | None = None
     quiet_oldest_age_s: float | None = None
+    # The most of its bound (max_hold_s) a held key will have used when due again, in the window (HoldShare's
+    # Maximum): past 1 its refusals spend attempts.
+    hold_share_max: float = 0.0
+    # The catalog's limits its runs pass, with what their store holds now (Catalog.flow_limits).
+    limits: list[LimitView] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -95,6 +105,8 @@ class QueueStatus:
             "retry_attempt_max": self.retry_attempt_max,
             "noisy_tenants": self.noisy_tenants,
             "quiet_oldest_age_s": self.quiet_oldest_age_s,
+            "hold_share_max": self.hold_share_max,
+            "limits": [view.to_dict() for view in self.limits],
             "healthy": self.healthy,
             "problems": list(self.problems),
         }
@@ -135,6 +147,7 @@ class _Readings:
     retry_attempt_max: int = 0
     noisy_tenants: int | None = None
     quiet_oldest_age_s: float | None = None
+    hold_share_max: float = 0.0
 
 
 def _latest(result: dict[str, Any], since: datetime) -> float | None:
@@ -175,6 +188,8 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
     # What the retrying alarm watches: which attempt the most-failing key was when it failed (never unparseable).
     for index, job in enumerate(spec.job_names):
         queries.append(stat(f"retry{index}", job_metric(spec.name, job, RETRY_ATTEMPT), "Maximum"))
+        # What the held-near-bound alarm watches: the share of its bound the key held longest will have used.
+        queries.append(stat(f"share{index}", job_metric(spec.name, job, HOLD_SHARE), "Maximum"))
     lookback_s = max(window_s, spec.alarms.heartbeat_missing_after_s, spec.alarms.stalled_after_s)
     response = cloudwatch.get_metric_data(
         MetricDataQueries=queries, StartTime=now - timedelta(seconds=lookback_s), EndTime=now + timedelta(minutes=1)
@@ -184,6 +199,7 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
     noisy = _latest(results.get("noisy", {}), recent)
     window_start = now - timedelta(seconds=window_s)
     succeeded = failed = circuit_opened = retry_attempt_max = 0
+    hold_share_max = 0.0
     last_success: datetime | None = None
     for query_id, result in results.items():
         in_window = [
@@ -200,6 +216,8 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
             circuit_opened = int(sum(in_window))
         elif query_id.startswith("retry"):
             retry_attempt_max = max([retry_attempt_max, *(int(value) for value in in_window)])
+        elif query_id.startswith("share"):
+            hold_share_max = max([hold_share_max, *in_window])
     return _Readings(
         oldest_age_s=_latest(results.get("age", {}), recent),
         succeeded=succeeded,
@@ -210,6 +228,7 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
         retry_attempt_max=retry_attempt_max,
         noisy_tenants=int(noisy) if noisy is not None else None,
         quiet_oldest_age_s=_latest(results.get("quietage", {}), recent),
+        hold_share_max=hold_share_max,
     )
 
 
@@ -221,7 +240,11 @@ def queue_status(
     now: datetime | None = None,
     window_s: int = DEFAULT_WINDOW_S,
     lambda_client: Any = None,
+    limits: Sequence[DeclaredLimit] = (),
+    dynamodb: Any = None,
 ) -> QueueStatus:
+    """`limits`: the catalog's for the queue (Catalog.flow_limits); an unkeyed rate limit's bucket is read through
+    `dynamodb` in the table the worker's environment names (through `lambda_client`)."""
     now = now or datetime.now(UTC)
     source = _counts(sqs, location.url)
     dead = _counts(sqs, location.dlq_url)
@@ -250,9 +273,33 @@ def queue_status(
         retry_attempt_max=readings.retry_attempt_max,
         noisy_tenants=readings.noisy_tenants,
         quiet_oldest_age_s=readings.quiet_oldest_age_s,
+        hold_share_max=readings.hold_share_max,
+        limits=_limits(limits, dynamodb, lambda_client, location, now),
     )
     status.problems = diagnose(status, spec, now)
     return status
+
+
+def _limits(
+    limits: Sequence[DeclaredLimit], dynamodb: Any, lambda_client: Any, location: QueueLocation, now: datetime
+) -> list[LimitView]:
+    """The limits with their state; a limit whose state can't be read says why, and the rest of the status stays."""
+    if not any(isinstance(item.limit, RateLimit) and item.limit.per is None for item in limits):
+        return [LimitView(item) for item in limits]  # nothing to read: keyed limits aren't listed
+    if dynamodb is None or lambda_client is None:
+        return unread(limits, "no DynamoDB or Lambda client given")
+    # Imported here: the table is found the way `job show` finds it, which only a queue with limits needs.
+    from jobctl.job_lookup import JobLookupError, idempotency_table
+
+    try:
+        table = idempotency_table(lambda_client, location.arn)
+        return read_limits(dynamodb, table, limits, now.timestamp())
+    except (
+        JobLookupError,
+        botocore.exceptions.BotoCoreError,
+        botocore.exceptions.ClientError,
+    ) as error:
+        return unread(limits, f"{type(error).__name__}: {error}")
 
 
 def _paused(lambda_client: Any, queue_arn: str) -> bool | None:
@@ -303,6 +350,13 @@ def diagnose(status: QueueStatus, spec: QueueSpec, now: datetime) -> list[str]:
             f"a job failed {status.retry_attempt_max} runs in a row in the last {status.window_s // 60} min and is "
             f"being retried; it is dead-lettered after {spec.max_attempts} (the workers' 'job failed; retrying "
             "after backoff' log lines name it, its id and the error)"
+        )
+    if status.hold_share_max >= alarms.hold_share:
+        problems.append(
+            f"a held record will have used {status.hold_share_max:.0%} of its bound (max_hold_s) by the time it is "
+            f"due again, in the last {status.window_s // 60} min (alarm at {alarms.hold_share:.0%}): past it each "
+            "refusal spends an attempt (JobHeld's reason and the workers' 'handed back unrun' log lines name the "
+            "holder)"
         )
     quiet_since = status.last_success_at
     no_recent_success = quiet_since is None or (now - quiet_since).total_seconds() > alarms.stalled_after_s

@@ -20,6 +20,7 @@ from functions.worker.key_concurrency import KeySlots, Lease
 from functions.worker.rate_limit import RateLimiter, TokenBucketStore
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.flow_control import (
+    MAX_TOKEN_WAIT_S,
     RateLimit,
     endpoint_rate_limit_name,
     job_rate_limit_name,
@@ -29,11 +30,6 @@ from sqs_jobs.flow_control import (
 from sqs_jobs.resources import MailSender
 from sqs_jobs.specs import JobSpec
 
-# The longest a run's start or call waits for a token inside its invocation; a token further away hands the record
-# back instead. Waiting holds a worker (and its Lambda bill) while a hand-back costs a receive and two writes, and
-# with a backlog the pollers would hand the next records straight back too: a short wait keeps the pollers at the
-# limit's pace. docs/flow-control.md.
-MAX_TOKEN_WAIT_S = 20.0
 # SES's services as botocore names them (v1 and v2): a mail sender's limit counts every call to either.
 SES_SERVICES = ("ses", "sesv2")
 

@@ -9,7 +9,6 @@ the free ones first, so a busy key costs a read, not a write per slot.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 import time
@@ -18,26 +17,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions.worker.errors import FlowControlStoreError, KeyBusyError
+from functions.worker.names import FLOW_HOLDER, FLOW_LIMIT_KEY, FLOW_LIMIT_NAME, FLOW_UNTIL, flow_slot_id
 from sqs_jobs.flow_control import KeyConcurrency
 
-HOLDER = "holder"
-UNTIL = "until"
+HOLDER = FLOW_HOLDER
+UNTIL = FLOW_UNTIL
 EXPIRATION = "expiration"
-LIMIT_NAME = "flow_limit"
-LIMIT_KEY = "flow_key"
+LIMIT_NAME = FLOW_LIMIT_NAME
+LIMIT_KEY = FLOW_LIMIT_KEY
 # A busy key's record comes back after about as long as it has been held already (so a long run is asked about
 # less and less often), within these bounds.
 MIN_BUSY_DELAY_S = 5.0
 MAX_BUSY_DELAY_S = 300.0
 
 
-# Every slot's partition key starts with it: the worker's one BatchGetItem is granted on these items only.
-FLOW_SLOT_PREFIX = "flow#key#"
-
-
 def slot_id(limit_name: str, key: str, slot: int) -> str:
-    digest = hashlib.sha256(f"{limit_name}\x00{key}".encode()).hexdigest()[:32]
-    return f"{FLOW_SLOT_PREFIX}{digest}#{slot}"
+    """The partition key of one of a key's slots (names.flow_slot_id)."""
+    return flow_slot_id(limit_name, key, slot)
 
 
 @dataclass(frozen=True)

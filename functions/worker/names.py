@@ -4,6 +4,7 @@ namespace. Dependency-free (the standard library only), so the stack (`infra/`) 
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from enum import StrEnum
 
@@ -182,3 +183,31 @@ def life_shard_partition(queue: str, state: LifeState, shard: int) -> str:
 SQS_NOISY_GROUPS = "ApproximateNumberOfNoisyGroups"
 SQS_QUIET_OLDEST_AGE = "ApproximateAgeOfOldestMessageInQuietGroups"
 SQS_QUIET_VISIBLE = "ApproximateNumberOfMessagesVisibleInQuietGroups"
+
+# Flow control's state in the idempotency table (functions/worker/rate_limit.py and key_concurrency.py), which
+# jobctl reads: a rate limit's bucket per key (its GCRA `tat`), and a key's concurrency slots (who holds each, until
+# when). Each item also names its limit and its key (the key as text, producer-chosen: shown escaped).
+FLOW_TAT = "tat"
+FLOW_HOLDER = "holder"
+FLOW_UNTIL = "until"
+FLOW_LIMIT_NAME = "flow_limit"
+FLOW_LIMIT_KEY = "flow_key"
+
+
+def _flow_digest(limit_name: str, key: str) -> str:
+    # Hashed, so a producer's long or odd key value can't make an odd item ID.
+    return hashlib.sha256(f"{limit_name}\x00{key}".encode()).hexdigest()[:32]
+
+
+def flow_bucket_id(limit_name: str, key: str) -> str:
+    """The idempotency table's partition key of a rate limit's bucket for one key."""
+    return f"flow#rate#{_flow_digest(limit_name, key)}"
+
+
+# Every slot's partition key starts with it: a worker's one BatchGetItem is granted on these items only.
+FLOW_SLOT_PREFIX = "flow#key#"
+
+
+def flow_slot_id(limit_name: str, key: str, slot: int) -> str:
+    """The partition key of slot `slot` (0 .. limit - 1) of a key's concurrency limit."""
+    return f"{FLOW_SLOT_PREFIX}{_flow_digest(limit_name, key)}#{slot}"

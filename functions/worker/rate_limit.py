@@ -14,7 +14,6 @@ record waits, the job is never failed for it.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 import threading
@@ -24,14 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions.worker.errors import FlowControlStoreError, RateLimitedError
+from functions.worker.names import FLOW_LIMIT_KEY, FLOW_LIMIT_NAME, FLOW_TAT, flow_bucket_id
 from sqs_jobs.flow_control import RateLimit
 from sqs_jobs.limits import HOUR
 
 # The bucket's item: `id` (the table's partition key), its `tat`, and `expiration` (the table's TTL attribute).
-TAT = "tat"
+TAT = FLOW_TAT
 EXPIRATION = "expiration"
-LIMIT_NAME = "flow_limit"
-LIMIT_KEY = "flow_key"
+LIMIT_NAME = FLOW_LIMIT_NAME
+LIMIT_KEY = FLOW_LIMIT_KEY
 # The next look after a refusal is spread over this share of one lease's time.
 LOOK_SPREAD = 0.2
 # A bucket untouched for this long after it was last full is deleted by the table's TTL (it is full again then).
@@ -39,10 +39,8 @@ _IDLE_EXPIRY_S = HOUR
 
 
 def bucket_id(limit_name: str, key: str) -> str:
-    """The idempotency table's partition key of a limit's bucket for one key: hashed, so a producer's long or odd
-    key value can't make an odd item ID."""
-    digest = hashlib.sha256(f"{limit_name}\x00{key}".encode()).hexdigest()[:32]
-    return f"flow#rate#{digest}"
+    """The idempotency table's partition key of a limit's bucket for one key (names.flow_bucket_id)."""
+    return flow_bucket_id(limit_name, key)
 
 
 @dataclass(frozen=True)

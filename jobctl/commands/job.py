@@ -11,7 +11,7 @@ from jobctl.cli_globals import JobctlGroup, complete_job, complete_queue
 from jobctl.cli_output import relative_text
 from jobctl.cli_support import Options, confirm, emit, fail, operator_errors, queues_of
 from jobctl.errors import EXIT_FAILED, EXIT_USAGE
-from jobctl.job_lookup import idempotency_table, lookup
+from jobctl.job_lookup import JobLookup, idempotency_table, lookup
 from jobctl.shown import cell, console, shown
 from sqs_jobs.catalog import CATALOG
 
@@ -32,14 +32,20 @@ def _queue_of(name: str) -> str:
 @click.argument("name", metavar="JOB", shell_complete=complete_job)
 @click.argument("entity_id", metavar="ID")
 @click.option("--key", help="The idempotency key, if the publisher chose one (default: the job's own, from the ID).")
+@click.option(
+    "--limit-key",
+    help="For a job with a concurrency limit per envelope field other than the ID or key: the field's value, to "
+    "show that key's slots.",
+)
 @click.pass_obj
-def show(options: Options, name: str, entity_id: str, key: str | None) -> None:
+def show(options: Options, name: str, entity_id: str, key: str | None, limit_key: str | None) -> None:
     """Whether JOB ID completed (when, and until when a redelivery is skipped), is running, or sits in the DLQ; for a
-    unique or debounced job, also its window and which publish holds it."""
+    unique or debounced job, also its window and which publish holds it; for a job with a concurrency limit per key,
+    who holds that key's slots."""
     queue = _queue_of(name)
     with operator_errors():
         [(spec, where)] = queues_of(options, queue)
-        found = lookup(options.client, spec, where, name, entity_id, key)
+        found = lookup(options.client, spec, where, name, entity_id, key, limit_key=limit_key)
 
     def text() -> None:
         click.echo(shown(f"{name}:{entity_id} on {queue}: {found.verdict}"))
@@ -58,8 +64,18 @@ def show(options: Options, name: str, entity_id: str, key: str | None) -> None:
             click.echo(shown(f"  dead letter {letter.message_id}: {letter.error_type}: {letter.error_message}"))
         if found.flow is not None:
             click.echo(shown(f"  {found.flow.describe(found.looked_at)}"))
+        for line in key_slot_lines(found):
+            click.echo(line)
 
     emit(options, found.to_dict(), text)
+
+
+def key_slot_lines(found: JobLookup) -> list[str]:
+    """`job show`'s lines for the slots of the job's key, if it has a concurrency limit per key: the key and each
+    holder (its run's idempotency key) may be a producer's text, so each line is shown escaped."""
+    if found.key_slots is None:
+        return []
+    return [shown(f"  {line}") for line in found.key_slots.describe(found.looked_at)]
 
 
 @job.command("list")

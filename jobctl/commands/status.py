@@ -17,6 +17,7 @@ from jobctl.errors import EXIT_FAILED
 from jobctl.shown import cell
 from jobctl.shown import console as plain_console
 from jobctl.status import DEFAULT_WINDOW_S, QueueStatus, queue_status
+from sqs_jobs.catalog import CATALOG
 
 
 def _table(statuses: list[QueueStatus], now: datetime) -> Table:
@@ -62,6 +63,21 @@ def _tenants_text(status: QueueStatus) -> str:
     return f"{status.noisy_tenants} (others' oldest {age_text(status.quiet_oldest_age_s)})"
 
 
+def _limits_table(statuses: list[QueueStatus]) -> Table | None:
+    """The queues' flow limits (docs/flow-control.md), or None when no queue has any."""
+    if not any(status.limits for status in statuses):
+        return None
+    table = Table(title="flow limits")
+    for column in ("queue", "limit", "declared", "now"):
+        table.add_column(column)
+    for status in statuses:
+        for view in status.limits:
+            table.add_row(
+                cell(status.name), cell(view.declared.name), cell(view.declared.describe()), cell(view.state())
+            )
+    return table
+
+
 @click.command(cls=JobctlCommand)
 @click.argument("queue", required=False, shell_complete=complete_queue)
 @click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
@@ -75,25 +91,44 @@ def _tenants_text(status: QueueStatus) -> str:
 )
 @click.pass_obj
 def status(options: Options, queue: str | None, watch: bool, interval: int, window: int) -> None:
-    """Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue.
+    """Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue, and its flow
+    limits (an unkeyed rate limit's free tokens now).
 
     Exit 0 when every queue is healthy, 1 when one is not, 3 when the status could not be read."""
     console = plain_console()
     with operator_errors():
         targets = queues_of(options, queue)
         sqs, cloudwatch, lambda_client = options.client("sqs"), options.client("cloudwatch"), options.client("lambda")
+        limits = {spec.name: CATALOG.flow_limits(spec.name) for spec, _ in targets}
+        # Only a queue with limits reads the table (an unkeyed rate limit's bucket).
+        dynamodb = options.client("dynamodb") if any(limits.values()) else None
         while True:
             now = datetime.now(UTC)
             statuses = [
-                queue_status(sqs, cloudwatch, spec, where, now=now, window_s=window * 60, lambda_client=lambda_client)
+                queue_status(
+                    sqs,
+                    cloudwatch,
+                    spec,
+                    where,
+                    now=now,
+                    window_s=window * 60,
+                    lambda_client=lambda_client,
+                    limits=limits[spec.name],
+                    dynamodb=dynamodb,
+                )
                 for spec, where in targets
             ]
             healthy = all(s.healthy for s in statuses)
             payload = {"healthy": healthy, "at": now.isoformat(), "queues": [s.to_dict() for s in statuses]}
             if watch and options.output == "table":
                 console.clear()
-            table = _table(statuses, now)
-            emit(options, payload, lambda table=table: console.print(table))  # type: ignore[misc]
+            tables = [found for found in (_table(statuses, now), _limits_table(statuses)) if found is not None]
+
+            def render(tables: list[Table] = tables) -> None:
+                for table in tables:
+                    console.print(table)
+
+            emit(options, payload, render)
             if not watch:
                 break
             try:

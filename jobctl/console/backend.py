@@ -133,9 +133,17 @@ class ConsoleBackend:
         return found
 
     def status(self, queue: str) -> QueueStatus:
+        """The queue's status, with its flow limits and what their store holds now (a queue page's)."""
         spec, where = self._where(queue)
+        limits = self.catalog.flow_limits(spec.name)
         return queue_status(
-            self._client("sqs"), self._client("cloudwatch"), spec, where, lambda_client=self._client("lambda")
+            self._client("sqs"),
+            self._client("cloudwatch"),
+            spec,
+            where,
+            lambda_client=self._client("lambda"),
+            limits=limits,
+            dynamodb=self._client("dynamodb") if limits else None,
         )
 
     def dead_letters(self, queue: str) -> list[DeadLetter]:

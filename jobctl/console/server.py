@@ -17,6 +17,8 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from jobctl.console.app import create_app
 from jobctl.console.backend import ConsoleBackend
 from jobctl.console.security import Guard
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.specs import Catalog
 
 DEFAULT_PORT = 8080
 DEFAULT_HOST = "127.0.0.1"
@@ -33,11 +35,12 @@ class ConsoleServer:
         port: int = DEFAULT_PORT,
         allow_hosts: Iterable[str] = (),
         archive_dir: Path = DEFAULT_ARCHIVE_DIR,
+        catalog: Catalog = CATALOG,
     ) -> None:
         # The guard is made before the bind so a bad --host fails before any port is taken.
         self.guard = Guard.for_bind(host, port, allow_hosts)
         self.archive_dir = archive_dir
-        app = create_app(ConsoleBackend(client, stack), self.guard, archive_dir)
+        app = create_app(ConsoleBackend(client, stack, catalog), self.guard, archive_dir)
         # Werkzeug logs every request; an operator's terminal wants errors only.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         self._server: BaseWSGIServer = make_server(host, port, app, threaded=True)

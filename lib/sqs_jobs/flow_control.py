@@ -28,6 +28,11 @@ _PER = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 LEASE_TARGET_S = 1.0
 # The most a RateLimit may allow: far above what one bucket item's writes could serve anyway.
 MAX_PER_SECOND = 10_000.0
+# The longest a run's start or call waits for a token inside its invocation; a token further away hands the record
+# back instead. Waiting holds a worker (and its Lambda bill) while a hand-back costs a receive and two writes, and
+# with a backlog the pollers would hand the next records straight back too: a short wait keeps the pollers at the
+# limit's pace (docs/flow-control.md). Here, not in the runtime, so the dashboard can draw it.
+MAX_TOKEN_WAIT_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,36 @@ def _hold_problems(where: str, label: str, max_hold_s: int) -> list[str]:
     if 0 <= max_hold_s <= SQS_MAX_VISIBILITY_S:
         return []
     return [f"{where}: {label}.max_hold_s {max_hold_s} is outside 0..{SQS_MAX_VISIBILITY_S}"]
+
+
+@dataclass(frozen=True)
+class DeclaredLimit:
+    """One limit of the catalog, by the name it goes by in metrics, logs and jobctl (`job:<job>`,
+    `endpoint:<resource>`, `key:<job>`)."""
+
+    name: str
+    limit: RateLimit | KeyConcurrency
+
+    @property
+    def keyed(self) -> bool:
+        """Whether each value of an envelope field has its own bucket or slots (concurrency always is)."""
+        return isinstance(self.limit, KeyConcurrency) or self.limit.per is not None
+
+    def describe(self) -> str:
+        """The declaration in a few words: `10/s, burst 20, per tenant` or `1 at once per customer`."""
+        limit = self.limit
+        if isinstance(limit, KeyConcurrency):
+            said = f"{limit.limit} at once per {limit.per}"
+        else:
+            said = f"{limit.per_second:g}/s, burst {limit.burst}" + (f", per {limit.per}" if limit.per else "")
+        return f"{said}; held at most {limit.max_hold_s}s"
+
+    def to_dict(self) -> dict[str, object]:
+        limit = self.limit
+        common = {"name": self.name, "per": limit.per, "max_hold_s": limit.max_hold_s}
+        if isinstance(limit, KeyConcurrency):
+            return {**common, "kind": "concurrency", "limit": limit.limit}
+        return {**common, "kind": "rate", "per_second": limit.per_second, "burst": limit.burst}
 
 
 def job_rate_limit_name(job: str) -> str:

@@ -12,7 +12,14 @@ import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from sqs_jobs.flow_control import KeyConcurrency, RateLimit
+from sqs_jobs.flow_control import (
+    DeclaredLimit,
+    KeyConcurrency,
+    RateLimit,
+    endpoint_rate_limit_name,
+    job_rate_limit_name,
+    key_concurrency_name,
+)
 from sqs_jobs.limits import (
     DAY,
     DEAD_LETTER_HEADROOM_BYTES,
@@ -38,7 +45,7 @@ from sqs_jobs.limits import (
     SQS_MIN_MESSAGE_BYTES,
     SQS_MIN_RETENTION_S,
 )
-from sqs_jobs.resources import NAME, Network, Resource
+from sqs_jobs.resources import NAME, Endpoint, Network, Resource
 from sqs_jobs.schedule_expressions import schedule_expression_problem
 
 _HANDLER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -103,6 +110,9 @@ class AlarmThresholds:
     # with the default backoff (30 s base, 120 s cap) the third failure comes at most 90 s after the first, while
     # the tenth (the dead letter) comes 465 s later on average (docs/monitoring.md).
     retry_attempts: int | None = None
+    # A key held back (by a rate limit, a busy key, an open breaker) for this share of its max_hold_s by the time it
+    # is due again: it is about to spend attempts on refusals (the runtime's HoldShare, Maximum over 5 minutes).
+    hold_share: float = 0.8
 
     def retry_alarm_attempts(self, max_attempts: int) -> int:
         """The retrying alarm's threshold for a queue whose jobs run at most `max_attempts` times."""
@@ -125,6 +135,9 @@ class AlarmThresholds:
             found.append(f"{where}: alarms.failure_rate_min_runs {self.failure_rate_min_runs} must be at least 1")
         if not 0 < self.duration_ratio <= 1:
             found.append(f"{where}: alarms.duration_ratio {self.duration_ratio} must be in (0, 1]")
+        # HoldShare is capped at 1 (a key at its bound): above it the alarm could never fire.
+        if not 0 < self.hold_share <= 1:
+            found.append(f"{where}: alarms.hold_share {self.hold_share} must be in (0, 1]")
         if self.stalled_after_s < 5 * MINUTE:
             found.append(f"{where}: alarms.stalled_after_s must be at least {5 * MINUTE} (SQS metrics lag minutes)")
         slack_s = HEARTBEAT_JITTER_S + METRIC_LAG_S
@@ -609,6 +622,22 @@ class Catalog:
             if resource.name == name:
                 return resource
         raise UnknownResourceError(f"unknown resource {name!r}; the catalog has: {', '.join(self.resource_names)}")
+
+    def flow_limits(self, queue: str) -> tuple[DeclaredLimit, ...]:
+        """The limits the queue's runs pass (sqs_jobs.flow_control): each job's concurrency per key and rate
+        limit, then the rate limit of each endpoint its jobs call (shared with every other queue that calls it)."""
+        spec = self.queue(queue)
+        found: list[DeclaredLimit] = []
+        for job in spec.jobs:
+            if job.concurrency is not None:
+                found.append(DeclaredLimit(key_concurrency_name(job.name), job.concurrency))
+            if job.rate_limit is not None:
+                found.append(DeclaredLimit(job_rate_limit_name(job.name), job.rate_limit))
+        for name in spec.resources:
+            resource = self.resource(name)
+            if isinstance(resource, Endpoint) and resource.rate_limit is not None:
+                found.append(DeclaredLimit(endpoint_rate_limit_name(name), resource.rate_limit))
+        return tuple(found)
 
     def _resource_problems(self) -> list[str]:
         found = [problem for resource in self.resources for problem in resource.problems()]

@@ -36,6 +36,7 @@ SIGNALS: dict[str, tuple[str, tuple[str, ...]]] = {
     "runtime-faults": ("runtime-faults", ("jobctl status {q}",)),
     "circuit-open": ("circuit-open", ("jobctl status {q}",)),
     "retrying": ("a-job-failing-again-and-again", ("jobctl status {q}",)),
+    "held-near-bound": ("hold-near-its-bound", ("jobctl status {q}",)),
 }
 DURATION_ANCHOR = "jobs-near-their-time-limit"
 # SQS's and the runtime's metrics may show up to this many minutes late (the catalog's METRIC_LAG_S).
@@ -392,6 +393,33 @@ def check_retrying(under_test: QueueUnderTest) -> None:
     assert f"dead-lettered after {spec.max_attempts} failed runs" in description, description
 
 
+def check_held_near_bound(under_test: QueueUnderTest) -> None:
+    spec = under_test.spec
+    alarm = under_test.alarm("held-near-bound")
+    expression, metrics = math(alarm)
+    shares = ids_of(metrics, "HoldShare")
+    assert shares.keys() == metrics.keys()
+    # Every job of the queue (whatever held it: a limit, a busy key, an open breaker); unreadable messages are
+    # never held.
+    assert sorted(shares.values()) == sorted(spec.job_names)
+    for key, job in shares.items():
+        assert metrics[key] == Metric(
+            METRICS_NAMESPACE, "HoldShare", under_test.job_dimensions(job), "Maximum", FIVE_MINUTES
+        )
+    # The key nearest its bound, of whichever job.
+    for key in shares:
+        assert evaluate(expression, {other: 0.9 if other == key else 0.2 for other in shares}) == 0.9
+        assert evaluate(expression, {other: 0.5 if other == key else None for other in shares}) == 0.5
+    assert evaluate(expression, dict.fromkeys(shares)) is None
+    assert alarm["Threshold"] == spec.alarms.hold_share
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    # The runtime samples HoldShare only when it holds a record.
+    assert (alarm["EvaluationPeriods"], alarm["TreatMissingData"]) == (1, "notBreaching")
+    description = alarm["AlarmDescription"]
+    assert f"for {spec.alarms.hold_share:.0%}+ of its max_hold_s" in description, description
+    assert "JobHeld's reason names the holder" in description, description
+
+
 def check_signal(under_test: QueueUnderTest, signal: str) -> None:
     check_common(under_test, signal)
     if signal.startswith("duration-"):
@@ -410,4 +438,5 @@ def check_signal(under_test: QueueUnderTest, signal: str) -> None:
         "runtime-faults": check_runtime_faults,
         "circuit-open": check_circuit_open,
         "retrying": check_retrying,
+        "held-near-bound": check_held_near_bound,
     }[signal](under_test)

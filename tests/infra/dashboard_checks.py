@@ -15,7 +15,7 @@ from functions.worker.names import (
     SQS_QUIET_VISIBLE,
 )
 from sqs_jobs.limits import MINUTE
-from sqs_jobs.specs import QueueSpec
+from sqs_jobs.specs import Catalog, QueueSpec
 from tests.infra.cfn import Resources, of_type, props, queue_id, render, worker_id
 from tests.infra.metric_math import evaluate
 
@@ -57,7 +57,7 @@ def horizontal_lines(widget: Widget) -> dict[str, float]:
     return {item["label"]: item["value"] for item in widget["properties"].get("annotations", {}).get("horizontal", [])}
 
 
-def check_dashboard_queue(resources: Resources, stack_name: str, spec: QueueSpec) -> None:
+def check_dashboard_queue(resources: Resources, stack_name: str, spec: QueueSpec, catalog: Catalog) -> None:
     body = dashboard_body(resources)
     name = spec.name
     queue = {"QueueName": f"{queue_id(resources, stack_name, spec)}.QueueName"}
@@ -117,6 +117,10 @@ def check_dashboard_queue(resources: Resources, stack_name: str, spec: QueueSpec
     check_retries(retries, spec)
 
     check_fair_queue(body, spec, queue)
+    shares = graph(body, f"{name}: longest hold, share of its bound (per 5 min)")
+    check_hold_share(shares, spec)
+
+    check_flow_control(body, spec, catalog)
 
 
 def check_fair_queue(body: dict[str, Any], spec: QueueSpec, queue: dict[str, str]) -> None:
@@ -138,6 +142,74 @@ def check_fair_queue(body: dict[str, Any], spec: QueueSpec, queue: dict[str, str
         (SQS_QUIET_OLDEST_AGE, queue),
     ]
     assert horizontal_lines(ages) == {"age alarm": spec.alarms.oldest_message_age_s}
+
+
+def check_hold_share(widget: Widget, spec: QueueSpec) -> None:
+    """The held-near-bound alarm's figure: MAX over the jobs of HoldShare's Maximum, with its threshold and the
+    bound."""
+    lines = list(plain_metrics(widget))
+    shares = {options["id"]: dims for _, metric, dims, options in lines if metric == "HoldShare"}
+    assert len(shares) == len(lines), "nothing but HoldShare per job"
+    assert sorted(dims["job"] for dims in shares.values()) == sorted(spec.job_names)
+    for namespace, _, dims, options in lines:
+        assert (namespace, options["stat"], options.get("visible")) == (METRICS_NAMESPACE, "Maximum", False)
+        assert dims == {"queue": spec.name, "job": dims["job"], "service": SERVICE_NAME}
+    shown = expressions(widget)["longest hold, share of its bound"]
+    values = {key: (index + 1) / (len(shares) + 1) for index, key in enumerate(shares)}
+    assert evaluate(shown["expression"], values) == max(values.values())
+    assert horizontal_lines(widget) == {
+        "held-near-bound alarm": spec.alarms.hold_share,
+        "max_hold_s (refusals spend attempts)": 1,
+    }
+
+
+FLOW_HELD = "{q}: records held by flow control (per 5 min)"
+FLOW_WAITS = "{q}: waits for a rate limit's token, p99 (ms)"
+
+
+def check_flow_control(body: dict[str, Any], spec: QueueSpec, catalog: Catalog) -> None:
+    """A queue whose jobs or endpoints declare limits: the records they held (per reason summed over the jobs,
+    and per holder by a SEARCH), and the token waits of its rate-limited jobs. Any other queue: neither graph."""
+    name = spec.name
+    titles = {widget["properties"].get("title") for widget in body["widgets"]}
+    rated = sorted(job.name for job in spec.jobs if job.rate_limit is not None)
+    if not catalog.flow_limits(name):
+        assert FLOW_HELD.format(q=name) not in titles and FLOW_WAITS.format(q=name) not in titles
+        return
+    held = graph(body, FLOW_HELD.format(q=name))
+    lines = list(plain_metrics(held))
+    by_reason: dict[str, dict[str, str]] = {}
+    for namespace, metric, dims, options in lines:
+        assert (namespace, metric, options["stat"], options.get("visible")) == (
+            METRICS_NAMESPACE,
+            "JobDeferred",
+            "Sum",
+            False,
+        )
+        assert dims == {"queue": name, "job": dims["job"], "reason": dims["reason"], "service": SERVICE_NAME}
+        by_reason.setdefault(dims["reason"], {})[options["id"]] = dims["job"]
+    assert set(by_reason) == {"rate_limited", "key_busy"}
+    shown = expressions(held)
+    for label, reason in (("held by rate limits", "rate_limited"), ("held by busy keys", "key_busy")):
+        ids = by_reason[reason]
+        assert sorted(ids.values()) == sorted(spec.job_names)
+        assert evaluate(shown[label]["expression"], dict.fromkeys(ids, 2.0)) == 2.0 * len(ids)
+    # One line per holder: the per-reason series of JobHeld under the runtime's pseudo-job, summed per 5 minutes.
+    assert shown["held by"]["expression"] == (
+        "SEARCH('{SqsJobs,job,queue,reason,service} "
+        f'MetricName="JobHeld" queue="{name}" job="(runtime)" service="sqs-jobs"'
+        "', 'Sum', 300)"
+    )
+    assert held["properties"]["period"] == 5 * MINUTE
+    if not rated:
+        assert FLOW_WAITS.format(q=name) not in titles, "only a job's own rate limit samples LimitWait"
+        return
+    waits = graph(body, FLOW_WAITS.format(q=name))
+    assert sorted(dims["job"] for _, metric, dims, _ in plain_metrics(waits) if metric == "LimitWait") == rated
+    for namespace, metric, dims, options in plain_metrics(waits):
+        assert (namespace, metric, options["stat"]) == (METRICS_NAMESPACE, "LimitWait", "p99")
+        assert dims == {"queue": name, "job": dims["job"], "service": SERVICE_NAME}
+    assert horizontal_lines(waits) == {"longest wait, then held": 20_000}
 
 
 def check_retries(widget: Widget, spec: QueueSpec) -> None:

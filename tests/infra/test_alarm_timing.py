@@ -13,6 +13,7 @@ import pytest
 
 from functions.worker.backoff import backoff_delay_s
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.flow_control import KeyConcurrency
 from sqs_jobs.specs import QueueSpec
 from tests.infra.alarm_checks import QueueUnderTest
 from tests.infra.alarm_scenarios import LAGS, T0, Scenario, evaluations, first_alarm, run_alarm
@@ -251,6 +252,51 @@ def test_the_retrying_alarm_sees_what_sqs_leaves_out_of_the_oldest_age(orders: Q
 
     quiet(orders, "oldest-message-age", scenario, start, start + HOUR)
     assert max(fires_at(orders, "retrying", scenario, start, start + HOUR)) < dead_lettered
+
+
+# --- held near its bound: a key handed back again and again --------------------------------------------------------
+
+
+def held_key(lag: int, job: str, first_hold: float, max_hold_s: int) -> tuple[Scenario, float, float]:
+    """A busy key's record held until its bound, each time due again after about as long as it has waited (5 s to
+    5 minutes, functions/worker/key_concurrency.py), HoldShare sampled at each hold as the runtime does. Returns the
+    scenario, the first hold whose share reached 0.8, and when its holds end (the next refusal spends an attempt)."""
+    holds: list[tuple[float, float]] = []
+    at = first_hold
+    while at - first_hold < max_hold_s:
+        held_s = at - first_hold
+        delay_s = min(max(5.0, held_s), 300.0)
+        holds.append((at, min(1.0, (held_s + delay_s) / max_hold_s)))
+        at += delay_s
+    scenario = Scenario(lag)
+    scenario.emitted("HoldShare", job, holds)
+    near = min(when for when, share in holds if share >= 0.8)
+    return scenario, near, at
+
+
+@BY_LAG
+def test_held_near_bound_pages_before_a_busy_keys_record_starts_spending_attempts(
+    orders: QueueUnderTest, lag: int
+) -> None:
+    (job,) = orders.spec.job_names
+    start = T0 + HOUR + 13
+    scenario, near, bound = held_key(lag, job, start, KeyConcurrency().max_hold_s)
+
+    times = fires_at(orders, "held-near-bound", scenario, start, start + 2 * HOUR)
+
+    assert max(times) < bound
+    assert min(times) <= near + MINUTE + lag * MINUTE
+    assert max(times) <= near + 5 * MINUTE + lag * MINUTE
+
+
+@BY_LAG
+def test_held_near_bound_stays_quiet_for_holds_well_within_their_bound(orders: QueueUnderTest, lag: int) -> None:
+    (job,) = orders.spec.job_names
+    scenario = Scenario(lag)
+    # A limit that keeps records waiting all day, each for under 70 % of its bound.
+    scenario.emitted("HoldShare", job, [(T0 + second, 0.1 + (second % 7) / 10) for second in range(0, 4 * HOUR, 20)])
+    quiet(orders, "held-near-bound", scenario, T0 + HOUR, T0 + 4 * HOUR)
+    quiet(orders, "held-near-bound", Scenario(lag), T0 + HOUR, T0 + 4 * HOUR)
 
 
 # --- the other alarms: one scenario that must fire, one that must not -----------------------------------------------

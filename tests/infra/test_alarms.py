@@ -36,10 +36,10 @@ def test_every_queue_has_exactly_its_alarms(synth: Synth) -> None:
     stack_wide = {f"{synth.context.stack_name}-schedules-failed-deliveries"}
 
     assert names == expected | stack_wide
-    # 12 per queue (each retries its jobs), plus one per job: 13 for each of today's one-job queues; plus the
+    # 13 per queue (each retries its jobs), plus one per job: 14 for each of today's one-job queues; plus the
     # stack-wide one.
     assert all(spec.max_attempts > 1 for spec in CATALOG)
-    assert len(names) == sum(12 + len(spec.jobs) for spec in CATALOG) + 1
+    assert len(names) == sum(13 + len(spec.jobs) for spec in CATALOG) + 1
 
 
 def test_every_alarm_name_lets_it_publish_to_the_topic(synth: Synth) -> None:
@@ -68,6 +68,7 @@ def test_the_catalog_defaults_are_the_documented_ones() -> None:
         circuit_opened=1,
         # Derived: 3, or max_attempts - 1 where a queue allows fewer runs.
         retry_attempts=None,
+        hold_share=0.8,
     )
     assert AlarmThresholds().retry_alarm_attempts(max_attempts=10) == 3
 
@@ -87,6 +88,7 @@ def test_default_thresholds_reach_the_template(synth: Synth, spec: QueueSpec) ->
     assert under_test.alarm("heartbeat-missing")["EvaluationPeriods"] == 15
     assert under_test.alarm("circuit-open")["Threshold"] == 1
     assert under_test.alarm("retrying")["Threshold"] == 3
+    assert under_test.alarm("held-near-bound")["Threshold"] == 0.8
     for job in spec.job_names:
         expected_ms = 0.8 * spec.time_limit_s(job) * 1000
         assert under_test.alarm(f"duration-{job}")["Threshold"] == expected_ms
@@ -103,4 +105,6 @@ def test_every_runbook_anchor_is_a_runbook_heading() -> None:
     headings = re.findall(r"^#+ (.+)$", runbook.read_text(), flags=re.MULTILINE)
     anchors = {re.sub(r"[^a-z0-9 -]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
     used = {anchor for anchor, _ in SIGNALS.values()} | {"jobs-near-their-time-limit", "scheduled-deliveries-failed"}
+    # What docs/monitoring.md sends flow control's operators to besides its alarm.
+    used |= {"records-held-by-a-rate-limit-or-a-busy-key", "the-limits-store-failing"}
     assert used <= anchors, f"missing headings for {sorted(used - anchors)}"

@@ -31,4 +31,4 @@ def test_the_dashboard_shows_the_state_of_every_alarm(synth: Synth) -> None:
 
 @QUEUES
 def test_the_dashboard_graphs_each_queue(synth: Synth, spec: QueueSpec) -> None:
-    check_dashboard_queue(synth.resources, synth.context.stack_name, spec)
+    check_dashboard_queue(synth.resources, synth.context.stack_name, spec, CATALOG)

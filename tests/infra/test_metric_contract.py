@@ -401,9 +401,18 @@ def test_every_metric_the_dashboard_draws_is_one_the_worker_emits(synth: Synth, 
 
 
 def test_the_contract_covers_every_alarm_on_the_runtimes_metrics(synth: Synth) -> None:
-    # Per queue: dead letters, failure rate, heartbeat, runtime faults, circuit open, retrying, duration per job.
+    # Per queue: dead letters, failure rate, heartbeat, runtime faults, circuit open, retrying, a hold near its
+    # bound, duration per job.
     alarms = set().union(*watched_by_alarms(synth.resources).values())
-    per_queue = {"dlq-arrivals", "failure-rate", "heartbeat-missing", "runtime-faults", "circuit-open", "retrying"}
+    per_queue = {
+        "dlq-arrivals",
+        "failure-rate",
+        "heartbeat-missing",
+        "runtime-faults",
+        "circuit-open",
+        "retrying",
+        "held-near-bound",
+    }
     expected = {
         f"{synth.context.stack_name}-{spec.name}-{signal}"
         for spec in CATALOG

@@ -20,6 +20,7 @@ from infra.monitoring import MonitoringError
 from infra.naming import ALARM_TOPIC_ARN_OUTPUT
 from infra.stack import build_app
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.flow_control import KeyConcurrency, RateLimit
 from sqs_jobs.limits import MINUTE
 from sqs_jobs.specs import AlarmThresholds, Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
 from tests.infra.alarm_checks import QueueUnderTest, check_signal, signals
@@ -42,6 +43,7 @@ OVERRIDES = AlarmThresholds(
     heartbeat_missing_after_s=10 * MINUTE,
     circuit_opened=3,
     retry_attempts=5,
+    hold_share=0.6,
 )
 REPORTS = QueueSpec(
     name="reports",
@@ -52,8 +54,9 @@ REPORTS = QueueSpec(
     # Not the defaults (5 failures, 15 min), so the circuit-open alarm's description must follow them.
     circuit_breaker=CircuitBreakerSpec(failure_threshold=3, max_hold_s=10 * MINUTE),
     jobs=(
-        JobSpec(name="render_report", handler=HANDLER, time_limit_s=200),
-        JobSpec(name="send_report", handler=HANDLER),
+        # Flow control on both jobs (a rate limit, a key's concurrency): the dashboard's flow row is drawn.
+        JobSpec(name="render_report", handler=HANDLER, time_limit_s=200, rate_limit=RateLimit(per_second=2, burst=4)),
+        JobSpec(name="send_report", handler=HANDLER, concurrency=KeyConcurrency(per="customer")),
     ),
 )
 # A queue that never retries: no retrying alarm (it could never fire), every other alarm as usual.
@@ -116,6 +119,7 @@ def test_the_thresholds_are_the_overrides(custom: Custom) -> None:
     assert under_test.alarm("heartbeat-missing")["EvaluationPeriods"] == 10
     assert under_test.alarm("circuit-open")["Threshold"] == 3
     assert under_test.alarm("retrying")["Threshold"] == 5
+    assert under_test.alarm("held-near-bound")["Threshold"] == 0.6
     # 50% of an explicit 200 s limit, and of the queue's default (half the 300 s function timeout).
     assert under_test.alarm("duration-render_report")["Threshold"] == 100_000
     assert under_test.alarm("duration-send_report")["Threshold"] == 75_000
@@ -128,7 +132,7 @@ def test_the_fifo_queue_gets_its_heartbeat_in_a_message_group(custom: Custom) ->
 
 @pytest.mark.parametrize("spec", CUSTOM.queues, ids=lambda spec: spec.name)
 def test_the_dashboard_follows_the_catalog(custom: Custom, spec: QueueSpec) -> None:
-    check_dashboard_queue(custom.resources, custom.stack_name, spec)
+    check_dashboard_queue(custom.resources, custom.stack_name, spec, CUSTOM)
 
 
 def test_an_existing_topic_replaces_the_stacks_own(custom: Custom) -> None:

@@ -38,6 +38,7 @@ from tests.infra.resource_grants import DLQ_REVIEW, dlq_arns, expected_grant, ex
 
 QUEUES = pytest.mark.parametrize("spec", CATALOG.queues, ids=lambda spec: spec.name)
 CONSUME = ("ChangeMessageVisibility", "DeleteMessage", "GetQueueAttributes", "GetQueueUrl", "ReceiveMessage")
+# The example's jobs allow one run per key at most: no BatchGetItem of slots (tests/infra/test_sample_app.py).
 IDEMPOTENCY = ("DeleteItem", "GetItem", "PutItem", "UpdateItem")
 
 

@@ -75,3 +75,13 @@ def test_the_heartbeat_window_leaves_room_for_a_late_heartbeat_and_late_metrics(
     assert (problems == []) is accepted
     if not accepted:
         assert "alarms.heartbeat_missing_after_s" in problems[0] and "- 180" in problems[0]
+
+
+@pytest.mark.parametrize(("share", "accepted"), [(0.8, True), (1.0, True), (0.01, True), (0.0, False), (1.2, False)])
+def test_a_hold_share_the_runtimes_share_can_never_reach_is_refused(share: float, accepted: bool) -> None:
+    # HoldShare is at most 1 (a key at its bound): above it the held-near-bound alarm could never fire.
+    problems = queue(alarms=AlarmThresholds(hold_share=share)).problems()
+
+    assert (problems == []) is accepted
+    if not accepted:
+        assert problems == [f"queue 'mail': alarms.hold_share {share} must be in (0, 1]"]

@@ -53,18 +53,18 @@ def test_each_component_matches_the_hand_computed_figure() -> None:
     # 2 WRU to the table, 2 to the index of keys in flight, + 1 RRU per job.
     assert result.dynamodb == pytest.approx(5.0)
     assert result.cloudwatch_logs == pytest.approx(1.0)
-    # 12 + 1 alarms (one per queue signal, one per job), 3 + 10 metrics, one month per million jobs.
-    assert cost.ALARMS_PER_QUEUE == 12
-    assert result.cloudwatch_alarms == pytest.approx(13.0)
+    # 13 + 1 alarms (one per queue signal, one per job), 3 + 10 metrics, one month per million jobs.
+    assert cost.ALARMS_PER_QUEUE == 13
+    assert result.cloudwatch_alarms == pytest.approx(14.0)
     assert result.cloudwatch_metrics == pytest.approx(13.0)
     # 43,800 min / 5 min = 8,760 heartbeats, each 3 SQS requests (1 USD/M) and 1 invocation (1 USD/M).
     assert result.heartbeats == pytest.approx(8760 * 4 / cost.MILLION)
-    assert result.total == pytest.approx(1.2 + 0.1 + 1000 + 5 + 1 + 13 + 13 + 8760 * 4 / cost.MILLION)
+    assert result.total == pytest.approx(1.2 + 0.1 + 1000 + 5 + 1 + 14 + 13 + 8760 * 4 / cost.MILLION)
 
 
 def test_a_queue_that_never_retries_has_no_retrying_alarm_to_pay_for() -> None:
     once = QueueSpec(name="q", jobs=(JobSpec(name="j", handler="a.b"),), max_attempts=1)
-    assert cost.queue_cost(once, PRICES, ASSUME).cloudwatch_alarms == pytest.approx(12.0)
+    assert cost.queue_cost(once, PRICES, ASSUME).cloudwatch_alarms == pytest.approx(13.0)
 
 
 def test_waits_of_records_side_by_side_overlap_in_the_billed_duration() -> None:
@@ -88,7 +88,7 @@ def test_retries_duplicates_fifo_and_volume_change_the_right_components() -> Non
     # 2 attempts x (2 table + 2 index writes) + 0.5 conditional checks, 2 reads.
     assert result.dynamodb == pytest.approx(8.5 + 2.0)
     busier = cost.queue_cost(SPEC, PRICES, cost.Assumptions(**{**ASSUME.__dict__, "jobs_per_month": 10_000_000.0}))
-    assert busier.cloudwatch_alarms == pytest.approx(1.3)  # fixed costs spread over 10 million jobs
+    assert busier.cloudwatch_alarms == pytest.approx(1.4)  # fixed costs spread over 10 million jobs
 
 
 def test_a_large_message_is_billed_per_64_kib_chunk() -> None:

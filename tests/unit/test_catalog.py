@@ -514,3 +514,49 @@ def test_the_receive_limit_fits_the_retention_so_a_message_no_worker_can_start_s
     assert long_jobs.receive_limit == 4 * DAY // 5400 == 64
     assert long_jobs.receive_limit * long_jobs.visibility_timeout_s <= long_jobs.retention_s
     assert long_jobs.problems() == []
+
+
+def test_a_queues_flow_limits_are_its_jobs_then_the_endpoints_its_jobs_call() -> None:
+    from sqs_jobs.catalog import RESOURCES
+    from sqs_jobs.flow_control import KeyConcurrency, RateLimit
+    from sqs_jobs.resources import Endpoint
+    from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+
+    api_limit = RateLimit(per_second=10, burst=20)
+    resources = tuple(dataclasses.replace(r, rate_limit=api_limit) if isinstance(r, Endpoint) else r for r in RESOURCES)
+    (endpoint,) = [r.name for r in resources if isinstance(r, Endpoint)]
+    imports = QueueSpec(
+        name="imports",
+        jobs=(
+            JobSpec(
+                name="import_customer",
+                handler="a.b",
+                resources=(endpoint,),
+                rate_limit=RateLimit(per_second=2, burst=2, per="tenant"),
+                concurrency=KeyConcurrency(limit=1, per="customer"),
+            ),
+            JobSpec(name="plain", handler="a.b"),
+        ),
+    )
+    quiet = QueueSpec(name="quiet", jobs=(JobSpec(name="unlimited", handler="a.b"),))
+    catalog = Catalog(resources=resources, queues=(imports, quiet))
+
+    limits = catalog.flow_limits("imports")
+
+    assert [limit.name for limit in limits] == ["key:import_customer", "job:import_customer", f"endpoint:{endpoint}"]
+    assert [limit.keyed for limit in limits] == [True, True, False]
+    assert [limit.describe() for limit in limits] == [
+        "1 at once per customer; held at most 3600s",
+        "2/s, burst 2, per tenant; held at most 900s",
+        "10/s, burst 20; held at most 900s",
+    ]
+    assert limits[2].to_dict() == {
+        "name": f"endpoint:{endpoint}",
+        "kind": "rate",
+        "per_second": 10,
+        "burst": 20,
+        "per": None,
+        "max_hold_s": 900,
+    }
+    assert catalog.flow_limits("quiet") == ()
+    assert CATALOG.flow_limits("orders") == (), "the example app declares no limits"

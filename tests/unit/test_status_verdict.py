@@ -64,3 +64,16 @@ def test_a_job_failing_again_and_again_is_a_problem_as_it_is_an_alarm(most: int,
     if reported:
         assert f"failed {most} runs in a row" in problems[0] and "dead-lettered after 10" in problems[0]
     assert status.to_dict()["retry_attempt_max"] == most
+
+
+@pytest.mark.parametrize(("share", "reported"), [(0.0, False), (0.79, False), (0.8, True), (1.0, True)])
+def test_a_hold_near_its_bound_is_a_problem_as_it_is_an_alarm(share: float, reported: bool) -> None:
+    spec = CATALOG.queue("orders")
+    assert spec.alarms.hold_share == 0.8
+    status = _status(50, 0)
+    status.hold_share_max = share
+    problems = [problem for problem in diagnose(status, spec, NOW) if "of its bound" in problem]
+    assert bool(problems) is reported
+    if reported:
+        assert f"will have used {share:.0%} of its bound" in problems[0] and "alarm at 80%" in problems[0]
+    assert status.to_dict()["hold_share_max"] == share
