@@ -232,7 +232,7 @@ class JobsDashboard(Construct):
         graphs = [
             _graph(
                 f"{name}: records held by flow control (per 5 min)",
-                [*monitoring.flow_held(spec), monitoring.held_by_holder(spec)],
+                [*monitoring.flow_held(spec, item.limits), monitoring.held_by_holder(spec)],
                 [],
             )
         ]

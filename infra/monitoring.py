@@ -38,6 +38,7 @@ from functions.worker.names import (
     UNPARSEABLE_JOB,
     DeferReason,
 )
+from sqs_jobs.flow_control import DeclaredLimit, KeyConcurrency, RateLimit
 from sqs_jobs.limits import METRIC_LAG_S, MINUTE
 from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec
 
@@ -308,13 +309,16 @@ def hold_share(spec: QueueSpec) -> cloudwatch.MathExpression:
     )
 
 
-def flow_held(spec: QueueSpec) -> list[cloudwatch.IMetric]:
+def flow_held(spec: QueueSpec, limits: Sequence[DeclaredLimit]) -> list[cloudwatch.IMetric]:
     """Records handed back by flow control per 5 minutes, summed over the queue's jobs: by rate limits
-    (JobDeferred, reason rate_limited) and by busy keys (key_busy)."""
-    return [
-        queue_total(spec, DEFERRED, "rated", "held by rate limits", reason=DeferReason.RATE_LIMITED),
-        queue_total(spec, DEFERRED, "busy", "held by busy keys", reason=DeferReason.KEY_BUSY),
-    ]
+    (JobDeferred, reason rate_limited) if it has any, and by busy keys (key_busy) if it has a concurrency limit: a
+    line for a reason its limits can't give would stay empty."""
+    lines: list[cloudwatch.IMetric] = []
+    if any(isinstance(declared.limit, RateLimit) for declared in limits):
+        lines.append(queue_total(spec, DEFERRED, "rated", "held by rate limits", reason=DeferReason.RATE_LIMITED))
+    if any(isinstance(declared.limit, KeyConcurrency) for declared in limits):
+        lines.append(queue_total(spec, DEFERRED, "busy", "held by busy keys", reason=DeferReason.KEY_BUSY))
+    return lines
 
 
 def held_by_holder(spec: QueueSpec) -> cloudwatch.SearchExpression:

@@ -45,7 +45,7 @@ from sqs_jobs.limits import (
     SQS_MIN_MESSAGE_BYTES,
     SQS_MIN_RETENTION_S,
 )
-from sqs_jobs.resources import NAME, Endpoint, Network, Resource
+from sqs_jobs.resources import NAME, Endpoint, MailSender, Network, Resource
 from sqs_jobs.schedule_expressions import schedule_expression_problem
 
 _HANDLER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -625,7 +625,8 @@ class Catalog:
 
     def flow_limits(self, queue: str) -> tuple[DeclaredLimit, ...]:
         """The limits the queue's runs pass (sqs_jobs.flow_control): each job's concurrency per key and rate
-        limit, then the rate limit of each endpoint its jobs call (shared with every other queue that calls it)."""
+        limit, then the rate limit of each endpoint or mail sender its jobs call (shared with every other queue that
+        calls it)."""
         spec = self.queue(queue)
         found: list[DeclaredLimit] = []
         for job in spec.jobs:
@@ -635,7 +636,7 @@ class Catalog:
                 found.append(DeclaredLimit(job_rate_limit_name(job.name), job.rate_limit))
         for name in spec.resources:
             resource = self.resource(name)
-            if isinstance(resource, Endpoint) and resource.rate_limit is not None:
+            if isinstance(resource, Endpoint | MailSender) and resource.rate_limit is not None:
                 found.append(DeclaredLimit(endpoint_rate_limit_name(name), resource.rate_limit))
         return tuple(found)
 

@@ -14,6 +14,7 @@ from functions.worker.names import (
     SQS_QUIET_OLDEST_AGE,
     SQS_QUIET_VISIBLE,
 )
+from sqs_jobs.flow_control import KeyConcurrency, RateLimit
 from sqs_jobs.limits import MINUTE
 from sqs_jobs.specs import Catalog, QueueSpec
 from tests.infra.cfn import Resources, of_type, props, queue_id, render, worker_id
@@ -188,9 +189,19 @@ def check_flow_control(body: dict[str, Any], spec: QueueSpec, catalog: Catalog) 
         )
         assert dims == {"queue": name, "job": dims["job"], "reason": dims["reason"], "service": SERVICE_NAME}
         by_reason.setdefault(dims["reason"], {})[options["id"]] = dims["job"]
-    assert set(by_reason) == {"rate_limited", "key_busy"}
+    declared = catalog.flow_limits(name)
+    # A line only for a reason the queue's limits can give: rate limits, busy keys.
+    reasons = {
+        reason
+        for reason, kind in (("rate_limited", RateLimit), ("key_busy", KeyConcurrency))
+        if any(isinstance(limit.limit, kind) for limit in declared)
+    }
+    assert set(by_reason) == reasons
     shown = expressions(held)
     for label, reason in (("held by rate limits", "rate_limited"), ("held by busy keys", "key_busy")):
+        if reason not in reasons:
+            assert label not in shown
+            continue
         ids = by_reason[reason]
         assert sorted(ids.values()) == sorted(spec.job_names)
         assert evaluate(shown[label]["expression"], dict.fromkeys(ids, 2.0)) == 2.0 * len(ids)

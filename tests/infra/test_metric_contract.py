@@ -11,8 +11,8 @@ template gives each worker (its values for this account taken from `provision()`
 writes them), on its role's credentials, with its production flush to stdout. moto stands in for SQS, DynamoDB,
 SES and SNS, the local fake for the invoicing API. For every catalog queue it drives each outcome the alarms and
 the dashboard watch: a success, a permanent failure, a transient failure that is retried, attempts run out, an
-unreadable message, a heartbeat, a downstream that opens its circuit breaker and the records then held, and the
-runtime's own store failing. Every EMF document printed is read as CloudWatch Logs reads it (one JSON object per
+unreadable message, a heartbeat, a downstream that opens its circuit breaker and the records then held, an
+endpoint's rate limit holding a record, and the runtime's own store failing. Every EMF document printed is read as CloudWatch Logs reads it (one JSON object per
 log line; per directive, each dimension set with each metric; "Specification: Embedded metric format",
 https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html),
 and every metric an alarm or a dashboard widget reads in the runtime's namespace must be among those series.
@@ -29,6 +29,7 @@ import contextlib
 import io
 import json
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,12 +44,13 @@ from example.records import invoice_item
 from example.standins.invoicing import FakeInvoicingApi
 from functions.jobs import dlq_review
 from functions.worker.clients import ClientFactory, new_session
-from functions.worker.names import METRICS_NAMESPACE
+from functions.worker.names import FLOW_TAT, METRICS_NAMESPACE, flow_bucket_id
 from functions.worker.observability import Observability
 from jobctl.local.emulator import EventSourceMapping, Invocation
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import LocalDeployment, provision
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.flow_control import endpoint_rate_limit_name
 from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec
 from tests.infra.cfn import of_type, props, render, worker_id
 from tests.infra.conftest import Synth
@@ -313,6 +315,19 @@ def drive_invoices(account: Account, spec: QueueSpec) -> None:
     account.job(spec.name, job, "INV-held")
     account.deliver(spec)
     account.api.set_mode("ok")
+    # The invoicing endpoint's rate limit has no token for an hour (its bucket in the shared table says so): the
+    # next invoice, in a fresh environment (no tokens leased yet), is held by it.
+    account.become_worker(spec)
+    account.clients("dynamodb").put_item(
+        TableName=account.deployment.idempotency_table,
+        Item={
+            "id": {"S": flow_bucket_id(endpoint_rate_limit_name("invoicing_api_url"), "")},
+            FLOW_TAT: {"N": f"{time.time() + 3600:.3f}"},
+        },
+    )
+    put_invoice(account, "INV-rate-limited")
+    account.job(spec.name, job, "INV-rate-limited")
+    account.deliver(spec)
 
 
 def drive_maintenance(account: Account, spec: QueueSpec) -> None:
