@@ -129,6 +129,10 @@ class IdempotencyRecord:
     cancelled_at: datetime | None = None
     cancel_requested_at: datetime | None = None
     cancelled_by: str | None = None
+    # Since when the runtime's flow control has held the key back without spending a run (an open breaker, a
+    # rate limit, a busy key), and when its message is due again.
+    held_since: datetime | None = None
+    next_retry_at: datetime | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any], expiry_s: int) -> IdempotencyRecord:
@@ -157,6 +161,8 @@ class IdempotencyRecord:
             last_failed_at=moment("last_failed_at"),
             first_failed_at=moment("first_failed_at"),
             pending_dead_letter=text("pending_dead_letter"),
+            held_since=moment("held_since"),
+            next_retry_at=moment("next_retry_at"),
             progress=Progress.from_item(item),
             cancelled_at=moment(CANCELLED_AT),
             cancel_requested_at=moment(CANCEL_REQUESTED_AT),
@@ -353,6 +359,18 @@ class JobLookup:
             if record.cancel_requested_at is not None:
                 running += "; a cancel was requested: it stops at its next progress report or call"
             return running
+        if (
+            self.verdict == RETRYING
+            and record is not None
+            and record.held_since is not None
+            and (record.last_failed_at is None or record.last_failed_at <= record.held_since)
+        ):
+            due = record.next_retry_at.isoformat() if record.next_retry_at else "(unknown)"
+            return (
+                f"held since {record.held_since.isoformat()} by flow control (an open breaker, a rate limit or a "
+                f"busy key), {record.runs} of {self.max_attempts} runs spent; its message is due again at {due}; "
+                "held at most its limit's max_hold_s, then each refusal counts as a run"
+            )
         if self.verdict == RETRYING and record is not None:
             when = record.last_failed_at.isoformat() if record.last_failed_at else "(unknown)"
             failed = f"run {record.runs} of {self.max_attempts} failed at {when}: {record.last_error_type}"
@@ -389,6 +407,8 @@ class JobLookup:
                 "first_failed_at": record.first_failed_at,
                 "last_failed_at": record.last_failed_at,
                 "pending_dead_letter": record.pending_dead_letter,
+                "held_since": record.held_since,
+                "next_retry_at": record.next_retry_at,
                 "progress": record.progress.to_dict() if record.progress else None,
                 "cancelled_at": record.cancelled_at,
                 "cancel_requested_at": record.cancel_requested_at,

@@ -114,11 +114,18 @@ class HeldBackError(TransientError):
     reason: ClassVar[str]
 
     def __init__(
-        self, message: str, holder: str, retry_after_s: float, spread_s: float, max_hold_s: int | None = None
+        self,
+        message: str,
+        holder: str,
+        retry_after_s: float,
+        spread_s: float,
+        max_hold_s: int | None = None,
+        key: str | None = None,
     ) -> None:
         super().__init__(message)
-        # What held it back: a downstream's breaker, a limit's name.
+        # What held it back: a downstream's breaker, a limit's name; and a keyed limit's key (the tenant, the ID).
         self.holder = holder
+        self.key = key
         self.retry_after_s = retry_after_s
         self.spread_s = spread_s
         self.max_hold_s = max_hold_s

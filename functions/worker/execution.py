@@ -102,7 +102,13 @@ class Execution:
             return self._run_admitted(started)
         finally:
             if admission is not None and self.release is not None:
-                self.release(admission)
+                release, held = self.release, admission
+                if self.run is not None and self.run.was_cut:
+                    # A cut run's call may still be in flight: its key's slot is given back once its thread ends
+                    # (or with its lease, the invocation's end), never while the call could overlap the next run's.
+                    self.run.when_ended(lambda: release(held))
+                else:
+                    release(held)
 
     def _run_admitted(self, started: StartedRun | None) -> JobResult:
         number = started.number if started is not None else 1

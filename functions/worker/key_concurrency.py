@@ -75,7 +75,7 @@ class KeySlots:
             raise
         except Exception as error:
             raise FlowControlStoreError(
-                f"the key leases' store failed ({type(error).__name__}: {error}); the record waits, no attempt spent",
+                f"the key leases' store failed ({type(error).__name__}: {error})",
                 holder=limit_name,
                 retry_after_s=1.0,
                 spread_s=5.0,
@@ -84,12 +84,12 @@ class KeySlots:
         soonest = min(ends) - now if ends else MIN_BUSY_DELAY_S
         delay_s = min(max(MIN_BUSY_DELAY_S, held_s, 0.0), MAX_BUSY_DELAY_S, max(MIN_BUSY_DELAY_S, soonest))
         raise KeyBusyError(
-            f"key {key[:64]!r} of {limit_name!r} already has {spec.limit} run(s) at once, its limit; handed back, "
-            "no attempt spent",
+            f"key {key[:64]!r} of {limit_name!r} already has {spec.limit} run(s) at once, its limit",
             holder=limit_name,
             retry_after_s=delay_s,
             spread_s=min(delay_s, MAX_BUSY_DELAY_S) / 2,
             max_hold_s=spec.max_hold_s,
+            key=key,
         )
 
     def release(self, lease: Lease) -> None:

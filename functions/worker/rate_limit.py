@@ -240,12 +240,14 @@ class RateLimiter:
                     due = next_look
             if due > wait_until:
                 raise RateLimitedError(
-                    f"rate limit {limit_name!r} has no token for this run before {due - now:.1f}s from now "
-                    f"({limit.per_second:g}/s, burst {limit.burst}); handed back until then, no attempt spent",
+                    f"rate limit {limit_name!r} ({limit.per_second:g}/s, burst {limit.burst}) has no token for this "
+                    f"run within the {max(0.0, wait_until - started):.1f}s it could wait; the next comes in "
+                    f"{due - now:.1f}s",
                     holder=limit_name,
                     retry_after_s=max(0.0, due - now),
                     spread_s=max(1.0, limit.lease_tokens * limit.interval_s),
                     max_hold_s=limit.max_hold_s,
+                    key=key,
                 )
             self._sleep(max(0.0, due - now))
 
@@ -260,7 +262,7 @@ class RateLimiter:
             )
         except Exception as error:
             raise FlowControlStoreError(
-                f"the rate limits' store failed ({type(error).__name__}: {error}); the record waits, no attempt spent",
+                f"the rate limits' store failed ({type(error).__name__}: {error})",
                 holder=limit_name,
                 retry_after_s=1.0,
                 spread_s=5.0,

@@ -396,7 +396,9 @@ class Settlement:
         # How long this key has been held against its bound: the hold alarm fires as the share nears 1.
         self._tally.sample(envelope.job, HOLD_SHARE, round(min(1.0, (held_s + delay_s) / max(1, max_hold_s)), 3))
         holder = "downstream" if isinstance(refusal, CircuitOpenError) else "held_by"
-        details = {holder: refusal.holder, "held_s": round(held_s, 3)}
+        details: dict[str, Any] = {holder: refusal.holder, "held_s": round(held_s, 3)}
+        if refusal.key:
+            details["limit_key"] = refusal.key[:256]
         return self.hand_back(
             delivery,
             envelope,

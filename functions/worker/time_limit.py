@@ -123,6 +123,9 @@ class JobRun:
     invocation_left: Callable[[], float] | None = None
     # Seconds the run's limit is moved out by: waits for tokens (during one, the whole time it may take).
     paused_s: float = 0.0
+    # Called once the thread of a run cut at its limit has ended (`when_ended`): what it held until then.
+    _after_end: list[Callable[[], None]] = field(default_factory=list)
+    _thread_ended: bool = False
     # The runtime's own calls from the job thread (the cancel check's read, a rate limit's lease) are in progress.
     runtime_calling: bool = False
     state: RunState = RunState.RUNNING
@@ -214,6 +217,22 @@ class JobRun:
         self.calls_after_cut += 1
         if self.on_call_after_cut is not None and self.calls_after_cut <= REPORTED_CALLS_AFTER_CUT:
             self.on_call_after_cut(self, what, outcome)
+
+    def when_ended(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the run's thread has ended: at once if it has, else when a cut run's thread ends
+        (its calls in flight answered or abandoned), so what the run held outlasts what it may still be doing."""
+        with self._lock:
+            if not self._thread_ended:
+                self._after_end.append(callback)
+                return
+        callback()
+
+    def thread_ended(self) -> None:
+        with self._lock:
+            self._thread_ended = True
+            callbacks, self._after_end = self._after_end, []
+        for callback in callbacks:
+            callback()
 
     def hold(self, ticket: Ticket) -> None:
         with self._lock:
@@ -341,8 +360,10 @@ class _JobThread:
             if run.was_cut:
                 # This thread is never used again: a late interruption can only end it.
                 with contextlib.suppress(TimeLimitInterrupt):
+                    run.thread_ended()
                     self._pool._ended_after_cut(run)
                 return
+            run.thread_ended()
             if run.on_end is not None:
                 run.on_end()
             self._pool._idle(self)

@@ -75,6 +75,11 @@ class RateLimit:
 
     def problems(self, where: str) -> list[str]:
         found: list[str] = []
+        if not _number(self.per_second) or not _whole(self.burst) or not _whole(self.max_hold_s):
+            return [
+                f"{where}: rate_limit needs per_second a number, burst and max_hold_s whole numbers, not "
+                f"{self.per_second!r}, {self.burst!r}, {self.max_hold_s!r}"
+            ]
         if not (math.isfinite(self.per_second) and 0 < self.per_second <= MAX_PER_SECOND):
             found.append(
                 f"{where}: rate_limit.per_second {self.per_second} must be above 0 and at most {MAX_PER_SECOND:g}"
@@ -100,6 +105,11 @@ class KeyConcurrency:
 
     def problems(self, where: str) -> list[str]:
         found: list[str] = []
+        if not _whole(self.limit) or not _whole(self.max_hold_s):
+            return [
+                f"{where}: concurrency needs limit and max_hold_s whole numbers, not {self.limit!r}, "
+                f"{self.max_hold_s!r}"
+            ]
         if not 1 <= self.limit <= 100:
             found.append(f"{where}: concurrency.limit {self.limit} must be between 1 and 100")
         found += _per_problems(where, "concurrency", self.per)
@@ -107,8 +117,23 @@ class KeyConcurrency:
         return found
 
 
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def limit_problems(where: str, label: str, limit: object, kind: type) -> list[str]:
+    """A declared limit that is not of its type (a dict, a number) says so in one line, instead of failing later."""
+    if limit is None or isinstance(limit, kind):
+        return []
+    return [f"{where}: {label} must be a {kind.__name__}(...), not {type(limit).__name__} {limit!r:.60}"]
+
+
 def _per_problems(where: str, label: str, per: str | None) -> list[str]:
-    if per is None or _PER.fullmatch(per):
+    if per is None or (isinstance(per, str) and _PER.fullmatch(per)):
         return []
     return [
         f"{where}: {label}.per {per!r} must name an envelope field (tenant, id, key, or an extra field's name, "

@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import ClassVar
 from urllib.parse import urlsplit
 
-from sqs_jobs.flow_control import RateLimit
+from sqs_jobs.flow_control import RateLimit, limit_problems
 
 # Names of queues, jobs, schedules and resources: parts of physical names, environment variables and context keys.
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -156,7 +156,9 @@ class Endpoint(Resource):
         problem = https_base_url_problem(self.default_url)
         if problem is not None:
             found.append(f"endpoint {self.name!r}: default_url {self.default_url!r} {problem}")
-        if self.rate_limit is not None:
+        wrong = limit_problems(f"endpoint {self.name!r}", "rate_limit", self.rate_limit, RateLimit)
+        found += wrong
+        if self.rate_limit is not None and not wrong:
             found += self.rate_limit.problems(f"endpoint {self.name!r}")
         if self.standin is not None and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", self.standin):
             found.append(f"endpoint {self.name!r}: standin {self.standin!r} must be 'module:callable'")
@@ -201,7 +203,9 @@ class MailSender(Resource):
         found = super().problems()
         if not EMAIL.fullmatch(self.default_address):
             found.append(f"mail sender {self.name!r}: default_address {self.default_address!r} is not an address")
-        if self.rate_limit is not None:
+        wrong = limit_problems(f"mail sender {self.name!r}", "rate_limit", self.rate_limit, RateLimit)
+        found += wrong
+        if self.rate_limit is not None and not wrong:
             found += self.rate_limit.problems(f"mail sender {self.name!r}")
         return found
 

@@ -19,6 +19,7 @@ from sqs_jobs.flow_control import (
     endpoint_rate_limit_name,
     job_rate_limit_name,
     key_concurrency_name,
+    limit_problems,
 )
 from sqs_jobs.limits import (
     DAY,
@@ -452,10 +453,7 @@ class QueueSpec:
                 found.append(f"{where}: job {job.name!r} handler {job.handler!r} is not a dotted module path")
             found += self._time_limit_problems(where, job)
             found += self._flow_problems(where, job)
-            if job.rate_limit is not None:
-                found += job.rate_limit.problems(f"{where}: job {job.name!r}")
-            if job.concurrency is not None:
-                found += job.concurrency.problems(f"{where}: job {job.name!r}")
+            found += self._limit_problems(where, job)
             seen_schedules: set[str] = set()
             for schedule in job.schedules:
                 found += schedule.problems(f"{where}: job {job.name!r}")
@@ -506,6 +504,17 @@ class QueueSpec:
         """The longest debounce window one hand-back can wait out: SQS hides a message at most 12 h from its receive,
         and the invocation that hands it back has used up to its timeout of those."""
         return SQS_MAX_VISIBILITY_S - self.function_timeout_s
+
+    @staticmethod
+    def _limit_problems(where: str, job: JobSpec) -> list[str]:
+        """rate_limit and concurrency: of their types, each within its bounds."""
+        on_job = f"{where}: job {job.name!r}"
+        wrong = limit_problems(on_job, "rate_limit", job.rate_limit, RateLimit)
+        wrong += limit_problems(on_job, "concurrency", job.concurrency, KeyConcurrency)
+        if wrong:
+            return wrong
+        found = job.rate_limit.problems(on_job) if job.rate_limit is not None else []
+        return found + (job.concurrency.problems(on_job) if job.concurrency is not None else [])
 
     def _flow_problems(self, where: str, job: JobSpec) -> list[str]:
         """unique_for_s and debounce_s: one or the other, each within what the runtime can keep."""

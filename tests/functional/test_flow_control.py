@@ -25,6 +25,7 @@ from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, key_record, metric_values, narrowed
 from tests.functional.sample_jobs import gather
 from tests.functional.test_generate_invoice import body, put_invoice, wait_for_abandoned_runs
+from tests.functional.test_job_lookup import _lookup
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -102,6 +103,9 @@ def test_a_jobs_rate_limit_lets_one_run_start_and_holds_the_rest_without_spendin
         record = key_record(harness, f"rated_job:{held_id}")
         assert record["runs"] == 0  # handed back, its run given back
         assert record["held_since"] > 0
+    # An operator's look at a held job says it is held, not that a run failed.
+    said = _lookup(harness, "rated_job", held_ids[0], queue="rated").explanation()
+    assert said.startswith("held since ") and "0 of 3 runs spent" in said and "failed" not in said
     # The bucket is in the shared table: a new worker (another execution environment) finds no token either.
     assert "tat" in _table_item(harness, bucket_id(job_rate_limit_name("rated_job"), ""))
     harness.expire_visibility(invocation, "rated")
@@ -288,3 +292,34 @@ def test_a_limit_per_tenant_keys_on_the_envelopes_tenant(clients: ClientFactory)
     assert invocation is not None and len(invocation.failed_ids) == 1
     started = {run_id for runs in gather.STARTED.values() for run_id in runs}
     assert "t2" in started and len(started) == 2  # globex's own, and one of acme's
+
+
+def test_a_run_cut_at_its_limit_keeps_its_keys_slot_until_its_thread_ends(clients: ClientFactory) -> None:
+    from tests.functional.sample_jobs import nap
+
+    queue = QueueSpec(
+        name="napping",
+        function_timeout_s=10,
+        jobs=(
+            JobSpec(
+                name="nap",
+                handler="tests.functional.sample_jobs.nap",
+                time_limit_s=1,
+                concurrency=KeyConcurrency(limit=1, per="customer"),
+            ),
+        ),
+    )
+    harness = Harness.provisioned(clients, Catalog(queues=(queue,)))
+    nap.FAILURES.clear()
+    harness.send(json.dumps({"job": "nap", "id": "2.5", "customer": "c7"}), queue="napping")
+    slot = slot_id(key_concurrency_name("nap"), "c7", 0)
+
+    invocation = harness.deliver("napping")
+
+    assert invocation is not None and len(invocation.failed_ids) == 1  # cut at 1 s: retried
+    # Its code still sleeps (a call still in flight, as far as anyone knows): the next run of c7 must wait.
+    assert _table_item(harness, slot) != {}
+    deadline = time.monotonic() + 10
+    while _table_item(harness, slot) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _table_item(harness, slot) == {}  # given back once the cut run's thread ended

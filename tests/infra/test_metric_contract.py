@@ -12,8 +12,9 @@ writes them), on its role's credentials, with its production flush to stdout. mo
 SES and SNS, the local fake for the invoicing API. For every catalog queue it drives each outcome the alarms and
 the dashboard watch: a success, a permanent failure, a transient failure that is retried, attempts run out, an
 unreadable message, a heartbeat, a downstream that opens its circuit breaker and the records then held, an
-endpoint's rate limit holding a record, and the runtime's own store failing. Every EMF document printed is read as CloudWatch Logs reads it (one JSON object per
-log line; per directive, each dimension set with each metric; "Specification: Embedded metric format",
+endpoint's rate limit holding a record, and the runtime's own store failing. Every EMF document printed is read as
+CloudWatch Logs reads it (one JSON object per log line; per directive, each dimension set with each metric;
+"Specification: Embedded metric format",
 https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html),
 and every metric an alarm or a dashboard widget reads in the runtime's namespace must be among those series.
 

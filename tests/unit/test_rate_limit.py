@@ -160,3 +160,17 @@ def test_a_token_further_away_than_the_wait_allowed_is_refused_with_when_it_come
     assert refused.value.holder == "job:x" and refused.value.max_hold_s == limit.max_hold_s
     # Another key of the same limit has its own bucket.
     assert limiter.acquire("job:x", "tenant-b", limit, wait_until=clock[0]) == 0.0
+
+
+def test_a_limit_of_the_wrong_type_is_a_catalog_error_naming_it() -> None:
+    from sqs_jobs.specs import Catalog, CatalogError, JobSpec, QueueSpec
+
+    def catalog_with(**limits: Any) -> None:
+        Catalog(queues=(QueueSpec(name="q", jobs=(JobSpec(name="j", handler="a.b", **limits),)),))
+
+    with pytest.raises(CatalogError, match=r"rate_limit must be a RateLimit\(\.\.\.\), not dict"):
+        catalog_with(rate_limit={"per_second": 2})
+    with pytest.raises(CatalogError, match="burst and max_hold_s whole numbers, not 2, '2', 900"):
+        catalog_with(rate_limit=RateLimit(per_second=2, burst="2"))  # type: ignore[arg-type]
+    with pytest.raises(CatalogError, match="concurrency needs limit and max_hold_s whole numbers"):
+        catalog_with(concurrency=KeyConcurrency(limit=1.5))  # type: ignore[arg-type]
