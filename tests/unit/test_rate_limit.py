@@ -131,7 +131,7 @@ def test_any_number_of_workers_stay_within_the_rate_plus_burst_in_every_window_a
     dynamodb: Any, per_second: float, burst: int, workers: int, demand: float, seed: int
 ) -> None:
     limit = RateLimit(per_second=per_second, burst=burst)
-    seconds = 30.0
+    seconds = 15.0
     # Each worker alone wants `demand` x the whole rate; together always more than it.
     spent, writes = _simulate(dynamodb, limit, workers, seconds, gap_s=1 / (demand * per_second), seed=seed)
 
