@@ -3,42 +3,20 @@ has waited (never past the holder's lease), a lease that ended frees its slot, a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from functions.worker.errors import KeyBusyError
 from functions.worker.key_concurrency import MAX_BUSY_DELAY_S, MIN_BUSY_DELAY_S, KeySlots
 from sqs_jobs.flow_control import KeyConcurrency
+from tests.unit.conftest import FLOW_TABLE
 
-TABLE = "idempotency"
 NOW = 10_000.0
 
 
-@pytest.fixture
-def dynamodb(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        client = boto3.client("dynamodb")
-        client.create_table(
-            TableName=TABLE,
-            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-        yield client
-
-
 def _slots(dynamodb: Any, now: list[float]) -> KeySlots:
-    return KeySlots(lambda: dynamodb, TABLE, clock=lambda: now[0])
+    return KeySlots(lambda: dynamodb, FLOW_TABLE, clock=lambda: now[0])
 
 
 @pytest.mark.parametrize("limit", [1, 3])

@@ -5,37 +5,15 @@ seconds; with demand enough, the bucket is kept busy (at least 90 % of the rate)
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
+from example.standins.invoicing import most_in_any_window
 from functions.worker.errors import RateLimitedError
 from functions.worker.rate_limit import RateLimiter, TokenBucketStore
 from sqs_jobs.flow_control import KeyConcurrency, RateLimit
-
-TABLE = "idempotency"
-
-
-@pytest.fixture
-def dynamodb(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        client = boto3.client("dynamodb")
-        client.create_table(
-            TableName=TABLE,
-            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-            BillingMode="PAY_PER_REQUEST",
-        )
-        yield client
+from tests.unit.conftest import FLOW_TABLE
 
 
 @pytest.mark.parametrize(
@@ -87,7 +65,7 @@ def _simulate(
     store's writes."""
     rng = random.Random(seed)
     clock = [1_000.0]
-    store = TokenBucketStore(lambda: dynamodb, TABLE)
+    store = TokenBucketStore(lambda: dynamodb, FLOW_TABLE)
     pool = [_Worker(store, clock, random.Random(rng.random())) for _ in range(workers)]
     spent: list[float] = []
     end = clock[0] + seconds
@@ -103,15 +81,6 @@ def _simulate(
             continue
         spent.append(clock[0])
         worker.due = clock[0] + rng.uniform(0.0, 2 * gap_s)
-
-
-def _most_in_any_window(times: list[float], window_s: float) -> int:
-    most, start = 0, 0
-    for end, moment in enumerate(times):
-        while moment - times[start] > window_s:
-            start += 1
-        most = max(most, end - start + 1)
-    return most
 
 
 @pytest.mark.parametrize(
@@ -136,7 +105,7 @@ def test_any_number_of_workers_stay_within_the_rate_plus_burst_in_every_window_a
     spent, writes = _simulate(dynamodb, limit, workers, seconds, gap_s=1 / (demand * per_second), seed=seed)
 
     for window_s in (0.5, 1.0, 3.0):
-        assert _most_in_any_window(spent, window_s) <= per_second * window_s + burst
+        assert most_in_any_window(spent, window_s) <= per_second * window_s + burst
     # Workers that each want less than a lease's worth leave some of each lease unspent (docs/flow-control.md):
     # the promise kept to the downstream is the bound; the rate is kept up where each worker can spend a lease.
     if demand >= 1:
@@ -149,7 +118,7 @@ def test_any_number_of_workers_stay_within_the_rate_plus_burst_in_every_window_a
 
 def test_a_token_further_away_than_the_wait_allowed_is_refused_with_when_it_comes(dynamodb: Any) -> None:
     clock = [1_000.0]
-    limiter = RateLimiter(TokenBucketStore(lambda: dynamodb, TABLE), clock=lambda: clock[0], rng=random.Random(1))
+    limiter = RateLimiter(TokenBucketStore(lambda: dynamodb, FLOW_TABLE), clock=lambda: clock[0], rng=random.Random(1))
     limit = RateLimit(per_second=0.1, burst=1)
     assert limiter.acquire("job:x", "", limit, wait_until=clock[0]) == 0.0
 
