@@ -164,6 +164,17 @@ class FlowControlStoreError(HeldBackError):
 
     reason = "runtime_fault"
 
+    @classmethod
+    def of(cls, error: Exception, store: str, holder: str, max_hold_s: int) -> FlowControlStoreError:
+        """The failure of `store` ("the rate limits' store") behind `holder`'s limit: back in about a second."""
+        return cls(
+            f"{store} failed ({type(error).__name__}: {error})",
+            holder=holder,
+            retry_after_s=1.0,
+            spread_s=5.0,
+            max_hold_s=max_hold_s,
+        )
+
 
 class DownstreamAuthError(CircuitOpenError):
     """A downstream refused the deployment's credentials (HTTP 401 or 403): a wrong, expired or rotated API key is

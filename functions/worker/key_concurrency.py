@@ -74,13 +74,7 @@ class KeySlots:
         except KeyBusyError:
             raise
         except Exception as error:
-            raise FlowControlStoreError(
-                f"the key leases' store failed ({type(error).__name__}: {error})",
-                holder=limit_name,
-                retry_after_s=1.0,
-                spread_s=5.0,
-                max_hold_s=spec.max_hold_s,
-            ) from error
+            raise FlowControlStoreError.of(error, "the key leases' store", limit_name, spec.max_hold_s) from error
         soonest = min(ends) - now if ends else MIN_BUSY_DELAY_S
         delay_s = min(max(MIN_BUSY_DELAY_S, held_s, 0.0), MAX_BUSY_DELAY_S, max(MIN_BUSY_DELAY_S, soonest))
         raise KeyBusyError(

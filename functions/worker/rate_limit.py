@@ -261,13 +261,7 @@ class RateLimiter:
                 limit_name, key, limit, now, bucket.busy, look_first=bucket.busy, tokens=bucket.next_lease(limit)
             )
         except Exception as error:
-            raise FlowControlStoreError(
-                f"the rate limits' store failed ({type(error).__name__}: {error})",
-                holder=limit_name,
-                retry_after_s=1.0,
-                spread_s=5.0,
-                max_hold_s=limit.max_hold_s,
-            ) from error
+            raise FlowControlStoreError.of(error, "the rate limits' store", limit_name, limit.max_hold_s) from error
         if isinstance(outcome, Granted):
             bucket.tokens = bucket.leased = outcome.tokens
             bucket.spent = 0

@@ -18,19 +18,19 @@ import pytest
 from functions.worker.clients import ClientFactory
 from functions.worker.names import CANCELLED_COPY, DEFERRED, DROPPED, RUNTIME_FAULT, RUNTIME_JOB
 from functions.worker.observability import Observability
-from functions.worker.provenance import SENT_AT, Provenance
+from functions.worker.provenance import SENT_AT
 from functions.worker.runtime import Worker
 from functions.worker.uniqueness import iso_ms
 from jobctl.console.app import create_app
 from jobctl.console.security import Guard
-from jobctl.dlq import DeadLetterQueue
 from jobctl.job_cancel import CancelOutcome, cancel_job, target_for
 from jobctl.job_life import jobs_in_flight
-from jobctl.job_lookup import JobLookup, find_job, idempotency_table
+from jobctl.job_lookup import JobLookup
 from jobctl.local.emulator import Invocation
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, key_record, metric_values
 from tests.functional.sample_jobs import by_document, flaky
+from tests.functional.test_job_lookup import _lookup
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAKY = "tests.functional.sample_jobs.flaky"
@@ -409,20 +409,9 @@ def test_the_state_needs_no_grant_beyond_what_the_worker_has_on_the_idempotency_
 
 
 def _show(harness: Harness, job: str, entity_id: str, key: str | None = None, at: float | None = None) -> JobLookup:
-    local = harness.deployment.queues["flows"]
-    dead = DeadLetterQueue(
-        harness.clients("sqs"), local.dlq_url, local.url, Provenance.of([local.worker_role_id]), receive_wait_s=0
-    )
-    return find_job(
-        spec=local.spec,
-        job=job,
-        entity_id=entity_id,
-        key=key,
-        dynamodb=harness.clients("dynamodb"),
-        table=idempotency_table(harness.clients("lambda"), local.arn),
-        dead_letter_queue=dead,
-        now=datetime.fromtimestamp(at, tz=UTC) if at is not None else None,
-    )
+    """`jobctl job show` on the flows queue, at `at` (epoch seconds) if given."""
+    now = datetime.fromtimestamp(at, tz=UTC) if at is not None else None
+    return _lookup(harness, job, entity_id, key, now=now, queue="flows")
 
 
 def test_job_show_says_whose_window_it_is_and_until_when(harness: Harness, clock: Clock) -> None:
