@@ -277,36 +277,29 @@ def heartbeat_periods(spec: QueueSpec) -> int:
     return math.ceil(spec.alarms.heartbeat_missing_after_s / MINUTE)
 
 
-def retry_attempts(spec: QueueSpec) -> cloudwatch.MathExpression:
-    """The most runs in a row one key of the queue's jobs failed and will be retried after, per 5 minutes:
-    MAX over the jobs of RetryAttempt's Maximum. MAX of an array is per timestamp (not the whole-query number
-    AWS advises against in alarms)."""
+def _most_over_jobs(spec: QueueSpec, metric: str, prefix: str, label: str) -> cloudwatch.MathExpression:
+    """MAX over the queue's jobs of `metric`'s Maximum per 5 minutes. MAX of an array is per timestamp (not the
+    whole-query number AWS advises against in alarms)."""
     using = {
-        f"attempt{index}": job_metric(spec.name, job, RETRY_ATTEMPT, statistic="Maximum")
+        f"{prefix}{index}": job_metric(spec.name, job, metric, statistic="Maximum")
         for index, job in enumerate(spec.job_names)
     }
     return cloudwatch.MathExpression(
-        expression=f"MAX([{', '.join(using)}])",
-        using_metrics=using,
-        period=FIVE_MINUTES,
-        label="most failed runs in a row",
+        expression=f"MAX([{', '.join(using)}])", using_metrics=using, period=FIVE_MINUTES, label=label
     )
+
+
+def retry_attempts(spec: QueueSpec) -> cloudwatch.MathExpression:
+    """The most runs in a row one key of the queue's jobs failed and will be retried after, per 5 minutes: MAX over
+    the jobs of RetryAttempt's Maximum."""
+    return _most_over_jobs(spec, RETRY_ATTEMPT, "attempt", "most failed runs in a row")
 
 
 def hold_share(spec: QueueSpec) -> cloudwatch.MathExpression:
     """The most any held key of the queue's jobs had used of its max_hold_s by the time it is due again, per
-    5 minutes: MAX over the jobs of HoldShare's Maximum (per timestamp, as retry_attempts). Every hold samples it:
-    a rate limit's, a busy key's and an open breaker's."""
-    using = {
-        f"share{index}": job_metric(spec.name, job, HOLD_SHARE, statistic="Maximum")
-        for index, job in enumerate(spec.job_names)
-    }
-    return cloudwatch.MathExpression(
-        expression=f"MAX([{', '.join(using)}])",
-        using_metrics=using,
-        period=FIVE_MINUTES,
-        label="longest hold, share of its bound",
-    )
+    5 minutes: MAX over the jobs of HoldShare's Maximum. Every hold samples it: a rate limit's, a busy key's and an
+    open breaker's."""
+    return _most_over_jobs(spec, HOLD_SHARE, "share", "longest hold, share of its bound")
 
 
 def flow_held(spec: QueueSpec, limits: Sequence[DeclaredLimit]) -> list[cloudwatch.IMetric]:
