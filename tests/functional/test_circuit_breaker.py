@@ -309,9 +309,10 @@ def test_on_a_fifo_queue_a_refusal_is_held_and_on_the_last_receive_dead_lettered
 ) -> None:
     # A FIFO hand-back is a visibility change: SQS counts the receive, the ledger no run. On the queue's last
     # allowed receive a refusal can't go back (SQS's redrive would move it without evidence): it is dead-lettered.
-    queue = replace(
-        INVOICES, fifo=True, max_attempts=1, max_receives=2, circuit_breaker=replace(BREAKER, failure_threshold=1)
-    )
+    # Open long enough that no probe is let through between the two deliveries, however loaded the machine (with
+    # 1 s, a loaded machine let the held record probe, and the API saw a second call).
+    breaker = replace(BREAKER, failure_threshold=1, open_s=30.0, max_open_s=60.0)
+    queue = replace(INVOICES, fifo=True, max_attempts=1, max_receives=2, circuit_breaker=breaker)
     harness = harness_for(clients, api, queue)
     for group, invoice_id in (("a", "INV-A"), ("b", "INV-B")):
         put_invoice(harness, invoice_id)
