@@ -1,0 +1,201 @@
+"""Counting a batch's members as they end, and publishing its callbacks (sqs_jobs.batches; docs/workflows.md).
+
+A member that succeeded (or whose duplicate was answered from its key's record) adds its index to the batch's
+`succeeded` set and takes it out of `dead`; a member dead-lettered (after the DLQ has it) adds it to `dead`, unless
+it has succeeded. One UpdateItem per member end, idempotent (a set holds an index once): a redelivery after a
+crash between counting and acknowledging recounts harmlessly. The update returns the item as it is after it
+(ALL_NEW: a few KB, the members' list is an item of its own); the one that makes a set whole publishes its
+callback with the key the batch names (`callback_key`), so a second publish (a recount, or two workers completing
+at once) is answered as a duplicate, and then marks it published, once (its condition).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqs_jobs.batches import (
+    COMPLETE,
+    COMPLETE_PUBLISHED_AT,
+    COMPLETED_AT,
+    DEAD,
+    EXPIRATION,
+    LAST_ENDED_AT,
+    ON_COMPLETE,
+    ON_SUCCESS,
+    SIZE,
+    SUCCEEDED,
+    SUCCEEDED_AT,
+    SUCCESS,
+    SUCCESS_PUBLISHED_AT,
+    BatchMember,
+    BatchMemberError,
+    batch_item_id,
+    callback_key,
+)
+from sqs_jobs.envelope import Envelope
+
+if TYPE_CHECKING:
+    from sqs_jobs.publisher import JobPublisher
+
+_CONDITION_FAILED = "ConditionalCheckFailedException"
+_PUBLISHED = {SUCCESS: SUCCESS_PUBLISHED_AT, COMPLETE: COMPLETE_PUBLISHED_AT}
+_WHOLE_AT = {SUCCESS: SUCCEEDED_AT, COMPLETE: COMPLETED_AT}
+_CALLBACK = {SUCCESS: ON_SUCCESS, COMPLETE: ON_COMPLETE}
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A batch as one member's count left it: its size, its sets, and whether each callback was published."""
+
+    size: int
+    succeeded: int
+    dead: int
+    published: dict[str, bool]
+
+    def whole(self, kind: str) -> bool:
+        ended = self.succeeded if kind == SUCCESS else self.succeeded + self.dead
+        return ended >= self.size
+
+
+def _is_condition_failure(error: BaseException) -> bool:
+    response = getattr(error, "response", None)
+    return isinstance(response, dict) and response.get("Error", {}).get("Code") == _CONDITION_FAILED
+
+
+class BatchMembers:
+    """The worker's count of batch members, in the idempotency table; `publisher` sends the callbacks."""
+
+    def __init__(
+        self,
+        table: str,
+        dynamodb: Callable[[], Any],
+        publisher: Callable[[], JobPublisher],
+        retention_s: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._table = table
+        self._dynamodb = dynamodb
+        self._publisher = publisher
+        # How long after a member's end its batch may still matter: its DLQ's retention (a redrive counts).
+        self._retention_s = retention_s
+        self._clock = clock
+
+    def succeeded(self, envelope: Envelope) -> list[str]:
+        """Count `envelope`'s member as succeeded; returns the callbacks this count published (kinds). Raises
+        BatchMemberError when the batch does not hold it (forged, or expired)."""
+        member = envelope.batch
+        assert member is not None
+        counted = self._count(member, add=SUCCEEDED, delete=DEAD)
+        if counted is None:
+            raise BatchMemberError(
+                f"batch {member.batch_id} has no member {member.index} (no such batch, or it expired): its `batch` "
+                "field was not written by JobPublisher.batch for this message; nothing was counted"
+            )
+        return self._callbacks(member, counted)
+
+    def dead_lettered(self, envelope: Envelope) -> list[str]:
+        """Count `envelope`'s member as dead (after the DLQ has it), unless it succeeded; returns the callbacks
+        this count published. A batch that does not hold it counts nothing (the dead letter says why it died)."""
+        member = envelope.batch
+        assert member is not None
+        counted = self._count(member, add=DEAD, unless_in=SUCCEEDED)
+        return self._callbacks(member, counted) if counted is not None else []
+
+    def _count(
+        self, member: BatchMember, add: str, delete: str | None = None, unless_in: str | None = None
+    ) -> Counted | None:
+        """Add the member's index to the set `add` (and take it out of `delete`), unless the set `unless_in` holds
+        it; None when the condition refused it (no such batch or member, or `unless_in` holds it)."""
+        now = int(self._clock())
+        names = {
+            "#id": "id",
+            "#add": add,
+            "#size": SIZE,
+            "#last": LAST_ENDED_AT,
+            "#life_at": "life_at",
+            "#expiration": EXPIRATION,
+        }
+        expression = "ADD #add :index SET #last = :now, #life_at = :now, #expiration = :expires"
+        condition = "attribute_exists(#id) AND :member < #size"
+        if delete is not None:
+            names["#delete"] = delete
+            expression += " DELETE #delete :index"
+        if unless_in is not None:
+            names["#unless"] = unless_in
+            condition += " AND NOT contains(#unless, :member)"
+        try:
+            response = self._dynamodb().update_item(
+                TableName=self._table,
+                Key={"id": {"S": batch_item_id(member.batch_id)}},
+                UpdateExpression=expression,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues={
+                    ":index": {"NS": [str(member.index)]},
+                    ":member": {"N": str(member.index)},
+                    ":now": {"N": str(now)},
+                    ":expires": {"N": str(now + self._retention_s)},
+                },
+                ReturnValues="ALL_NEW",
+            )
+        except Exception as error:
+            if _is_condition_failure(error):
+                return None
+            raise
+        attributes = response.get("Attributes", {})
+        return Counted(
+            size=int(attributes[SIZE]["N"]),
+            succeeded=len(attributes.get(SUCCEEDED, {}).get("NS", [])),
+            dead=len(attributes.get(DEAD, {}).get("NS", [])),
+            published={kind: attributes.get(name, {}).get("N", "0") != "0" for kind, name in _PUBLISHED.items()},
+        )
+
+    def _callbacks(self, member: BatchMember, counted: Counted) -> list[str]:
+        published = []
+        for kind in (SUCCESS, COMPLETE):
+            if counted.whole(kind) and not counted.published[kind] and self._publish(member.batch_id, kind):
+                published.append(kind)
+        return published
+
+    def _publish(self, batch_id: str, kind: str) -> bool:
+        """Publish the batch's `kind` callback (if it has one) and mark it published (the time its set became
+        whole, callback or not); True if this published a callback and marked it, False if it has none or another
+        count marked it first (this publish was then a duplicate, answered from the callback's key)."""
+        item = (
+            self._dynamodb()
+            .get_item(
+                TableName=self._table,
+                Key={"id": {"S": batch_item_id(batch_id)}},
+                ProjectionExpression="#callback",
+                ExpressionAttributeNames={"#callback": _CALLBACK[kind]},
+                ConsistentRead=True,
+            )
+            .get("Item", {})
+        )
+        callback = item.get(_CALLBACK[kind], {}).get("S")
+        if callback is not None:
+            job, entity_id = callback.split(":", 1)
+            self._publisher().publish(job, entity_id, key=callback_key(batch_id, kind))
+        now = str(int(self._clock()))
+        try:
+            self._dynamodb().update_item(
+                TableName=self._table,
+                Key={"id": {"S": batch_item_id(batch_id)}},
+                UpdateExpression="SET #published = :now, #whole = if_not_exists(#whole, :now)"
+                + (" REMOVE #life" if kind == COMPLETE else ""),
+                ConditionExpression="#published = :zero",
+                ExpressionAttributeNames={
+                    "#published": _PUBLISHED[kind],
+                    "#whole": _WHOLE_AT[kind],
+                    **({"#life": "life"} if kind == COMPLETE else {}),
+                },
+                ExpressionAttributeValues={":now": {"N": now}, ":zero": {"N": "0"}},
+            )
+        except Exception as error:
+            if _is_condition_failure(error):
+                return False
+            raise
+        return callback is not None
