@@ -54,6 +54,8 @@ class Counted:
     succeeded: int
     dead: int
     published: dict[str, bool]
+    # Each kind's callback, `<job>:<id>`, or None.
+    callbacks: dict[str, str | None]
 
     def whole(self, kind: str) -> bool:
         ended = self.succeeded if kind == SUCCESS else self.succeeded + self.dead
@@ -151,51 +153,51 @@ class BatchMembers:
             succeeded=len(attributes.get(SUCCEEDED, {}).get("NS", [])),
             dead=len(attributes.get(DEAD, {}).get("NS", [])),
             published={kind: attributes.get(name, {}).get("N", "0") != "0" for kind, name in _PUBLISHED.items()},
+            callbacks={kind: attributes.get(name, {}).get("S") for kind, name in _CALLBACK.items()},
         )
 
     def _callbacks(self, member: BatchMember, counted: Counted) -> list[str]:
-        published = []
-        for kind in (SUCCESS, COMPLETE):
-            if counted.whole(kind) and not counted.published[kind] and self._publish(member.batch_id, kind):
-                published.append(kind)
-        return published
+        """Publish the callbacks of the sets this count found whole and not yet marked, then mark them (one write
+        for both when both are due); the kinds this count published and marked. A mark another count made first
+        means that count published too: ours was then a duplicate, answered from the callback's key."""
+        due = [kind for kind in (SUCCESS, COMPLETE) if counted.whole(kind) and not counted.published[kind]]
+        if not due:
+            return []
+        for kind in due:
+            callback = counted.callbacks[kind]
+            if callback is not None:
+                job, entity_id = callback.split(":", 1)
+                self._publisher().publish(job, entity_id, key=callback_key(member.batch_id, kind))
+        marked = self._mark(member.batch_id, due)
+        if not marked and len(due) > 1:  # another count marked one of them: mark each alone
+            marked = [kind for kind in due if self._mark(member.batch_id, [kind])]
+        return [kind for kind in marked if counted.callbacks[kind] is not None]
 
-    def _publish(self, batch_id: str, kind: str) -> bool:
-        """Publish the batch's `kind` callback (if it has one) and mark it published (the time its set became
-        whole, callback or not); True if this published a callback and marked it, False if it has none or another
-        count marked it first (this publish was then a duplicate, answered from the callback's key)."""
-        item = (
-            self._dynamodb()
-            .get_item(
-                TableName=self._table,
-                Key={"id": {"S": batch_item_id(batch_id)}},
-                ProjectionExpression="#callback",
-                ExpressionAttributeNames={"#callback": _CALLBACK[kind]},
-                ConsistentRead=True,
-            )
-            .get("Item", {})
-        )
-        callback = item.get(_CALLBACK[kind], {}).get("S")
-        if callback is not None:
-            job, entity_id = callback.split(":", 1)
-            self._publisher().publish(job, entity_id, key=callback_key(batch_id, kind))
+    def _mark(self, batch_id: str, kinds: list[str]) -> list[str]:
+        """Mark `kinds` published (and when their sets became whole), only if none of them was; the kinds marked.
+        Once every member has ended the batch leaves the open batches' index."""
         now = str(int(self._clock()))
+        names: dict[str, str] = {}
+        assignments, conditions = [], []
+        for n, kind in enumerate(kinds):
+            names.update({f"#published{n}": _PUBLISHED[kind], f"#whole{n}": _WHOLE_AT[kind]})
+            assignments.append(f"#published{n} = :now, #whole{n} = if_not_exists(#whole{n}, :now)")
+            conditions.append(f"#published{n} = :zero")
+        expression = "SET " + ", ".join(assignments)
+        if COMPLETE in kinds:
+            names["#life"] = "life"
+            expression += " REMOVE #life"
         try:
             self._dynamodb().update_item(
                 TableName=self._table,
                 Key={"id": {"S": batch_item_id(batch_id)}},
-                UpdateExpression="SET #published = :now, #whole = if_not_exists(#whole, :now)"
-                + (" REMOVE #life" if kind == COMPLETE else ""),
-                ConditionExpression="#published = :zero",
-                ExpressionAttributeNames={
-                    "#published": _PUBLISHED[kind],
-                    "#whole": _WHOLE_AT[kind],
-                    **({"#life": "life"} if kind == COMPLETE else {}),
-                },
+                UpdateExpression=expression,
+                ConditionExpression=" AND ".join(conditions),
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues={":now": {"N": now}, ":zero": {"N": "0"}},
             )
         except Exception as error:
             if _is_condition_failure(error):
-                return False
+                return []
             raise
-        return callback is not None
+        return kinds
