@@ -260,3 +260,43 @@ def test_a_publisher_without_the_batch_table_says_how_to_get_one(harness: Harnes
         batches=BatchTable(harness.clients("dynamodb"), harness.deployment.idempotency_table),
     )
     assert len(tabled.batch([("member", "1")])) == 32
+
+
+def test_jobctl_batch_show_lists_members_by_state_and_the_callbacks(harness: Harness) -> None:
+    from click.testing import CliRunner
+
+    from jobctl.cli import main as jobctl
+
+    # Given a batch with a hostile description, one member dead-lettered, one succeeded and one not yet run
+    hostile = "import \u202e[bold]gnp.exe[/bold]\x1b[2J"
+    batch_id = publisher(harness).batch(
+        [("member", "1"), ("member", "bad-1")], on_success=DONE, on_complete=DONE, description=hostile
+    )
+    drain(harness, "members")
+    harness.send(json.dumps({"job": "member", "id": "x"}), queue="members")  # not a member: no effect on it
+    # When the operator looks it up, as JSON and as text
+    as_json = CliRunner().invoke(jobctl, ["--output", "json", "batch", "show", batch_id])
+    as_text = CliRunner().invoke(jobctl, ["batch", "show", batch_id])
+    # Then JSON is exact and complete, and the text shows every hostile character escaped
+    assert as_json.exit_code == 0, as_json.output
+    shown = json.loads(as_json.output)
+    assert shown["description"] == hostile
+    assert shown["counts"] == {"succeeded": 1, "dead": 1, "open": 0}
+    assert shown["members"]["dead"] == [{"index": 1, "member": "member:bad-1"}]
+    callbacks = {callback["kind"]: callback for callback in shown["callbacks"]}
+    assert callbacks["on_complete"]["published"] and not callbacks["on_success"]["published"]
+    assert shown["time_to_complete_s"] is not None and shown["time_to_complete_s"] >= 0
+    assert as_text.exit_code == 0, as_text.output
+    assert "\u202e" not in as_text.output and "\x1b" not in as_text.output
+    assert "1: member:bad-1" in as_text.output and "complete, not succeeded" in as_text.output
+
+
+def test_jobctl_batch_show_refuses_what_is_not_a_batch_id_and_says_when_there_is_none(harness: Harness) -> None:
+    from click.testing import CliRunner
+
+    from jobctl.cli import main as jobctl
+    from jobctl.errors import EXIT_FAILED, EXIT_USAGE
+
+    assert CliRunner().invoke(jobctl, ["batch", "show", "nope"]).exit_code == EXIT_USAGE
+    missing = CliRunner().invoke(jobctl, ["batch", "show", "f" * 32])
+    assert missing.exit_code == EXIT_FAILED and "never published, or expired" in missing.output
