@@ -163,6 +163,7 @@ class JobsStack(Stack):
             catalog=catalog,
             table=self.idempotency_table,
             queues=self.queues,
+            topic=self.alarm_topic,
         )
         self.heartbeat = HeartbeatCanary(
             self, "Heartbeat", queues=[(item.spec, item.queue) for item in self.queues.values()]
@@ -188,6 +189,7 @@ class JobsStack(Stack):
             alarms=[
                 *(alarm for queue_alarms in self.alarms.values() for alarm in queue_alarms.alarms.values()),
                 self.schedules.alarm,
+                self.batches.stalled_alarm,
             ],
         ).dashboard
 

@@ -34,6 +34,7 @@ from sqs_jobs.batches import (
     BatchMemberError,
     batch_item_id,
     callback_key,
+    open_lives,
 )
 from sqs_jobs.envelope import Envelope
 
@@ -201,3 +202,21 @@ class BatchMembers:
                 return []
             raise
         return kinds
+
+
+def count_stalled(dynamodb: Any, table: str, index: str, before_s: float, limit: int = 1000) -> int:
+    """How many open batches had no member end since `before_s` (epoch seconds): a Query per shard of the sparse
+    index of things in flight, counting only (Select COUNT), at most `limit` per shard."""
+    stalled = 0
+    for life in open_lives():
+        response = dynamodb.query(
+            TableName=table,
+            IndexName=index,
+            KeyConditionExpression="#life = :life AND #at < :before",
+            ExpressionAttributeNames={"#life": "life", "#at": "life_at"},
+            ExpressionAttributeValues={":life": {"S": life}, ":before": {"N": str(int(before_s))}},
+            Select="COUNT",
+            Limit=limit,
+        )
+        stalled += int(response.get("Count", 0))
+    return stalled

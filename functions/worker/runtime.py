@@ -418,7 +418,30 @@ class Worker:
         lag_s = round(max(0.0, time.time() - sent_ms / 1000), 3) if sent_ms else None
         self._tally.add(HEARTBEAT_JOB, HEARTBEAT)
         self._obs.logger.info("heartbeat", extra={"lag_s": lag_s})
+        self._watch_batches()
         return Outcome.HEARTBEAT
+
+    def _watch_batches(self) -> None:
+        """Each heartbeat counts the stalled batches (docs/workflows.md, "Batches that stall"): a Query per shard
+        of the index of things in flight, never a scan. A failure is the runtime's, and counts nothing."""
+        from functions.worker.batch_members import count_stalled
+        from functions.worker.names import LIFE_INDEX, RUNTIME_JOB, STALLED_BATCHES
+        from sqs_jobs.batches import STALLED_AFTER_S
+
+        try:
+            stalled = count_stalled(
+                self._clients.within("dynamodb", self._invocation.call_time_s()),
+                self.settings.idempotency_table,
+                LIFE_INDEX,
+                time.time() - STALLED_AFTER_S,
+            )
+        except Exception:
+            self._tally.runtime_fault("batch_watch")
+            self._obs.logger.exception("could not count the stalled batches")
+            return
+        self._tally.sample(RUNTIME_JOB, STALLED_BATCHES, stalled)
+        if stalled:
+            self._obs.logger.warning("batches stalled", extra={"stalled_batches": stalled})
 
 
 def build_worker(settings: WorkerSettings, clients: ClientFactory | None = None) -> Worker:

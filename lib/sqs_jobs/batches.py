@@ -63,6 +63,10 @@ OPEN_BATCH_TTL_S = 28 * 24 * 3600
 OPEN_LIFE_PREFIX = "batches#open#"
 OPEN_LIFE_SHARDS = 4
 
+# A batch is stalled when no member has ended for this long while some are still open: the heartbeat counts them
+# (StalledBatches) and the stack's alarm pages on one.
+STALLED_AFTER_S = 3600
+
 SUCCESS = "success"
 COMPLETE = "complete"
 CALLBACK_KINDS = (SUCCESS, COMPLETE)
@@ -142,6 +146,10 @@ def members_item_id(batch_id: str) -> str:
 
 def open_life(batch_id: str) -> str:
     return f"{OPEN_LIFE_PREFIX}{zlib.crc32(batch_id.encode()) % OPEN_LIFE_SHARDS}"
+
+
+def open_lives() -> tuple[str, ...]:
+    return tuple(f"{OPEN_LIFE_PREFIX}{shard}" for shard in range(OPEN_LIFE_SHARDS))
 
 
 def callback_key(batch_id: str, kind: str) -> str:

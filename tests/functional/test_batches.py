@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -300,3 +301,29 @@ def test_jobctl_batch_show_refuses_what_is_not_a_batch_id_and_says_when_there_is
     assert CliRunner().invoke(jobctl, ["batch", "show", "nope"]).exit_code == EXIT_USAGE
     missing = CliRunner().invoke(jobctl, ["batch", "show", "f" * 32])
     assert missing.exit_code == EXIT_FAILED and "never published, or expired" in missing.output
+
+
+def test_each_heartbeat_counts_the_batches_no_member_has_ended_in_for_an_hour(harness: Harness) -> None:
+    from functions.worker.names import STALLED_BATCHES
+    from sqs_jobs.batches import STALLED_AFTER_S
+    from sqs_jobs.specs import HEARTBEAT_JOB
+    from tests.functional.conftest import metric_values
+
+    # Given three batches: one whose members all ended, one open and quiet for over an hour, one open and recent
+    done = publisher(harness).batch([("member", "1")])
+    drain(harness, "members")
+    quiet = publisher(harness).batch([("member", "2"), ("member", "3")])
+    publisher(harness).batch([("member", "4")])
+    for batch_id in (done, quiet):
+        harness.clients("dynamodb").update_item(
+            TableName=harness.deployment.idempotency_table,
+            Key={"id": {"S": batch_item_id(batch_id)}},
+            UpdateExpression="SET life_at = :long_ago",
+            ExpressionAttributeValues={":long_ago": {"N": str(int(time.time()) - STALLED_AFTER_S - 60)}},
+        )
+    # When a heartbeat goes through a worker
+    harness.send(json.dumps({"job": HEARTBEAT_JOB, "id": "beat-1"}), queue="callbacks")
+    drain(harness, "callbacks")
+    # Then it reports one stalled batch: the quiet open one (the ended one has left the index)
+    [document] = [line for line in harness.metrics() if STALLED_BATCHES in line]
+    assert metric_values(document, STALLED_BATCHES) == [1.0]

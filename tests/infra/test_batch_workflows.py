@@ -96,3 +96,33 @@ def test_publishers_find_the_batch_table_and_may_write_its_batch_items_only(
     assert writing["Resource"] == {"Fn::GetAtt": [_logical_id(stack, stack.idempotency_table), "Arn"]}
     assert writing["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["batch#*"]}}
     assert all("*" != statement["Resource"] for statement in statements)
+
+
+def test_each_worker_may_count_the_open_batches_only_and_one_alarm_pages_on_a_stalled_one(
+    built: tuple[JobsStack, dict[str, Any]],
+) -> None:
+    stack, resources = built
+    table = _logical_id(stack, stack.idempotency_table)
+    for job_queue in stack.queues.values():
+        [query] = [
+            statement
+            for statement in _statements_of(resources, _logical_id(stack, job_queue.role))
+            if statement["Action"] == "dynamodb:Query"
+        ]
+        assert query["Resource"] == {"Fn::Join": ["", [{"Fn::GetAtt": [table, "Arn"]}, "/index/jobs-by-life"]]}
+        assert query["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["batches#open#*"]}}
+    [alarm] = [
+        props(resources, key)
+        for key in of_type(resources, "AWS::CloudWatch::Alarm")
+        if props(resources, key)["AlarmName"] == f"{stack.stack_name}-batches-stalled"
+    ]
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    assert alarm["TreatMissingData"] == "notBreaching"
+    [expression] = [metric for metric in alarm["Metrics"] if "Expression" in metric]
+    watched = [metric["MetricStat"]["Metric"] for metric in alarm["Metrics"] if "MetricStat" in metric]
+    assert expression["Expression"] == f"MAX([{', '.join(f'stalled{n}' for n in range(len(watched)))}])"
+    assert sorted(dims["Value"] for metric in watched for dims in metric["Dimensions"] if dims["Name"] == "queue") == (
+        sorted(stack.queues)
+    )
+    assert all(metric["MetricName"] == "StalledBatches" for metric in watched)
+    assert "a-batch-does-not-complete" in alarm["AlarmDescription"]
