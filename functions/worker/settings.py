@@ -23,6 +23,9 @@ ENV_IDEMPOTENCY_TABLE = "JOBS_IDEMPOTENCY_TABLE"
 # The unique ID (AROA...) of the worker's own IAM role: messages it sent carry it in their SenderId, and only
 # their `jobs.*` attributes are the runtime's bookkeeping (functions/worker/provenance.py).
 ENV_RUNTIME_ROLE_ID = "JOBS_RUNTIME_ROLE_ID"
+# Where the worker may publish jobs of other queues (a batch's callbacks): JSON {"<job>": ["<queue>", "<url>"]};
+# optional.
+ENV_ROUTES = "JOBS_ROUTES"
 # One variable per resource a queue's jobs need: JOBS_RESOURCE_<NAME>, the name in upper case.
 RESOURCE_ENV_PREFIX = "JOBS_RESOURCE_"
 
@@ -66,6 +69,8 @@ class WorkerSettings:
     # Rate limits of the downstreams among `resources` (endpoints, mail senders), by resource name, with the
     # resource's kind (sqs_jobs.flow_control).
     endpoint_limits: Mapping[str, tuple[str, RateLimit]] = field(default_factory=dict)
+    # The jobs its jobs may publish (a batch's callbacks): each one's queue and its URL.
+    routes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], catalog: Catalog = CATALOG) -> WorkerSettings:
@@ -87,6 +92,7 @@ class WorkerSettings:
                 resources[resource] = value
             else:
                 problems.append(f"{resource_env_name(resource)} is not set ({catalog.resource(resource).description})")
+        routes = _routes(environ.get(ENV_ROUTES, ""), problems)
         if problems or queue is None:
             raise WorkerConfigError("worker environment is incomplete: " + "; ".join(problems))
         return cls(
@@ -97,6 +103,7 @@ class WorkerSettings:
             runtime_role_id=values[ENV_RUNTIME_ROLE_ID],
             resources=resources,
             endpoint_limits=endpoint_rate_limits(catalog, queue),
+            routes=routes,
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -109,4 +116,23 @@ class WorkerSettings:
             ENV_RUNTIME_ROLE_ID: self.runtime_role_id,
         }
         environ.update({resource_env_name(name): value for name, value in self.resources.items()})
+        if self.routes:
+            routes = {job: list(route) for job, route in self.routes.items()}
+            environ[ENV_ROUTES] = json.dumps(routes, separators=(",", ":"), sort_keys=True)
         return environ
+
+
+def _routes(text: str, problems: list[str]) -> dict[str, tuple[str, str]]:
+    if not text.strip():
+        return {}
+    try:
+        routes = json.loads(text)
+    except ValueError:
+        routes = None
+    if not isinstance(routes, dict) or not all(
+        isinstance(route, list) and len(route) == 2 and all(isinstance(part, str) for part in route)
+        for route in routes.values()
+    ):
+        problems.append(f'{ENV_ROUTES} must be a JSON object {{"<job>": ["<queue>", "<url>"]}}')
+        return {}
+    return {str(job): (route[0], route[1]) for job, route in routes.items()}

@@ -89,3 +89,9 @@ def resource_parameter_name(stack_name: str, resource: str) -> str:
 def contract_parameter_name(stack_name: str) -> str:
     """The SSM parameter holding the stack's job contract (sqs_jobs.contract): `/<stack_name>/contract`."""
     return f"/{stack_name}/contract"
+
+
+def batches_parameter_name(stack_name: str) -> str:
+    """The SSM parameter holding the table batches are defined in (the idempotency table, whose `batch#` items a
+    publisher may write): `/<stack_name>/batches/table`."""
+    return f"/{stack_name}/batches/table"

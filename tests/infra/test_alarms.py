@@ -32,14 +32,18 @@ def test_every_queue_has_exactly_its_alarms(synth: Synth) -> None:
     names = {props(synth.resources, key)["AlarmName"] for key in of_type(synth.resources, "AWS::CloudWatch::Alarm")}
 
     expected = {alarm_name(synth.context.stack_name, spec.name, signal) for spec in CATALOG for signal in signals(spec)}
-    # ...and one for the whole stack: deliveries the scheduler could not make (test_schedules.py).
-    stack_wide = {f"{synth.context.stack_name}-schedules-failed-deliveries"}
+    # ...and two for the whole stack: deliveries the scheduler could not make (test_schedules.py), and batches that
+    # stall (test_batch_workflows.py).
+    stack_wide = {
+        f"{synth.context.stack_name}-schedules-failed-deliveries",
+        f"{synth.context.stack_name}-batches-stalled",
+    }
 
     assert names == expected | stack_wide
     # 13 per queue (each retries its jobs), plus one per job: 14 for each of today's one-job queues; plus the
-    # stack-wide one.
+    # stack-wide two.
     assert all(spec.max_attempts > 1 for spec in CATALOG)
-    assert len(names) == sum(13 + len(spec.jobs) for spec in CATALOG) + 1
+    assert len(names) == sum(13 + len(spec.jobs) for spec in CATALOG) + 2
 
 
 def test_every_alarm_name_lets_it_publish_to_the_topic(synth: Synth) -> None:
