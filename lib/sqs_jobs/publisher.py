@@ -39,6 +39,7 @@ from sqs_jobs.batches import (
     CHAIN,
     COMPLETE,
     EXPIRATION,
+    MAX_BATCH_MEMBERS,
     MAX_DESCRIPTION_CHARS,
     ON_SUCCESS_ENVELOPE,
     OPEN_BATCH_TTL_S,
@@ -471,6 +472,11 @@ class JobPublisher:
             raise BatchDefinitionError(f"description must be a string, got {type(description).__name__}")
         batch_id = new_batch_id()
         requested = list(jobs)
+        if not 1 <= len(requested) <= MAX_BATCH_MEMBERS:
+            raise BatchDefinitionError(
+                f"a batch of {len(requested)} members; 1 to {MAX_BATCH_MEMBERS} are accepted: split the work into "
+                "batches, each with its own callback"
+            )
         members: list[Envelope] = []
         for index, request in enumerate(requested):
             plain = request if isinstance(request, Envelope) else None
@@ -479,7 +485,15 @@ class JobPublisher:
                     f"batch entry {index} ({plain.job}:{plain.id[:64]}) is a member of batch {plain.batch.batch_id} "
                     "already; a job is a member of one batch"
                 )
-            members.append(self._member(index, request, BatchMember(batch_id, index)))
+            member = self._member(index, request, BatchMember(batch_id, index))
+            try:
+                # Checked as its worker will check it, before anything is written.
+                members.append(
+                    self.envelope(member.job, member.id, member.key, member.extra, member.tenant, member.batch)
+                )
+            except EnvelopeError as error:
+                error.args = (f"batch entry {index} (job {_excerpt(member.job)}, id {_excerpt(member.id)}): {error}",)
+                raise
         self._check_publishable(members, callbacks)
         counting, listed = definition_items(
             batch_id,
