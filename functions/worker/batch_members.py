@@ -11,6 +11,7 @@ at once) is answered as a duplicate, and then marks it published, once (its cond
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from sqs_jobs.batches import (
     LAST_ENDED_AT,
     ON_COMPLETE,
     ON_SUCCESS,
+    ON_SUCCESS_ENVELOPE,
     SIZE,
     SUCCEEDED,
     SUCCEEDED_AT,
@@ -36,7 +38,7 @@ from sqs_jobs.batches import (
     callback_key,
     open_lives,
 )
-from sqs_jobs.envelope import Envelope
+from sqs_jobs.envelope import Envelope, parse_envelope
 
 if TYPE_CHECKING:
     from sqs_jobs.publisher import JobPublisher
@@ -57,10 +59,18 @@ class Counted:
     published: dict[str, bool]
     # Each kind's callback, `<job>:<id>`, or None.
     callbacks: dict[str, str | None]
+    # A chain's next step: the whole envelope on_success publishes (sqs_jobs.chains), or None.
+    next_step: str | None = None
 
     def whole(self, kind: str) -> bool:
         ended = self.succeeded if kind == SUCCESS else self.succeeded + self.dead
         return ended >= self.size
+
+
+def _envelope_of(text: str) -> Envelope:
+    """A next step's envelope as its chain stored it (checked again when it is published)."""
+    job = json.loads(text).get("job")
+    return parse_envelope(text, [job] if isinstance(job, str) else [])
 
 
 def _is_condition_failure(error: BaseException) -> bool:
@@ -155,6 +165,7 @@ class BatchMembers:
             dead=len(attributes.get(DEAD, {}).get("NS", [])),
             published={kind: attributes.get(name, {}).get("N", "0") != "0" for kind, name in _PUBLISHED.items()},
             callbacks={kind: attributes.get(name, {}).get("S") for kind, name in _CALLBACK.items()},
+            next_step=attributes.get(ON_SUCCESS_ENVELOPE, {}).get("S"),
         )
 
     def _callbacks(self, member: BatchMember, counted: Counted) -> list[str]:
@@ -166,7 +177,10 @@ class BatchMembers:
             return []
         for kind in due:
             callback = counted.callbacks[kind]
-            if callback is not None:
+            if kind == SUCCESS and counted.next_step is not None:
+                # A chain's next step: its own envelope (its key, its batch), so a second publish is a duplicate.
+                self._publisher().publish_many([_envelope_of(counted.next_step)])
+            elif callback is not None:
                 job, entity_id = callback.split(":", 1)
                 self._publisher().publish(job, entity_id, key=callback_key(member.batch_id, kind))
         marked = self._mark(member.batch_id, due)

@@ -45,6 +45,10 @@ SUCCEEDED = "succeeded"
 DEAD = "dead"
 CREATED_AT = "created_at"
 LAST_ENDED_AT = "last_ended_at"
+# A chain's step (sqs_jobs.chains): the next step's whole envelope (its key, its own `batch` field) that
+# on_success publishes instead of `<job>:<id>` with the batch's key, and `<chain ID>.<step>`.
+ON_SUCCESS_ENVELOPE = "on_success_envelope"
+CHAIN = "chain"
 # When each set first completed: all succeeded, all ended (succeeded or dead-lettered).
 SUCCEEDED_AT = "succeeded_at"
 COMPLETED_AT = "completed_at"
@@ -172,6 +176,7 @@ def definition_items(
     callbacks: Mapping[str, tuple[str, str] | None],
     description: str,
     now_s: int,
+    extra: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The batch's two items as the publisher writes them (DynamoDB's typed JSON): the counting item, and its
     members'."""
@@ -207,6 +212,7 @@ def definition_items(
         callback = callbacks.get(kind)
         if callback is not None:
             item[attribute] = {"S": member_name(*callback)}
+    item.update(extra or {})
     size = len(json.dumps(listed, ensure_ascii=False).encode("utf-8", errors="surrogatepass"))
     if size > MAX_BATCH_ITEM_BYTES:
         raise BatchDefinitionError(

@@ -26,6 +26,7 @@ Works against AWS or the local engine alike: pass a client built with the engine
 
 from __future__ import annotations
 
+import itertools
 import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,7 +36,13 @@ from typing import Any
 
 from sqs_jobs.batches import (
     BATCH_FIELD,
+    CHAIN,
     COMPLETE,
+    EXPIRATION,
+    MAX_BATCH_MEMBERS,
+    MAX_DESCRIPTION_CHARS,
+    ON_SUCCESS_ENVELOPE,
+    OPEN_BATCH_TTL_S,
     SUCCESS,
     BatchDefinitionError,
     BatchesNotConfiguredError,
@@ -455,15 +462,7 @@ class JobPublisher:
 
         The batch is written first (one PutItem), then its members are sent (SendMessageBatch, chunks of 10):
         PartialPublishError names the batch and carries the members SQS refused, to send again."""
-        if self._batches is None:
-            raise BatchesNotConfiguredError(
-                "a batch needs the stack's batch table: JobPublisher.from_stack(ssm, sqs, dynamodb_client=dynamodb), "
-                "or batches=BatchTable(client, table)"
-            )
-        if BATCH_FIELD not in self._contract.reserved_fields:
-            raise BatchesNotConfiguredError(
-                "this stack's workers predate batches (its job contract does not reserve 'batch'): deploy it again"
-            )
+        table = self._batch_table()
         callbacks = {SUCCESS: callback_of(on_success, "on_success"), COMPLETE: callback_of(on_complete, "on_complete")}
         for callback in callbacks.values():
             if callback is not None:
@@ -473,6 +472,11 @@ class JobPublisher:
             raise BatchDefinitionError(f"description must be a string, got {type(description).__name__}")
         batch_id = new_batch_id()
         requested = list(jobs)
+        if not 1 <= len(requested) <= MAX_BATCH_MEMBERS:
+            raise BatchDefinitionError(
+                f"a batch of {len(requested)} members; 1 to {MAX_BATCH_MEMBERS} are accepted: split the work into "
+                "batches, each with its own callback"
+            )
         members: list[Envelope] = []
         for index, request in enumerate(requested):
             plain = request if isinstance(request, Envelope) else None
@@ -481,7 +485,15 @@ class JobPublisher:
                     f"batch entry {index} ({plain.job}:{plain.id[:64]}) is a member of batch {plain.batch.batch_id} "
                     "already; a job is a member of one batch"
                 )
-            members.append(self._member(index, request, BatchMember(batch_id, index)))
+            member = self._member(index, request, BatchMember(batch_id, index))
+            try:
+                # Checked as its worker will check it, before anything is written.
+                members.append(
+                    self.envelope(member.job, member.id, member.key, member.extra, member.tenant, member.batch)
+                )
+            except EnvelopeError as error:
+                error.args = (f"batch entry {index} (job {_excerpt(member.job)}, id {_excerpt(member.id)}): {error}",)
+                raise
         self._check_publishable(members, callbacks)
         counting, listed = definition_items(
             batch_id,
@@ -492,8 +504,8 @@ class JobPublisher:
         )
         # The members' list first: a batch exists for the workers once its counting item does.
         for item in (listed, counting):
-            self._batches.client.put_item(
-                TableName=self._batches.table,
+            table.client.put_item(
+                TableName=table.table,
                 Item=item,
                 ConditionExpression="attribute_not_exists(#id)",
                 ExpressionAttributeNames={"#id": "id"},
@@ -504,6 +516,74 @@ class JobPublisher:
             partial.batch_id = batch_id
             raise
         return batch_id
+
+    def chain(self, steps: Iterable[JobRequest], description: str = "") -> str:
+        """Publish a chain: the first step now, each next one once the step before it succeeded, exactly once
+        (docs/workflows.md). Each step is an ordinary job (its key, retries, DLQ); a step dead-lettered stops the
+        chain there (`jobctl chain show ID` says where), and redriving it continues the chain. Each step's job must
+        list the next step's job in its `publishes`. Returns the chain's ID."""
+        from sqs_jobs.chains import MAX_CHAIN_STEPS, chain_item
+
+        table = self._batch_table()
+        requested = list(steps)
+        if not 1 <= len(requested) <= MAX_CHAIN_STEPS:
+            raise BatchDefinitionError(f"a chain of {len(requested)} steps; 1 to {MAX_CHAIN_STEPS} are accepted")
+        if not isinstance(description, str):
+            raise BatchDefinitionError(f"description must be a string, got {type(description).__name__}")
+        chain_id = new_batch_id()
+        batch_ids = [new_batch_id() for _ in requested]
+        # Checked as their workers will check them, and each step may publish the next.
+        envelopes = [
+            self.envelope(e.job, e.id, e.key, e.extra, e.tenant, e.batch)
+            for e in (self._member(n, step, BatchMember(batch_ids[n], 0)) for n, step in enumerate(requested))
+        ]
+        for current, after in itertools.pairwise(envelopes):
+            self._check_publishable([current], {SUCCESS: (after.job, after.id)})
+        now_s = int(self._clock().timestamp())
+        items: list[dict[str, Any]] = []
+        for index, envelope in enumerate(envelopes):
+            following = envelopes[index + 1] if index + 1 < len(envelopes) else None
+            extra: dict[str, Any] = {
+                CHAIN: {"S": f"{chain_id}.{index}"},
+                # A later step may start long after the chain was published: each step is given its own window.
+                EXPIRATION: {"N": str(now_s + OPEN_BATCH_TTL_S * (index + 1))},
+            }
+            if following is not None:
+                extra[ON_SUCCESS_ENVELOPE] = {"S": following.to_json()}
+            said = f"step {index + 1} of {len(envelopes)} of chain {chain_id}" + (
+                f": {description}" if description else ""
+            )
+            counting, listed = definition_items(
+                batch_ids[index],
+                [(envelope.job, envelope.id)],
+                {SUCCESS: (following.job, following.id) if following else None},
+                said[:MAX_DESCRIPTION_CHARS],
+                now_s,
+                extra=extra,
+            )
+            items += [listed, counting]
+        items.append(chain_item(chain_id, [(e.job, e.id) for e in envelopes], batch_ids, description, now_s))
+        for item in items:
+            table.client.put_item(
+                TableName=table.table,
+                Item=item,
+                ConditionExpression="attribute_not_exists(#id)",
+                ExpressionAttributeNames={"#id": "id"},
+            )
+        self.publish_many([envelopes[0]])
+        return chain_id
+
+    def _batch_table(self) -> BatchTable:
+        if self._batches is None:
+            raise BatchesNotConfiguredError(
+                "a batch needs the stack's batch table: JobPublisher.from_stack(ssm, sqs, dynamodb_client=dynamodb), "
+                "or batches=BatchTable(client, table)"
+            )
+        if BATCH_FIELD not in self._contract.reserved_fields:
+            raise BatchesNotConfiguredError(
+                "this stack's workers predate batches (its job contract does not reserve 'batch'): deploy it again"
+            )
+        return self._batches
 
     def _check_publishable(self, members: Sequence[Envelope], callbacks: Mapping[str, tuple[str, str] | None]) -> None:
         """Whichever member ends last publishes the callbacks, from its worker: every member's job must list them in

@@ -28,7 +28,7 @@ from sqs_jobs.batches import (
     callback_key,
 )
 from sqs_jobs.envelope import Envelope
-from sqs_jobs.errors import UnknownJobError
+from sqs_jobs.errors import EnvelopeFieldError, UnknownJobError
 from sqs_jobs.publisher import BatchTable, JobPublisher
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of
@@ -238,6 +238,8 @@ def test_each_member_end_keeps_the_batch_past_its_dlqs_retention(harness: Harnes
         ([("member", "1")], {"on_complete": ("no_such_job", "1")}, UnknownJobError),
         ([("loner", "1")], {"on_complete": DONE}, CallbackNotPublishableError),
         ([("member", "1")], {"description": "x" * 300}, BatchDefinitionError),
+        ([("member", "1"), ("member", "a\u202eb")], {}, EnvelopeFieldError),
+        ([("member", "1"), ("no_such_job", "1")], {}, UnknownJobError),
     ],
 )
 def test_a_batch_that_cant_be_kept_is_refused_before_anything_is_written(
@@ -327,3 +329,30 @@ def test_each_heartbeat_counts_the_batches_no_member_has_ended_in_for_an_hour(ha
     # Then it reports one stalled batch: the quiet open one (the ended one has left the index)
     [document] = [line for line in harness.metrics() if STALLED_BATCHES in line]
     assert metric_values(document, STALLED_BATCHES) == [1.0]
+
+
+def test_the_console_batch_page_shows_every_value_as_text(harness: Harness, tmp_path: Any) -> None:
+    from jobctl.console.app import create_app
+    from jobctl.console.backend import ConsoleBackend
+    from jobctl.console.security import ACCESS_COOKIE, Guard
+
+    # Given a batch whose description and member IDs carry markup and hidden characters
+    hostile = "<script>alert(1)</script>\u202egnp.exe"
+    batch_id = publisher(harness).batch(
+        [("member", "bad-<b>x</b>"), ("member", "ok-1")], on_complete=DONE, description=hostile
+    )
+    drain(harness, "members")
+    guard = Guard(host="127.0.0.1", port=8080)
+    browser = create_app(ConsoleBackend(harness.clients, "SqsJobs", catalog=CATALOG), guard, tmp_path).test_client()
+    browser.set_cookie(ACCESS_COOKIE, guard.access_token, domain="127.0.0.1")
+    # When the operator opens its page
+    page = browser.get(f"/batches?id={batch_id}", base_url="http://127.0.0.1:8080")
+    # Then it shows the members by state and the callback, every value escaped, no character hidden
+    assert page.status_code == 200, page.text
+    assert "<script>" not in page.text and "&lt;script&gt;" in page.text
+    assert "\u202e" not in page.text and "\\u202e" in page.text
+    assert "member:bad-&lt;b&gt;x&lt;/b&gt;" in page.text
+    assert "complete, not succeeded" in page.text and "published" in page.text
+    missing = browser.get(f"/batches?id={'a' * 32}", base_url="http://127.0.0.1:8080")
+    bad = browser.get("/batches?id=nope", base_url="http://127.0.0.1:8080")
+    assert (missing.status_code, bad.status_code) == (404, 400)
