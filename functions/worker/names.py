@@ -53,6 +53,8 @@ DROPPED = "JobDropped"
 # reason: success, complete), counted under the member's job (functions/worker/batch_members.py).
 BATCH_MEMBER_ENDED = "BatchMemberEnded"
 BATCH_CALLBACK_PUBLISHED = "BatchCallbackPublished"
+# Follow-up jobs (`context.then`) published after a run succeeded, per follow-up, by the job that asked.
+FOLLOW_UP_PUBLISHED = "FollowUpPublished"
 # Per heartbeat, under RUNTIME_JOB: how many open batches had no member end for STALLED_AFTER_S (sqs_jobs.batches).
 STALLED_BATCHES = "StalledBatches"
 

@@ -385,11 +385,37 @@ class Worker:
             elapsed_ms = execution.elapsed_ms()
             if elapsed_ms is not None:
                 self._tally.sample(envelope.job, DURATION, elapsed_ms)
+        follow_ups = execution.follow_ups if outcome is Outcome.SUCCEEDED else self._ledger.replayed_follow_ups()
+        if follow_ups is not None:
+            unpublished = self._publish_follow_ups(job, envelope, delivery, follow_ups)
+            if unpublished is not None:
+                return unpublished
         if envelope.batch is not None:
             counted = self._count_member(envelope, delivery, outcome)
             if counted is not None:
                 return counted
         return self._settlement.done(envelope, outcome)
+
+    def _publish_follow_ups(self, job: LoadedJob, envelope: Envelope, delivery: Delivery, kept: str) -> Verdict | None:
+        """The follow-ups a succeeded run asked for (`context.then`), published before its message is acknowledged:
+        if the publish fails the record comes back, is answered from its key's record, and publishes them then
+        (each with its own key, so a second publish is a duplicate). None: published."""
+        from functions.worker.follow_ups import decoded
+        from functions.worker.names import FOLLOW_UP_PUBLISHED
+
+        try:
+            follow_ups = decoded(kept, job.spec.publishes)
+            self._publisher.publish_many(follow_ups)
+        except Exception as error:
+            self._tally.runtime_fault("follow_up_publish")
+            self._obs.logger.exception("could not publish the run's follow-up jobs; the record comes back for them")
+            return self._settlement.hand_back(
+                delivery, envelope, self._settlement.backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error
+            )
+        for follow_up in follow_ups:
+            self._tally.add(envelope.job, FOLLOW_UP_PUBLISHED, reason=follow_up.job)
+        self._obs.logger.info("follow-up jobs published", extra={"follow_ups": [f"{f.job}:{f.id}" for f in follow_ups]})
+        return None
 
     def _count_member(self, envelope: Envelope, delivery: Delivery, outcome: Outcome) -> Verdict | None:
         """A batch member's success counted before it is acknowledged: if the count fails the record comes back,
