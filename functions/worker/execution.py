@@ -94,6 +94,8 @@ class Execution:
     admit: Callable[[StartedRun | None], Admission] | None = None
     release: Callable[[Admission], None] | None = None
     call_limit: Callable[[str, float], float] | None = None
+    # What the idempotency layer returned: the fresh run's kept result, or the one replayed from the key's record.
+    returned: JobResult = None
 
     def __call__(self) -> JobResult:
         started = self.ledger.started()
@@ -137,15 +139,16 @@ class Execution:
         )
         result = self.runner.run(self.run)
         self.completed = True
+        from functions.worker.next_steps import with_steps
         from functions.worker.results import NOT_JSON, ResultNotStorableError, storable
 
         try:
-            return storable(result)
+            return with_steps(storable(result), context.next_steps)
         except ResultNotStorableError as error:
             self.on_result_dropped(error.reason, str(error))
         except Exception as error:  # a result whose own code raises while it is read: still the job's output
             self.on_result_dropped(NOT_JSON, f"reading the result raised {type(error).__name__}: {error}")
-        return None
+        return with_steps(None, context.next_steps)
 
     def elapsed_ms(self) -> float | None:
         """How long the job's code ran; None if it never started."""
@@ -248,6 +251,7 @@ class JobExecutor:
                 lambda_context=lambda_context,
                 http_client_provider=self._http_client,
                 secrets=self._secrets,
+                may_publish=job.spec.publishes,
                 # The key's record, written by this run only while it holds the key (its run number).
                 progress_reporter=ProgressReporter(
                     lambda: self._clients("dynamodb"),
@@ -346,7 +350,7 @@ class JobExecutor:
             try:
                 # The idempotency layer runs here, in the record's thread; only the job's code runs in the job
                 # thread, so a run that is cut can never write the store (functions/worker/time_limit.py).
-                self._run_once(idempotency={_KEY_PATH: key}, execution=execution)
+                execution.returned = self._run_once(idempotency={_KEY_PATH: key}, execution=execution)
                 return Outcome.SUCCEEDED if execution.ran else Outcome.DUPLICATE
             except IdempotencyAlreadyInProgressError as error:
                 time_left = self._invocation.remaining_s() > execution.limit_s + SETTLE_MARGIN_S + IN_PROGRESS_POLL_S

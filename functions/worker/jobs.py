@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aws_lambda_powertools import Logger
@@ -45,6 +45,18 @@ class JobContext:
     secrets: SecretCache | None = None
     # Where this run's progress goes (functions/worker/progress.py); None: nowhere (a test's context).
     progress_reporter: ProgressReporter | None = None
+    # The jobs it may name as next steps (its JobSpec.publishes), and those it named (functions/worker/next_steps.py).
+    may_publish: tuple[str, ...] = ()
+    next_steps: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    def then(self, job: str, entity_id: str, key: str | None = None) -> None:
+        """Publish `job` for `entity_id` once this run has succeeded (with `key` as its idempotency key, else its
+        job's default): a chain step chosen while running. Kept with the run's result, so it is published even if
+        the worker dies before it could (docs/workflows.md). The job must be in this job's `publishes`."""
+        from functions.worker.next_steps import check
+
+        check(self.envelope.job, job, self.may_publish, len(self.next_steps))
+        self.next_steps.append((job, entity_id, key))
 
     def resource(self, name: str) -> str:
         try:

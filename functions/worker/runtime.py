@@ -385,11 +385,36 @@ class Worker:
             elapsed_ms = execution.elapsed_ms()
             if elapsed_ms is not None:
                 self._tally.sample(envelope.job, DURATION, elapsed_ms)
+        from functions.worker.next_steps import steps_of
+
+        steps = steps_of(execution.returned)
+        if steps:
+            published = self._publish_next_steps(envelope, delivery, steps)
+            if published is not None:
+                return published
         if envelope.batch is not None:
             counted = self._count_member(envelope, delivery, outcome)
             if counted is not None:
                 return counted
         return self._settlement.done(envelope, outcome)
+
+    def _publish_next_steps(
+        self, envelope: Envelope, delivery: Delivery, steps: list[tuple[str, str, str | None]]
+    ) -> Verdict | None:
+        """Publish the steps the run named (`context.then`), fresh or replayed from the key's record, each with its
+        own key: a second publish is answered as a duplicate. If one fails the record comes back, and its duplicate
+        publishes them then. None: published."""
+        try:
+            for job, entity_id, key in steps:
+                self._publisher.publish(job, entity_id, key=key)
+        except Exception as error:
+            self._tally.runtime_fault("next_step")
+            self._obs.logger.exception("could not publish the job's next steps; it comes back and publishes them then")
+            return self._settlement.hand_back(
+                delivery, envelope, self._settlement.backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error
+            )
+        self._obs.logger.info("next steps published", extra={"next_steps": [f"{job}:{i}" for job, i, _ in steps]})
+        return None
 
     def _count_member(self, envelope: Envelope, delivery: Delivery, outcome: Outcome) -> Verdict | None:
         """A batch member's success counted before it is acknowledged: if the count fails the record comes back,
