@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from functions.worker.names import METRICS_NAMESPACE, SERVICE_NAME
+from functions.worker.names import LIFE_INDEX, METRICS_NAMESPACE, SERVICE_NAME
 from functions.worker.settings import (
     ENV_DLQ_URL,
     ENV_IDEMPOTENCY_TABLE,
@@ -185,6 +185,12 @@ def test_worker_role_has_exactly_the_grants_it_needs(synth: Synth, spec: QueueSp
         ("sqs:SendMessage", f"{dlq}.Arn"),
         ("sqs:SendMessage", f"{queue}.Arn"),  # unrun records handed back as copies
         *{(f"dynamodb:{action}", f"{idempotency_table}.Arn") for action in IDEMPOTENCY},
+        # The heartbeat's count of stalled batches: the open batches' partitions of the index (docs/workflows.md).
+        (
+            "dynamodb:Query",
+            f"{idempotency_table}.Arn/index/{LIFE_INDEX} if "
+            '{"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["batches#open#*"]}}',
+        ),
     }
     for resource in spec.resources:
         expected |= _grant(synth, resource)
