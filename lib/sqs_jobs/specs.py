@@ -263,9 +263,9 @@ class JobSpec:
     # Debounce: each publish waits this many seconds from its send and runs only if no later publish of its unique
     # key came meanwhile, so a burst runs once, after it ends. None: off. Not together with unique_for_s.
     debounce_s: int | None = None
-    # Jobs this job's worker may publish: the callbacks of batches it is a member of (sqs_jobs.batches). The stack
-    # grants its worker sending to their queues, nothing more; JobPublisher.batch refuses a callback its members'
-    # jobs don't list.
+    # Jobs this job's worker may publish: the callbacks of batches it is a member of (sqs_jobs.batches), a chain's
+    # next step, the next steps it names (`context.then`). The stack grants its worker sending to their queues,
+    # nothing more; JobPublisher.batch and .chain refuse what its jobs don't list, and so does `context.then`.
     publishes: tuple[str, ...] = ()
 
 
