@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from functions.worker.deadletter import DeadLetterQueue
+    from functions.worker.durable_start import DurableDispatch, DurableStarter
     from functions.worker.http import HttpClient
 
 __all__ = ["Outcome", "RetryLater", "Worker", "build_worker"]
@@ -82,6 +83,7 @@ class Worker:
         rng: random.Random | None = None,
         http_client: HttpClient | None = None,
         clock: Callable[[], float] | None = None,
+        durable_starter: DurableStarter | None = None,
     ) -> None:
         self.settings = settings
         self._queue = settings.queue
@@ -137,6 +139,8 @@ class Worker:
         self._budget_s = 0.0
         self._entry_remaining_s: float | None = None
         self._settled: set[str] = set()
+        # Durable jobs' starts (functions/worker/durable_start.py): Lambda's asynchronous Invoke unless given.
+        self._durable_starter = durable_starter
         self.handle = self._obs.logger.inject_lambda_context(self._handle, clear_state=True)
 
     @cached_property
@@ -156,6 +160,23 @@ class Worker:
                 self.settings.idempotency_table,
             ),
         )
+
+    @cached_property
+    def _durable(self) -> DurableDispatch:
+        """Built on a durable job's first record; a queue without durable jobs never needs it."""
+        from functions.durable.record import DurableRecords
+        from functions.worker.durable_start import DurableDispatch, LambdaDurableStarter
+
+        def call_client(service: str) -> Any:
+            return self._clients.within(service, self._invocation.call_time_s(SETTLE_MARGIN_S))
+
+        starter = self._durable_starter or LambdaDurableStarter(
+            lambda: call_client("lambda"), self.settings.durable_functions
+        )
+        records = DurableRecords(
+            lambda: call_client("dynamodb"), self.settings.idempotency_table, self._queue.idempotency_expiry_s
+        )
+        return DurableDispatch(starter, records, self._settlement, self._tally, self._obs.logger)
 
     def _sqs(self) -> Any:
         """The SQS client for one of the runtime's own calls, bounded by the invocation's remaining time."""
@@ -307,6 +328,8 @@ class Worker:
         admission = self._uniqueness.admit(job, envelope, delivery, key)
         if not isinstance(admission, Admitted):
             return admission
+        if job.spec.durable is not None:
+            return self._durable.dispatch(envelope, delivery, admission.key)
         return self._run(job, envelope, delivery, admission.key, limit_s)
 
     def _run(self, job: LoadedJob, envelope: Envelope, delivery: Delivery, key: str, limit_s: float) -> Verdict:

@@ -25,6 +25,9 @@ ENV_IDEMPOTENCY_TABLE = "JOBS_IDEMPOTENCY_TABLE"
 ENV_RUNTIME_ROLE_ID = "JOBS_RUNTIME_ROLE_ID"
 # One variable per resource a queue's jobs need: JOBS_RESOURCE_<NAME>, the name in upper case.
 RESOURCE_ENV_PREFIX = "JOBS_RESOURCE_"
+# One variable per durable job of the queue: JOBS_DURABLE_FUNCTION_<JOB>, the qualified ARN (an alias's) of the
+# function its executions run in (functions/worker/durable_start.py).
+DURABLE_FUNCTION_ENV_PREFIX = "JOBS_DURABLE_FUNCTION_"
 
 # Prefix of idempotency records; independent of the function name, so a renamed function keeps its records.
 IDEMPOTENCY_KEY_PREFIX = "jobs"
@@ -40,6 +43,10 @@ def idempotency_record_id(idempotency_key: str) -> str:
 
 def resource_env_name(resource: str) -> str:
     return RESOURCE_ENV_PREFIX + resource.upper()
+
+
+def durable_function_env_name(job: str) -> str:
+    return DURABLE_FUNCTION_ENV_PREFIX + job.upper()
 
 
 def endpoint_rate_limits(catalog: Catalog, queue: QueueSpec) -> dict[str, tuple[str, RateLimit]]:
@@ -66,6 +73,8 @@ class WorkerSettings:
     # Rate limits of the downstreams among `resources` (endpoints, mail senders), by resource name, with the
     # resource's kind (sqs_jobs.flow_control).
     endpoint_limits: Mapping[str, tuple[str, RateLimit]] = field(default_factory=dict)
+    # Per durable job of the queue, the qualified ARN of its durable function (sqs_jobs.durable).
+    durable_functions: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], catalog: Catalog = CATALOG) -> WorkerSettings:
@@ -87,6 +96,15 @@ class WorkerSettings:
                 resources[resource] = value
             else:
                 problems.append(f"{resource_env_name(resource)} is not set ({catalog.resource(resource).description})")
+        durable_functions: dict[str, str] = {}
+        for job in queue.jobs if queue else ():
+            if job.durable is None:
+                continue
+            value = environ.get(durable_function_env_name(job.name), "").strip()
+            if value:
+                durable_functions[job.name] = value
+            else:
+                problems.append(f"{durable_function_env_name(job.name)} is not set (durable job {job.name!r})")
         if problems or queue is None:
             raise WorkerConfigError("worker environment is incomplete: " + "; ".join(problems))
         return cls(
@@ -97,6 +115,7 @@ class WorkerSettings:
             runtime_role_id=values[ENV_RUNTIME_ROLE_ID],
             resources=resources,
             endpoint_limits=endpoint_rate_limits(catalog, queue),
+            durable_functions=durable_functions,
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -109,4 +128,5 @@ class WorkerSettings:
             ENV_RUNTIME_ROLE_ID: self.runtime_role_id,
         }
         environ.update({resource_env_name(name): value for name, value in self.resources.items()})
+        environ.update({durable_function_env_name(job): arn for job, arn in self.durable_functions.items()})
         return environ

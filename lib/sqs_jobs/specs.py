@@ -12,6 +12,7 @@ import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from sqs_jobs.durable import Durable, durable_job_problems
 from sqs_jobs.flow_control import (
     DeclaredLimit,
     KeyConcurrency,
@@ -263,6 +264,9 @@ class JobSpec:
     # Debounce: each publish waits this many seconds from its send and runs only if no later publish of its unique
     # key came meanwhile, so a burst runs once, after it ends. None: off. Not together with unique_for_s.
     debounce_s: int | None = None
+    # Durable: the job runs as a Lambda durable execution in checkpointed steps, up to durable.execution_timeout_s
+    # (sqs_jobs.durable; docs/workflows.md). None: an ordinary job, one run within the worker's invocation.
+    durable: Durable | None = None
 
 
 @dataclass(frozen=True)
@@ -454,6 +458,13 @@ class QueueSpec:
             found += self._time_limit_problems(where, job)
             found += self._flow_problems(where, job)
             found += self._limit_problems(where, job)
+            found += durable_job_problems(
+                f"{where}: job {job.name!r}",
+                job.durable,
+                fifo=self.fifo,
+                limited=job.rate_limit is not None or job.concurrency is not None,
+                exclusive=job.unique_for_s is not None or job.debounce_s is not None,
+            )
             seen_schedules: set[str] = set()
             for schedule in job.schedules:
                 found += schedule.problems(f"{where}: job {job.name!r}")

@@ -89,3 +89,13 @@ def resource_parameter_name(stack_name: str, resource: str) -> str:
 def contract_parameter_name(stack_name: str) -> str:
     """The SSM parameter holding the stack's job contract (sqs_jobs.contract): `/<stack_name>/contract`."""
     return f"/{stack_name}/contract"
+
+
+# The alias a durable job's function is invoked through: durable functions are invoked by a qualified ARN, and an
+# alias pins each execution to the version it started on (https://docs.aws.amazon.com/lambda/latest/dg/durable-invoking.html).
+DURABLE_ALIAS = "live"
+
+
+def durable_function_name(stack_name: str, job: str) -> str:
+    """A durable job's function: `<stack>-<job>-durable` (the job's name is at most 40 characters)."""
+    return f"{stack_name}-{job}-durable"
