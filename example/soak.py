@@ -170,7 +170,12 @@ def soak_catalog(catalog: Catalog = CATALOG) -> Catalog:
                     queue.circuit_breaker, open_s=SOAK_BREAKER_OPEN_S, max_open_s=SOAK_BREAKER_MAX_OPEN_S
                 ),
                 jobs=tuple(
-                    replace(job, time_limit_s=SOAK_TIME_LIMIT_S)
+                    replace(
+                        job,
+                        time_limit_s=SOAK_TIME_LIMIT_S,
+                        # A durable job's run is one attempt of a step (QueueSpec.time_limit_s).
+                        durable=replace(job.durable, step_time_limit_s=SOAK_TIME_LIMIT_S) if job.durable else None,
+                    )
                     for job in (*queue.jobs, *SOAK_JOBS.get(queue.name, ()))
                 ),
             )

@@ -30,7 +30,8 @@ from functions.durable.record import LAST_ERROR, LAST_ERROR_TYPE, NEXT_RETRY_AT,
 from functions.worker.backoff import backoff_delay_s
 from functions.worker.classify import classify
 from functions.worker.errors import DurableStepFailedError, StepTimeLimitError, WorkerConfigError
-from functions.worker.names import DeadLetterFailure
+from functions.worker.names import DURATION, FAILED, RETRIED, RETRY_ATTEMPT, DeadLetterFailure
+from functions.worker.observability import BatchTally
 
 if TYPE_CHECKING:
     from aws_durable_execution_sdk_python.context import DurableContext
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from functions.durable.record import DurableRecords
     from functions.worker.clients import ClientFactory
     from functions.worker.jobs import LoadedJob
+    from functions.worker.observability import Observability
     from sqs_jobs.envelope import Envelope
     from sqs_jobs.specs import QueueSpec
 
@@ -67,6 +69,7 @@ class DurableJobContext:
         resources: Mapping[str, str],
         clients: ClientFactory,
         logger: Logger,
+        observability: Observability | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -82,6 +85,10 @@ class DurableJobContext:
         self.logger = logger
         self._rng = rng or random.Random()
         self._clock = clock
+        # Each step attempt counts as a run of an ordinary job does: JobDuration, JobFailed, JobRetried and
+        # RetryAttempt, under the queue and the job, so the queue's alarms and dashboard see durable jobs too.
+        self._obs = observability
+        self._tally = BatchTally()
         self._steps_passed = 0
         # The step that failed for good in this invocation, with why: the dead letter's evidence.
         self.failure: DurableStepFailedError | None = None
@@ -111,12 +118,18 @@ class DurableJobContext:
             nonlocal ran
             ran = True
             self._beat(**{STEP: name, STEP_ATTEMPT: step_context.attempt, NEXT_RETRY_AT: None})
-            return self._within_limit(name, fn)
+            started = time.monotonic()
+            try:
+                return self._within_limit(name, fn)
+            finally:
+                self._tally.sample(self._job.spec.name, DURATION, round((time.monotonic() - started) * 1000, 3))
 
         try:
             result = self._sdk.step(attempt, name=name, config=StepConfig(retry_strategy=self._retry_of(name)))
         except StepError as error:
             raise self._failed(name, error) from error
+        finally:  # also when the SDK suspends the invocation for a retry's delay
+            self.flush_metrics()
         self._steps_passed += 1
         if ran:  # a replayed step wrote its record when it ran
             self._beat(**{STEP: name, STEPS_DONE: self._steps_passed, STEP_ATTEMPT: None})
@@ -139,6 +152,10 @@ class DurableJobContext:
     @property
     def steps_passed(self) -> int:
         return self._steps_passed
+
+    def flush_metrics(self) -> None:
+        if self._obs is not None:
+            self._tally.flush(self._obs, self._queue.name)
 
     def _beat(self, **values: Any) -> None:
         try:
@@ -170,6 +187,7 @@ class DurableJobContext:
     def _retry_of(self, name: str) -> Callable[[Exception, int], RetryDecision]:
         def decide(error: Exception, attempt: int) -> RetryDecision:
             found = classify(error, self._job.permanent_errors, self._job.transient_errors)
+            self._tally.add(self._job.spec.name, FAILED)
             last = {LAST_ERROR_TYPE: type(error).__name__, LAST_ERROR: str(error)[:1024], STEP_ATTEMPT: attempt}
             if not found.transient or attempt >= self._queue.max_attempts:
                 failure = DeadLetterFailure.RETRIES_EXHAUSTED if found.transient else DeadLetterFailure.PERMANENT
@@ -184,6 +202,8 @@ class DurableJobContext:
                     attempt, self._queue.backoff_base_s, self._queue.backoff_cap_s, self._rng, found.retry_after_s
                 ),
             )
+            self._tally.add(self._job.spec.name, RETRIED)
+            self._tally.sample(self._job.spec.name, RETRY_ATTEMPT, attempt)
             self.logger.info(
                 "durable step failed; retried after a backoff",
                 extra={"step": name, "attempt": attempt, "delay_s": delay_s, "reason": found.reason},

@@ -35,13 +35,12 @@ from functions.worker.jobs import LoadedJob, load_jobs
 from functions.worker.names import DEAD_LETTERED, SUCCEEDED, DeadLetterFailure
 from functions.worker.observability import BatchTally, Observability
 from functions.worker.provenance import MessageAttributes
-from functions.worker.settings import WorkerSettings
+from functions.worker.settings import ENV_DURABLE_JOB, WorkerSettings
 from sqs_jobs.envelope import parse_envelope
 
 if TYPE_CHECKING:
     from aws_durable_execution_sdk_python.context import DurableContext
 
-ENV_DURABLE_JOB = "JOBS_DURABLE_JOB"
 END_STEP = "jobs.end"
 # The end step's own calls (DLQ send, record write) are the runtime's: a few quick retries, then the execution
 # fails without its dead letter, and the runtime-faults alarm says so.
@@ -55,7 +54,7 @@ class DurableSettings:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> DurableSettings:
-        worker = WorkerSettings.from_environ(environ)
+        worker = WorkerSettings.from_environ(environ, with_durable_functions=False)
         job = environ.get(ENV_DURABLE_JOB, "").strip()
         spec = {spec.name: spec for spec in worker.queue.jobs}.get(job)
         if spec is None or spec.durable is None:
@@ -109,6 +108,7 @@ class DurableRuntime:
             resources=self.settings.worker.resources,
             clients=self._clients,
             logger=self._obs.logger,
+            observability=self._obs,
             rng=self._rng,
         )
         self._records.first_start(start.key, start.generation, time.time())

@@ -295,7 +295,8 @@ class Worker:
         if envelope.job == HEARTBEAT_JOB:
             return Done(self._heartbeat(record))
         job = self._jobs[envelope.job]
-        limit_s = self._queue.time_limit_s(envelope.job)
+        # A durable job's record only starts its execution (functions/worker/durable_start.py): a call, not a run.
+        limit_s = 0 if job.spec.durable is not None else self._queue.time_limit_s(envelope.job)
         if self._budget_s < limit_s + SETTLE_MARGIN_S:
             # No invocation of this function will ever have more: handing it back would go on for ever.
             unservable = TimeLimitUnservableError(

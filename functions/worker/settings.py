@@ -28,6 +28,8 @@ RESOURCE_ENV_PREFIX = "JOBS_RESOURCE_"
 # One variable per durable job of the queue: JOBS_DURABLE_FUNCTION_<JOB>, the qualified ARN (an alias's) of the
 # function its executions run in (functions/worker/durable_start.py).
 DURABLE_FUNCTION_ENV_PREFIX = "JOBS_DURABLE_FUNCTION_"
+# A durable job's function's own variable, beside the worker's: which of the queue's durable jobs it runs.
+ENV_DURABLE_JOB = "JOBS_DURABLE_JOB"
 
 # Prefix of idempotency records; independent of the function name, so a renamed function keeps its records.
 IDEMPOTENCY_KEY_PREFIX = "jobs"
@@ -77,8 +79,12 @@ class WorkerSettings:
     durable_functions: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str], catalog: Catalog = CATALOG) -> WorkerSettings:
-        """Build from the Lambda environment; one WorkerConfigError lists every missing or bad variable."""
+    def from_environ(
+        cls, environ: Mapping[str, str], catalog: Catalog = CATALOG, *, with_durable_functions: bool = True
+    ) -> WorkerSettings:
+        """Build from the Lambda environment; one WorkerConfigError lists every missing or bad variable.
+        `with_durable_functions`: the queue's durable jobs' functions must be named (the worker's, not a durable
+        function's own settings: it never starts an execution)."""
         problems: list[str] = []
         required = (ENV_QUEUE_NAME, ENV_QUEUE_URL, ENV_DLQ_URL, ENV_IDEMPOTENCY_TABLE, ENV_RUNTIME_ROLE_ID)
         values = {name: environ.get(name, "").strip() for name in required}
@@ -97,7 +103,7 @@ class WorkerSettings:
             else:
                 problems.append(f"{resource_env_name(resource)} is not set ({catalog.resource(resource).description})")
         durable_functions: dict[str, str] = {}
-        for job in queue.jobs if queue else ():
+        for job in queue.jobs if queue and with_durable_functions else ():
             if job.durable is None:
                 continue
             value = environ.get(durable_function_env_name(job.name), "").strip()

@@ -383,7 +383,11 @@ class QueueSpec:
         return self.function_timeout_s - SETTLE_MARGIN_S - INVOCATION_START_S
 
     def time_limit_s(self, job: str) -> int:
-        """The time limit of one run of `job` on this queue."""
+        """The time limit of one run of `job` on this queue; of a durable job, one attempt of one of its steps (in
+        its durable function: the queue's worker only starts its execution)."""
+        durable = self.job(job).durable
+        if durable is not None:
+            return durable.step_time_limit_s
         limit_s = self.job(job).time_limit_s
         return self.default_time_limit_s if limit_s is None else limit_s
 
@@ -569,6 +573,8 @@ class QueueSpec:
         return found
 
     def _time_limit_problems(self, where: str, job: JobSpec) -> list[str]:
+        if job.durable is not None:
+            return []  # its steps run in its durable function, within durable.function_timeout_s (Durable.problems)
         # A limit the invocation can't fit would have every record handed back unrun, for ever.
         limit_s = self.time_limit_s(job.name)
         label = f"time_limit_s {job.time_limit_s}" if job.time_limit_s is not None else f"default time limit {limit_s}"
