@@ -1,8 +1,9 @@
-"""`make demo`: the order-confirmation job end to end on the embedded local engine.
+"""`make demo`: the order-confirmation job end to end on the embedded local engine, then a small durable import.
 
 Seeds orders, publishes good jobs, the same order twice, an order that doesn't exist and a malformed message,
 then checks what happened: one mail per order (once for the duplicate), the missing order and the malformed
-message in the DLQ with their evidence. Exits 0 only if all of that happened.
+message in the DLQ with their evidence. Then imports a CSV of 2,500 orders with import_orders, a durable execution
+(example/demo_import.py). Exits 0 only if all of that happened.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from example.demo_import import run_import
 from functions.worker.errors import EnvelopeError
 from jobctl.local.engine import LocalEngine
 from sqs_jobs.publisher import JobPublisher
@@ -115,6 +117,7 @@ def run_demo(engine: LocalEngine) -> DemoResult:
         malformed.get("jobs.error_type") == "EnvelopeFieldError",
     )
     result.check("nothing else in the DLQ", len(dead) == 2)
+    run_import(engine, result)
     return result
 
 

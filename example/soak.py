@@ -182,6 +182,8 @@ def soak_catalog(catalog: Catalog = CATALOG) -> Catalog:
                         time_limit_s=SOAK_TIME_LIMIT_S,
                         # The batch's members publish its callbacks.
                         publishes=(ODD_RESULT_JOB,) if job.name == ORDER_JOB else job.publishes,
+                        # A durable job's run is one attempt of a step (QueueSpec.time_limit_s).
+                        durable=replace(job.durable, step_time_limit_s=SOAK_TIME_LIMIT_S) if job.durable else None,
                     )
                     for job in (*queue.jobs, *SOAK_JOBS.get(queue.name, ()))
                 ),

@@ -149,6 +149,8 @@ class JobQueue(Construct):
         }
         needed = {name: _provided(resources, name, spec) for name in spec.resources}
         environment.update({resource_env_name(name): item.value for name, item in needed.items()})
+        # The worker's settings, which a durable job's function runs with too (infra/durable_function.py).
+        self.environment = dict(environment)
 
         self.function = lambda_.Function(
             self,

@@ -17,6 +17,7 @@ from constructs import Construct
 
 from functions.worker.names import SQS_NOISY_GROUPS, SQS_QUIET_OLDEST_AGE, SQS_QUIET_VISIBLE
 from infra import monitoring
+from infra.naming import CIRCUIT_OPEN, queue_signals
 from sqs_jobs.flow_control import MAX_TOKEN_WAIT_S, DeclaredLimit
 from sqs_jobs.specs import QueueSpec
 
@@ -194,13 +195,29 @@ class JobsDashboard(Construct):
                 ),
             ]
         )
-        self.dashboard.add_widgets(
+        # A queue whose jobs are all durable runs none in its worker: no breaker opens, nothing is held (naming).
+        runs_jobs = CIRCUIT_OPEN in queue_signals(spec)
+        breakers = [
             # A downstream outage: breakers opening in the workers, and the records they hold back meanwhile.
             _graph(
                 f"{name}: circuit breakers opened, and records they held (per 5 min)",
                 [monitoring.circuit_openings(spec), monitoring.circuit_held(spec)],
                 [cloudwatch.HorizontalAnnotation(value=limits.circuit_opened, label="circuit-open alarm")],
-            ),
+            )
+        ]
+        holds = [
+            # A held record nearing its bound (the held-near-bound alarm's figure), whatever held it.
+            _graph(
+                f"{name}: longest hold, share of its bound (per 5 min)",
+                [monitoring.hold_share(spec)],
+                [
+                    cloudwatch.HorizontalAnnotation(value=limits.hold_share, label="held-near-bound alarm"),
+                    cloudwatch.HorizontalAnnotation(value=1, label="max_hold_s (refusals spend attempts)"),
+                ],
+            )
+        ]
+        self.dashboard.add_widgets(
+            *(breakers if runs_jobs else []),
             # A job failing run after run (the retrying alarm's figure): how close it is to the DLQ.
             _graph(
                 f"{name}: most failed runs in a row of one job (per 5 min)",
@@ -211,15 +228,7 @@ class JobsDashboard(Construct):
                 ],
             ),
             *fair,
-            # A held record nearing its bound (the held-near-bound alarm's figure), whatever held it.
-            _graph(
-                f"{name}: longest hold, share of its bound (per 5 min)",
-                [monitoring.hold_share(spec)],
-                [
-                    cloudwatch.HorizontalAnnotation(value=limits.hold_share, label="held-near-bound alarm"),
-                    cloudwatch.HorizontalAnnotation(value=1, label="max_hold_s (refusals spend attempts)"),
-                ],
-            ),
+            *(holds if runs_jobs else []),
         )
         if item.limits:
             self._flow_row(item)

@@ -45,6 +45,19 @@ SQS_ESM_DESTINATION = (
     "evidence itself)."
 )
 
+DURABLE_EXECUTIONS = (
+    "Lambda authorizes CheckpointDurableExecution and GetDurableExecutionState against the durable execution's ARN "
+    "(<function ARN>:<version>/durable-execution/<name>/<id>), which an unqualified ARN never matches: AWS's policy "
+    "for them is '<function ARN>:*', this one function's executions of any version (docs.aws.amazon.com/lambda/"
+    "latest/dg/durable-security.html)."
+)
+DURABLE_FAILURES = (
+    "A durable job's function is started by its queue's worker, whose record is already acknowledged; a failed "
+    "execution dead-letters its record with evidence itself (functions/durable/runtime.py), and the "
+    "DurableExecutionFailed and DurableExecutionTimedOut alarms page. A function DLQ would hold an event without "
+    "the evidence jobctl reads."
+)
+
 
 def acknowledge(stack: JobsStack) -> None:
     """Acknowledge the findings listed in docs/infrastructure.md, each on its own construct."""
@@ -56,6 +69,15 @@ def acknowledge(stack: JobsStack) -> None:
         for name in job_queue.spec.resources:
             for rule, reason in stack.resources.provided[name].findings:
                 _ack(policy, rule, reason)
+    for durable in stack.durable_functions.values():
+        function = durable.function.node.default_child
+        _ack(function, "AwsSolutions-L1", TESTED_RUNTIME)
+        _ack(function, "Serverless-LambdaLatestVersion", TESTED_RUNTIME)
+        _ack(function, "Serverless-LambdaDLQ", DURABLE_FAILURES)
+        # cdk-nag names the finding by the function's logical ID: `<function.Arn>:*` in docs/infrastructure.md.
+        logical_id = stack.get_logical_id(function)  # type: ignore[arg-type]
+        rule = f"AwsSolutions-IAM5[Resource::<{logical_id}.Arn>:*]"
+        _ack(durable.policy.node.default_child, rule, DURABLE_EXECUTIONS)
     schedules_dlq = stack.schedules.dead_letter_queue.node.default_child
     _ack(schedules_dlq, "AwsSolutions-SQS3", SCHEDULES_DLQ)
     _ack(schedules_dlq, "Serverless-SQSRedrivePolicy", SCHEDULES_DLQ)

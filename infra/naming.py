@@ -125,8 +125,16 @@ QUEUE_SIGNALS = (
 
 def queue_signals(spec: QueueSpec) -> tuple[str, ...]:
     """The queue-wide signals `spec` has an alarm for: every one, less RETRYING if its jobs are never retried
-    (max_attempts 1: a failure is a dead letter at once, which the DLQ alarms see)."""
-    return tuple(signal for signal in QUEUE_SIGNALS if signal != RETRYING or spec.max_attempts > 1)
+    (max_attempts 1: a failure is a dead letter at once, which the DLQ alarms see), and less CIRCUIT_OPEN and
+    HELD_NEAR_BOUND if its jobs are all durable (its worker runs none of them: no breaker opens, nothing is held;
+    their steps' failures are JobFailed and RetryAttempt like any run's)."""
+    all_durable = all(job.durable is not None for job in spec.jobs)
+    return tuple(
+        signal
+        for signal in QUEUE_SIGNALS
+        if (signal != RETRYING or spec.max_attempts > 1)
+        and not (all_durable and signal in (CIRCUIT_OPEN, HELD_NEAR_BOUND))
+    )
 
 
 def physical_queue_name(stack_name: str, queue_name: str, dlq: bool = False, fifo: bool = False) -> str:

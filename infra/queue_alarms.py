@@ -286,23 +286,26 @@ class QueueAlarms(Construct):
         # (handed back, no run spent) for up to max_hold_s: meanwhile nothing fails, nothing is dead-lettered, and
         # a message received 3+ times is out of a standard queue's oldest-message age.
         breaker = spec.circuit_breaker
-        self._alarm(
-            CIRCUIT_OPEN,
-            metric=monitoring.circuit_openings(spec),
-            threshold=limits.circuit_opened,
-            comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            # The runtime emits nothing while the breakers stay closed.
-            missing=Missing.NOT_BREACHING,
-            meaning=(
-                f"A circuit breaker of the {name} queue's jobs opened {limits.circuit_opened}+ time(s) in 5 min "
-                f"(CircuitOpened): a downstream failed {breaker.failure_threshold} times in a row in a worker. "
-                "Its calls are refused and the jobs that need it wait, handed back without spending attempts for "
-                f"up to {breaker.max_hold_s / 60:g} min (max_hold_s); after that a lasting outage ends in the DLQ "
-                "(CircuitOpenError). The worker's log line 'circuit opened' names the downstream (field downstream)."
-            ),
-            anchor="circuit-open",
-            first=[status],
-        )
+        signals = queue_signals(spec)
+        if CIRCUIT_OPEN in signals:
+            self._alarm(
+                CIRCUIT_OPEN,
+                metric=monitoring.circuit_openings(spec),
+                threshold=limits.circuit_opened,
+                comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                # The runtime emits nothing while the breakers stay closed.
+                missing=Missing.NOT_BREACHING,
+                meaning=(
+                    f"A circuit breaker of the {name} queue's jobs opened {limits.circuit_opened}+ time(s) in 5 min "
+                    f"(CircuitOpened): a downstream failed {breaker.failure_threshold} times in a row in a worker. "
+                    "Its calls are refused and the jobs that need it wait, handed back without spending attempts for "
+                    f"up to {breaker.max_hold_s / 60:g} min (max_hold_s); after that a lasting outage ends in the DLQ "
+                    "(CircuitOpenError). The worker's log line 'circuit opened' names the downstream "
+                    "(field downstream)."
+                ),
+                anchor="circuit-open",
+                first=[status],
+            )
         # One job failing run after run. SQS leaves a standard queue's message received 3+ times out of the
         # oldest-age metric, the failure rate needs volume, and the DLQ alarms see it only once it is dead-lettered.
         if RETRYING in queue_signals(spec):
@@ -326,22 +329,23 @@ class QueueAlarms(Construct):
         # A held key nearing its bound: past max_hold_s each refusal spends an attempt and a limit far below the load
         # (or a lasting outage) ends in the DLQ. The circuit-open alarm sees a breaker open; nothing else sees a rate
         # limit or a busy key holding records for long: nothing fails meanwhile.
-        self._alarm(
-            HELD_NEAR_BOUND,
-            metric=monitoring.hold_share(spec),
-            threshold=limits.hold_share,
-            comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            # The runtime samples HoldShare only when it holds a record.
-            missing=Missing.NOT_BREACHING,
-            meaning=(
-                f"A record of the {name} queue has been held back (a rate limit, a busy key or an open breaker) "
-                f"for {limits.hold_share:.0%}+ of its max_hold_s by the time it is due again (HoldShare, Maximum): "
-                "past its bound each refusal spends an attempt and it ends in the DLQ. JobHeld's reason names the "
-                "holder; raise the limit, lower max_concurrency or raise max_hold_s."
-            ),
-            anchor="hold-near-its-bound",
-            first=[status],
-        )
+        if HELD_NEAR_BOUND in signals:
+            self._alarm(
+                HELD_NEAR_BOUND,
+                metric=monitoring.hold_share(spec),
+                threshold=limits.hold_share,
+                comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                # The runtime samples HoldShare only when it holds a record.
+                missing=Missing.NOT_BREACHING,
+                meaning=(
+                    f"A record of the {name} queue has been held back (a rate limit, a busy key or an open breaker) "
+                    f"for {limits.hold_share:.0%}+ of its max_hold_s by the time it is due again (HoldShare, Maximum): "
+                    "past its bound each refusal spends an attempt and it ends in the DLQ. JobHeld's reason names the "
+                    "holder; raise the limit, lower max_concurrency or raise max_hold_s."
+                ),
+                anchor="hold-near-its-bound",
+                first=[status],
+            )
 
     def _alarm(
         self,

@@ -18,6 +18,7 @@ from infra.asset_staging import CODE_DIRS, LAYER_DIR, REPO_ROOT
 from infra.batch_workflows import BatchWorkflows
 from infra.context import StackContext
 from infra.dependencies_layer import DependenciesLayer
+from infra.durable_function import DurableJobFunction
 from infra.heartbeat_canary import HeartbeatCanary
 from infra.job_queue import JobQueue
 from infra.job_resources import JobResources
@@ -117,6 +118,8 @@ class JobsStack(Stack):
         )
 
         self.queues: dict[str, JobQueue] = {}
+        # Per durable job, its durable function (infra/durable_function.py).
+        self.durable_functions: dict[str, DurableJobFunction] = {}
         self.alarms: dict[str, QueueAlarms] = {}
         for spec in catalog:
             prefix = pascal_case(spec.name)
@@ -154,6 +157,23 @@ class JobsStack(Stack):
                 scheduler_role=job_queue.scheduler_role,
             )
             self.queues[spec.name] = job_queue
+            for job in spec.jobs:
+                if job.durable is None:
+                    continue
+                self.durable_functions[job.name] = DurableJobFunction(
+                    self,
+                    f"{prefix}{pascal_case(job.name)}Durable",
+                    spec=spec,
+                    job=job,
+                    stack_name=context.stack_name,
+                    code=code,
+                    layers=[dependencies.layer],
+                    role=job_queue.role,
+                    environment=job_queue.environment,
+                    worker=job_queue.function,
+                    topic=self.alarm_topic,
+                    retain_logs=retain,
+                )
 
         # Where publishers define batches, and where each worker may send their callbacks (JobSpec.publishes).
         self.batches = BatchWorkflows(
@@ -190,6 +210,7 @@ class JobsStack(Stack):
                 *(alarm for queue_alarms in self.alarms.values() for alarm in queue_alarms.alarms.values()),
                 self.schedules.alarm,
                 self.batches.stalled_alarm,
+                *(alarm for durable in self.durable_functions.values() for alarm in durable.alarms.values()),
             ],
         ).dashboard
 

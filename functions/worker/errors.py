@@ -24,6 +24,7 @@ __all__ = [
     "CircuitOpenError",
     "DeadLetterError",
     "DebounceWaitError",
+    "DurableStepFailedError",
     "EnvelopeError",
     "EnvelopeFieldError",
     "EnvelopeNotJSONError",
@@ -48,6 +49,7 @@ __all__ = [
     "RecordNotFoundError",
     "RunNeverReportedError",
     "RuntimeInfrastructureError",
+    "StepTimeLimitError",
     "TimeLimitInterrupt",
     "TimeLimitUnservableError",
     "TooManyFollowUpsError",
@@ -248,3 +250,22 @@ class HttpCredentialsRefusedError(HttpPermanentError):
 class JobCancelledError(PermanentError):
     """An operator cancelled the job while it ran (`jobctl job cancel`): the run stops at its next progress report
     or call and is dead-lettered with this type, never retried. Every later call of the run raises it again."""
+
+
+class StepTimeLimitError(JobTimeLimitError):
+    """A durable job's step ran past its time limit (Durable.step_time_limit_s): a transient failure of the step,
+    retried after a backoff. Its thread can't be stopped; a step's effects must be idempotent (docs/workflows.md)."""
+
+
+class DurableStepFailedError(JobError):
+    """A durable job's step failed for good: permanently, or its last allowed attempt failed. The execution ends in
+    failure with this error's evidence in the queue's DLQ."""
+
+    def __init__(self, step: str, error_type: str, message: str, failure: str, attempts: int, traceback: str) -> None:
+        super().__init__(f"step {step!r} failed ({failure}, attempt {attempts}): {error_type}: {message}")
+        self.step = step
+        self.error_type = error_type
+        self.error_message = message
+        self.failure = failure
+        self.attempts = attempts
+        self.traceback_text = traceback

@@ -28,6 +28,7 @@ class Outcome(Enum):
     HEARTBEAT = "heartbeat"
     CANCELLED = "cancelled"  # a copy of a cancelled key, acknowledged unrun
     DROPPED = "dropped"  # a copy of a unique or debounced job its flow setting dropped, acknowledged unrun
+    STARTED = "started"  # a durable job's execution started (or found already started), acknowledged
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,10 @@ LIMIT_WAIT = "LimitWait"
 CANCELLED_COPY = "JobCancelled"
 # A copy of a unique or debounced job acknowledged without running, per DropReason (functions/worker/uniqueness.py).
 DROPPED = "JobDropped"
+# A durable job's record started its durable execution (or found it started) and was acknowledged
+# (functions/worker/durable_start.py); the execution's own end is JobSucceeded or JobDeadLettered, counted by its
+# durable function.
+DURABLE_STARTED = "DurableStarted"
 
 # A batch member's end counted in its batch (per reason: succeeded, dead), and a batch's callback published (per
 # reason: success, complete), counted under the member's job (functions/worker/batch_members.py).

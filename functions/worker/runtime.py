@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
     from functions.worker.batch_members import BatchMembers
     from functions.worker.deadletter import DeadLetterQueue
+    from functions.worker.durable_start import DurableDispatch, DurableStarter
     from functions.worker.http import HttpClient
     from sqs_jobs.publisher import JobPublisher
 
@@ -85,6 +86,7 @@ class Worker:
         rng: random.Random | None = None,
         http_client: HttpClient | None = None,
         clock: Callable[[], float] | None = None,
+        durable_starter: DurableStarter | None = None,
     ) -> None:
         self.settings = settings
         self._queue = settings.queue
@@ -141,6 +143,8 @@ class Worker:
         self._budget_s = 0.0
         self._entry_remaining_s: float | None = None
         self._settled: set[str] = set()
+        # Durable jobs' starts (functions/worker/durable_start.py): Lambda's asynchronous Invoke unless given.
+        self._durable_starter = durable_starter
         self.handle = self._obs.logger.inject_lambda_context(self._handle, clear_state=True)
 
     @cached_property
@@ -221,6 +225,23 @@ class Worker:
         self._tally.add(envelope.job, BATCH_MEMBER_ENDED, reason="dead")
         for kind in published:
             self._tally.add(envelope.job, BATCH_CALLBACK_PUBLISHED, reason=kind)
+
+    @cached_property
+    def _durable(self) -> DurableDispatch:
+        """Built on a durable job's first record; a queue without durable jobs never needs it."""
+        from functions.durable.record import DurableRecords
+        from functions.worker.durable_start import DurableDispatch, LambdaDurableStarter
+
+        def call_client(service: str) -> Any:
+            return self._clients.within(service, self._invocation.call_time_s(SETTLE_MARGIN_S))
+
+        starter = self._durable_starter or LambdaDurableStarter(
+            lambda: call_client("lambda"), self.settings.durable_functions
+        )
+        records = DurableRecords(
+            lambda: call_client("dynamodb"), self.settings.idempotency_table, self._queue.idempotency_expiry_s
+        )
+        return DurableDispatch(starter, records, self._settlement, self._tally, self._obs.logger)
 
     def _sqs(self) -> Any:
         """The SQS client for one of the runtime's own calls, bounded by the invocation's remaining time."""
@@ -339,7 +360,8 @@ class Worker:
         if envelope.job == HEARTBEAT_JOB:
             return Done(self._heartbeat(record))
         job = self._jobs[envelope.job]
-        limit_s = self._queue.time_limit_s(envelope.job)
+        # A durable job's record only starts its execution (functions/worker/durable_start.py): a call, not a run.
+        limit_s = 0 if job.spec.durable is not None else self._queue.time_limit_s(envelope.job)
         if self._budget_s < limit_s + SETTLE_MARGIN_S:
             # No invocation of this function will ever have more: handing it back would go on for ever.
             unservable = TimeLimitUnservableError(
@@ -372,6 +394,8 @@ class Worker:
         admission = self._uniqueness.admit(job, envelope, delivery, key)
         if not isinstance(admission, Admitted):
             return admission
+        if job.spec.durable is not None:
+            return self._durable.dispatch(envelope, delivery, admission.key)
         return self._run(job, envelope, delivery, admission.key, limit_s)
 
     def _run(self, job: LoadedJob, envelope: Envelope, delivery: Delivery, key: str, limit_s: float) -> Verdict:

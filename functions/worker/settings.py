@@ -28,6 +28,11 @@ ENV_RUNTIME_ROLE_ID = "JOBS_RUNTIME_ROLE_ID"
 ENV_ROUTES = "JOBS_ROUTES"
 # One variable per resource a queue's jobs need: JOBS_RESOURCE_<NAME>, the name in upper case.
 RESOURCE_ENV_PREFIX = "JOBS_RESOURCE_"
+# One variable per durable job of the queue: JOBS_DURABLE_FUNCTION_<JOB>, the qualified ARN (an alias's) of the
+# function its executions run in (functions/worker/durable_start.py).
+DURABLE_FUNCTION_ENV_PREFIX = "JOBS_DURABLE_FUNCTION_"
+# A durable job's function's own variable, beside the worker's: which of the queue's durable jobs it runs.
+ENV_DURABLE_JOB = "JOBS_DURABLE_JOB"
 
 # Prefix of idempotency records; independent of the function name, so a renamed function keeps its records.
 IDEMPOTENCY_KEY_PREFIX = "jobs"
@@ -43,6 +48,10 @@ def idempotency_record_id(idempotency_key: str) -> str:
 
 def resource_env_name(resource: str) -> str:
     return RESOURCE_ENV_PREFIX + resource.upper()
+
+
+def durable_function_env_name(job: str) -> str:
+    return DURABLE_FUNCTION_ENV_PREFIX + job.upper()
 
 
 def endpoint_rate_limits(catalog: Catalog, queue: QueueSpec) -> dict[str, tuple[str, RateLimit]]:
@@ -71,10 +80,16 @@ class WorkerSettings:
     endpoint_limits: Mapping[str, tuple[str, RateLimit]] = field(default_factory=dict)
     # The jobs its jobs may publish (a batch's callbacks): each one's queue and its URL.
     routes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # Per durable job of the queue, the qualified ARN of its durable function (sqs_jobs.durable).
+    durable_functions: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str], catalog: Catalog = CATALOG) -> WorkerSettings:
-        """Build from the Lambda environment; one WorkerConfigError lists every missing or bad variable."""
+    def from_environ(
+        cls, environ: Mapping[str, str], catalog: Catalog = CATALOG, *, with_durable_functions: bool = True
+    ) -> WorkerSettings:
+        """Build from the Lambda environment; one WorkerConfigError lists every missing or bad variable.
+        `with_durable_functions`: the queue's durable jobs' functions must be named (the worker's, not a durable
+        function's own settings: it never starts an execution)."""
         problems: list[str] = []
         required = (ENV_QUEUE_NAME, ENV_QUEUE_URL, ENV_DLQ_URL, ENV_IDEMPOTENCY_TABLE, ENV_RUNTIME_ROLE_ID)
         values = {name: environ.get(name, "").strip() for name in required}
@@ -93,6 +108,15 @@ class WorkerSettings:
             else:
                 problems.append(f"{resource_env_name(resource)} is not set ({catalog.resource(resource).description})")
         routes = _routes(environ.get(ENV_ROUTES, ""), problems)
+        durable_functions: dict[str, str] = {}
+        for job in queue.jobs if queue and with_durable_functions else ():
+            if job.durable is None:
+                continue
+            value = environ.get(durable_function_env_name(job.name), "").strip()
+            if value:
+                durable_functions[job.name] = value
+            else:
+                problems.append(f"{durable_function_env_name(job.name)} is not set (durable job {job.name!r})")
         if problems or queue is None:
             raise WorkerConfigError("worker environment is incomplete: " + "; ".join(problems))
         return cls(
@@ -104,6 +128,7 @@ class WorkerSettings:
             resources=resources,
             endpoint_limits=endpoint_rate_limits(catalog, queue),
             routes=routes,
+            durable_functions=durable_functions,
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -119,6 +144,7 @@ class WorkerSettings:
         if self.routes:
             routes = {job: list(route) for job, route in self.routes.items()}
             environ[ENV_ROUTES] = json.dumps(routes, separators=(",", ":"), sort_keys=True)
+        environ.update({durable_function_env_name(job): arn for job, arn in self.durable_functions.items()})
         return environ
 
 

@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 import boto3
@@ -28,11 +29,13 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoReque
 from moto.server import ThreadedMotoServer
 from werkzeug.serving import make_server
 
+from functions.durable.runtime import DurableRuntime, DurableSettings
 from functions.worker.clients import ClientFactory, new_session
 from functions.worker.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, HttpClient
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from jobctl.local.chaos import Chaos, ChaosSettings
+from jobctl.local.durable import LocalDurableFunctions
 from jobctl.local.emulator import EventSourceMapping, Handler, MappingSwitch
 from jobctl.local.heartbeat import HeartbeatCanary
 from jobctl.local.metrics_agent import MetricsAgent
@@ -44,7 +47,7 @@ from jobctl.local.scheduler import LocalScheduler, LocalSchedules, provision_sch
 from jobctl.local.standins import build_standins
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import Catalog
-from sqs_jobs.stack_names import DEFAULT_STACK_NAME
+from sqs_jobs.stack_names import DEFAULT_STACK_NAME, durable_function_name
 
 log = logging.getLogger("jobctl.local")
 
@@ -149,11 +152,15 @@ class LocalEngine:
         chaos: ChaosSettings | None = None,
         scheduler_clock: Callable[[], datetime] | None = None,
         http_timeouts_s: tuple[float, float] | None = None,
+        durable_state_dir: Path | None = None,
+        durable_skip_time: bool = False,
     ) -> None:
         """`standin_options`: per endpoint with a stand-in (the catalog's `Endpoint.standin`), the options it is
         built with, e.g. {"payments_api": {"mode": "down"}}. `http_timeouts_s`: the jobs' HTTP client's
         connect and read timeouts (None: the client's defaults, as deployed); its whole-call timeout is their
-        sum."""
+        sum. `durable_state_dir`: where durable jobs' executions are kept (jobctl/local/durable.py; a temporary
+        directory when None): an engine started on the same directory resumes the executions a stopped or killed
+        one left running. `durable_skip_time`: their waits and retry delays pass at once (tests)."""
         self.port = port or free_port()
         self.host = host
         self.region = region
@@ -181,6 +188,10 @@ class LocalEngine:
         self.scheduler: LocalScheduler | None = None
         self._role_clients: dict[str, Any] = {}
         self._http_timeouts_s = http_timeouts_s
+        # Durable jobs' functions, run by the durable execution testing SDK; None until started, or without any.
+        self.durables: LocalDurableFunctions | None = None
+        self._durable_state_dir = durable_state_dir
+        self._durable_skip_time = durable_skip_time
 
     @property
     def endpoint_url(self) -> str:
@@ -250,6 +261,7 @@ class LocalEngine:
             settings={name: standin.url for name, standin in self.standins.items()},
         )
         self._sqs = self.clients()("sqs")
+        self.durables = self._durable_functions()
         self.schedules = provision_schedules(self.clients(), self.deployment, self.catalog)
         self.scheduler = LocalScheduler(self.clients(), self._role_sqs, self.schedules, clock=self._scheduler_clock)
         self.scheduler.start()
@@ -260,6 +272,27 @@ class LocalEngine:
         # After the workers: the first beats are consumed at once, and nothing logs before start() returns.
         self.heartbeats = HeartbeatCanary(self.clients()("sqs"), self.deployment.queues, self._heartbeat_interval_s)
         self.heartbeats.start()
+
+    def _durable_functions(self) -> LocalDurableFunctions | None:
+        """The catalog's durable jobs' functions, each on its queue's worker role's credentials (the stack gives the
+        durable function the same grants as the worker); executions a previous engine left running go on."""
+        assert self.deployment is not None
+        runtimes: dict[str, tuple[str, DurableRuntime]] = {}
+        for spec in self.catalog:
+            for job in spec.jobs:
+                if job.durable is None:
+                    continue
+                settings = DurableSettings(worker=self.deployment.worker_settings(spec.name), job=job.name)
+                observability = Observability.create(output=self._worker_output, metrics_sink=self._forward_metrics)
+                runtime = DurableRuntime(settings, self._worker_clients(spec.name), observability=observability)
+                runtimes[job.name] = (durable_function_name(self.stack_name, job.name), runtime)
+        if not runtimes:
+            return None
+        durables = LocalDurableFunctions(runtimes, self._durable_state_dir, skip_time=self._durable_skip_time)
+        resumed = durables.resume()
+        if resumed:
+            log.info("resumed %d durable execution(s) left running: %s", len(resumed), ", ".join(resumed))
+        return durables
 
     def start_workers(self) -> None:
         """Start the event source mappings (again, after stop_workers)."""
@@ -332,6 +365,7 @@ class LocalEngine:
             clients=self._worker_clients(queue),
             observability=Observability.create(output=self._worker_output, metrics_sink=self._forward_metrics),
             http_client=self._jobs_http_client(queue),
+            durable_starter=self.durables,
         )
 
     def _jobs_http_client(self, queue: str) -> HttpClient | None:
@@ -377,6 +411,9 @@ class LocalEngine:
             self.chaos.stop()
         for standin in self.standins.values():
             standin.stop()
+        if self.durables is not None:
+            self.durables.close()
+            self.durables = None
         if self._server is not None:
             self._server.stop()
             self._server = None

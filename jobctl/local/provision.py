@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+from moto.core.models import DEFAULT_ACCOUNT_ID
 
 from functions.worker.clients import new_session
 from functions.worker.names import LIFE, LIFE_AT, LIFE_INDEX
@@ -25,8 +26,10 @@ from sqs_jobs.flow_control import RateLimit
 from sqs_jobs.specs import Catalog, QueueSpec
 from sqs_jobs.stack_names import (
     DEFAULT_STACK_NAME,
+    DURABLE_ALIAS,
     batches_parameter_name,
     contract_parameter_name,
+    durable_function_name,
     resource_parameter_name,
 )
 
@@ -116,6 +119,11 @@ class LocalDeployment:
                 for target in self.publish_routes.get(queue, ())
                 for job in self.queues[target].spec.job_names
             },
+            durable_functions={
+                job.name: local_durable_function_arn(self.region, self.stack_name, job.name)
+                for job in local.spec.jobs
+                if job.durable is not None
+            },
         )
 
     def worker_session(self, sts_client: Any, queue: str, session_name: str) -> boto3.session.Session:
@@ -144,6 +152,13 @@ def _worker_role(iam: Any, stack_name: str, queue: str) -> tuple[str, str]:
 
 def worker_function_name(stack_name: str, queue: str) -> str:
     return f"{stack_name}-{queue}-worker"
+
+
+def local_durable_function_arn(region: str, stack_name: str, job: str) -> str:
+    """A durable job's function's alias ARN as the worker is told it; the local engine runs the function itself
+    (jobctl/local/durable.py), by the job's name."""
+    function = durable_function_name(stack_name, job)
+    return f"arn:aws:lambda:{region}:{DEFAULT_ACCOUNT_ID}:function:{function}:{DURABLE_ALIAS}"
 
 
 def _placeholder_code() -> bytes:

@@ -7,13 +7,16 @@ types and their rules are in sqs_jobs.specs and sqs_jobs.resources; docs/catalog
 
 from __future__ import annotations
 
+from sqs_jobs.durable import Durable
 from sqs_jobs.flow_control import RateLimit
-from sqs_jobs.limits import MINUTE
+from sqs_jobs.limits import HOUR, MINUTE
 from sqs_jobs.resources import Access, AlarmTopic, Bucket, DeadLetterQueues, Endpoint, MailSender, Table
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec, Schedule
 
 # Where generate_invoice stores its PDFs: its grant covers only this prefix.
 INVOICES_PREFIX = "invoices/"
+# Where import_orders reads its CSV files (imports/<id>.csv): its grant covers only this prefix.
+IMPORTS_PREFIX = "imports/"
 
 RESOURCES = (
     Table(
@@ -50,6 +53,18 @@ RESOURCES = (
         name="alarm_topic", description="the stack's alarm SNS topic, which dlq_review publishes its summary to"
     ),
     DeadLetterQueues(name="dead_letter_queues", description="every queue's DLQ, read without consuming by dlq_review"),
+    Bucket(
+        name="imports_bucket",
+        description="S3 bucket that import_orders reads order CSV files from, under imports/",
+        prefix=IMPORTS_PREFIX,
+        access=Access.READ,
+    ),
+    Table(
+        name="imported_orders_table",
+        description="DynamoDB table of imported orders (partition key order_id), written by import_orders",
+        partition_key="order_id",
+        access=Access.WRITE,
+    ),
 )
 
 CATALOG = Catalog(
@@ -106,6 +121,24 @@ CATALOG = Catalog(
                     resources=("invoices_table", "invoices_bucket", "invoicing_api_url"),
                     # Above one whole HTTP call (10 s connect + 30 s read), well below the function timeout.
                     time_limit_s=MINUTE,
+                ),
+            ),
+        ),
+        # Imports run longer than one Lambda invocation: a durable execution each, in checkpointed steps.
+        QueueSpec(
+            name="imports",
+            description="Order imports from CSV files in S3: durable executions of 1,000-row steps.",
+            # The worker only starts each import's durable execution: one record at a time is plenty.
+            max_concurrency=2,
+            parallel_records=1,
+            jobs=(
+                JobSpec(
+                    name="import_orders",
+                    handler="functions.jobs.import_orders",
+                    description="Import a CSV of orders (imports/<id>.csv) into the imported orders table, 1,000 "
+                    "rows a checkpointed step, as a durable execution that may outlast Lambda's 15 minutes.",
+                    resources=("imports_bucket", "imported_orders_table"),
+                    durable=Durable(execution_timeout_s=6 * HOUR, retention_days=14, step_time_limit_s=5 * MINUTE),
                 ),
             ),
         ),

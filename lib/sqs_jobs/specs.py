@@ -12,6 +12,7 @@ import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from sqs_jobs.durable import Durable, durable_job_problems
 from sqs_jobs.flow_control import (
     DeclaredLimit,
     KeyConcurrency,
@@ -267,6 +268,9 @@ class JobSpec:
     # next step, the next steps it names (`context.then`). The stack grants its worker sending to their queues,
     # nothing more; JobPublisher.batch and .chain refuse what its jobs don't list, and so does `context.then`.
     publishes: tuple[str, ...] = ()
+    # Durable: the job runs as a Lambda durable execution in checkpointed steps, up to durable.execution_timeout_s
+    # (sqs_jobs.durable; docs/workflows.md). None: an ordinary job, one run within the worker's invocation.
+    durable: Durable | None = None
 
 
 @dataclass(frozen=True)
@@ -383,7 +387,11 @@ class QueueSpec:
         return self.function_timeout_s - SETTLE_MARGIN_S - INVOCATION_START_S
 
     def time_limit_s(self, job: str) -> int:
-        """The time limit of one run of `job` on this queue."""
+        """The time limit of one run of `job` on this queue; of a durable job, one attempt of one of its steps (in
+        its durable function: the queue's worker only starts its execution)."""
+        durable = self.job(job).durable
+        if durable is not None:
+            return durable.step_time_limit_s
         limit_s = self.job(job).time_limit_s
         return self.default_time_limit_s if limit_s is None else limit_s
 
@@ -458,6 +466,13 @@ class QueueSpec:
             found += self._time_limit_problems(where, job)
             found += self._flow_problems(where, job)
             found += self._limit_problems(where, job)
+            found += durable_job_problems(
+                f"{where}: job {job.name!r}",
+                job.durable,
+                fifo=self.fifo,
+                limited=job.rate_limit is not None or job.concurrency is not None,
+                exclusive=job.unique_for_s is not None or job.debounce_s is not None,
+            )
             seen_schedules: set[str] = set()
             for schedule in job.schedules:
                 found += schedule.problems(f"{where}: job {job.name!r}")
@@ -562,6 +577,8 @@ class QueueSpec:
         return found
 
     def _time_limit_problems(self, where: str, job: JobSpec) -> list[str]:
+        if job.durable is not None:
+            return []  # its steps run in its durable function, within durable.function_timeout_s (Durable.problems)
         # A limit the invocation can't fit would have every record handed back unrun, for ever.
         limit_s = self.time_limit_s(job.name)
         label = f"time_limit_s {job.time_limit_s}" if job.time_limit_s is not None else f"default time limit {limit_s}"

@@ -95,3 +95,13 @@ def batches_parameter_name(stack_name: str) -> str:
     """The SSM parameter holding the table batches are defined in (the idempotency table, whose `batch#` items a
     publisher may write): `/<stack_name>/batches/table`."""
     return f"/{stack_name}/batches/table"
+
+
+# The alias a durable job's function is invoked through: durable functions are invoked by a qualified ARN, and an
+# alias pins each execution to the version it started on (https://docs.aws.amazon.com/lambda/latest/dg/durable-invoking.html).
+DURABLE_ALIAS = "live"
+
+
+def durable_function_name(stack_name: str, job: str) -> str:
+    """A durable job's function: `<stack>-<job>-durable` (the job's name is at most 40 characters)."""
+    return f"{stack_name}-{job}-durable"

@@ -126,7 +126,7 @@ def test_the_command_prints_the_catalog_entry_and_fails_in_one_line(
     assert 'handler="functions.jobs.resize_image"' in done.output
     assert refused.exit_code == 2
     assert refused.output.strip().splitlines() == [
-        "jobctl: error: unknown queue 'images'; the catalog has: orders, order_updates, invoices, maintenance "
+        "jobctl: error: unknown queue 'images'; the catalog has: orders, order_updates, invoices, imports, maintenance "
         "(or --new-queue to declare it with the job)"
     ]
     taken = runner.invoke(jobctl, ["new", "job", "order_confirmation", "--queue", "orders"], prog_name="jobctl")

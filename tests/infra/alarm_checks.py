@@ -44,9 +44,16 @@ LAG_MINUTES = 2
 
 
 def signals(spec: QueueSpec) -> list[str]:
-    """Every alarm signal the queue must have: the queue-wide ones (no retrying alarm where nothing is retried),
-    and one duration alarm per job."""
-    queue_wide = [signal for signal in SIGNALS if signal != "retrying" or spec.max_attempts > 1]
+    """Every alarm signal the queue must have: the queue-wide ones (no retrying alarm where nothing is retried; no
+    circuit-open or held-near-bound alarm where every job is durable: its worker runs none), and one duration alarm
+    per job."""
+    all_durable = all(job.durable is not None for job in spec.jobs)
+    queue_wide = [
+        signal
+        for signal in SIGNALS
+        if (signal != "retrying" or spec.max_attempts > 1)
+        and not (all_durable and signal in ("circuit-open", "held-near-bound"))
+    ]
     return [*queue_wide, *(f"duration-{job}" for job in spec.job_names)]
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from functions.worker.settings import ENV_QUEUE_NAME
 from infra.naming import physical_queue_name
+from infra.worker_code import HANDLER
 from sqs_jobs.specs import QueueSpec
 
 Resources = Mapping[str, Mapping[str, Any]]
@@ -55,10 +56,14 @@ def queue_id(resources: Resources, stack_name: str, spec: QueueSpec, *, dlq: boo
 
 
 def worker_id(resources: Resources, spec: QueueSpec) -> str:
+    """The queue's worker: its durable jobs' functions have its environment too, and their own handler."""
     return find_one(
         resources,
         "AWS::Lambda::Function",
-        lambda p: p.get("Environment", {}).get("Variables", {}).get(ENV_QUEUE_NAME) == spec.name,
+        lambda p: (
+            p.get("Environment", {}).get("Variables", {}).get(ENV_QUEUE_NAME) == spec.name
+            and p.get("Handler") == HANDLER
+        ),
     )
 
 
@@ -99,3 +104,22 @@ def conditioned(resource: str, condition: Mapping[str, Any]) -> str:
 
 def _as_list(value: object) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
+
+
+def durable_ids(synth: Any, job: str) -> dict[str, str]:
+    """A durable job's function, its alias and its log group, by logical ID (`synth`: tests.infra.conftest.Synth)."""
+    from functions.worker.settings import ENV_DURABLE_JOB
+    from infra.durable_function import DURABLE_HANDLER
+
+    resources = synth.resources
+    function = find_one(
+        resources,
+        "AWS::Lambda::Function",
+        lambda p: (
+            p.get("Handler") == DURABLE_HANDLER
+            and p.get("Environment", {}).get("Variables", {}).get(ENV_DURABLE_JOB) == job
+        ),
+    )
+    alias = find_one(resources, "AWS::Lambda::Alias", lambda p: p.get("FunctionName") == {"Ref": function})
+    log_group = str(props(resources, function)["LoggingConfig"]["LogGroup"]["Ref"])
+    return {"function": function, "alias": alias, "log_group": log_group}

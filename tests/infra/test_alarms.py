@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from infra.durable_function import DURABLE_FAILED, DURABLE_TIMED_OUT, durable_signal
 from infra.naming import alarm_name
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.limits import MINUTE
@@ -38,12 +39,20 @@ def test_every_queue_has_exactly_its_alarms(synth: Synth) -> None:
         f"{synth.context.stack_name}-schedules-failed-deliveries",
         f"{synth.context.stack_name}-batches-stalled",
     }
+    # ...and two per durable job: its executions failing or timing out (test_durable.py).
+    durable = {
+        alarm_name(synth.context.stack_name, spec.name, durable_signal(signal, job.name))
+        for spec in CATALOG
+        for job in spec.jobs
+        if job.durable is not None
+        for signal in (DURABLE_FAILED, DURABLE_TIMED_OUT)
+    }
 
-    assert names == expected | stack_wide
-    # 13 per queue (each retries its jobs), plus one per job: 14 for each of today's one-job queues; plus the
-    # stack-wide two.
+    assert names == expected | stack_wide | durable
+    # 13 per queue (each retries its jobs; 11 where every job is durable), plus one per job: 14 for each of today's
+    # one-job queues; plus the stack-wide two.
     assert all(spec.max_attempts > 1 for spec in CATALOG)
-    assert len(names) == sum(13 + len(spec.jobs) for spec in CATALOG) + 2
+    assert len(names) == sum(len(signals(spec)) for spec in CATALOG) + len(stack_wide) + len(durable)
 
 
 def test_every_alarm_name_lets_it_publish_to_the_topic(synth: Synth) -> None:
@@ -90,9 +99,10 @@ def test_default_thresholds_reach_the_template(synth: Synth, spec: QueueSpec) ->
     stalled = under_test.alarm("stalled")
     assert (stalled["DatapointsToAlarm"], stalled["EvaluationPeriods"]) == (10, 12)
     assert under_test.alarm("heartbeat-missing")["EvaluationPeriods"] == 15
-    assert under_test.alarm("circuit-open")["Threshold"] == 1
     assert under_test.alarm("retrying")["Threshold"] == 3
-    assert under_test.alarm("held-near-bound")["Threshold"] == 0.8
+    if "circuit-open" in signals(spec):  # not where every job is durable
+        assert under_test.alarm("circuit-open")["Threshold"] == 1
+        assert under_test.alarm("held-near-bound")["Threshold"] == 0.8
     for job in spec.job_names:
         expected_ms = 0.8 * spec.time_limit_s(job) * 1000
         assert under_test.alarm(f"duration-{job}")["Threshold"] == expected_ms

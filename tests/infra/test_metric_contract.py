@@ -41,19 +41,21 @@ from botocore.awsrequest import AWSResponse, HTTPHeaders
 from moto import mock_aws
 
 import functions.entry
+from example.orders_csv import orders_csv
 from example.records import invoice_item
 from example.standins.invoicing import FakeInvoicingApi
 from functions.jobs import dlq_review
 from functions.worker.clients import ClientFactory, new_session
 from functions.worker.names import FLOW_TAT, METRICS_NAMESPACE, flow_bucket_id
 from functions.worker.observability import Observability
+from infra.naming import queue_signals
 from jobctl.local.emulator import EventSourceMapping, Invocation
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import LocalDeployment, provision
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.flow_control import endpoint_rate_limit_name
 from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec
-from tests.infra.cfn import of_type, props, render, worker_id
+from tests.infra.cfn import durable_ids, of_type, props, render, worker_id
 from tests.infra.conftest import Synth
 from tests.infra.dashboard_checks import dashboard_body, plain_metrics
 
@@ -179,6 +181,32 @@ class Account:
         assert not unresolved, f"the template sets {sorted(unresolved)}, which WorkerSettings doesn't write"
         assert set(local) <= set(template), f"WorkerSettings writes {sorted(set(local) - set(template))} too"
         return {name: local.get(name, value) for name, value in template.items()}
+
+    def run_durable(self, spec: QueueSpec, job: str, import_id: str, csv: bytes) -> None:
+        """One durable execution of `job` to its end, in a fresh environment of its durable function."""
+        from aws_durable_execution_sdk_python_testing import DurableFunctionTestRunner
+
+        import functions.durable.entry
+        from functions.durable.payload import DurableStart
+        from functions.jobs.import_orders import csv_key
+
+        self.clients("s3").put_object(
+            Bucket=self.deployment.resources["imports_bucket"], Key=csv_key(import_id), Body=csv
+        )
+        self.become_worker(spec)
+        durable = props(self.synth.resources, durable_ids(self.synth, job)["function"])["Environment"]["Variables"]
+        local = self.deployment.worker_settings(spec.name).to_environ()
+        for name, value in durable.items():
+            self.monkeypatch.setenv(name, local.get(name, value) if not isinstance(value, str) else value)
+        self.monkeypatch.setattr(functions.durable.entry, "_runtime", None)
+        start = DurableStart(
+            body=json.dumps({"job": job, "id": import_id}),
+            key=f"{job}:{import_id}",
+            generation=0,
+            source_queue=self.deployment.queues[spec.name].arn,
+        )
+        with DurableFunctionTestRunner(functions.durable.entry.handler, skip_time=True) as runner:
+            runner.run(input=start.to_json(), execution_timeout=120, execution_name=import_id)
 
     def become_worker(self, spec: QueueSpec) -> None:
         """A fresh execution environment of the queue's worker: its environment, its role's credentials (as Lambda
@@ -346,10 +374,33 @@ def drive_maintenance(account: Account, spec: QueueSpec) -> None:
     account.faults.answers.clear()
 
 
+def drive_imports(account: Account, spec: QueueSpec) -> None:
+    """The durable import. Its worker only starts executions (moto has no durable functions: the start fails, a
+    runtime fault, and the record is handed back); the job's steps run in its durable function: the production
+    handler (functions.durable.entry) under AWS's durable execution testing SDK, in the environment the template
+    gives that function. A success, a permanent failure, and a step failing transiently until its attempts run out."""
+    from functions.jobs import import_orders
+
+    (job,) = spec.job_names
+    common_outcomes(account, spec)
+    account.job(spec.name, job, "contract-start")
+    account.deliver(spec)
+    account.run_durable(spec, job, "imp-ok", orders_csv("imp-ok", 10))
+    account.run_durable(spec, job, "imp-bad", orders_csv("imp-bad", 10, bad_row=3))
+
+    def unanswered(*_: Any) -> int:
+        raise TimeoutError("the table did not answer")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(import_orders, "import_chunk", unanswered)
+        account.run_durable(spec, job, "imp-down", orders_csv("imp-down", 10))
+
+
 DRIVERS = {
     "orders": drive_orders,
     "order_updates": drive_order_updates,
     "invoices": drive_invoices,
+    "imports": drive_imports,
     "maintenance": drive_maintenance,
 }
 
@@ -433,6 +484,8 @@ def test_the_contract_covers_every_alarm_on_the_runtimes_metrics(synth: Synth) -
         f"{synth.context.stack_name}-{spec.name}-{signal}"
         for spec in CATALOG
         for signal in (*per_queue, *(f"duration-{job}" for job in spec.job_names))
+        # A queue whose jobs are all durable has no breaker or hold alarm (infra.naming.queue_signals).
+        if signal in queue_signals(spec) or signal not in ("circuit-open", "held-near-bound")
     }
     assert alarms == expected | {f"{synth.context.stack_name}-batches-stalled"}
 

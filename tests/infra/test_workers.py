@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -16,14 +17,16 @@ from functions.worker.settings import (
     ENV_QUEUE_NAME,
     ENV_QUEUE_URL,
     ENV_RUNTIME_ROLE_ID,
+    durable_function_env_name,
     resource_env_name,
 )
 from sqs_jobs.batches import OPEN_LIFE_PREFIX
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.resources import AlarmTopic, DeadLetterQueues
-from sqs_jobs.specs import QueueSpec
+from sqs_jobs.specs import JobSpec, QueueSpec
 from tests.infra.cfn import (
     Permission,
+    durable_ids,
     find_one,
     of_type,
     permissions,
@@ -81,7 +84,8 @@ def _dead_letter_index(synth: Synth) -> dict[str, dict[str, str]]:
 
 def test_one_worker_per_catalog_queue(synth: Synth) -> None:
     functions = of_type(synth.resources, "AWS::Lambda::Function")
-    assert len(functions) == len(CATALOG.queues)
+    # And one function per durable job (test_durable.py).
+    assert len(functions) == len(CATALOG.queues) + len(_durable_jobs(CATALOG.queues))
     for spec in CATALOG:
         worker_id(synth.resources, spec)
 
@@ -123,6 +127,11 @@ def test_worker_environment_names_its_queue_dlq_table_and_resources(synth: Synth
             resource_env_name(resource): _resource_value(synth, resource)
             for resource in spec.resources
             if resource != "dead_letter_queues"
+        },
+        # Its durable jobs' functions, by their alias's ARN (what a Ref of an alias gives).
+        **{
+            durable_function_env_name(job.name): {"Ref": durable_ids(synth, job.name)["alias"]}
+            for job in _durable_jobs([spec])
         },
     }
 
@@ -195,6 +204,16 @@ def test_worker_role_has_exactly_the_grants_it_needs(synth: Synth, spec: QueueSp
     }
     for resource in spec.resources:
         expected |= _grant(synth, resource)
+    # A durable job's function shares the worker's role: its log group, its checkpoints, and the worker's start.
+    for job in _durable_jobs([spec]):
+        durable = durable_ids(synth, job.name)
+        expected |= {
+            ("logs:CreateLogStream", f"{durable['log_group']}.Arn"),
+            ("logs:PutLogEvents", f"{durable['log_group']}.Arn"),
+            ("lambda:CheckpointDurableExecution", f"{durable['function']}.Arn:*"),
+            ("lambda:GetDurableExecutionState", f"{durable['function']}.Arn:*"),
+            ("lambda:InvokeFunction", f"Ref:{durable['alias']}"),
+        }
 
     granted = permissions(role_statements(synth.resources, role_id(synth.resources, function)))
 
@@ -293,3 +312,7 @@ def test_only_workers_given_the_dlqs_or_the_alarm_topic_may_read_the_dlqs_or_pub
             assert not touches_dlqs, spec.name
         assert bool(publishes) == (AlarmTopic in kinds), spec.name
     assert readers, "the catalog has a job that reviews the DLQs"
+
+
+def _durable_jobs(queues: Iterable[QueueSpec]) -> list[JobSpec]:
+    return [job for spec in queues for job in spec.jobs if job.durable is not None]

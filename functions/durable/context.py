@@ -1,0 +1,229 @@
+"""DurableJobContext: what a durable job's code gets, in place of the SDK's DurableContext.
+
+The job never imports the durable execution SDK: it calls `context.step(name, fn)`, `context.wait(seconds)` and
+`context.heartbeat()`, and the runtime's promises apply to every step as to an ordinary job's run:
+- a failure is classified by the project's rules (functions/worker/classify.py, the job's PERMANENT_ERRORS and
+  TRANSIENT_ERRORS first): a permanent one fails the step at once, a transient one is retried after the queue's
+  backoff (functions/worker/backoff.py, full jitter), up to the queue's max_attempts per step;
+- each attempt is cut at the job's `durable.step_time_limit_s` (StepTimeLimitError, transient);
+- every step's start, end and retry is written to the key's durable record (functions/durable/record.py): the
+  heartbeat and what `jobctl job show` prints.
+A step's result is checkpointed by Lambda: on a replay (after a wait, a retry or a lost invocation) a finished step
+returns its checkpointed result without running again. A step interrupted mid-way (a crash, a killed process) runs
+again from its start: its writes must be idempotent (docs/workflows.md).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from aws_durable_execution_sdk_python.config import Duration, StepConfig
+from aws_durable_execution_sdk_python.exceptions import StepError
+from aws_durable_execution_sdk_python.retries import RetryDecision
+
+from functions.durable.record import LAST_ERROR, LAST_ERROR_TYPE, NEXT_RETRY_AT, NOTE, STEP, STEP_ATTEMPT, STEPS_DONE
+from functions.worker.backoff import backoff_delay_s
+from functions.worker.classify import classify
+from functions.worker.errors import DurableStepFailedError, StepTimeLimitError, WorkerConfigError
+from functions.worker.names import DURATION, FAILED, RETRIED, RETRY_ATTEMPT, DeadLetterFailure
+from functions.worker.observability import BatchTally
+
+if TYPE_CHECKING:
+    from aws_durable_execution_sdk_python.context import DurableContext
+    from aws_durable_execution_sdk_python.types import StepContext
+    from aws_lambda_powertools import Logger
+
+    from functions.durable.record import DurableRecords
+    from functions.worker.clients import ClientFactory
+    from functions.worker.jobs import LoadedJob
+    from functions.worker.observability import Observability
+    from sqs_jobs.envelope import Envelope
+    from sqs_jobs.specs import QueueSpec
+
+T = TypeVar("T")
+
+# Step names of the runtime's own steps: a job's step may not take them.
+RUNTIME_STEP_PREFIX = "jobs."
+MAX_NOTE_CHARS = 200
+
+
+class DurableJobContext:
+    """One durable execution's view for the job's code: its envelope and key, its resources and clients, and
+    checkpointed steps, waits and heartbeats."""
+
+    def __init__(
+        self,
+        sdk: DurableContext,
+        *,
+        envelope: Envelope,
+        key: str,
+        generation: int,
+        job: LoadedJob,
+        queue: QueueSpec,
+        records: DurableRecords,
+        resources: Mapping[str, str],
+        clients: ClientFactory,
+        logger: Logger,
+        observability: Observability | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._sdk = sdk
+        self.envelope = envelope
+        self.key = key
+        self.generation = generation
+        self._job = job
+        self._queue = queue
+        self._records = records
+        self.resources = resources
+        self.clients = clients
+        self.logger = logger
+        self._rng = rng or random.Random()
+        self._clock = clock
+        # Each step attempt counts as a run of an ordinary job does: JobDuration, JobFailed, JobRetried and
+        # RetryAttempt, under the queue and the job, so the queue's alarms and dashboard see durable jobs too.
+        self._obs = observability
+        self._tally = BatchTally()
+        self._steps_passed = 0
+        # The step that failed for good in this invocation, with why: the dead letter's evidence.
+        self.failure: DurableStepFailedError | None = None
+
+    # --- what the job calls -----------------------------------------------------------------------------------
+
+    def resource(self, name: str) -> str:
+        try:
+            return self.resources[name]
+        except KeyError:
+            raise WorkerConfigError(
+                f"job {self.envelope.job!r} needs resource {name!r}, which its JobSpec.resources does not list"
+            ) from None
+
+    def client(self, service: str) -> Any:
+        return self.clients(service)
+
+    def step(self, name: str, fn: Callable[[], T]) -> T:
+        """Run `fn()` once as the checkpointed step `name` and return its result (JSON-serializable), or on a
+        replay the result it had. Names must be unique within the execution and stable across deployments: Lambda
+        matches a replay's steps to its checkpoints by their order and names."""
+        if name.startswith(RUNTIME_STEP_PREFIX):
+            raise WorkerConfigError(f"step name {name!r}: names starting {RUNTIME_STEP_PREFIX!r} are the runtime's")
+        ran = False
+
+        def attempt(step_context: StepContext) -> T:
+            nonlocal ran
+            ran = True
+            self._beat(**{STEP: name, STEP_ATTEMPT: step_context.attempt, NEXT_RETRY_AT: None})
+            started = time.monotonic()
+            try:
+                return self._within_limit(name, fn)
+            finally:
+                self._tally.sample(self._job.spec.name, DURATION, round((time.monotonic() - started) * 1000, 3))
+
+        try:
+            result = self._sdk.step(attempt, name=name, config=StepConfig(retry_strategy=self._retry_of(name)))
+        except StepError as error:
+            raise self._failed(name, error) from error
+        finally:  # also when the SDK suspends the invocation for a retry's delay
+            self.flush_metrics()
+        self._steps_passed += 1
+        if ran:  # a replayed step wrote its record when it ran
+            self._beat(**{STEP: name, STEPS_DONE: self._steps_passed, STEP_ATTEMPT: None})
+        return result
+
+    def wait(self, seconds: int, name: str | None = None) -> None:
+        """Suspend the execution for `seconds` (at least 1): no invocation runs, and none is billed, meanwhile."""
+        self._sdk.wait(Duration.from_seconds(seconds), name=name)
+
+    def heartbeat(self, note: str = "") -> None:
+        """Say the execution is alive (and, optionally, how far it is): written to its durable record now."""
+        self._beat(**({NOTE: note[:MAX_NOTE_CHARS]} if note else {}))
+
+    def progress(self, done: float, total: float | None = None, note: str = "") -> None:
+        shown = f"{done:g}/{total:g}" if total is not None else f"{done:g}"
+        self.heartbeat(f"{shown} {note}".strip())
+
+    # --- the runtime's part -----------------------------------------------------------------------------------
+
+    @property
+    def steps_passed(self) -> int:
+        return self._steps_passed
+
+    def flush_metrics(self) -> None:
+        if self._obs is not None:
+            self._tally.flush(self._obs, self._queue.name)
+
+    def _beat(self, **values: Any) -> None:
+        try:
+            self._records.beat(self.key, self.generation, **values)
+        except Exception:  # the record is for operators: a write that fails never fails the job
+            self.logger.warning("could not write the durable record", exc_info=True)
+
+    def _within_limit(self, name: str, fn: Callable[[], T]) -> T:
+        """`fn()` in a thread of its own, waited for at most the step's time limit (a thread can't be killed: a
+        cut step's thread runs on, unwaited, as a cut run's does in the worker)."""
+        limit_s = self._job.spec.durable.step_time_limit_s if self._job.spec.durable else None
+        outcome: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                outcome["value"] = fn()
+            except BaseException as error:  # carried to the waiting thread
+                outcome["error"] = error
+
+        thread = threading.Thread(target=target, name=f"step-{name}", daemon=True)
+        thread.start()
+        thread.join(limit_s)
+        if thread.is_alive():
+            raise StepTimeLimitError(f"step {name!r} ran past its {limit_s}s time limit")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]  # type: ignore[no-any-return]
+
+    def _retry_of(self, name: str) -> Callable[[Exception, int], RetryDecision]:
+        def decide(error: Exception, attempt: int) -> RetryDecision:
+            found = classify(error, self._job.permanent_errors, self._job.transient_errors)
+            self._tally.add(self._job.spec.name, FAILED)
+            last = {LAST_ERROR_TYPE: type(error).__name__, LAST_ERROR: str(error)[:1024], STEP_ATTEMPT: attempt}
+            if not found.transient or attempt >= self._queue.max_attempts:
+                failure = DeadLetterFailure.RETRIES_EXHAUSTED if found.transient else DeadLetterFailure.PERMANENT
+                self.failure = DurableStepFailedError(
+                    name, type(error).__name__, str(error), failure, attempt, "".join(traceback.format_exception(error))
+                )
+                self._beat(**{**last, NEXT_RETRY_AT: None})
+                return RetryDecision.no_retry()
+            delay_s = max(
+                1,
+                backoff_delay_s(
+                    attempt, self._queue.backoff_base_s, self._queue.backoff_cap_s, self._rng, found.retry_after_s
+                ),
+            )
+            self._tally.add(self._job.spec.name, RETRIED)
+            self._tally.sample(self._job.spec.name, RETRY_ATTEMPT, attempt)
+            self.logger.info(
+                "durable step failed; retried after a backoff",
+                extra={"step": name, "attempt": attempt, "delay_s": delay_s, "reason": found.reason},
+            )
+            self._beat(**{**last, NEXT_RETRY_AT: self._clock() + delay_s})
+            return RetryDecision.retry(Duration.from_seconds(delay_s))
+
+        return decide
+
+    def _failed(self, name: str, error: StepError) -> DurableStepFailedError:
+        """The step's failure for good: as the retry decision saw it in this invocation, or (on a replay, where the
+        SDK returns the checkpointed failure without asking again) rebuilt from the checkpoint."""
+        if self.failure is not None and self.failure.step == name:
+            return self.failure
+        self.failure = DurableStepFailedError(
+            name,
+            error.error_type,
+            error.message or "",
+            DeadLetterFailure.PERMANENT,
+            self._queue.max_attempts,
+            "".join(error.stack_trace or []),
+        )
+        return self.failure

@@ -1,0 +1,238 @@
+"""A durable job's record: one item per job key in the idempotency table, beside the key's Powertools record.
+
+What the dispatcher, the durable function and `jobctl job show` share:
+- `generation`: how many of the key's executions ended in failure. The execution's name is made from the key and
+  this number (sqs_jobs.durable.execution_name), so a second start of a running or finished execution is a no-op
+  (Lambda returns the existing execution for a known name), while a redrive after a failure starts a new one.
+- the execution's state as its handler last wrote it: status, the step running or done, steps done, the step's
+  attempt and next retry, and `beat_at` (the heartbeat: written at every step's start and end, and by
+  `context.heartbeat()`). Lambda keeps the execution's own history; this is what the operator reads without it.
+
+Writes are unconditional puts of a few attributes (UpdateItem): the handler runs one invocation at a time per
+execution, so nothing races them but a late write of an execution a newer generation replaced, which carries its
+generation and is refused (ConditionExpression on `generation`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+RECORD_PREFIX = "durable#"
+
+# Statuses, as Lambda names an execution's (API_Execution's Status), plus STARTING: dispatched, not yet running.
+STARTING = "STARTING"
+RUNNING = "RUNNING"
+SUCCEEDED = "SUCCEEDED"
+FAILED = "FAILED"
+
+GENERATION = "generation"
+STATUS = "status"
+EXECUTION_NAME = "execution_name"
+EXECUTION_ARN = "execution_arn"
+JOB = "job"
+KEY = "key"
+STEP = "step"
+STEPS_DONE = "steps_done"
+STEP_ATTEMPT = "step_attempt"
+NEXT_RETRY_AT = "next_retry_at"
+LAST_ERROR_TYPE = "last_error_type"
+LAST_ERROR = "last_error"
+STARTED_AT = "started_at"
+BEAT_AT = "beat_at"
+ENDED_AT = "ended_at"
+NOTE = "note"
+EXPIRATION = "expiration"
+MAX_TEXT_CHARS = 1024
+
+
+def durable_record_id(key: str) -> str:
+    """The record's partition key for a job key (`<job>:<key>`): its own prefix, never a Powertools record's."""
+    return RECORD_PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class DurableState:
+    """The record as read: what `jobctl job show` prints."""
+
+    key: str
+    generation: int
+    status: str | None
+    execution_name: str | None
+    execution_arn: str | None
+    step: str | None
+    steps_done: int
+    step_attempt: int | None
+    next_retry_at: float | None
+    last_error_type: str | None
+    last_error: str | None
+    started_at: float | None
+    beat_at: float | None
+    ended_at: float | None
+    note: str | None
+
+    @classmethod
+    def of(cls, key: str, item: Mapping[str, Any] | None) -> DurableState:
+        item = item or {}
+
+        def number(name: str) -> float | None:
+            value = item.get(name)
+            return float(value) if value is not None else None
+
+        def text(name: str) -> str | None:
+            value = item.get(name)
+            return str(value) if value is not None else None
+
+        attempt = item.get(STEP_ATTEMPT)
+        return cls(
+            key=key,
+            generation=int(item.get(GENERATION, 0)),
+            status=text(STATUS),
+            execution_name=text(EXECUTION_NAME),
+            execution_arn=text(EXECUTION_ARN),
+            step=text(STEP),
+            steps_done=int(item.get(STEPS_DONE, 0)),
+            step_attempt=int(attempt) if attempt is not None else None,
+            next_retry_at=number(NEXT_RETRY_AT),
+            last_error_type=text(LAST_ERROR_TYPE),
+            last_error=text(LAST_ERROR),
+            started_at=number(STARTED_AT),
+            beat_at=number(BEAT_AT),
+            ended_at=number(ENDED_AT),
+            note=text(NOTE),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: value for name, value in self.__dict__.items() if value is not None}
+
+
+class StaleGenerationError(Exception):
+    """A write of an execution whose key has moved on to a newer generation (a redrive started a new one)."""
+
+
+class DurableRecords:
+    """Reads and writes durable jobs' records in the idempotency table. `client()` gives the DynamoDB client for one
+    call; `expiry_s` is how long a record outlives its last write (the queue's idempotency_expiry_s)."""
+
+    def __init__(
+        self,
+        client: Callable[[], Any],
+        table: str,
+        expiry_s: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._table = table
+        self._expiry_s = expiry_s
+        self._clock = clock
+
+    def read(self, key: str) -> DurableState:
+        response = self._client().get_item(
+            TableName=self._table, Key={"id": {"S": durable_record_id(key)}}, ConsistentRead=True
+        )
+        return DurableState.of(key, _plain(response.get("Item")))
+
+    def started(self, key: str, job: str, generation: int, execution_name: str, execution_arn: str | None) -> None:
+        """The dispatcher started (or found) the execution of `generation`."""
+        now = self._clock()
+        values: dict[str, Any] = {KEY: key, JOB: job, EXECUTION_NAME: execution_name, STATUS: STARTING, BEAT_AT: now}
+        if execution_arn:
+            values[EXECUTION_ARN] = execution_arn
+        self._update(key, generation, values)
+
+    def beat(self, key: str, generation: int, **values: Any) -> None:
+        """The execution's handler says where it is (RUNNING, a step, steps done, a retry's time, a note)."""
+        now = self._clock()
+        fields = {STATUS: RUNNING, BEAT_AT: now, **{name: value for name, value in values.items()}}
+        self._update(key, generation, fields, remove_none=True)
+
+    def first_start(self, key: str, generation: int, started_at: float) -> None:
+        self._update(key, generation, {STARTED_AT: started_at}, only_if_absent=STARTED_AT)
+
+    def ended(self, key: str, generation: int, succeeded: bool, error_type: str = "", error: str = "") -> None:
+        """The execution ended: a failure moves the key to the next generation, so a redrive starts a new one."""
+        now = self._clock()
+        values: dict[str, Any] = {STATUS: SUCCEEDED if succeeded else FAILED, ENDED_AT: now, BEAT_AT: now}
+        if not succeeded:
+            values[LAST_ERROR_TYPE] = error_type[:MAX_TEXT_CHARS] or "(unknown)"
+            values[LAST_ERROR] = error[:MAX_TEXT_CHARS] or "(no message)"
+        values[NEXT_RETRY_AT] = None
+        self._update(key, generation, values, remove_none=True, next_generation=not succeeded)
+
+    def _update(
+        self,
+        key: str,
+        generation: int,
+        values: Mapping[str, Any],
+        *,
+        remove_none: bool = False,
+        only_if_absent: str | None = None,
+        next_generation: bool = False,
+    ) -> None:
+        names: dict[str, str] = {"#generation": GENERATION, "#expiration": EXPIRATION}
+        attribute_values: dict[str, Any] = {
+            ":generation": {"N": str(generation)},
+            ":expiration": {"N": str(int(self._clock()) + self._expiry_s)},
+        }
+        sets = ["#expiration = :expiration"]
+        removes: list[str] = []
+        for index, (name, value) in enumerate(values.items()):
+            names[f"#a{index}"] = name
+            if value is None:
+                if remove_none:
+                    removes.append(f"#a{index}")
+                continue
+            attribute_values[f":v{index}"] = _attribute(value)
+            sets.append(f"#a{index} = :v{index}")
+        if next_generation:
+            attribute_values[":next"] = {"N": str(generation + 1)}
+            sets.append("#generation = :next")
+        else:
+            sets.append("#generation = :generation")
+        condition = "attribute_not_exists(#generation) OR #generation = :generation"
+        if only_if_absent is not None:
+            names["#absent"] = only_if_absent
+            condition = f"({condition}) AND attribute_not_exists(#absent)"
+        expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        try:
+            self._client().update_item(
+                TableName=self._table,
+                Key={"id": {"S": durable_record_id(key)}},
+                UpdateExpression=expression,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=attribute_values,
+            )
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            if only_if_absent is None:
+                raise StaleGenerationError(f"{key}: generation {generation} is no longer the key's") from error
+
+
+def _attribute(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"BOOL": value}
+    if isinstance(value, int | float):
+        return {"N": repr(round(float(value), 3)) if isinstance(value, float) else str(value)}
+    return {"S": str(value)}
+
+
+def _plain(item: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if item is None:
+        return None
+    plain: dict[str, Any] = {}
+    for name, value in item.items():
+        if "S" in value:
+            plain[name] = value["S"]
+        elif "N" in value:
+            number = float(value["N"])
+            plain[name] = int(number) if number.is_integer() else number
+        elif "BOOL" in value:
+            plain[name] = value["BOOL"]
+    return plain
