@@ -230,10 +230,12 @@ def test_each_member_end_keeps_the_batch_past_its_dlqs_retention(harness: Harnes
         ([("member", "1")], {"description": "x" * 300}, BatchDefinitionError),
         ([("member", "1"), ("member", "a\u202eb")], {}, EnvelopeFieldError),
         ([("member", "1"), ("no_such_job", "1")], {}, UnknownJobError),
+        # A member of another batch: a message counts toward one batch.
+        ([Envelope("member", "1", batch=BatchMember("e" * 32, 0))], {}, BatchDefinitionError),
     ],
 )
 def test_a_batch_that_cant_be_kept_is_refused_before_anything_is_written(
-    harness: Harness, jobs: list[tuple[str, str]], options: dict[str, Any], error: type[Exception]
+    harness: Harness, jobs: list[Any], options: dict[str, Any], error: type[Exception]
 ) -> None:
     with pytest.raises(error):
         harness.stack_publisher().batch(jobs, **options)
