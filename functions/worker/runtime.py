@@ -380,7 +380,11 @@ class Worker:
         try:
             outcome = self._executor.run(execution, key)
         except Exception as error:
-            return self._settlement.after_error(job, envelope, delivery, key, execution, error)
+            verdict = self._settlement.after_error(job, envelope, delivery, key, execution, error)
+            if envelope.batch is not None and isinstance(verdict, Done) and verdict.outcome is Outcome.SUCCEEDED:
+                # Its run completed, its completion unwritten: acknowledged all the same, so counted now.
+                return self._count_member(envelope, delivery, verdict.outcome) or verdict
+            return verdict
         finally:
             elapsed_ms = execution.elapsed_ms()
             if elapsed_ms is not None:

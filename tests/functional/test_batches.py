@@ -348,3 +348,16 @@ def test_the_console_batch_page_shows_every_value_as_text(harness: Harness, tmp_
     missing = browser.get(f"/batches?id={'a' * 32}", base_url="http://127.0.0.1:8080")
     bad = browser.get("/batches?id=nope", base_url="http://127.0.0.1:8080")
     assert (missing.status_code, bad.status_code) == (404, 400)
+
+
+def test_a_member_whose_completion_could_not_be_written_is_counted_all_the_same(harness: Harness) -> None:
+    from tests.functional.test_job_results import fail_completion_writes
+
+    # Given a one-member batch whose run succeeds and whose completion writes both fail (acknowledged anyway)
+    batch_id = harness.stack_publisher().batch([("member", "5")], on_complete=DONE)
+    fail_completion_writes(harness, times=2, queue="members")
+    drain(harness, "members")
+    drain(harness, "callbacks")
+    # Then the member is counted (it was acknowledged), and the batch calls back
+    assert batch_item(harness, batch_id)["succeeded"]["NS"] == ["0"]
+    assert callback_runs() == 1
