@@ -142,13 +142,16 @@ class Execution:
         from functions.worker.next_steps import with_steps
         from functions.worker.results import NOT_JSON, ResultNotStorableError, storable
 
+        kept = None
         try:
-            return with_steps(storable(result), context.next_steps)
+            kept = storable(result)
         except ResultNotStorableError as error:
             self.on_result_dropped(error.reason, str(error))
         except Exception as error:  # a result whose own code raises while it is read: still the job's output
             self.on_result_dropped(NOT_JSON, f"reading the result raised {type(error).__name__}: {error}")
-        return with_steps(None, context.next_steps)
+        # Kept here too: if the record's completion can't be written, its next steps are still published.
+        self.returned = with_steps(kept, context.next_steps)
+        return self.returned
 
     def elapsed_ms(self) -> float | None:
         """How long the job's code ran; None if it never started."""

@@ -381,26 +381,31 @@ class Worker:
             outcome = self._executor.run(execution, key)
         except Exception as error:
             verdict = self._settlement.after_error(job, envelope, delivery, key, execution, error)
-            if envelope.batch is not None and isinstance(verdict, Done) and verdict.outcome is Outcome.SUCCEEDED:
-                # Its run completed, its completion unwritten: acknowledged all the same, so counted now.
-                return self._count_member(envelope, delivery, verdict.outcome) or verdict
+            if isinstance(verdict, Done) and verdict.outcome is Outcome.SUCCEEDED:
+                # Its run completed, its completion unwritten: acknowledged all the same, so followed up now.
+                return self._followed_up(envelope, delivery, execution.returned, verdict.outcome) or verdict
             return verdict
         finally:
             elapsed_ms = execution.elapsed_ms()
             if elapsed_ms is not None:
                 self._tally.sample(envelope.job, DURATION, elapsed_ms)
+        return self._followed_up(envelope, delivery, execution.returned, outcome) or self._settlement.done(
+            envelope, outcome
+        )
+
+    def _followed_up(self, envelope: Envelope, delivery: Delivery, returned: Any, outcome: Outcome) -> Verdict | None:
+        """What follows a run that succeeded (or its duplicate), before its message is acknowledged: the next steps it
+        named are published, and a batch member is counted. None: done; else the verdict of what failed."""
         from functions.worker.next_steps import steps_of
 
-        steps = steps_of(execution.returned)
+        steps = steps_of(returned)
         if steps:
             published = self._publish_next_steps(envelope, delivery, steps)
             if published is not None:
                 return published
         if envelope.batch is not None:
-            counted = self._count_member(envelope, delivery, outcome)
-            if counted is not None:
-                return counted
-        return self._settlement.done(envelope, outcome)
+            return self._count_member(envelope, delivery, outcome)
+        return None
 
     def _publish_next_steps(
         self, envelope: Envelope, delivery: Delivery, steps: list[tuple[str, str, str | None]]

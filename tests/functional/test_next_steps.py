@@ -81,3 +81,13 @@ def test_a_next_step_the_job_may_not_publish_is_a_permanent_failure_with_evidenc
     assert evidence["jobs.error_type"] == "NextStepNotAllowedError"
     assert evidence["jobs.failure"] == "permanent"
     assert harness.queue_counts("second") == (0, 0)
+
+
+def test_a_run_whose_completion_could_not_be_written_still_publishes_its_next_step(harness: Harness) -> None:
+    from tests.functional.test_job_results import fail_completion_writes
+
+    fail_completion_writes(harness, times=2, queue="first")
+    harness.send(json.dumps({"job": "step_one", "id": "9"}), queue="first")
+    drain(harness, "first")
+    drain(harness, "second")
+    assert stepper.RUNS == ["step_one:9", "step_two:9"]
