@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from functions.worker.run_ledger import is_condition_failure
 from sqs_jobs.batches import (
     COMPLETE,
     COMPLETE_PUBLISHED_AT,
@@ -43,7 +44,6 @@ from sqs_jobs.envelope import Envelope, parse_envelope
 if TYPE_CHECKING:
     from sqs_jobs.publisher import JobPublisher
 
-_CONDITION_FAILED = "ConditionalCheckFailedException"
 _PUBLISHED = {SUCCESS: SUCCESS_PUBLISHED_AT, COMPLETE: COMPLETE_PUBLISHED_AT}
 _WHOLE_AT = {SUCCESS: SUCCEEDED_AT, COMPLETE: COMPLETED_AT}
 _CALLBACK = {SUCCESS: ON_SUCCESS, COMPLETE: ON_COMPLETE}
@@ -71,11 +71,6 @@ def _envelope_of(text: str) -> Envelope:
     """A next step's envelope as its chain stored it (checked again when it is published)."""
     job = json.loads(text).get("job")
     return parse_envelope(text, [job] if isinstance(job, str) else [])
-
-
-def _is_condition_failure(error: BaseException) -> bool:
-    response = getattr(error, "response", None)
-    return isinstance(response, dict) and response.get("Error", {}).get("Code") == _CONDITION_FAILED
 
 
 class BatchMembers:
@@ -155,7 +150,7 @@ class BatchMembers:
                 ReturnValues="ALL_NEW",
             )
         except Exception as error:
-            if _is_condition_failure(error):
+            if is_condition_failure(error):
                 return None
             raise
         attributes = response.get("Attributes", {})
@@ -212,7 +207,7 @@ class BatchMembers:
                 ExpressionAttributeValues={":now": {"N": now}, ":zero": {"N": "0"}},
             )
         except Exception as error:
-            if _is_condition_failure(error):
+            if is_condition_failure(error):
                 return []
             raise
         return kinds

@@ -404,21 +404,32 @@ class Worker:
         try:
             outcome = self._executor.run(execution, key)
         except Exception as error:
-            return self._settlement.after_error(job, envelope, delivery, key, execution, error)
+            verdict = self._settlement.after_error(job, envelope, delivery, key, execution, error)
+            if isinstance(verdict, Done) and verdict.outcome is Outcome.SUCCEEDED:
+                # Its run completed, its completion unwritten: acknowledged all the same, so followed through now.
+                return self._followed_through(job, envelope, delivery, execution.follow_ups, verdict.outcome) or verdict
+            return verdict
         finally:
             elapsed_ms = execution.elapsed_ms()
             if elapsed_ms is not None:
                 self._tally.sample(envelope.job, DURATION, elapsed_ms)
         follow_ups = execution.follow_ups if outcome is Outcome.SUCCEEDED else self._ledger.replayed_follow_ups()
+        return self._followed_through(job, envelope, delivery, follow_ups, outcome) or self._settlement.done(
+            envelope, outcome
+        )
+
+    def _followed_through(
+        self, job: LoadedJob, envelope: Envelope, delivery: Delivery, follow_ups: str | None, outcome: Outcome
+    ) -> Verdict | None:
+        """What follows a run that succeeded (or its duplicate), before its message is acknowledged: its follow-ups
+        published and, for a batch member, its end counted. None: done; else the verdict of what failed."""
         if follow_ups is not None:
             unpublished = self._publish_follow_ups(job, envelope, delivery, follow_ups)
             if unpublished is not None:
                 return unpublished
         if envelope.batch is not None:
-            counted = self._count_member(envelope, delivery, outcome)
-            if counted is not None:
-                return counted
-        return self._settlement.done(envelope, outcome)
+            return self._count_member(envelope, delivery, outcome)
+        return None
 
     def _publish_follow_ups(self, job: LoadedJob, envelope: Envelope, delivery: Delivery, kept: str) -> Verdict | None:
         """The follow-ups a succeeded run asked for (`context.then`), published before its message is acknowledged:

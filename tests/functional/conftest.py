@@ -30,6 +30,7 @@ from jobctl.local.moto_locks import serialize_moto
 from jobctl.local.moto_senders import record_senders
 from jobctl.local.provision import LocalDeployment, provision
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.publisher import JobPublisher
 from sqs_jobs.specs import Catalog
 
 REGION = "us-east-1"
@@ -94,6 +95,16 @@ class Harness:
         test's own (a producer's)."""
         deployment = provision(provisioning_clients(), catalog=catalog, settings=settings)
         return cls(clients=clients, deployment=deployment, catalog=catalog)
+
+    def stack_publisher(self) -> JobPublisher:
+        """A publisher as a service builds it from the stack's parameters, with the batch table (batches, chains)."""
+        return JobPublisher.from_stack(
+            self.clients("ssm"),
+            self.clients("sqs"),
+            stack_name=self.deployment.stack_name,
+            catalog=self.catalog,
+            dynamodb_client=self.clients("dynamodb"),
+        )
 
     def worker_clients(self, queue: str = "orders") -> ClientFactory:
         """The queue's worker's clients: on its role's credentials, as Lambda runs it (the harness's own

@@ -57,16 +57,6 @@ def harness(clients: ClientFactory) -> Iterator[Harness]:
     yield Harness.provisioned(clients, CATALOG)
 
 
-def publisher(harness: Harness) -> JobPublisher:
-    return JobPublisher.from_stack(
-        harness.clients("ssm"),
-        harness.clients("sqs"),
-        stack_name=harness.deployment.stack_name,
-        catalog=CATALOG,
-        dynamodb_client=harness.clients("dynamodb"),
-    )
-
-
 def drain(harness: Harness, queue: str) -> None:
     while harness.deliver(queue) is not None:
         pass
@@ -90,7 +80,7 @@ def callback_keys() -> list[str]:
 
 def test_every_member_succeeding_publishes_both_callbacks_once(harness: Harness) -> None:
     # Given a batch of five members with both callbacks
-    batch_id = publisher(harness).batch(
+    batch_id = harness.stack_publisher().batch(
         [("member", str(n)) for n in range(5)], on_success=DONE, on_complete=DONE, description="import 1"
     )
     # When every member runs
@@ -110,7 +100,7 @@ def test_every_member_succeeding_publishes_both_callbacks_once(harness: Harness)
 
 def test_a_dead_lettered_member_completes_the_batch_without_success_until_redriven(harness: Harness) -> None:
     # Given a batch whose member "bad-1" fails permanently
-    batch_id = publisher(harness).batch(
+    batch_id = harness.stack_publisher().batch(
         [("member", "1"), ("member", "bad-1"), ("member", "2")], on_success=DONE, on_complete=DONE
     )
     drain(harness, "members")
@@ -139,7 +129,7 @@ def test_a_dead_lettered_member_completes_the_batch_without_success_until_redriv
 
 def test_a_recount_after_a_crash_publishes_nothing_again(harness: Harness) -> None:
     # Given a one-member batch that completed
-    batch_id = publisher(harness).batch([("member", "7")], on_complete=DONE)
+    batch_id = harness.stack_publisher().batch([("member", "7")], on_complete=DONE)
     drain(harness, "members")
     # When the member's message comes again (a worker died after counting, before acknowledging)
     harness.send(json.dumps({"job": "member", "id": "7", "batch": f"{batch_id}.0"}), queue="members")
@@ -153,7 +143,7 @@ def test_a_recount_after_a_crash_publishes_nothing_again(harness: Harness) -> No
 
 def test_two_workers_ending_the_last_two_members_at_once_publish_once(harness: Harness) -> None:
     # Given a batch with its first member counted, and two workers' counters of it
-    batch_id = publisher(harness).batch([("member", str(n)) for n in range(3)], on_complete=DONE)
+    batch_id = harness.stack_publisher().batch([("member", str(n)) for n in range(3)], on_complete=DONE)
     members = [Envelope("member", str(n), batch=BatchMember(batch_id, n)) for n in range(3)]
     sent = []
 
@@ -200,7 +190,7 @@ def test_two_workers_ending_the_last_two_members_at_once_publish_once(harness: H
 
 def test_a_forged_batch_field_is_a_permanent_failure_and_counts_nothing(harness: Harness) -> None:
     # Given a real batch, and a message claiming a member index it does not have, and one of a batch never made
-    batch_id = publisher(harness).batch([("member", "1")], on_complete=DONE)
+    batch_id = harness.stack_publisher().batch([("member", "1")], on_complete=DONE)
     before = batch_item(harness, batch_id)
     harness.send(json.dumps({"job": "member", "id": "9", "batch": f"{batch_id}.5"}), queue="members")
     harness.send(json.dumps({"job": "member", "id": "8", "batch": f"{'f' * 32}.0"}), queue="members")
@@ -220,7 +210,7 @@ def test_a_forged_batch_field_is_a_permanent_failure_and_counts_nothing(harness:
 
 
 def test_each_member_end_keeps_the_batch_past_its_dlqs_retention(harness: Harness) -> None:
-    batch_id = publisher(harness).batch([("member", "1"), ("member", "2")])
+    batch_id = harness.stack_publisher().batch([("member", "1"), ("member", "2")])
     created = int(batch_item(harness, batch_id)[EXPIRATION]["N"])
     drain(harness, "members")
     item = batch_item(harness, batch_id)
@@ -240,13 +230,15 @@ def test_each_member_end_keeps_the_batch_past_its_dlqs_retention(harness: Harnes
         ([("member", "1")], {"description": "x" * 300}, BatchDefinitionError),
         ([("member", "1"), ("member", "a\u202eb")], {}, EnvelopeFieldError),
         ([("member", "1"), ("no_such_job", "1")], {}, UnknownJobError),
+        # A member of another batch: a message counts toward one batch.
+        ([Envelope("member", "1", batch=BatchMember("e" * 32, 0))], {}, BatchDefinitionError),
     ],
 )
 def test_a_batch_that_cant_be_kept_is_refused_before_anything_is_written(
-    harness: Harness, jobs: list[tuple[str, str]], options: dict[str, Any], error: type[Exception]
+    harness: Harness, jobs: list[Any], options: dict[str, Any], error: type[Exception]
 ) -> None:
     with pytest.raises(error):
-        publisher(harness).batch(jobs, **options)
+        harness.stack_publisher().batch(jobs, **options)
     scanned = harness.clients("dynamodb").scan(TableName=harness.deployment.idempotency_table)
     assert scanned["Count"] == 0
     assert harness.queue_counts("members") == (0, 0)
@@ -272,7 +264,7 @@ def test_jobctl_batch_show_lists_members_by_state_and_the_callbacks(harness: Har
 
     # Given a batch with a hostile description, one member dead-lettered, one succeeded and one not yet run
     hostile = "import \u202e[bold]gnp.exe[/bold]\x1b[2J"
-    batch_id = publisher(harness).batch(
+    batch_id = harness.stack_publisher().batch(
         [("member", "1"), ("member", "bad-1")], on_success=DONE, on_complete=DONE, description=hostile
     )
     drain(harness, "members")
@@ -312,10 +304,10 @@ def test_each_heartbeat_counts_the_batches_no_member_has_ended_in_for_an_hour(ha
     from tests.functional.conftest import metric_values
 
     # Given three batches: one whose members all ended, one open and quiet for over an hour, one open and recent
-    done = publisher(harness).batch([("member", "1")])
+    done = harness.stack_publisher().batch([("member", "1")])
     drain(harness, "members")
-    quiet = publisher(harness).batch([("member", "2"), ("member", "3")])
-    publisher(harness).batch([("member", "4")])
+    quiet = harness.stack_publisher().batch([("member", "2"), ("member", "3")])
+    harness.stack_publisher().batch([("member", "4")])
     for batch_id in (done, quiet):
         harness.clients("dynamodb").update_item(
             TableName=harness.deployment.idempotency_table,
@@ -338,7 +330,7 @@ def test_the_console_batch_page_shows_every_value_as_text(harness: Harness, tmp_
 
     # Given a batch whose description and member IDs carry markup and hidden characters
     hostile = "<script>alert(1)</script>\u202egnp.exe"
-    batch_id = publisher(harness).batch(
+    batch_id = harness.stack_publisher().batch(
         [("member", "bad-<b>x</b>"), ("member", "ok-1")], on_complete=DONE, description=hostile
     )
     drain(harness, "members")
@@ -356,3 +348,16 @@ def test_the_console_batch_page_shows_every_value_as_text(harness: Harness, tmp_
     missing = browser.get(f"/batches?id={'a' * 32}", base_url="http://127.0.0.1:8080")
     bad = browser.get("/batches?id=nope", base_url="http://127.0.0.1:8080")
     assert (missing.status_code, bad.status_code) == (404, 400)
+
+
+def test_a_member_whose_completion_could_not_be_written_is_counted_all_the_same(harness: Harness) -> None:
+    from tests.functional.test_job_results import fail_completion_writes
+
+    # Given a one-member batch whose run succeeds and whose completion writes both fail (acknowledged anyway)
+    batch_id = harness.stack_publisher().batch([("member", "5")], on_complete=DONE)
+    fail_completion_writes(harness, times=2, queue="members")
+    drain(harness, "members")
+    drain(harness, "callbacks")
+    # Then the member is counted (it was acknowledged), and the batch calls back
+    assert batch_item(harness, batch_id)["succeeded"]["NS"] == ["0"]
+    assert callback_runs() == 1

@@ -16,7 +16,6 @@ from jobctl.cli import main as jobctl
 from jobctl.dlq import DeadLetterQueue, Filter
 from sqs_jobs.batches import CallbackNotPublishableError
 from sqs_jobs.envelope import Envelope
-from sqs_jobs.publisher import JobPublisher
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness
 from tests.functional.sample_jobs import tallied
@@ -43,16 +42,6 @@ def harness(clients: ClientFactory) -> Iterator[Harness]:
     yield Harness.provisioned(clients, CATALOG)
 
 
-def publisher(harness: Harness) -> JobPublisher:
-    return JobPublisher.from_stack(
-        harness.clients("ssm"),
-        harness.clients("sqs"),
-        stack_name=harness.deployment.stack_name,
-        catalog=CATALOG,
-        dynamodb_client=harness.clients("dynamodb"),
-    )
-
-
 def drain_all(harness: Harness) -> None:
     while any(harness.deliver(queue) is not None for queue in ("etl", "loading")):
         pass
@@ -65,7 +54,7 @@ def shown(chain_id: str) -> dict[str, Any]:
 
 
 def test_each_step_runs_once_in_order_after_the_one_before_it_succeeded(harness: Harness) -> None:
-    chain_id = publisher(harness).chain(
+    chain_id = harness.stack_publisher().chain(
         [("extract", "f1"), Envelope("transform", "f1", key="f1-v2"), ("load", "f1")], description="import f1"
     )
     drain_all(harness)
@@ -77,7 +66,7 @@ def test_each_step_runs_once_in_order_after_the_one_before_it_succeeded(harness:
 
 def test_a_dead_lettered_step_stops_the_chain_and_its_redrive_continues_it(harness: Harness) -> None:
     # Given a chain whose second step fails permanently
-    chain_id = publisher(harness).chain([("extract", "f2"), ("transform", "bad-f2"), ("load", "f2")])
+    chain_id = harness.stack_publisher().chain([("extract", "f2"), ("transform", "bad-f2"), ("load", "f2")])
     drain_all(harness)
     # Then the chain stops there: the third step never ran, and jobctl says where and how to resume
     assert tallied.KEYS == ["extract:f2"]
@@ -100,6 +89,6 @@ def test_a_dead_lettered_step_stops_the_chain_and_its_redrive_continues_it(harne
 
 def test_a_step_whose_job_may_not_publish_the_next_is_refused_before_anything_is_written(harness: Harness) -> None:
     with pytest.raises(CallbackNotPublishableError):
-        publisher(harness).chain([("extract", "f3"), ("load", "f3")])
+        harness.stack_publisher().chain([("extract", "f3"), ("load", "f3")])
     assert harness.clients("dynamodb").scan(TableName=harness.deployment.idempotency_table)["Count"] == 0
     assert harness.queue_counts("etl") == (0, 0)

@@ -167,3 +167,16 @@ def test_a_run_cut_after_its_work_was_done_keeps_its_follow_ups_for_the_retry_an
 
     assert late_finisher.SIDE_EFFECTS["f7"] == 1
     assert follows_up.RUNS == {("parse", "f7"): 1}
+
+
+def test_a_run_whose_completion_could_not_be_written_publishes_its_follow_ups_all_the_same(harness: Harness) -> None:
+    from tests.functional.test_job_results import fail_completion_writes
+
+    # Both completion writes fail: the run is acknowledged all the same, and its record keeps no follow-ups.
+    fail_completion_writes(harness, times=2, queue="fetching")
+    fetch(harness, "f8", then="parse:f8")
+
+    drain(harness)
+
+    assert follows_up.RUNS == {("fetch", "f8"): 1, ("parse", "f8"): 1}
+    assert FOLLOW_UPS not in key_record(harness, "fetch:f8")

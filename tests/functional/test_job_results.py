@@ -87,8 +87,9 @@ def test_a_result_that_cannot_be_stored_as_it_is_never_repeats_the_side_effect(
         assert (warning["reason"], warning["id"]) == (dropped, entity_id)
 
 
-def fail_completion_writes(harness: Harness, times: int) -> list[int]:
-    """The worker's writes that mark a run completed fail (a connection reset) `times` times; the calls made."""
+def fail_completion_writes(harness: Harness, times: int, queue: str = "mail") -> list[int]:
+    """The `queue` worker's writes that mark a run completed fail (a connection reset) `times` times; the calls
+    made."""
     calls: list[int] = []
 
     def reset(params: dict[str, Any], **_: Any) -> None:
@@ -99,7 +100,7 @@ def fail_completion_writes(harness: Harness, times: int) -> list[int]:
             if len(calls) <= times:
                 raise ConnectionResetError("the connection to DynamoDB was reset")
 
-    harness.worker_clients("mail").register("provide-client-params.dynamodb.UpdateItem", reset)
+    harness.worker_clients(queue).register("provide-client-params.dynamodb.UpdateItem", reset)
     return calls
 
 

@@ -75,3 +75,18 @@ def test_a_definition_too_big_for_its_item_is_refused() -> None:
     members = [("job", "y" * 400 + str(n)) for n in range(MAX_BATCH_MEMBERS)]
     with pytest.raises(BatchDefinitionError, match="fit their item"):
         definition_items(BATCH_ID, members, {}, "", 0)
+
+
+def test_a_catalog_job_that_publishes_an_unknown_job_is_refused_and_routes_follow_publishes() -> None:
+    from sqs_jobs.specs import Catalog, CatalogError, JobSpec, QueueSpec
+
+    with pytest.raises(CatalogError, match="publishes unknown job 'nowhere'"):
+        Catalog(queues=(QueueSpec(name="a", jobs=(JobSpec(name="x", handler="jobs.m", publishes=("nowhere",)),)),))
+    catalog = Catalog(
+        queues=(
+            QueueSpec(name="a", jobs=(JobSpec(name="x", handler="jobs.m", publishes=("y",)),)),
+            QueueSpec(name="b", jobs=(JobSpec(name="y", handler="jobs.m"),)),
+            QueueSpec(name="c", jobs=(JobSpec(name="z", handler="jobs.m"),)),
+        )
+    )
+    assert (catalog.publish_routes("a"), catalog.publish_routes("b")) == (("b",), ())
