@@ -124,6 +124,10 @@ def run_demo(engine: LocalEngine) -> DemoResult:
 def main() -> int:
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    # The durable SDKs log the broken file's failed step and execution with their tracebacks: the demo checks that
+    # failure itself (its dead letter holds the evidence), so their logs are not shown.
+    for sdk in ("aws_durable_execution_sdk_python", "aws_durable_execution_sdk_python_testing"):
+        logging.getLogger(sdk).setLevel(logging.CRITICAL)
     print("starting the local engine (embedded moto server + Lambda SQS emulator)...")
     WORKER_LOG.parent.mkdir(parents=True, exist_ok=True)
     with WORKER_LOG.open("w", encoding="utf-8") as worker_log, LocalEngine(port=0, worker_output=worker_log) as engine:

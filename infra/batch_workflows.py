@@ -19,6 +19,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
@@ -47,7 +48,10 @@ class BatchWorkflows(Construct):
         table: dynamodb.ITable,
         queues: Mapping[str, JobQueue],
         topic: sns.ITopic,
+        durable_functions: Mapping[str, lambda_.Function] | None = None,
     ) -> None:
+        """`durable_functions`: each durable job's function (by job), which runs on its queue's worker role and
+        counts the batch members it ends (functions/durable/runtime.py): it is given the worker's routes too."""
         super().__init__(scope, construct_id)
         self._table = table
         self.parameter = ssm.StringParameter(
@@ -78,7 +82,11 @@ class BatchWorkflows(Construct):
                 for target in targets
                 for job in queues[target].spec.job_names
             }
-            worker.add_environment(ENV_ROUTES, json.dumps(routes, separators=(",", ":"), sort_keys=True))
+            encoded = json.dumps(routes, separators=(",", ":"), sort_keys=True)
+            worker.add_environment(ENV_ROUTES, encoded)
+            for job in queues[spec.name].spec.jobs:
+                if job.durable is not None and durable_functions and job.name in durable_functions:
+                    durable_functions[job.name].add_environment(ENV_ROUTES, encoded)
             for target in targets:
                 # SendMessage on that queue, and its key's use (GenerateDataKey, Decrypt), as a publisher's.
                 queues[target].queue.grant_send_messages(worker)

@@ -124,13 +124,21 @@ def job_metric(
     )
 
 
-def per_job(spec: QueueSpec, metric: str, id_prefix: str, reason: str = "") -> dict[str, cloudwatch.IMetric]:
-    """`{"<prefix>0": <metric of job 0>, ...}`: one Sum per counted job (of `reason` only, if given), for metric
-    math."""
+def per_job(
+    spec: QueueSpec, metric: str, id_prefix: str, reason: str = "", jobs: Sequence[str] | None = None
+) -> dict[str, cloudwatch.IMetric]:
+    """`{"<prefix>0": <metric of job 0>, ...}`: one Sum per counted job (or `jobs`; of `reason` only, if given),
+    for metric math."""
     return {
         f"{id_prefix}{index}": job_metric(spec.name, job, metric, reason=reason)
-        for index, job in enumerate(counted_jobs(spec, metric))
+        for index, job in enumerate(counted_jobs(spec, metric) if jobs is None else jobs)
     }
+
+
+def worker_run_jobs(spec: QueueSpec) -> list[str]:
+    """The queue's jobs its worker runs: not the durable ones (it only starts their executions), which no breaker
+    or limit in the worker can ever hold."""
+    return [job.name for job in spec.jobs if job.durable is None]
 
 
 def sum_of(ids: Sequence[str]) -> str:
@@ -139,10 +147,10 @@ def sum_of(ids: Sequence[str]) -> str:
 
 
 def queue_total(
-    spec: QueueSpec, metric: str, id_prefix: str, label: str, reason: str = ""
+    spec: QueueSpec, metric: str, id_prefix: str, label: str, reason: str = "", jobs: Sequence[str] | None = None
 ) -> cloudwatch.MathExpression:
-    """`metric` summed over the queue's jobs (of `reason` only, if given), per 5 minutes."""
-    using = per_job(spec, metric, id_prefix, reason)
+    """`metric` summed over the queue's jobs (or `jobs`; of `reason` only, if given), per 5 minutes."""
+    using = per_job(spec, metric, id_prefix, reason, jobs)
     return cloudwatch.MathExpression(
         expression=sum_of(list(using)), using_metrics=using, period=FIVE_MINUTES, label=label
     )
@@ -251,8 +259,10 @@ def circuit_openings(spec: QueueSpec) -> cloudwatch.Metric:
 
 def circuit_held(spec: QueueSpec) -> cloudwatch.MathExpression:
     """Records handed back because an open breaker refused a call their job needed (JobDeferred, reason
-    circuit_open), summed over the queue's jobs, per 5 minutes."""
-    return queue_total(spec, DEFERRED, "held", "held by open breakers", reason=DeferReason.CIRCUIT_OPEN)
+    circuit_open), summed over the jobs its worker runs, per 5 minutes."""
+    return queue_total(
+        spec, DEFERRED, "held", "held by open breakers", reason=DeferReason.CIRCUIT_OPEN, jobs=worker_run_jobs(spec)
+    )
 
 
 def heartbeats(spec: QueueSpec, period: Duration = ONE_MINUTE) -> cloudwatch.Metric:
@@ -277,12 +287,14 @@ def heartbeat_periods(spec: QueueSpec) -> int:
     return math.ceil(spec.alarms.heartbeat_missing_after_s / MINUTE)
 
 
-def _most_over_jobs(spec: QueueSpec, metric: str, prefix: str, label: str) -> cloudwatch.MathExpression:
-    """MAX over the queue's jobs of `metric`'s Maximum per 5 minutes. MAX of an array is per timestamp (not the
-    whole-query number AWS advises against in alarms)."""
+def _most_over_jobs(
+    spec: QueueSpec, metric: str, prefix: str, label: str, jobs: Sequence[str] | None = None
+) -> cloudwatch.MathExpression:
+    """MAX over the queue's jobs (or `jobs`) of `metric`'s Maximum per 5 minutes. MAX of an array is per timestamp
+    (not the whole-query number AWS advises against in alarms)."""
     using = {
         f"{prefix}{index}": job_metric(spec.name, job, metric, statistic="Maximum")
-        for index, job in enumerate(spec.job_names)
+        for index, job in enumerate(spec.job_names if jobs is None else jobs)
     }
     return cloudwatch.MathExpression(
         expression=f"MAX([{', '.join(using)}])", using_metrics=using, period=FIVE_MINUTES, label=label
@@ -298,8 +310,8 @@ def retry_attempts(spec: QueueSpec) -> cloudwatch.MathExpression:
 def hold_share(spec: QueueSpec) -> cloudwatch.MathExpression:
     """The most any held key of the queue's jobs had used of its max_hold_s by the time it is due again, per
     5 minutes: MAX over the jobs of HoldShare's Maximum. Every hold samples it: a rate limit's, a busy key's and an
-    open breaker's."""
-    return _most_over_jobs(spec, HOLD_SHARE, "share", "longest hold, share of its bound")
+    open breaker's. A durable job is never held (its worker only starts it), so it is left out."""
+    return _most_over_jobs(spec, HOLD_SHARE, "share", "longest hold, share of its bound", worker_run_jobs(spec))
 
 
 def flow_held(spec: QueueSpec, limits: Sequence[DeclaredLimit]) -> list[cloudwatch.IMetric]:

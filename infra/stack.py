@@ -184,6 +184,7 @@ class JobsStack(Stack):
             table=self.idempotency_table,
             queues=self.queues,
             topic=self.alarm_topic,
+            durable_functions={job: durable.function for job, durable in self.durable_functions.items()},
         )
         self.heartbeat = HeartbeatCanary(
             self, "Heartbeat", queues=[(item.spec, item.queue) for item in self.queues.values()]

@@ -21,6 +21,7 @@ import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from aws_durable_execution_sdk_python.config import StepConfig
@@ -32,14 +33,24 @@ from functions.durable.record import DurableRecords
 from functions.worker.clients import ClientFactory
 from functions.worker.errors import DurableStepFailedError, WorkerConfigError
 from functions.worker.jobs import LoadedJob, load_jobs
-from functions.worker.names import DEAD_LETTERED, SUCCEEDED, DeadLetterFailure
+from functions.worker.names import (
+    BATCH_CALLBACK_PUBLISHED,
+    BATCH_MEMBER_ENDED,
+    DEAD_LETTERED,
+    RUNTIME_FAULT,
+    RUNTIME_JOB,
+    SUCCEEDED,
+    DeadLetterFailure,
+)
 from functions.worker.observability import BatchTally, Observability
 from functions.worker.provenance import MessageAttributes
 from functions.worker.settings import ENV_DURABLE_JOB, WorkerSettings
-from sqs_jobs.envelope import parse_envelope
+from sqs_jobs.envelope import Envelope, parse_envelope
 
 if TYPE_CHECKING:
     from aws_durable_execution_sdk_python.context import DurableContext
+
+    from functions.worker.batch_members import BatchMembers
 
 END_STEP = "jobs.end"
 # The end step's own calls (DLQ send, record write) are the runtime's: a few quick retries, then the execution
@@ -126,6 +137,51 @@ class DurableRuntime:
     def _end_succeeded(self, start: DurableStart) -> None:
         self._records.ended(start.key, start.generation, succeeded=True)
         self._count(SUCCEEDED)
+        envelope = parse_envelope(start.body, self._queue.accepted_jobs)
+        if envelope.batch is not None:
+            self._member_ended(envelope, succeeded=True)
+
+    def _member_ended(self, envelope: Envelope, *, succeeded: bool) -> None:
+        """A durable job that is a batch member is counted when its execution ends, in this end step: a count is
+        idempotent (a set holds an index once), so the step's retries and replays count it once. A count that
+        still fails after the step's retries fails the execution (after success) and the runtime-faults alarm
+        says so; after a dead letter the member stays open in its batch, as a worker's would."""
+        from sqs_jobs.batches import BatchMemberError
+
+        try:
+            published = (
+                self._batch_members.succeeded(envelope) if succeeded else self._batch_members.dead_lettered(envelope)
+            )
+        except BatchMemberError:
+            # The message named a batch that does not hold it (forged, or expired): nothing counted anywhere.
+            self._obs.logger.warning(
+                "durable job's batch does not hold it; not counted",
+                extra={"batch": envelope.batch.field if envelope.batch else None},
+            )
+            return
+        except Exception:
+            self._count(RUNTIME_FAULT, "batch_count", job=RUNTIME_JOB)
+            self._obs.logger.exception("could not count the durable job's batch member")
+            if succeeded:
+                raise
+            return
+        tally = BatchTally()
+        tally.add(envelope.job, BATCH_MEMBER_ENDED, reason="succeeded" if succeeded else "dead")
+        for kind in published:
+            tally.add(envelope.job, BATCH_CALLBACK_PUBLISHED, reason=kind)
+        tally.flush(self._obs, self._queue.name)
+
+    @cached_property
+    def _batch_members(self) -> BatchMembers:
+        from functions.worker.batch_members import BatchMembers, routed_publisher
+
+        worker = self.settings.worker
+        return BatchMembers(
+            worker.idempotency_table,
+            lambda: self._clients("dynamodb"),
+            lambda: routed_publisher(worker.routes, self._clients("sqs")),
+            retention_s=self._queue.dlq_retention_s,
+        )
 
     def _end_failed(self, start: DurableStart, failure: DurableStepFailedError) -> str:
         from functions.worker.attribute_store import AttributeStore
@@ -162,15 +218,17 @@ class DurableRuntime:
             start.key, start.generation, succeeded=False, error_type=failure.error_type, error=evidence.error_message
         )
         self._count(DEAD_LETTERED, failure.failure)
+        if envelope.batch is not None:
+            self._member_ended(envelope, succeeded=False)
         self._obs.logger.error(
             "durable job failed; dead-lettered with evidence",
             extra={"step": failure.step, "failure": failure.failure, "dead_letter_id": message_id},
         )
         return message_id
 
-    def _count(self, metric: str, reason: str = "") -> None:
+    def _count(self, metric: str, reason: str = "", job: str | None = None) -> None:
         tally = BatchTally()
-        tally.add(self.settings.job, metric, reason)
+        tally.add(job or self.settings.job, metric, reason)
         tally.flush(self._obs, self._queue.name)
 
 

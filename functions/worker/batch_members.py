@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -211,6 +211,19 @@ class BatchMembers:
                 return []
             raise
         return kinds
+
+
+def routed_publisher(routes: Mapping[str, tuple[str, str]], sqs: Any) -> JobPublisher:
+    """A publisher to the queues a worker is routed to (WorkerSettings.routes: job -> its queue and URL)."""
+    from sqs_jobs.contract import JobContract
+    from sqs_jobs.publisher import JobPublisher
+
+    contract = JobContract(
+        routes={job: queue for job, (queue, _) in routes.items()},
+        # SQS: a FIFO queue's name ends in ".fifo".
+        fifo_queues=frozenset(queue for queue, url in routes.values() if url.endswith(".fifo")),
+    )
+    return JobPublisher(sqs, {queue: url for queue, url in routes.values()}, contract=contract)
 
 
 def count_stalled(dynamodb: Any, table: str, index: str, before_s: float, limit: int = 1000) -> int:

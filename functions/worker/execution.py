@@ -48,6 +48,7 @@ from sqs_jobs.limits import SETTLE_MARGIN_S
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from functions.worker.batch_status import BatchStatus
     from functions.worker.http import HttpClient
     from functions.worker.secrets import SecretCache
 
@@ -265,6 +266,7 @@ class JobExecutor:
                     ),
                 ),
                 follow_ups=FollowUps(job.spec.name, job.spec.publishes),
+                batch_reader=self._batch_status,
             )
 
         flow = self._flow_control
@@ -303,6 +305,12 @@ class JobExecutor:
             ),
         )
         return execution
+
+    def _batch_status(self, batch_id: str, callback: str) -> BatchStatus | None:
+        """A batch callback's read of its batch: the job's own call (its client, its breaker, its time limit)."""
+        from functions.worker.batch_status import read_status
+
+        return read_status(self._clients("dynamodb"), self._settings.idempotency_table, batch_id, callback)
 
     @cached_property
     def _flow_control(self) -> FlowControl | None:

@@ -18,6 +18,7 @@ from sqs_jobs.specs import JobSpec, QueueSpec
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from functions.worker.batch_status import BatchStatus
     from functions.worker.follow_ups import FollowUps
     from functions.worker.http import HttpClient, JobHttp
     from functions.worker.progress import ProgressReporter
@@ -49,6 +50,8 @@ class JobContext:
     # The jobs this run asks to be published once it has succeeded (functions/worker/follow_ups.py); None: it
     # can ask for none (a test's context).
     follow_ups: FollowUps | None = None
+    # Reads a batch's status for its callback (functions/worker/batch_status.py); None: no table to read.
+    batch_reader: Callable[[str, str], BatchStatus | None] | None = None
 
     def resource(self, name: str) -> str:
         try:
@@ -90,6 +93,17 @@ class JobContext:
         if self.follow_ups is None:
             raise WorkerConfigError(f"job {self.envelope.job!r}: this context publishes no follow-up jobs")
         self.follow_ups.add(job, entity_id, key=key, tenant=tenant, fields=fields)
+
+    def batch(self) -> BatchStatus | None:
+        """When this run is a batch's callback (`on_success`, `on_complete`): its batch's status now (its size, the
+        members that succeeded and those dead-lettered, its description); else None, and None once the batch's
+        items have expired."""
+        from functions.worker.batch_status import callback_batch
+
+        callback = callback_batch(self.envelope.key)
+        if callback is None or self.batch_reader is None:
+            return None
+        return self.batch_reader(*callback)
 
     def client(self, service: str) -> Any:
         return self.clients(service)

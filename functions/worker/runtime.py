@@ -179,18 +179,10 @@ class Worker:
 
     @cached_property
     def _publisher(self) -> JobPublisher:
-        """What publishes a batch's callbacks: to the queues the worker is routed to (WorkerSettings.routes)."""
-        from sqs_jobs.contract import JobContract
-        from sqs_jobs.publisher import JobPublisher
+        """What publishes a batch's callbacks and a run's follow-ups: to the queues the worker is routed to."""
+        from functions.worker.batch_members import routed_publisher
 
-        routes = self.settings.routes
-        contract = JobContract(
-            routes={job: queue for job, (queue, _) in routes.items()},
-            # SQS: a FIFO queue's name ends in ".fifo".
-            fifo_queues=frozenset(queue for queue, url in routes.values() if url.endswith(".fifo")),
-        )
-        urls = {queue: url for queue, url in routes.values()}
-        return JobPublisher(_ClientPerCall(self._sqs), urls, contract=contract)
+        return routed_publisher(self.settings.routes, _ClientPerCall(self._sqs))
 
     def _member_ended(self, envelope: Envelope, outcome: Outcome) -> None:
         """Count a batch member that succeeded (or was answered as a duplicate); raises what the count raised."""

@@ -55,7 +55,10 @@ class LocalDurableFunctions:
         """`runtimes`: per durable job, its function's name and the runtime its executions run in. `state_dir`:
         where the executions' stores are kept (a fresh temporary directory when None). `skip_time`: waits and
         retry delays pass at once (tests), rather than in real time (as on Lambda)."""
-        self._temporary = tempfile.TemporaryDirectory(prefix="durable-") if state_dir is None else None
+        # A closed runner's last writes may still land in it: the clean-up must not fail the caller then.
+        self._temporary = (
+            tempfile.TemporaryDirectory(prefix="durable-", ignore_cleanup_errors=True) if state_dir is None else None
+        )
         self.state_dir = Path(self._temporary.name) if self._temporary is not None else state_dir
         assert self.state_dir is not None
         self.state_dir.mkdir(parents=True, exist_ok=True)

@@ -139,6 +139,15 @@ CATALOG = Catalog(
                     "rows a checkpointed step, as a durable execution that may outlast Lambda's 15 minutes.",
                     resources=("imports_bucket", "imported_orders_table"),
                     durable=Durable(execution_timeout_s=6 * HOUR, retention_days=14, step_time_limit_s=5 * MINUTE),
+                    # A batch of imports calls back with import_report: the import that ends last publishes it.
+                    publishes=("import_report",),
+                ),
+                JobSpec(
+                    name="import_report",
+                    handler="functions.jobs.import_report",
+                    description="A batch of imports' completion callback: mail the operators how many imports "
+                    "succeeded and how many were dead-lettered.",
+                    resources=("mail_sender",),
                 ),
             ),
         ),

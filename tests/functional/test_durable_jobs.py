@@ -21,7 +21,7 @@ from functions.worker.runtime import Worker
 from jobctl.local.durable import LocalDurableFunctions
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.stack_names import durable_function_name
-from tests.functional.conftest import Harness, attributes_of, envelope, narrowed
+from tests.functional.conftest import REGION, Harness, attributes_of, envelope, narrowed
 
 JOB = "import_orders"
 QUEUE = "imports"
@@ -182,3 +182,31 @@ def test_a_transient_failure_is_retried_with_backoff_up_to_the_queues_attempts(
         "retries_exhausted",
         "3",
     )
+
+
+def test_durable_jobs_in_a_batch_are_counted_when_their_executions_end_and_the_callback_reports_them(
+    durables: Durables,
+) -> None:
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.ses.models import ses_backends
+
+    from sqs_jobs.batches import batch_item_id
+
+    durables.put_csv("imp-b1", rows=10)
+    durables.put_csv("imp-b2", rows=10, bad_row=4)
+    batch_id = durables.harness.stack_publisher().batch(
+        [(JOB, "imp-b1"), (JOB, "imp-b2")], on_complete=("import_report", "b-dec"), description="December"
+    )
+    # The worker starts both executions: starting counts nothing.
+    assert durables.harness.deliver(QUEUE, worker=durables.worker()) is not None
+    table = durables.harness.deployment.idempotency_table
+    item = durables.harness.clients("dynamodb").get_item(TableName=table, Key={"id": {"S": batch_item_id(batch_id)}})
+    assert "succeeded" not in item["Item"] and "dead" not in item["Item"]
+    outcomes = sorted(durables.wait(e.durable_execution_arn).status.value for e in durables.functions.executions(JOB))
+    assert outcomes == ["FAILED", "SUCCEEDED"]
+    # The execution that ended last published the completion callback: import_report reads the batch and mails.
+    assert durables.harness.deliver(QUEUE, worker=durables.worker()) is not None
+    sent = ses_backends[DEFAULT_ACCOUNT_ID][REGION].sent_messages
+    subjects = [mail.subject for mail in sent if "b-dec" in mail.subject]
+    assert subjects == ["Imports b-dec: 1 of 2 imports succeeded, 1 dead-lettered"]
+    assert durables.harness.queue_counts(QUEUE) == (0, 0)

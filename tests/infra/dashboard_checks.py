@@ -157,7 +157,9 @@ def check_hold_share(widget: Widget, spec: QueueSpec) -> None:
     lines = list(plain_metrics(widget))
     shares = {options["id"]: dims for _, metric, dims, options in lines if metric == "HoldShare"}
     assert len(shares) == len(lines), "nothing but HoldShare per job"
-    assert sorted(dims["job"] for dims in shares.values()) == sorted(spec.job_names)
+    assert sorted(dims["job"] for dims in shares.values()) == sorted(
+        job.name for job in spec.jobs if job.durable is None
+    )
     for namespace, _, dims, options in lines:
         assert (namespace, options["stat"], options.get("visible")) == (METRICS_NAMESPACE, "Maximum", False)
         assert dims == {"queue": spec.name, "job": dims["job"], "service": SERVICE_NAME}
@@ -260,7 +262,8 @@ def check_circuit_breakers(widget: Widget, spec: QueueSpec) -> None:
         options["id"]: dims["job"] for _, metric, dims, options in lines if metric == "JobDeferred" and "id" in options
     }
     assert len(held) == len(lines) - 1, "nothing but openings and the held records' per-job series"
-    assert sorted(held.values()) == sorted(spec.job_names)
+    # The jobs its worker runs: a durable job (only started there) is never held.
+    assert sorted(held.values()) == sorted(job.name for job in spec.jobs if job.durable is None)
     for _, metric, dims, options in lines:
         if metric == "JobDeferred":
             assert dims == {"queue": spec.name, "job": dims["job"], "reason": "circuit_open", "service": SERVICE_NAME}

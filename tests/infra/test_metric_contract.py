@@ -381,7 +381,7 @@ def drive_imports(account: Account, spec: QueueSpec) -> None:
     gives that function. A success, a permanent failure, and a step failing transiently until its attempts run out."""
     from functions.jobs import import_orders
 
-    (job,) = spec.job_names
+    job = "import_orders"
     common_outcomes(account, spec)
     account.job(spec.name, job, "contract-start")
     account.deliver(spec)
@@ -394,6 +394,40 @@ def drive_imports(account: Account, spec: QueueSpec) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(import_orders, "import_chunk", unanswered)
         account.run_durable(spec, job, "imp-down", orders_csv("imp-down", 10))
+    drive_import_report(account, spec)
+
+
+def report_batch(account: Account, name: str) -> str:
+    """A batch of one import, defined as JobPublisher.batch writes it, with import_report as its completion
+    callback: the key that callback is published with."""
+    from sqs_jobs.batches import COMPLETE, callback_key, definition_items, new_batch_id
+
+    batch_id = new_batch_id()
+    items = definition_items(
+        batch_id, [("import_orders", name)], {"on_complete": ("import_report", name)}, "contract", int(time.time())
+    )
+    for item in items:
+        account.clients("dynamodb").put_item(TableName=account.deployment.idempotency_table, Item=item)
+    return callback_key(batch_id, COMPLETE)
+
+
+def drive_import_report(account: Account, spec: QueueSpec) -> None:
+    """The imports' batch callback, an ordinary job that mails through SES: the orders queue's outcomes."""
+    job = "import_report"
+    account.job(spec.name, job, "r-ok", key=report_batch(account, "r-ok"))  # succeeds
+    account.job(spec.name, job, "r-orphan")  # not a batch's callback: permanent, dead-lettered
+    account.deliver(spec)
+    last = report_batch(account, "r-last")
+    account.job(spec.name, job, "r-last", key=last)
+    account.ran_before(f"{job}:{last}", spec.max_attempts - 1)
+    account.faults.answers["ses.SendEmail"] = "Throttling"
+    account.deliver(spec)  # its last attempt fails: dead-lettered, retries exhausted
+    for n in range(spec.circuit_breaker.failure_threshold):
+        account.job(spec.name, job, f"r-down-{n}", key=report_batch(account, f"r-down-{n}"))
+        account.deliver(spec)  # one at a time (the queue runs one record at once): each retried; SES's opens
+    account.job(spec.name, job, "r-held", key=report_batch(account, "r-held"))
+    account.deliver(spec)  # refused by the open breaker: held back
+    account.faults.answers.clear()
 
 
 DRIVERS = {

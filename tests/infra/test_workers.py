@@ -16,6 +16,7 @@ from functions.worker.settings import (
     ENV_IDEMPOTENCY_TABLE,
     ENV_QUEUE_NAME,
     ENV_QUEUE_URL,
+    ENV_ROUTES,
     ENV_RUNTIME_ROLE_ID,
     durable_function_env_name,
     resource_env_name,
@@ -113,6 +114,15 @@ def test_worker_environment_names_its_queue_dlq_table_and_resources(synth: Synth
     if "dead_letter_queues" in spec.resources:
         assert index is not None
         assert list(json.loads(render(index)).items()) == list(_dead_letter_index(synth).items())
+    # The routes of the jobs its jobs may publish (JobSpec.publishes), each to its queue: only where there are any.
+    routes = variables.pop(ENV_ROUTES, None)
+    targets = CATALOG.publish_routes(spec.name)
+    assert (routes is not None) == bool(targets)
+    if routes is not None:
+        rendered = json.loads(render(routes))
+        assert {job: route[0] for job, route in rendered.items()} == {
+            job: target for target in targets for job in CATALOG.queue(target).job_names
+        }
 
     assert variables == {
         ENV_QUEUE_NAME: spec.name,
