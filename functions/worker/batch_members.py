@@ -25,6 +25,7 @@ from sqs_jobs.batches import (
     DEAD,
     EXPIRATION,
     LAST_ENDED_AT,
+    MEMBERS,
     ON_COMPLETE,
     ON_SUCCESS,
     ON_SUCCESS_ENVELOPE,
@@ -37,6 +38,8 @@ from sqs_jobs.batches import (
     BatchMemberError,
     batch_item_id,
     callback_key,
+    member_name,
+    members_item_id,
     open_lives,
 )
 from sqs_jobs.envelope import Envelope, parse_envelope
@@ -96,6 +99,13 @@ class BatchMembers:
         BatchMemberError when the batch does not hold it (forged, or expired)."""
         member = envelope.batch
         assert member is not None
+        listed = self._listed_as(member)
+        if listed is not None and listed != member_name(envelope.job, envelope.id):
+            raise BatchMemberError(
+                f"batch {member.batch_id}'s member {member.index} is {listed!r}, not this message's "
+                f"{member_name(envelope.job, envelope.id)!r}: its `batch` field was copied or forged; nothing was "
+                "counted"
+            )
         counted = self._count(member, add=SUCCEEDED, delete=DEAD)
         if counted is None:
             raise BatchMemberError(
@@ -109,8 +119,27 @@ class BatchMembers:
         this count published. A batch that does not hold it counts nothing (the dead letter says why it died)."""
         member = envelope.batch
         assert member is not None
+        listed = self._listed_as(member)
+        if listed is not None and listed != member_name(envelope.job, envelope.id):
+            return []  # another message's place in the batch: its own dead letter says why it died
         counted = self._count(member, add=DEAD, unless_in=SUCCEEDED)
         return self._callbacks(member, counted) if counted is not None else []
+
+    def _listed_as(self, member: BatchMember) -> str | None:
+        """Who the batch lists at the member's index (`<job>:<id>`, as the publisher wrote it): one consistent read
+        of the members' item, so only that message counts there, never a copy of its field on
+        another. None when the list is gone (expired before the batch's counts: a redrive weeks later), or has no
+        such index: then the count's own condition decides."""
+        found = self._dynamodb().get_item(
+            TableName=self._table,
+            Key={"id": {"S": members_item_id(member.batch_id)}},
+            # The whole list: a read is billed by the item's size whatever it projects.
+            ProjectionExpression="#members",
+            ExpressionAttributeNames={"#members": MEMBERS},
+            ConsistentRead=True,
+        )
+        entries = found.get("Item", {}).get(MEMBERS, {}).get("L", [])
+        return str(entries[member.index]["S"]) if member.index < len(entries) else None
 
     def _count(
         self, member: BatchMember, add: str, delete: str | None = None, unless_in: str | None = None

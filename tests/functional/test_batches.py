@@ -209,6 +209,24 @@ def test_a_forged_batch_field_is_a_permanent_failure_and_counts_nothing(harness:
     assert before["size"] == after["size"]
 
 
+def test_a_batch_field_copied_onto_another_message_counts_nothing_for_the_member_it_names(harness: Harness) -> None:
+    # Given a batch whose member 0 fails for good (dead), and a message of another ID carrying member 0's field
+    batch_id = harness.stack_publisher().batch([("member", "bad-1"), ("member", "2")], on_success=DONE)
+    drain(harness, "members")
+    assert batch_item(harness, batch_id)["dead"]["NS"] == ["0"]
+    harness.send(json.dumps({"job": "member", "id": "forged-ok", "batch": f"{batch_id}.0"}), queue="members")
+
+    drain(harness, "members")
+
+    # Then the copy is dead-lettered naming whom the batch lists there, member 0 stays dead, and no success callback
+    letters = {json.loads(m["Body"])["id"]: attributes_of(m) for m in harness.dead_letters("members")}
+    assert letters["forged-ok"]["jobs.error_type"] == "BatchMemberError"
+    assert "is 'member:bad-1', not this message's 'member:forged-ok'" in letters["forged-ok"]["jobs.error_message"]
+    item = batch_item(harness, batch_id)
+    assert (item["dead"]["NS"], item["succeeded"]["NS"]) == (["0"], ["1"])
+    assert harness.queue_counts("callbacks") == (0, 0)
+
+
 def test_each_member_end_keeps_the_batch_past_its_dlqs_retention(harness: Harness) -> None:
     batch_id = harness.stack_publisher().batch([("member", "1"), ("member", "2")])
     created = int(batch_item(harness, batch_id)[EXPIRATION]["N"])
