@@ -256,3 +256,31 @@ def test_an_execution_left_running_resumes_from_its_last_checkpoint_in_a_new_eng
     assert runs.count("plan") == 1 and runs.count(before[1]) == 1
     assert result.status.value == "SUCCEEDED"
     assert len(durables.imported()) == 2_500
+
+
+def test_the_consoles_job_page_shows_the_execution(durables: Durables, tmp_path: Any) -> None:
+    from jobctl.console.app import create_app
+    from jobctl.console.security import Guard
+    from tests.functional.test_job_lookup import _lookup
+
+    durables.put_csv("imp-7", rows=1_200)
+    durables.publish("imp-7")
+    durables.wait(durables.only_execution().durable_execution_arn)
+
+    class Backend:
+        catalog = CATALOG
+        stack = "SqsJobs"
+
+        def find_job(self, queue: str, job: str, entity_id: str, key: str | None) -> Any:
+            return _lookup(durables.harness, job, entity_id, key, queue=QUEUE)
+
+    guard = Guard(host="127.0.0.1", port=8000)
+    app = create_app(Backend(), guard, tmp_path)  # type: ignore[arg-type]
+    page = app.test_client().get(
+        f"/jobs?job={JOB}&id=imp-7&token={guard.access_token}", base_url="http://127.0.0.1:8000", follow_redirects=True
+    )
+
+    assert page.status_code == 200
+    text = page.get_data(as_text=True)
+    assert f"{JOB}:imp-7: completed" in text
+    assert "<dt>Durable execution</dt>" in text and "SUCCEEDED, 4 step(s) done" in text
