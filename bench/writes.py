@@ -8,7 +8,9 @@ queue through the local engine's event source emulator, as tests/functional's Ha
 - duplicate: the same orders sent again, after the first ones completed;
 - retry: jobs whose first run fails (SES answers a 5xx once per order), retried after their backoff and then done;
 - hand-back: jobs delivered to an invocation with too little time left for their limit, handed back unrun (only
-  that delivery is counted).
+  that delivery is counted);
+- batch: jobs published as one batch (`JobPublisher.batch`, issue 23) that succeed on their first run: the
+  publisher's definition of the batch and each member's count in it are counted with the worker's writes.
 
 A botocore hook on every DynamoDB client the worker makes counts every call by table and operation, and every
 write that DynamoDB refused on its condition (`ConditionalCheckFailedException`).
@@ -17,8 +19,9 @@ The goals: two writes to the idempotency table per new job (the run's start, cou
 plain Powertools makes (issue 6); none per duplicate beyond the conditional check (the start that finds the
 COMPLETED record); two per failed run (its start and its failure, where Powertools would start and delete), so
 four for a job retried once; none for a hand-back (issue 19: runs are counted in the key's record at no extra
-write). A failed conditional write still costs a write request unit on DynamoDB, so it is counted and reported
-on its own.
+write); one per batch member beyond a new job's two (its count in the batch), plus a few per batch (the two
+items that define it, the one that marks its callbacks published). A failed conditional write still costs a
+write request unit on DynamoDB, so it is counted and reported on its own.
 """
 
 from __future__ import annotations
@@ -50,12 +53,24 @@ GOAL_WRITES_PER_DUPLICATE = 0
 # A job retried once: two runs, each its start and its end.
 GOAL_WRITES_PER_RETRIED_JOB = 4
 GOAL_WRITES_PER_HAND_BACK = 0
+# A batch member: a new job's two, and its count in its batch (issue 23). Per batch besides: its two definition
+# items (publisher) and the mark of its callbacks published (two when a redrive completes `on_success` later).
+GOAL_WRITES_PER_BATCH_MEMBER = GOAL_WRITES_PER_NEW_JOB + 1
+GOAL_WRITES_PER_BATCH = 3
 GOALS = {
     "new": GOAL_WRITES_PER_NEW_JOB,
     "duplicate": GOAL_WRITES_PER_DUPLICATE,
     "retry": GOAL_WRITES_PER_RETRIED_JOB,
     "hand-back": GOAL_WRITES_PER_HAND_BACK,
+    "batch": GOAL_WRITES_PER_BATCH_MEMBER,
 }
+
+
+def goal_of(phase: str, jobs: int) -> float:
+    """A phase's goal in effective writes per job; a batch's fixed writes spread over its members."""
+    return GOALS[phase] + (GOAL_WRITES_PER_BATCH / jobs if phase == "batch" else 0)
+
+
 _TABLE_KEY = "bench_writes_table"
 
 
@@ -187,6 +202,8 @@ def run(jobs: int = 100) -> list[PhaseResult]:
             bench.phase("new", "bench"),
             bench.phase("duplicate", "bench", again=True),
             bench.phase("retry", "retry"),
+            bench.phase("batch", "batch"),
+            # Last: what it hands back stays on the queue.
             bench.phase("hand-back", "back"),
         ]
 
@@ -232,8 +249,11 @@ class _Bench:
                     TableName=self.deployment.resources["orders_table"],
                     Item={"order_id": {"S": order_id}, "email": {"S": f"buyer-{order_id}@example.com"}},
                 )
-            self.sqs.send_message(QueueUrl=self.url, MessageBody=json.dumps({"job": JOB, "id": order_id}))
+            if phase != "batch":
+                self.sqs.send_message(QueueUrl=self.url, MessageBody=json.dumps({"job": JOB, "id": order_id}))
         self.counter.reset()
+        if phase == "batch":
+            self._publish_batch(prefix)
         self.failing.active = phase == "retry"
         mails_before = _mails_sent()
         log_before = len(self.log.getvalue().encode())
@@ -256,6 +276,12 @@ class _Bench:
                 f"{'idempotency' if name == table else name} {op}": n for (name, op), n in sorted(counter.calls.items())
             },
         )
+
+    def _publish_batch(self, prefix: str) -> None:
+        from sqs_jobs.publisher import BatchTable, JobPublisher
+
+        publisher = JobPublisher(self.sqs, {QUEUE: self.url}, batches=BatchTable(self.dynamodb, self.idempotency_table))
+        publisher.batch([(JOB, f"{prefix}-{n}") for n in range(self.jobs)], description="bench (c)")
 
     def _drain(self) -> None:
         while True:
@@ -320,7 +346,6 @@ def render(results: Sequence[PhaseResult]) -> str:
         "log bytes/job",
         "goal (effective writes/job)",
     )
-    goals = GOALS
     rows = [
         (
             r.phase,
@@ -333,8 +358,8 @@ def render(results: Sequence[PhaseResult]) -> str:
             f"{r.per_job(r.other_writes):.2f}",
             f"{r.per_job(r.other_reads):.2f}",
             f"{r.per_job(r.log_bytes):,.0f}",
-            f"{goals.get(r.phase, '-')} "
-            + ("(met)" if r.per_job(r.effective_writes) <= goals[r.phase] else "(NOT met)"),
+            f"{goal_of(r.phase, r.jobs):g} "
+            + ("(met)" if r.per_job(r.effective_writes) <= goal_of(r.phase, r.jobs) else "(NOT met)"),
         )
         for r in results
     ]

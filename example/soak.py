@@ -17,7 +17,10 @@ Afterwards it checks that:
   reads them), and nothing else is;
 - each order's updates were mailed in the order they were published (its FIFO message group's order);
 - nothing is left in flight: the source queues are empty, no idempotency record is still IN_PROGRESS before its
-  deadline (one past it is a run's start that landed after its call timed out: reported, not in flight).
+  deadline (one past it is a run's start that landed after its call timed out: reported, not in flight);
+- the first order confirmations (BATCH_MEMBERS of them, broken ones among them) are published as one batch
+  (docs/workflows.md) whose complete callback, a receipt mail job, ran exactly once (its mail is checked as every
+  job's) after every member ended; its success callback only if no member was broken.
 
 Time is compressed so that it runs in minutes: 8 s function timeouts, 3 s time limits, 1-2 s backoff, circuit
 breakers open 0.5-2 s, the jobs' HTTP calls bounded at 2.5 s (the catalog's other settings are kept, records in
@@ -61,7 +64,7 @@ from sqs_jobs.catalog import CATALOG
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.flow_control import RateLimit
-from sqs_jobs.publisher import JobPublisher
+from sqs_jobs.publisher import BatchTable, JobPublisher
 from sqs_jobs.specs import Catalog, JobSpec
 
 ORDER_JOB = "order_confirmation"
@@ -97,6 +100,10 @@ SOAK_JOBS: Mapping[str, tuple[JobSpec, ...]] = {
         ),
     ),
 }
+# The soak's batch: its first order confirmations, with a receipt mail job as each callback (docs/workflows.md).
+BATCH_MEMBERS = 50
+BATCH_COMPLETE_ID = "batch-complete"
+BATCH_SUCCESS_ID = "batch-success"
 # Jobs that read an order (the others: an invoice).
 ORDER_JOBS = (ORDER_JOB, UPDATE_JOB, ODD_RESULT_JOB, ODD_RESULT_FIFO_JOB)
 # The mix: 10 % of a job's calls fail transiently (a job makes 2-3 calls, so about a fifth of its runs fail, as the
@@ -173,6 +180,8 @@ def soak_catalog(catalog: Catalog = CATALOG) -> Catalog:
                     replace(
                         job,
                         time_limit_s=SOAK_TIME_LIMIT_S,
+                        # The batch's members publish its callbacks.
+                        publishes=(ODD_RESULT_JOB,) if job.name == ORDER_JOB else job.publishes,
                         # A durable job's run is one attempt of a step (QueueSpec.time_limit_s).
                         durable=replace(job.durable, step_time_limit_s=SOAK_TIME_LIMIT_S) if job.durable else None,
                     )
@@ -607,6 +616,48 @@ class _Publisher:
             self._jobs.publish_many(plain)
 
 
+def _batch_members(jobs: Sequence[SoakJob]) -> list[SoakJob]:
+    """The jobs published as the soak's batch: its first order confirmations without big attributes."""
+    plain = [job for job in jobs if job.job == ORDER_JOB and not job.big_attributes]
+    return plain[:BATCH_MEMBERS]
+
+
+def _publish_batch(engine: LocalEngine, members: Sequence[SoakJob]) -> str:
+    assert engine.deployment is not None
+    publisher = JobPublisher(
+        engine.clients()("sqs"),
+        {name: queue.url for name, queue in engine.deployment.queues.items()},
+        catalog=engine.catalog,
+        batches=BatchTable(engine.clients()("dynamodb"), engine.deployment.idempotency_table),
+    )
+    return publisher.batch(
+        [(member.job, member.id) for member in members],
+        on_success=(ODD_RESULT_JOB, BATCH_SUCCESS_ID),
+        on_complete=(ODD_RESULT_JOB, BATCH_COMPLETE_ID),
+        description="the chaos soak's batch",
+    )
+
+
+def _batch_problems(engine: LocalEngine, batch_id: str, members: Sequence[SoakJob]) -> list[str]:
+    """The batch counted every member as it ended (the broken ones dead), and marked its callbacks published: the
+    complete one, and the success one exactly when no member was broken. (That each ran once is its mail's check.)"""
+    from jobctl.batch_lookup import look_up_batch
+
+    assert engine.deployment is not None
+    view = look_up_batch(engine.clients()("dynamodb"), engine.deployment.idempotency_table, batch_id)
+    broken = sum(member.permanent for member in members)
+    problems = []
+    if (view.count("succeeded"), view.count("dead"), view.count("open")) != (len(members) - broken, broken, 0):
+        problems.append(
+            f"the batch counted {view.count('succeeded')} succeeded, {view.count('dead')} dead, {view.count('open')} "
+            f"open of {len(members)} members ({broken} broken)"
+        )
+    published = {callback.kind: callback.published_at is not None for callback in view.callbacks}
+    if published != {"on_complete": True, "on_success": broken == 0}:
+        problems.append(f"the batch's callbacks published: {published} ({broken} broken members)")
+    return problems
+
+
 def _publish_in_waves(
     engine: LocalEngine,
     jobs: Sequence[SoakJob],
@@ -779,7 +830,13 @@ class CutRunWitness:
 
 def run_soak(plan: SoakPlan, worker_output: TextIO | None = None, progress: SoakProgress | None = None) -> SoakReport:
     """Run the soak on a fresh local engine and check what happened; `progress` is told how far it got."""
-    jobs = plan.build_jobs()
+    planned = plan.build_jobs()
+    members = _batch_members(planned)
+    # The callbacks are jobs like the others: each must mail once (the success callback only if it can run).
+    callbacks = [SoakJob(ODD_RESULT_JOB, BATCH_COMPLETE_ID)]
+    if not any(member.permanent for member in members):
+        callbacks.append(SoakJob(ODD_RESULT_JOB, BATCH_SUCCESS_ID))
+    jobs = [*planned, *callbacks]
     chaos = replace(plan.chaos, seed=plan.chaos.seed if plan.chaos.seed is not None else plan.seed)
     started = time.monotonic()
     witness = CutRunWitness(worker_output or sys.stdout)
@@ -791,8 +848,11 @@ def run_soak(plan: SoakPlan, worker_output: TextIO | None = None, progress: Soak
         http_timeouts_s=SOAK_HTTP_TIMEOUTS_S,
     )
     with engine:
-        _seed(engine, jobs)
-        drained = _publish_in_waves(engine, jobs, plan, deadline=started + plan.timeout_s, progress=progress)
+        _seed(engine, [*jobs, SoakJob(ODD_RESULT_JOB, BATCH_SUCCESS_ID)])
+        batch_id = _publish_batch(engine, members)
+        batched = set(members)
+        in_waves = [job for job in planned if job not in batched]
+        drained = _publish_in_waves(engine, in_waves, plan, deadline=started + plan.timeout_s, progress=progress)
         # Runs cut at their time limit may still be finishing (a hang ends after hang_s, a drip after drip_s, a
         # slow write's answer after slow_store_s): let them, then stop.
         time.sleep(max(chaos.hang_s, chaos.drip_s, chaos.slow_store_s) + 0.5)
@@ -800,6 +860,7 @@ def run_soak(plan: SoakPlan, worker_output: TextIO | None = None, progress: Soak
         engine.stop_workers()
         elapsed_s = time.monotonic() - started
         observed = _observe(engine, drained)
+        batch_problems = _batch_problems(engine, batch_id, members)
         observed.cut_in_flight = witness.mails
         observed.held, observed.most_hold_share = witness.held, witness.most_hold_share
         assert engine.chaos is not None
@@ -810,7 +871,7 @@ def run_soak(plan: SoakPlan, worker_output: TextIO | None = None, progress: Soak
         chaos=chaos,
         jobs=jobs,
         observed=observed,
-        problems=check(jobs, observed),
+        problems=check(jobs, observed) + batch_problems,
         elapsed_s=elapsed_s,
         injected=injected,
         engine_stats=stats,

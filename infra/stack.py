@@ -15,6 +15,7 @@ from functions.worker.names import LIFE, LIFE_AT, LIFE_INDEX, SERVICE_NAME
 from infra import monitoring, nag_suppressions
 from infra.alarm_topic import AlarmTopic, NewAlarmTopic
 from infra.asset_staging import CODE_DIRS, LAYER_DIR, REPO_ROOT
+from infra.batch_workflows import BatchWorkflows
 from infra.context import StackContext
 from infra.dependencies_layer import DependenciesLayer
 from infra.durable_function import DurableJobFunction
@@ -174,6 +175,16 @@ class JobsStack(Stack):
                     retain_logs=retain,
                 )
 
+        # Where publishers define batches, and where each worker may send their callbacks (JobSpec.publishes).
+        self.batches = BatchWorkflows(
+            self,
+            "Batches",
+            stack_name=context.stack_name,
+            catalog=catalog,
+            table=self.idempotency_table,
+            queues=self.queues,
+            topic=self.alarm_topic,
+        )
         self.heartbeat = HeartbeatCanary(
             self, "Heartbeat", queues=[(item.spec, item.queue) for item in self.queues.values()]
         )
@@ -198,6 +209,7 @@ class JobsStack(Stack):
             alarms=[
                 *(alarm for queue_alarms in self.alarms.values() for alarm in queue_alarms.alarms.values()),
                 self.schedules.alarm,
+                self.batches.stalled_alarm,
                 *(alarm for durable in self.durable_functions.values() for alarm in durable.alarms.values()),
             ],
         ).dashboard

@@ -15,6 +15,12 @@ from jobctl.cli_globals import EXIT_CODES_HELP, LazyCommand, LazyGroup, print_ve
 
 # The short help is the first sentence of the command's docstring (a unit test keeps them equal).
 COMMANDS = {
+    "batch": LazyCommand(
+        "jobctl.commands.batch:batch", "Look up a batch: its members by state, its callbacks, and how long it took."
+    ),
+    "chain": LazyCommand(
+        "jobctl.commands.chain:chain", "Look up a chain: each step's state, where it stopped and how to resume it."
+    ),
     "console": LazyCommand(
         "jobctl.commands.console:console",
         "Serve the operator console: queues, dead letters, redrive, discard, pause, in the browser.",

@@ -319,8 +319,21 @@ class DeadLetterQueue:
             self.release(letters)
         return letters[:limit] if limit is not None else letters
 
-    def find(self, message_id: str) -> DeadLetter | None:
-        return next((letter for letter in self.peek() if letter.message_id == message_id), None)
+    def find(self, message_id: str, progress: Callable[[int], None] | None = None) -> DeadLetter | None:
+        """The message with this ID, read without consuming it: the scan stops at the batch that holds it (an
+        operator's look at one letter of a deep DLQ reads only as far as it), and everything read is released."""
+        received: list[DeadLetter] = []
+        try:
+            for batch in self._scan():
+                received.extend(batch)
+                if progress is not None:
+                    progress(len(batch))
+                found = next((letter for letter in batch if letter.message_id == message_id), None)
+                if found is not None:
+                    return found
+        finally:
+            self.release(received)
+        return None
 
     def _chosen_batches(
         self, chosen: Filter, limit: int | None, only: set[str] | None, kept: list[DeadLetter]

@@ -31,6 +31,7 @@ __all__ = [
     "EnvelopeNotObjectError",
     "EnvelopeTooLargeError",
     "FlowControlStoreError",
+    "FollowUpNotPublishableError",
     "HeldBackError",
     "HttpError",
     "HttpPermanentError",
@@ -51,6 +52,7 @@ __all__ = [
     "StepTimeLimitError",
     "TimeLimitInterrupt",
     "TimeLimitUnservableError",
+    "TooManyFollowUpsError",
     "TransientError",
     "UniqueKeyError",
     "UnknownJobError",
@@ -81,6 +83,15 @@ class JobInProgressError(TransientError):
 
 class WorkerConfigError(JobError):
     """The worker is misconfigured (missing environment, unknown queue): a deployment bug, not a job failure."""
+
+
+class FollowUpNotPublishableError(WorkerConfigError):
+    """A run asked for a follow-up job its JobSpec.publishes does not list: its worker has no route or grant to
+    that job's queue. Retried as a configuration error until a deploy lists it."""
+
+
+class TooManyFollowUpsError(PermanentError):
+    """A run asked for more follow-up jobs than one run may publish (follow_ups.MAX_FOLLOW_UPS)."""
 
 
 class DeadLetterError(JobError):

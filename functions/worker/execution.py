@@ -24,6 +24,7 @@ from functions.worker.breaker import Breakers, Snapshot
 from functions.worker.clients import ClientFactory
 from functions.worker.errors import JobInProgressError
 from functions.worker.flow_control import Admission, FlowControl
+from functions.worker.follow_ups import FollowUps
 from functions.worker.invocation import Delivery, Invocation, Outcome
 from functions.worker.jobs import JobContext, JobResult, LoadedJob
 from functions.worker.names import (
@@ -89,6 +90,8 @@ class Execution:
     # The run's start left the job too little time: it was given back before the job's code started.
     out_of_time: bool = False
     run: JobRun | None = None
+    # The follow-up jobs the run asked for (functions/worker/follow_ups.py), as its record keeps them.
+    follow_ups: str | None = None
     # The job's flow control (its key's concurrency, its rate limit), passed before its code starts, and given
     # back when it ends; None: the job has none. `call_limit` is what its HTTP calls pass.
     admit: Callable[[StartedRun | None], Admission] | None = None
@@ -137,6 +140,9 @@ class Execution:
         )
         result = self.runner.run(self.run)
         self.completed = True
+        # Written with the run's completion: a duplicate answered from the record publishes them too.
+        self.follow_ups = context.follow_ups.encoded() if context.follow_ups is not None else None
+        self.ledger.keep_follow_ups(self.follow_ups)
         from functions.worker.results import NOT_JSON, ResultNotStorableError, storable
 
         try:
@@ -258,6 +264,7 @@ class JobExecutor:
                         "progress not recorded", extra={"reason": reason}
                     ),
                 ),
+                follow_ups=FollowUps(job.spec.name, job.spec.publishes),
             )
 
         flow = self._flow_control
@@ -389,8 +396,14 @@ class JobExecutor:
 
             try:
                 # Its own thread, after the record was settled: it holds no invocation's answer up.
+                context = run.args[1] if len(run.args) > 1 else None
+                follow_ups = context.follow_ups if isinstance(context, JobContext) else None
+                # Its follow-ups too: the retry the cut scheduled is answered from the record, and publishes them.
                 self._ledger.complete_after_cut(
-                    idempotency_record_id(run.key), run.attempt, time_left_s=CUT_RUN_WRITE_S
+                    idempotency_record_id(run.key),
+                    run.attempt,
+                    time_left_s=CUT_RUN_WRITE_S,
+                    follow_ups=follow_ups.encoded() if follow_ups is not None else None,
                 )
                 recorded = True
             except Exception as error:

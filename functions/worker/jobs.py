@@ -12,12 +12,13 @@ from aws_lambda_powertools import Logger
 
 from functions.worker.clients import ClientFactory
 from functions.worker.errors import IdempotencyKeyError, WorkerConfigError
-from sqs_jobs.envelope import Envelope
+from sqs_jobs.envelope import Envelope, Scalar
 from sqs_jobs.specs import JobSpec, QueueSpec
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from functions.worker.follow_ups import FollowUps
     from functions.worker.http import HttpClient, JobHttp
     from functions.worker.progress import ProgressReporter
     from functions.worker.secrets import SecretCache
@@ -45,6 +46,9 @@ class JobContext:
     secrets: SecretCache | None = None
     # Where this run's progress goes (functions/worker/progress.py); None: nowhere (a test's context).
     progress_reporter: ProgressReporter | None = None
+    # The jobs this run asks to be published once it has succeeded (functions/worker/follow_ups.py); None: it
+    # can ask for none (a test's context).
+    follow_ups: FollowUps | None = None
 
     def resource(self, name: str) -> str:
         try:
@@ -74,6 +78,18 @@ class JobContext:
         if self.progress_reporter is None:
             return False
         return self.progress_reporter.report(done, total, note)
+
+    def then(
+        self, job: str, entity_id: str, *, key: str | None = None, tenant: str | None = None, **fields: Scalar
+    ) -> None:
+        """Publish `job` for `entity_id` once this run has succeeded (a pipeline's next step), before its message
+        is acknowledged; nothing if the run fails (its retry asks again). Checked now by the envelope's rules;
+        only a job this job's JobSpec.publishes lists (FollowUpNotPublishableError). Kept with the run's
+        completion, so a crash after it still publishes it, and published with the same key every time, so it
+        runs once (docs/workflows.md)."""
+        if self.follow_ups is None:
+            raise WorkerConfigError(f"job {self.envelope.job!r}: this context publishes no follow-up jobs")
+        self.follow_ups.add(job, entity_id, key=key, tenant=tenant, fields=fields)
 
     def client(self, service: str) -> Any:
         return self.clients(service)

@@ -53,6 +53,15 @@ DROPPED = "JobDropped"
 # durable function.
 DURABLE_STARTED = "DurableStarted"
 
+# A batch member's end counted in its batch (per reason: succeeded, dead), and a batch's callback published (per
+# reason: success, complete), counted under the member's job (functions/worker/batch_members.py).
+BATCH_MEMBER_ENDED = "BatchMemberEnded"
+BATCH_CALLBACK_PUBLISHED = "BatchCallbackPublished"
+# Follow-up jobs (`context.then`) published after a run succeeded, per follow-up, by the job that asked.
+FOLLOW_UP_PUBLISHED = "FollowUpPublished"
+# Per heartbeat, under RUNTIME_JOB: how many open batches had no member end for STALLED_AFTER_S (sqs_jobs.batches).
+STALLED_BATCHES = "StalledBatches"
+
 # What operators' tools show as the error type of a dead letter the runtime didn't write (no evidence attributes).
 NO_EVIDENCE = "(no evidence: not dead-lettered by the runtime)"
 

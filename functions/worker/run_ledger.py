@@ -75,6 +75,8 @@ LAST_ERROR = "last_error"
 LAST_FAILURE = "last_failure"
 LAST_TRACEBACK = "last_traceback"
 PENDING_DEAD_LETTER = "pending_dead_letter"
+# The follow-up jobs the completed run asked for (functions/worker/follow_ups.py), as JSON.
+FOLLOW_UPS = "follow_ups"
 
 # What a failure record keeps of the error: enough to say why, small enough to stay far below DynamoDB's 400 KB.
 MAX_ERROR_CHARS = 1024
@@ -225,6 +227,9 @@ class _Scope:
     first_delivery: bool = False
     identity: RunIdentity = RunIdentity()
     started: StartedRun | None = None
+    # The follow-ups the run's completion write keeps, and those a completed record answered the start with.
+    follow_ups: str | None = None
+    replayed_follow_ups: str | None = None
 
 
 class RunLedger(DynamoDBPersistenceLayer):
@@ -261,6 +266,14 @@ class RunLedger(DynamoDBPersistenceLayer):
             first_delivery=first_delivery and not seed_runs and seed_held_since is None,
         )
 
+    def keep_follow_ups(self, encoded: str | None) -> None:
+        """The follow-ups this thread's run asked for, written with its completion (no write of their own)."""
+        self._scope().follow_ups = encoded
+
+    def replayed_follow_ups(self) -> str | None:
+        """The follow-ups the key's completed record holds, when this thread's start was answered as a duplicate."""
+        return self._scope().replayed_follow_ups
+
     def started(self) -> StartedRun | None:
         """The run this thread's last start write began, if it began one."""
         return self._scope().started
@@ -282,6 +295,7 @@ class RunLedger(DynamoDBPersistenceLayer):
     def _put_record(self, data_record: DataRecord) -> None:
         scope = self._scope()
         scope.started = None
+        scope.follow_ups = scope.replayed_follow_ups = None
         now = time.time()
         if scope.first_delivery and self._start_new_key(data_record, scope, now):
             return
@@ -328,6 +342,8 @@ class RunLedger(DynamoDBPersistenceLayer):
         # What an earlier life of the key left: a due time, and a cancel that has expired.
         stale = {"#next_retry_at": NEXT_RETRY_AT, "#cancelled_at": CANCELLED_AT, "#cancelled_by": CANCELLED_BY}
         stale["#cancel_requested_at"] = CANCEL_REQUESTED_AT
+        # A run's follow-ups are those of the run that completes: an expired completion's never carry over.
+        stale["#follow_ups"] = FOLLOW_UPS
         names.update(stale)
         try:
             response = self._client().update_item(
@@ -412,6 +428,8 @@ class RunLedger(DynamoDBPersistenceLayer):
         in_progress_expiry = item.get(self.in_progress_expiry_attr, {}).get("N")
         live = expiry >= int(now)
         busy = status == INPROGRESS and (in_progress_expiry is None or int(in_progress_expiry) >= int(now * 1000))
+        if live and status == COMPLETED:
+            self._scope().replayed_follow_ups = item.get(FOLLOW_UPS, {}).get("S")
         if live and (status == COMPLETED or busy):
             return IdempotencyItemAlreadyExistsError(old_data_record=self._item_to_data_record(dict(item)))
         if live and (status == CANCELLED or CANCEL_REQUESTED_AT in item):
@@ -424,6 +442,7 @@ class RunLedger(DynamoDBPersistenceLayer):
             self._scope().started,
             {":response_data": {"S": data_record.response_data}, ":expiry": {"N": str(data_record.expiry_timestamp)}},
             time_left_s=self._scope().time_left(),
+            follow_ups=self._scope().follow_ups,
         )
 
     def complete(self, run: StartedRun, *, time_left_s: float) -> None:
@@ -434,9 +453,12 @@ class RunLedger(DynamoDBPersistenceLayer):
             {":expiry": {"N": str(self._get_expiry_timestamp())}, ":inprogress": {"S": INPROGRESS}},
             time_left_s=time_left_s,
             only_if="#status = :inprogress AND #runs = :run",
+            follow_ups=self._scope().follow_ups,
         )
 
-    def complete_after_cut(self, record_id: str, number: int, *, time_left_s: float) -> None:
+    def complete_after_cut(
+        self, record_id: str, number: int, *, time_left_s: float, follow_ups: str | None = None
+    ) -> None:
         """A run cut at its time limit whose code then ran to its end (no interruption, no call after the cut): its
         side effects were all made before the cut, so its key is completed, while the record is still that run's,
         in progress or failed by the cut; never once a later run has started (then that run decides)."""
@@ -451,6 +473,7 @@ class RunLedger(DynamoDBPersistenceLayer):
             },
             time_left_s=time_left_s,
             only_if="#runs = :run AND (#status = :inprogress OR #status = :failed)",
+            follow_ups=follow_ups,
         )
 
     def _write_completion(
@@ -461,9 +484,10 @@ class RunLedger(DynamoDBPersistenceLayer):
         *,
         time_left_s: float,
         only_if: str | None = None,
+        follow_ups: str | None = None,
     ) -> None:
         """COMPLETED, `runs` back to 0 and the completing run kept; `values` the expiry, if given the result, and
-        the values `only_if` (the write's condition) names.
+        the values `only_if` (the write's condition) names; the run's follow-ups, if it asked for any.
 
         The failure bookkeeping the record held when the run started is removed (a key reused after its record
         expires starts clean); only what was there, so a first run's completion stays as small a write as
@@ -474,6 +498,10 @@ class RunLedger(DynamoDBPersistenceLayer):
         if ":response_data" in values:
             names["#response_data"] = self.data_attr
             assignments.append("#response_data = :response_data")
+        if follow_ups is not None:
+            names["#follow_ups"] = FOLLOW_UPS
+            values[":follow_ups"] = {"S": follow_ups}
+            assignments.append("#follow_ups = :follow_ups")
         if run is not None:
             values[":run"] = {"N": str(run.number)}
         if ":run" in values:

@@ -22,6 +22,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -50,9 +51,11 @@ from sqs_jobs.specs import HEARTBEAT_JOB
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from functions.worker.batch_members import BatchMembers
     from functions.worker.deadletter import DeadLetterQueue
     from functions.worker.durable_start import DurableDispatch, DurableStarter
     from functions.worker.http import HttpClient
+    from sqs_jobs.publisher import JobPublisher
 
 __all__ = ["Outcome", "RetryLater", "Worker", "build_worker"]
 
@@ -115,6 +118,7 @@ class Worker:
             sqs=self._sqs,
             # The worker's own, built on the first dead letter or copy.
             dead_letters=lambda: self._dead_letters,
+            on_dead_lettered=self._member_dead_lettered,
         )
         # Unique and debounced jobs' state, in the idempotency table; `clock` is what their windows are judged by.
         self._uniqueness = Uniqueness(
@@ -160,6 +164,67 @@ class Worker:
                 self.settings.idempotency_table,
             ),
         )
+
+    @cached_property
+    def _batch_members(self) -> BatchMembers:
+        """Built on the first batch member that ends; most records are none."""
+        from functions.worker.batch_members import BatchMembers
+
+        return BatchMembers(
+            self.settings.idempotency_table,
+            lambda: self._clients.within("dynamodb", self._invocation.call_time_s()),
+            lambda: self._publisher,
+            retention_s=self._queue.dlq_retention_s,
+        )
+
+    @cached_property
+    def _publisher(self) -> JobPublisher:
+        """What publishes a batch's callbacks: to the queues the worker is routed to (WorkerSettings.routes)."""
+        from sqs_jobs.contract import JobContract
+        from sqs_jobs.publisher import JobPublisher
+
+        routes = self.settings.routes
+        contract = JobContract(
+            routes={job: queue for job, (queue, _) in routes.items()},
+            # SQS: a FIFO queue's name ends in ".fifo".
+            fifo_queues=frozenset(queue for queue, url in routes.values() if url.endswith(".fifo")),
+        )
+        urls = {queue: url for queue, url in routes.values()}
+        return JobPublisher(_ClientPerCall(self._sqs), urls, contract=contract)
+
+    def _member_ended(self, envelope: Envelope, outcome: Outcome) -> None:
+        """Count a batch member that succeeded (or was answered as a duplicate); raises what the count raised."""
+        from functions.worker.names import BATCH_CALLBACK_PUBLISHED, BATCH_MEMBER_ENDED
+
+        published = self._batch_members.succeeded(envelope)
+        self._tally.add(envelope.job, BATCH_MEMBER_ENDED, reason="succeeded")
+        for kind in published:
+            self._tally.add(envelope.job, BATCH_CALLBACK_PUBLISHED, reason=kind)
+        self._obs.logger.info(
+            "batch member counted",
+            extra={
+                "batch": envelope.batch.field if envelope.batch else None,
+                "outcome": outcome.value,
+                "callbacks_published": published,
+            },
+        )
+
+    def _member_dead_lettered(self, envelope: Envelope) -> None:
+        """Count a batch member the DLQ now has. A failure is the runtime's (alarmed); the member then stays open
+        in its batch until it is redriven (docs/workflows.md)."""
+        if envelope.batch is None:
+            return
+        from functions.worker.names import BATCH_CALLBACK_PUBLISHED, BATCH_MEMBER_ENDED
+
+        try:
+            published = self._batch_members.dead_lettered(envelope)
+        except Exception:
+            self._tally.runtime_fault("batch_count")
+            self._obs.logger.exception("could not count a dead-lettered batch member; it stays open in its batch")
+            return
+        self._tally.add(envelope.job, BATCH_MEMBER_ENDED, reason="dead")
+        for kind in published:
+            self._tally.add(envelope.job, BATCH_CALLBACK_PUBLISHED, reason=kind)
 
     @cached_property
     def _durable(self) -> DurableDispatch:
@@ -344,7 +409,56 @@ class Worker:
             elapsed_ms = execution.elapsed_ms()
             if elapsed_ms is not None:
                 self._tally.sample(envelope.job, DURATION, elapsed_ms)
+        follow_ups = execution.follow_ups if outcome is Outcome.SUCCEEDED else self._ledger.replayed_follow_ups()
+        if follow_ups is not None:
+            unpublished = self._publish_follow_ups(job, envelope, delivery, follow_ups)
+            if unpublished is not None:
+                return unpublished
+        if envelope.batch is not None:
+            counted = self._count_member(envelope, delivery, outcome)
+            if counted is not None:
+                return counted
         return self._settlement.done(envelope, outcome)
+
+    def _publish_follow_ups(self, job: LoadedJob, envelope: Envelope, delivery: Delivery, kept: str) -> Verdict | None:
+        """The follow-ups a succeeded run asked for (`context.then`), published before its message is acknowledged:
+        if the publish fails the record comes back, is answered from its key's record, and publishes them then
+        (each with its own key, so a second publish is a duplicate). None: published."""
+        from functions.worker.follow_ups import decoded
+        from functions.worker.names import FOLLOW_UP_PUBLISHED
+
+        try:
+            follow_ups = decoded(kept, job.spec.publishes)
+            self._publisher.publish_many(follow_ups)
+        except Exception as error:
+            self._tally.runtime_fault("follow_up_publish")
+            self._obs.logger.exception("could not publish the run's follow-up jobs; the record comes back for them")
+            return self._settlement.hand_back(
+                delivery, envelope, self._settlement.backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error
+            )
+        for follow_up in follow_ups:
+            self._tally.add(envelope.job, FOLLOW_UP_PUBLISHED, reason=follow_up.job)
+        self._obs.logger.info("follow-up jobs published", extra={"follow_ups": [f"{f.job}:{f.id}" for f in follow_ups]})
+        return None
+
+    def _count_member(self, envelope: Envelope, delivery: Delivery, outcome: Outcome) -> Verdict | None:
+        """A batch member's success counted before it is acknowledged: if the count fails the record comes back,
+        and its duplicate counts it (a set holds an index once). None: counted."""
+        from sqs_jobs.batches import BatchMemberError
+
+        try:
+            self._member_ended(envelope, outcome)
+        except BatchMemberError as error:
+            # The job ran (it is its own job, its key recorded); the message claims a batch that does not hold it.
+            verdict = self._settlement.dead_letter_of(delivery, envelope, error, DeadLetterFailure.PERMANENT)
+            return replace(verdict, key_record=None)
+        except Exception as error:
+            self._tally.runtime_fault("batch_count")
+            self._obs.logger.exception("could not count the batch member; it comes back and is counted then")
+            return self._settlement.hand_back(
+                delivery, envelope, self._settlement.backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error
+            )
+        return None
 
     # --- what the runtime says ----------------------------------------------------------------------------------
 
@@ -354,7 +468,30 @@ class Worker:
         lag_s = round(max(0.0, time.time() - sent_ms / 1000), 3) if sent_ms else None
         self._tally.add(HEARTBEAT_JOB, HEARTBEAT)
         self._obs.logger.info("heartbeat", extra={"lag_s": lag_s})
+        self._watch_batches()
         return Outcome.HEARTBEAT
+
+    def _watch_batches(self) -> None:
+        """Each heartbeat counts the stalled batches (docs/workflows.md, "Batches that stall"): a Query per shard
+        of the index of things in flight, never a scan. A failure is the runtime's, and counts nothing."""
+        from functions.worker.batch_members import count_stalled
+        from functions.worker.names import LIFE_INDEX, RUNTIME_JOB, STALLED_BATCHES
+        from sqs_jobs.batches import STALLED_AFTER_S
+
+        try:
+            stalled = count_stalled(
+                self._clients.within("dynamodb", self._invocation.call_time_s()),
+                self.settings.idempotency_table,
+                LIFE_INDEX,
+                time.time() - STALLED_AFTER_S,
+            )
+        except Exception:
+            self._tally.runtime_fault("batch_watch")
+            self._obs.logger.exception("could not count the stalled batches")
+            return
+        self._tally.sample(RUNTIME_JOB, STALLED_BATCHES, stalled)
+        if stalled:
+            self._obs.logger.warning("batches stalled", extra={"stalled_batches": stalled})
 
 
 def build_worker(settings: WorkerSettings, clients: ClientFactory | None = None) -> Worker:

@@ -23,6 +23,9 @@ ENV_IDEMPOTENCY_TABLE = "JOBS_IDEMPOTENCY_TABLE"
 # The unique ID (AROA...) of the worker's own IAM role: messages it sent carry it in their SenderId, and only
 # their `jobs.*` attributes are the runtime's bookkeeping (functions/worker/provenance.py).
 ENV_RUNTIME_ROLE_ID = "JOBS_RUNTIME_ROLE_ID"
+# Where the worker may publish jobs of other queues (a batch's callbacks): JSON {"<job>": ["<queue>", "<url>"]};
+# optional.
+ENV_ROUTES = "JOBS_ROUTES"
 # One variable per resource a queue's jobs need: JOBS_RESOURCE_<NAME>, the name in upper case.
 RESOURCE_ENV_PREFIX = "JOBS_RESOURCE_"
 # One variable per durable job of the queue: JOBS_DURABLE_FUNCTION_<JOB>, the qualified ARN (an alias's) of the
@@ -75,6 +78,8 @@ class WorkerSettings:
     # Rate limits of the downstreams among `resources` (endpoints, mail senders), by resource name, with the
     # resource's kind (sqs_jobs.flow_control).
     endpoint_limits: Mapping[str, tuple[str, RateLimit]] = field(default_factory=dict)
+    # The jobs its jobs may publish (a batch's callbacks): each one's queue and its URL.
+    routes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # Per durable job of the queue, the qualified ARN of its durable function (sqs_jobs.durable).
     durable_functions: Mapping[str, str] = field(default_factory=dict)
 
@@ -102,6 +107,7 @@ class WorkerSettings:
                 resources[resource] = value
             else:
                 problems.append(f"{resource_env_name(resource)} is not set ({catalog.resource(resource).description})")
+        routes = _routes(environ.get(ENV_ROUTES, ""), problems)
         durable_functions: dict[str, str] = {}
         for job in queue.jobs if queue and with_durable_functions else ():
             if job.durable is None:
@@ -121,6 +127,7 @@ class WorkerSettings:
             runtime_role_id=values[ENV_RUNTIME_ROLE_ID],
             resources=resources,
             endpoint_limits=endpoint_rate_limits(catalog, queue),
+            routes=routes,
             durable_functions=durable_functions,
         )
 
@@ -134,5 +141,24 @@ class WorkerSettings:
             ENV_RUNTIME_ROLE_ID: self.runtime_role_id,
         }
         environ.update({resource_env_name(name): value for name, value in self.resources.items()})
+        if self.routes:
+            routes = {job: list(route) for job, route in self.routes.items()}
+            environ[ENV_ROUTES] = json.dumps(routes, separators=(",", ":"), sort_keys=True)
         environ.update({durable_function_env_name(job): arn for job, arn in self.durable_functions.items()})
         return environ
+
+
+def _routes(text: str, problems: list[str]) -> dict[str, tuple[str, str]]:
+    if not text.strip():
+        return {}
+    try:
+        routes = json.loads(text)
+    except ValueError:
+        routes = None
+    if not isinstance(routes, dict) or not all(
+        isinstance(route, list) and len(route) == 2 and all(isinstance(part, str) for part in route)
+        for route in routes.values()
+    ):
+        problems.append(f'{ENV_ROUTES} must be a JSON object {{"<job>": ["<queue>", "<url>"]}}')
+        return {}
+    return {str(job): (route[0], route[1]) for job, route in routes.items()}

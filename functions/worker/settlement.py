@@ -210,6 +210,7 @@ class Settlement:
         rng: random.Random,
         sqs: Callable[[], Any],
         dead_letters: Callable[[], DeadLetterQueue],
+        on_dead_lettered: Callable[[Envelope], None] | None = None,
     ) -> None:
         self._settings = settings
         self._queue = settings.queue
@@ -222,6 +223,8 @@ class Settlement:
         # The SQS client for one of the runtime's own calls, and the dead-letter queue, built on first use.
         self._sqs = sqs
         self._dead_letters = dead_letters
+        # Told of each envelope the DLQ has taken (a batch member's end is counted then, never before).
+        self._on_dead_lettered = on_dead_lettered
 
     # --- verdicts -------------------------------------------------------------------------------------------------
 
@@ -664,6 +667,8 @@ class Settlement:
             },
         )
         self._tally.add(job_name, DEAD_LETTERED, reason=verdict.failure)
+        if verdict.envelope is not None and self._on_dead_lettered is not None:
+            self._on_dead_lettered(verdict.envelope)
         return Outcome.DEAD_LETTERED
 
     # --- the runtime's own calls ------------------------------------------------------------------------------------

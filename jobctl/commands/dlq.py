@@ -48,6 +48,21 @@ def _dlq(options: Options, queue: str) -> tuple[DeadLetterQueue, Any]:
     return dead, where
 
 
+def _find(options: Options, dead: DeadLetterQueue, queue: str, message_id: str) -> DeadLetter | None:
+    """One message of the DLQ, read without consuming; the scan stops where it is found."""
+    if not options.show_progress:
+        return dead.find(message_id)
+    with progress_bar(options, f"reading the DLQ of {queue}") as bar:
+        seen = 0
+
+        def received(count: int) -> None:
+            nonlocal seen
+            seen += count
+            bar.update(seen, total=None)
+
+        return dead.find(message_id, progress=received)
+
+
 def _scan(options: Options, dead: DeadLetterQueue, queue: str, limit: int | None = None) -> list[DeadLetter]:
     """Every message of the DLQ (up to `limit`), read without consuming, with progress against its depth."""
     if not options.show_progress:
@@ -154,7 +169,7 @@ def show(options: Options, queue: str, message_id: str) -> None:
     """One dead-lettered message: payload, attempts, error, traceback, timestamps."""
     with operator_errors():
         dead, _ = _dlq(options, queue)
-        letter = next((item for item in _scan(options, dead, queue) if item.message_id == message_id), None)
+        letter = _find(options, dead, queue, message_id)
     if letter is None:
         # The command ran and the message isn't there (redriven, discarded, or a wrong ID): a finding.
         fail(f"no message {message_id!r} in the DLQ of {queue!r}", EXIT_FAILED)

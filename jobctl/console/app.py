@@ -19,6 +19,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from functions.worker.names import LifeState
+from jobctl.batch_lookup import BadBatchIdError, BatchLookupError, BatchNotFoundError
 from jobctl.console.backend import ConsoleBackend, group_id, to_json
 from jobctl.console.charts import FRAME_HEIGHT, FRAME_WIDTH
 from jobctl.console.operations import Operations
@@ -38,6 +39,7 @@ OPERATOR_ERRORS: tuple[type[Exception], ...] = (
     DiscoveryError,
     DlqError,
     JobLookupError,
+    BatchLookupError,
     QueueControlError,
     botocore.exceptions.BotoCoreError,
     botocore.exceptions.ClientError,
@@ -137,8 +139,13 @@ def _error_pages(app: Flask) -> None:
     def unknown_queue(error: UnknownQueueError) -> tuple[str, int]:
         return render_template("error.html", title="Unknown queue", message=str(error)), 404
 
+    @app.errorhandler(BatchNotFoundError)
+    def no_batch(error: BatchNotFoundError) -> tuple[str, int]:
+        return render_template("error.html", title="No such batch", message=str(error)), 404
+
     @app.errorhandler(EnvelopeError)
     @app.errorhandler(JobKeyUnknownError)
+    @app.errorhandler(BadBatchIdError)
     def bad_input(error: Exception) -> tuple[str, int]:
         # What the operator typed (a job's ID with a hidden character): their input, not a failure to act.
         return render_template("error.html", title="Bad input", message=str(error)), 400
@@ -219,6 +226,12 @@ def _reading_pages(app: Flask, backend: ConsoleBackend) -> None:
             jobs=backend.catalog.job_names,
             cancel_outcome=said,
         )
+
+    @app.get("/batches")
+    def batch_page() -> str:
+        batch_id = request.args.get("id", "").strip()
+        found = backend.find_batch(batch_id) if batch_id else None
+        return render_template("batch.html", batch_id=batch_id, found=found)
 
     @app.get("/life")
     def life_page() -> str:

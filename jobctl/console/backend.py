@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from jobctl import queue_control
+from jobctl.batch_lookup import BatchView
 from jobctl.console.charts import Series, queue_charts
 from jobctl.console.operations import Operation
 from jobctl.discovery import QueueLocation, find_queues
@@ -171,6 +172,12 @@ class ConsoleBackend:
     def find_job(self, queue: str, job: str, entity_id: str, key: str | None) -> JobLookup:
         spec, where = self._where(queue)
         return lookup(self._client, spec, where, job, entity_id, key)
+
+    def find_batch(self, batch_id: str) -> BatchView:
+        """A batch's members by state, callbacks and times (jobctl/batch_lookup.py)."""
+        from jobctl.batch_lookup import batch_table, look_up_batch
+
+        return look_up_batch(self._client("dynamodb"), batch_table(self._client("ssm"), self.stack), batch_id)
 
     def _idempotency_table(self) -> str:
         """The table the workers keep their records in (one per stack), from the first queue's worker."""

@@ -27,6 +27,7 @@ from sqs_jobs.specs import Catalog, QueueSpec
 from sqs_jobs.stack_names import (
     DEFAULT_STACK_NAME,
     DURABLE_ALIAS,
+    batches_parameter_name,
     contract_parameter_name,
     durable_function_name,
     resource_parameter_name,
@@ -99,6 +100,9 @@ class LocalDeployment:
     resources: dict[str, str]
     # Per queue, the rate limits of the endpoints its jobs use (functions.worker.settings.endpoint_rate_limits).
     endpoint_limits: dict[str, dict[str, tuple[str, RateLimit]]] = field(default_factory=dict)
+    # Per queue, the queues its worker may publish to (Catalog.publish_routes: a batch's callbacks); it is given
+    # their jobs' routes.
+    publish_routes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def worker_settings(self, queue: str) -> WorkerSettings:
         local = self.queues[queue]
@@ -110,6 +114,11 @@ class LocalDeployment:
             runtime_role_id=local.worker_role_id,
             resources={name: self.resources[name] for name in local.spec.resources},
             endpoint_limits=self.endpoint_limits.get(queue, {}),
+            routes={
+                job: (target, self.queues[target].url)
+                for target in self.publish_routes.get(queue, ())
+                for job in self.queues[target].spec.job_names
+            },
             durable_functions={
                 job.name: local_durable_function_arn(self.region, self.stack_name, job.name)
                 for job in local.spec.jobs
@@ -266,6 +275,8 @@ def provision(
         if resource.published:
             parameter = resource_parameter_name(stack_name, resource.name)
             ssm.put_parameter(Name=parameter, Value=resources[resource.name], Type="String", Overwrite=True)
+    # Where publishers define batches, as the stack writes it.
+    ssm.put_parameter(Name=batches_parameter_name(stack_name), Value=idempotency_table, Type="String", Overwrite=True)
     # The job contract publishers read, as the stack writes it.
     ssm.put_parameter(
         Name=contract_parameter_name(stack_name),
@@ -280,6 +291,7 @@ def provision(
         idempotency_table=idempotency_table,
         resources=resources,
         endpoint_limits={spec.name: endpoint_rate_limits(catalog, spec) for spec in catalog},
+        publish_routes={spec.name: catalog.publish_routes(spec.name) for spec in catalog},
     )
     lambda_client = client("lambda")
     for queue in queues:

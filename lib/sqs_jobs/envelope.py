@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqs_jobs.batches import BATCH_FIELD, BatchMember, parse_member_field
 from sqs_jobs.errors import (
     EnvelopeFieldError,
     EnvelopeNotJSONError,
@@ -28,7 +29,7 @@ MAX_ENVELOPE_BYTES = 1024
 MAX_ID_CHARS = 256
 MAX_EXTRA_FIELDS = 8
 MAX_EXTRA_STRING_CHARS = 128
-RESERVED_FIELDS = ("job", "id", "key", "tenant")
+RESERVED_FIELDS = ("job", "id", "key", "tenant", "batch")
 # The tenant travels as SQS's MessageGroupId too, so it takes what SQS takes there: 1 to 128 alphanumeric or
 # punctuation characters, that is ASCII 0x21-0x7E (SQS API Reference, SendMessage, MessageGroupId).
 MAX_TENANT_CHARS = 128
@@ -52,6 +53,8 @@ class Envelope:
     # Whose job it is (a customer, an account): on a standard queue also its MessageGroupId, so SQS's fair queues
     # keep one tenant's backlog from delaying the others'. Last, so positional construction stays as it was.
     tenant: str | None = None
+    # The batch this job is a member of, and its index there (sqs_jobs.batches): set by JobPublisher.batch.
+    batch: BatchMember | None = None
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"job": self.job, "id": self.id}
@@ -59,6 +62,8 @@ class Envelope:
             body["key"] = self.key
         if self.tenant is not None:
             body["tenant"] = self.tenant
+        if self.batch is not None:
+            body[BATCH_FIELD] = self.batch.field
         body.update(self.extra)
         return body
 
@@ -196,7 +201,8 @@ def parse_envelope(body: str | bytes, accepted_jobs: Collection[str]) -> Envelop
     assert entity_id is not None
     key = _identifier(decoded, "key", required=False)
     tenant = _tenant(decoded)
-    return Envelope(job=job, id=entity_id, key=key, extra=_extra_fields(decoded), tenant=tenant)
+    batch = parse_member_field(decoded[BATCH_FIELD]) if BATCH_FIELD in decoded else None
+    return Envelope(job=job, id=entity_id, key=key, extra=_extra_fields(decoded), tenant=tenant, batch=batch)
 
 
 def build_envelope(
@@ -206,6 +212,7 @@ def build_envelope(
     key: str | None = None,
     extra: Mapping[str, Scalar] | None = None,
     tenant: str | None = None,
+    batch: BatchMember | None = None,
 ) -> Envelope:
     """Build an envelope for publishing, checked by exactly the rules a worker applies on receipt."""
     clashing = sorted(set(extra or {}) & set(RESERVED_FIELDS))
@@ -216,6 +223,8 @@ def build_envelope(
         body["key"] = key
     if tenant is not None:
         body["tenant"] = tenant
+    if batch is not None:
+        body[BATCH_FIELD] = batch.field
     try:
         encoded = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -9,6 +9,9 @@
     publisher.publish("order_confirmation", "125", delay=timedelta(hours=2))   # -> one-time schedule's name
     publisher.publish("order_confirmation", "126", at=datetime(2026, 12, 24, 9, tzinfo=UTC))
 
+    publisher = JobPublisher.from_stack(ssm, sqs, dynamodb_client=dynamodb)    # and the stack's batch table
+    batch_id = publisher.batch([("import_rows", "f1-0"), ...], on_complete=("import_done", "f1"))
+
 A delay up to 15 minutes is SQS's DelaySeconds; beyond, an EventBridge Scheduler one-time schedule in the
 stack's group sends the job at its time and deletes itself. `delay_s`, `delay` and `at` are three ways to say
 when: give at most one (None means not given). Two together, even a zero (`delay_s=0, at=...`), contradict each
@@ -23,6 +26,7 @@ Works against AWS or the local engine alike: pass a client built with the engine
 
 from __future__ import annotations
 
+import itertools
 import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -30,6 +34,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqs_jobs.batches import (
+    BATCH_FIELD,
+    CHAIN,
+    COMPLETE,
+    EXPIRATION,
+    MAX_BATCH_MEMBERS,
+    MAX_DESCRIPTION_CHARS,
+    ON_SUCCESS_ENVELOPE,
+    OPEN_BATCH_TTL_S,
+    SUCCESS,
+    BatchDefinitionError,
+    BatchesNotConfiguredError,
+    BatchMember,
+    CallbackNotPublishableError,
+    callback_of,
+    definition_items,
+    new_batch_id,
+)
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.contract import JobContract
 from sqs_jobs.envelope import MAX_EXTRA_FIELDS, Envelope, Scalar, build_envelope
@@ -44,6 +66,7 @@ from sqs_jobs.stack_names import (
     SCHEDULE_GROUP,
     SCHEDULER_ROLE_ARN,
     SCHEDULES_DLQ_ARN,
+    batches_parameter_name,
     contract_parameter_name,
     one_time_schedule_prefix,
     parameter_name,
@@ -108,8 +131,21 @@ class FailedEntry:
     sender_fault: bool
 
 
+@dataclass(frozen=True)
+class BatchTable:
+    """Where batches are defined: a boto3 `dynamodb` client and the stack's idempotency table (the publisher may
+    write its `batch#` items only)."""
+
+    client: Any
+    table: str
+
+
 class PartialPublishError(PublishError):
-    """Some messages of a batch were not accepted by SQS; `sent` has the IDs of those that were, in order."""
+    """Some messages of a batch were not accepted by SQS; `sent` has the IDs of those that were, in order. From
+    JobPublisher.batch, `batch_id` names the batch: its failed members' envelopes carry their `batch` field, so
+    publishing them again (publish_many) completes it."""
+
+    batch_id: str | None = None
 
     def __init__(self, sent: list[str | None], failed: list[FailedEntry]) -> None:
         first = failed[0]
@@ -148,8 +184,12 @@ class JobPublisher:
         scheduling: Scheduling | None = None,
         clock: Callable[[], datetime] | None = None,
         contract: JobContract | None = None,
+        batches: BatchTable | None = None,
     ) -> None:
-        """`contract`: the deployed stack's job contract (what from_stack reads); None: the one of `catalog`."""
+        """`contract`: the deployed stack's job contract (what from_stack reads); None: the one of `catalog`.
+        `batches`: where `batch` defines its batches (from_stack with a dynamodb_client finds the stack's)."""
+        self._batches = batches
+        self._catalog = catalog
         self._sqs = sqs_client
         self._queue_urls = dict(queue_urls)
         self._contract = contract or JobContract.from_catalog(catalog)
@@ -166,6 +206,7 @@ class JobPublisher:
         catalog: Catalog = CATALOG,
         clock: Callable[[], datetime] | None = None,
         queues: Iterable[str] | None = None,
+        dynamodb_client: Any = None,
     ) -> JobPublisher:
         """A publisher for a deployed stack, from its SSM parameters: its job contract (which jobs exist, on which
         queue: so a job added to the stack after this wheel was built is published too; a stack without one, the
@@ -173,7 +214,7 @@ class JobPublisher:
         what delays beyond 15 minutes need. Name only the queues the service was granted
         (`JobQueue.grant_publish`): SSM refuses a whole GetParameters call that names one parameter it may not
         read. Raises QueueNotConfiguredError when a parameter is missing (the stack is not deployed here, or has
-        another name)."""
+        another name). With a `dynamodb_client`, `batch` defines batches in the stack's table."""
         contract = _published_contract(ssm_client, stack_name) or JobContract.from_catalog(catalog)
         chosen = list(queues) if queues is not None else list(contract.queue_names)
         for queue in chosen:
@@ -183,11 +224,17 @@ class JobPublisher:
         names = [parameter_name(stack_name, queue, key) for queue in chosen for key in keys]
         if scheduler_client is not None:
             names += [schedules_parameter_name(stack_name, key) for key in (SCHEDULE_GROUP, SCHEDULES_DLQ_ARN)]
+        if dynamodb_client is not None:
+            names.append(batches_parameter_name(stack_name))
         values: dict[str, str] = {}
         for start in range(0, len(names), 10):  # GetParameters takes 10 names at most
             response = ssm_client.get_parameters(Names=names[start : start + 10])
             values.update({item["Name"]: item["Value"] for item in response.get("Parameters", [])})
-        required = names if scheduler_client is not None else [n for n in names if n.endswith(f"/{QUEUE_URL}")]
+        required = [
+            name
+            for name in names
+            if name.endswith(f"/{QUEUE_URL}") or scheduler_client is not None or name.startswith(f"/{stack_name}/batch")
+        ]
         missing = [name for name in required if name not in values]
         if missing:
             raise QueueNotConfiguredError(
@@ -208,7 +255,14 @@ class JobPublisher:
                     for queue in chosen
                 },
             )
-        return cls(sqs_client, urls, scheduling=scheduling, clock=clock, contract=contract)
+        batches = (
+            BatchTable(dynamodb_client, values[batches_parameter_name(stack_name)])
+            if dynamodb_client is not None
+            else None
+        )
+        return cls(
+            sqs_client, urls, catalog=catalog, scheduling=scheduling, clock=clock, contract=contract, batches=batches
+        )
 
     def envelope(
         self,
@@ -217,9 +271,12 @@ class JobPublisher:
         key: str | None = None,
         extra: Mapping[str, Scalar] | None = None,
         tenant: str | None = None,
+        batch: BatchMember | None = None,
     ) -> Envelope:
         """Build and check an envelope; raises the EnvelopeError subclass a worker would dead-letter it for."""
-        envelope = build_envelope(job, entity_id, self._contract.job_names, key=key, extra=extra, tenant=tenant)
+        envelope = build_envelope(
+            job, entity_id, self._contract.job_names, key=key, extra=extra, tenant=tenant, batch=batch
+        )
         if envelope.tenant is not None and not self._contract.knows_tenants and len(envelope.extra) >= MAX_EXTRA_FIELDS:
             raise EnvelopeFieldError(
                 f"{len(envelope.extra)} extra fields and a tenant; this stack's workers predate the tenant field and "
@@ -391,21 +448,187 @@ class JobPublisher:
             raise PartialPublishError(sent, failed)
         return [message_id for message_id in sent if message_id is not None]
 
+    def batch(
+        self,
+        jobs: Iterable[JobRequest],
+        on_success: tuple[str, str] | None = None,
+        on_complete: tuple[str, str] | None = None,
+        description: str = "",
+    ) -> str:
+        """Publish `jobs` as one batch and return its ID. Each member is an ordinary job (its own key, retries,
+        DLQ). Once every member has succeeded, `on_success` (a (job, id) pair) is published; once every member has
+        ended, succeeded or dead-lettered, `on_complete` is; each exactly once (docs/workflows.md). A member that is
+        redriven and then succeeds moves from dead to succeeded, and may complete `on_success` then.
+
+        The batch is written first (one PutItem), then its members are sent (SendMessageBatch, chunks of 10):
+        PartialPublishError names the batch and carries the members SQS refused, to send again."""
+        table = self._batch_table()
+        callbacks = {SUCCESS: callback_of(on_success, "on_success"), COMPLETE: callback_of(on_complete, "on_complete")}
+        for callback in callbacks.values():
+            if callback is not None:
+                # Checked as the member's worker will publish it.
+                self.envelope(*callback)
+        if not isinstance(description, str):
+            raise BatchDefinitionError(f"description must be a string, got {type(description).__name__}")
+        batch_id = new_batch_id()
+        requested = list(jobs)
+        if not 1 <= len(requested) <= MAX_BATCH_MEMBERS:
+            raise BatchDefinitionError(
+                f"a batch of {len(requested)} members; 1 to {MAX_BATCH_MEMBERS} are accepted: split the work into "
+                "batches, each with its own callback"
+            )
+        members: list[Envelope] = []
+        for index, request in enumerate(requested):
+            plain = request if isinstance(request, Envelope) else None
+            if plain is not None and plain.batch is not None:
+                raise BatchDefinitionError(
+                    f"batch entry {index} ({plain.job}:{plain.id[:64]}) is a member of batch {plain.batch.batch_id} "
+                    "already; a job is a member of one batch"
+                )
+            member = self._member(index, request, BatchMember(batch_id, index))
+            try:
+                # Checked as its worker will check it, before anything is written.
+                members.append(
+                    self.envelope(member.job, member.id, member.key, member.extra, member.tenant, member.batch)
+                )
+            except EnvelopeError as error:
+                error.args = (f"batch entry {index} (job {_excerpt(member.job)}, id {_excerpt(member.id)}): {error}",)
+                raise
+        self._check_publishable(members, callbacks)
+        counting, listed = definition_items(
+            batch_id,
+            [(member.job, member.id) for member in members],
+            callbacks,
+            description,
+            int(self._clock().timestamp()),
+        )
+        # The members' list first: a batch exists for the workers once its counting item does.
+        for item in (listed, counting):
+            table.client.put_item(
+                TableName=table.table,
+                Item=item,
+                ConditionExpression="attribute_not_exists(#id)",
+                ExpressionAttributeNames={"#id": "id"},
+            )
+        try:
+            self.publish_many(members)
+        except PartialPublishError as partial:
+            partial.batch_id = batch_id
+            raise
+        return batch_id
+
+    def chain(self, steps: Iterable[JobRequest], description: str = "") -> str:
+        """Publish a chain: the first step now, each next one once the step before it succeeded, exactly once
+        (docs/workflows.md). Each step is an ordinary job (its key, retries, DLQ); a step dead-lettered stops the
+        chain there (`jobctl chain show ID` says where), and redriving it continues the chain. Each step's job must
+        list the next step's job in its `publishes`. Returns the chain's ID."""
+        from sqs_jobs.chains import MAX_CHAIN_STEPS, chain_item
+
+        table = self._batch_table()
+        requested = list(steps)
+        if not 1 <= len(requested) <= MAX_CHAIN_STEPS:
+            raise BatchDefinitionError(f"a chain of {len(requested)} steps; 1 to {MAX_CHAIN_STEPS} are accepted")
+        if not isinstance(description, str):
+            raise BatchDefinitionError(f"description must be a string, got {type(description).__name__}")
+        chain_id = new_batch_id()
+        batch_ids = [new_batch_id() for _ in requested]
+        # Checked as their workers will check them, and each step may publish the next.
+        envelopes = [
+            self.envelope(e.job, e.id, e.key, e.extra, e.tenant, e.batch)
+            for e in (self._member(n, step, BatchMember(batch_ids[n], 0)) for n, step in enumerate(requested))
+        ]
+        for current, after in itertools.pairwise(envelopes):
+            self._check_publishable([current], {SUCCESS: (after.job, after.id)})
+        now_s = int(self._clock().timestamp())
+        items: list[dict[str, Any]] = []
+        for index, envelope in enumerate(envelopes):
+            following = envelopes[index + 1] if index + 1 < len(envelopes) else None
+            extra: dict[str, Any] = {
+                CHAIN: {"S": f"{chain_id}.{index}"},
+                # A later step may start long after the chain was published: each step is given its own window.
+                EXPIRATION: {"N": str(now_s + OPEN_BATCH_TTL_S * (index + 1))},
+            }
+            if following is not None:
+                extra[ON_SUCCESS_ENVELOPE] = {"S": following.to_json()}
+            said = f"step {index + 1} of {len(envelopes)} of chain {chain_id}" + (
+                f": {description}" if description else ""
+            )
+            counting, listed = definition_items(
+                batch_ids[index],
+                [(envelope.job, envelope.id)],
+                {SUCCESS: (following.job, following.id) if following else None},
+                said[:MAX_DESCRIPTION_CHARS],
+                now_s,
+                extra=extra,
+            )
+            items += [listed, counting]
+        items.append(chain_item(chain_id, [(e.job, e.id) for e in envelopes], batch_ids, description, now_s))
+        for item in items:
+            table.client.put_item(
+                TableName=table.table,
+                Item=item,
+                ConditionExpression="attribute_not_exists(#id)",
+                ExpressionAttributeNames={"#id": "id"},
+            )
+        self.publish_many([envelopes[0]])
+        return chain_id
+
+    def _batch_table(self) -> BatchTable:
+        if self._batches is None:
+            raise BatchesNotConfiguredError(
+                "a batch needs the stack's batch table: JobPublisher.from_stack(ssm, sqs, dynamodb_client=dynamodb), "
+                "or batches=BatchTable(client, table)"
+            )
+        if BATCH_FIELD not in self._contract.reserved_fields:
+            raise BatchesNotConfiguredError(
+                "this stack's workers predate batches (its job contract does not reserve 'batch'): deploy it again"
+            )
+        return self._batches
+
+    def _check_publishable(self, members: Sequence[Envelope], callbacks: Mapping[str, tuple[str, str] | None]) -> None:
+        """Whichever member ends last publishes the callbacks, from its worker: every member's job must list them in
+        its `publishes` (the catalog's; a job this wheel's catalog doesn't know is left to its worker)."""
+        targets = {callback[0] for callback in callbacks.values() if callback is not None}
+        known = {job.name: job for queue in self._catalog for job in queue.jobs}
+        for name in sorted({member.job for member in members}):
+            spec = known.get(name)
+            missing = sorted(targets - set(spec.publishes)) if spec is not None else []
+            if spec is not None and missing:
+                raise CallbackNotPublishableError(
+                    f"member job {name!r} may not publish callback job {missing[0]!r}: add it to the job's "
+                    f"`publishes` in the catalog (it lists: {', '.join(spec.publishes) or 'none'})"
+                )
+
+    def _member(self, index: int, request: object, member: BatchMember) -> Envelope:
+        """One entry of a batch as its member's envelope; an error names the entry."""
+        if isinstance(request, Envelope):
+            return Envelope(
+                job=request.job,
+                id=request.id,
+                key=request.key,
+                extra=request.extra,
+                tenant=request.tenant,
+                batch=member,
+            )
+        if isinstance(request, tuple | list) and len(request) == 2 and all(isinstance(p, str) for p in request):
+            return Envelope(job=request[0], id=request[1], batch=member)
+        raise TypeError(f"batch entry {index} is {_excerpt(request)}; accepted: a (job, id) pair or an Envelope")
+
     def _checked_entry(self, index: int, job: object, delay_s: int) -> tuple[Envelope, str, dict[str, Any]]:
         """One entry of publish_many as an envelope, its queue's URL and its group and delay; an error names the
         entry."""
         if isinstance(job, Envelope):
             name: object = job.job
             entity_id: object = job.id
-            key, extra, tenant = job.key, job.extra, job.tenant
+            key, extra, tenant, batch = job.key, job.extra, job.tenant, job.batch
         elif isinstance(job, tuple | list) and len(job) == 2:
             name, entity_id = job
-            key, extra, tenant = None, None, None
+            key, extra, tenant, batch = None, None, None, None
         else:
             raise TypeError(f"publish_many entry {index} is {_excerpt(job)}; accepted: a (job, id) pair or an Envelope")
         try:
             # An Envelope built by hand is checked again: every path to the queue applies the worker's rules.
-            envelope = self.envelope(name, entity_id, key, extra, tenant)  # type: ignore[arg-type]
+            envelope = self.envelope(name, entity_id, key, extra, tenant, batch)  # type: ignore[arg-type]
             return envelope, self._queue_url(envelope.job), self._send_fields(envelope, delay_s, None)
         except (EnvelopeError, PublishError) as error:
             # The same error, its message prefixed with the entry (code acts on the type, never on the text).

@@ -264,6 +264,10 @@ class JobSpec:
     # Debounce: each publish waits this many seconds from its send and runs only if no later publish of its unique
     # key came meanwhile, so a burst runs once, after it ends. None: off. Not together with unique_for_s.
     debounce_s: int | None = None
+    # Jobs this job's worker may publish: the callbacks of batches it is a member of (sqs_jobs.batches), a chain's
+    # next step, the next steps it names (`context.then`). The stack grants its worker sending to their queues,
+    # nothing more; JobPublisher.batch and .chain refuse what its jobs don't list, and so does `context.then`.
+    publishes: tuple[str, ...] = ()
     # Durable: the job runs as a Lambda durable execution in checkpointed steps, up to durable.execution_timeout_s
     # (sqs_jobs.durable; docs/workflows.md). None: an ordinary job, one run within the worker's invocation.
     durable: Durable | None = None
@@ -617,6 +621,13 @@ class Catalog:
                         "a job belongs to exactly one queue"
                     )
                 seen_jobs[job.name] = queue.name
+        found += [
+            f"job {job.name!r} publishes unknown job {name!r}; known: {', '.join(sorted(seen_jobs))}"
+            for queue in self.queues
+            for job in queue.jobs
+            for name in job.publishes
+            if name not in seen_jobs
+        ]
         if not self.queues:
             found.append("the catalog needs at least one queue")
         if found:
@@ -688,6 +699,11 @@ class Catalog:
                     "one network (put jobs that need another on a queue of their own)"
                 )
         return found
+
+    def publish_routes(self, queue: str) -> tuple[str, ...]:
+        """The queues the worker of `queue` may publish to: those of the jobs its jobs list in `publishes`."""
+        targets = {target for job in self.queue(queue).jobs for target in job.publishes}
+        return tuple(spec.name for spec in self.queues if targets & set(spec.job_names))
 
     def queue_for_job(self, job: str) -> QueueSpec:
         for queue in self.queues:

@@ -91,6 +91,12 @@ def contract_parameter_name(stack_name: str) -> str:
     return f"/{stack_name}/contract"
 
 
+def batches_parameter_name(stack_name: str) -> str:
+    """The SSM parameter holding the table batches are defined in (the idempotency table, whose `batch#` items a
+    publisher may write): `/<stack_name>/batches/table`."""
+    return f"/{stack_name}/batches/table"
+
+
 # The alias a durable job's function is invoked through: durable functions are invoked by a qualified ARN, and an
 # alias pins each execution to the version it started on (https://docs.aws.amazon.com/lambda/latest/dg/durable-invoking.html).
 DURABLE_ALIAS = "live"

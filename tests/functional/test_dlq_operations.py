@@ -204,6 +204,20 @@ def test_find_shows_one_message_with_its_evidence(dlq: DeadLetterQueue) -> None:
     assert dlq.find("no-such-id") is None
 
 
+def test_find_stops_at_the_message_and_leaves_every_letter_visible(harness: Harness, dlq: DeadLetterQueue) -> None:
+    receives: list[str] = []
+    dlq._sqs.meta.events.register("before-call.sqs.ReceiveMessage", lambda **_: receives.append("receive"))
+    target = dlq.peek()[0]
+    receives.clear()
+
+    assert dlq.find(target.message_id) is not None
+    # One receive holds all six: the scan ends there, without the empty polls that prove a DLQ read to its end.
+    assert receives == ["receive"]
+    assert harness.queue_counts(dead_letter=True) == (6, 0)
+    assert dlq.find("no-such-id") is None
+    assert len(receives) > 2
+
+
 def test_verify_counts_the_redriven_jobs_that_fail_again(harness: Harness, dlq: DeadLetterQueue) -> None:
     since = datetime.now(UTC) - timedelta(seconds=1)
     harness.put_order("9001", email="found@example.com")  # the fix: one of the three orders now exists

@@ -33,8 +33,12 @@ def test_every_queue_has_exactly_its_alarms(synth: Synth) -> None:
     names = {props(synth.resources, key)["AlarmName"] for key in of_type(synth.resources, "AWS::CloudWatch::Alarm")}
 
     expected = {alarm_name(synth.context.stack_name, spec.name, signal) for spec in CATALOG for signal in signals(spec)}
-    # ...and one for the whole stack: deliveries the scheduler could not make (test_schedules.py).
-    stack_wide = {f"{synth.context.stack_name}-schedules-failed-deliveries"}
+    # ...and two for the whole stack: deliveries the scheduler could not make (test_schedules.py), and batches that
+    # stall (test_batch_workflows.py).
+    stack_wide = {
+        f"{synth.context.stack_name}-schedules-failed-deliveries",
+        f"{synth.context.stack_name}-batches-stalled",
+    }
     # ...and two per durable job: its executions failing or timing out (test_durable.py).
     durable = {
         alarm_name(synth.context.stack_name, spec.name, durable_signal(signal, job.name))
@@ -46,9 +50,9 @@ def test_every_queue_has_exactly_its_alarms(synth: Synth) -> None:
 
     assert names == expected | stack_wide | durable
     # 13 per queue (each retries its jobs; 11 where every job is durable), plus one per job: 14 for each of today's
-    # one-job queues; plus the stack-wide one.
+    # one-job queues; plus the stack-wide two.
     assert all(spec.max_attempts > 1 for spec in CATALOG)
-    assert len(names) == sum(len(signals(spec)) for spec in CATALOG) + 1 + len(durable)
+    assert len(names) == sum(len(signals(spec)) for spec in CATALOG) + len(stack_wide) + len(durable)
 
 
 def test_every_alarm_name_lets_it_publish_to_the_topic(synth: Synth) -> None:

@@ -469,7 +469,7 @@ def test_every_metric_the_dashboard_draws_is_one_the_worker_emits(synth: Synth, 
 
 def test_the_contract_covers_every_alarm_on_the_runtimes_metrics(synth: Synth) -> None:
     # Per queue: dead letters, failure rate, heartbeat, runtime faults, circuit open, retrying, a hold near its
-    # bound, duration per job.
+    # bound, duration per job; for the stack, stalled batches (each queue's heartbeat counts them).
     alarms = set().union(*watched_by_alarms(synth.resources).values())
     per_queue = {
         "dlq-arrivals",
@@ -487,7 +487,7 @@ def test_the_contract_covers_every_alarm_on_the_runtimes_metrics(synth: Synth) -
         # A queue whose jobs are all durable has no breaker or hold alarm (infra.naming.queue_signals).
         if signal in queue_signals(spec) or signal not in ("circuit-open", "held-near-bound")
     }
-    assert alarms == expected
+    assert alarms == expected | {f"{synth.context.stack_name}-batches-stalled"}
 
 
 # --- the contract can fail -----------------------------------------------------------------------------------------

@@ -140,8 +140,8 @@ def test_an_existing_topic_replaces_the_stacks_own(custom: Custom) -> None:
     for kind in ("AWS::SNS::Topic", "AWS::SNS::TopicPolicy", "AWS::SNS::Subscription", "AWS::KMS::Key"):
         assert not of_type(custom.resources, kind), kind
     alarms = of_type(custom.resources, "AWS::CloudWatch::Alarm")
-    # The queues', and the stack-wide failed-deliveries alarm of the job schedules.
-    assert len(alarms) == sum(len(signals(spec)) for spec in CUSTOM) + 1
+    # The queues', and the stack-wide ones: the job schedules' failed deliveries and the stalled batches.
+    assert len(alarms) == sum(len(signals(spec)) for spec in CUSTOM) + 2
     for key in alarms:
         assert props(custom.resources, key)["AlarmActions"] == [TOPIC_ARN]
     assert custom.outputs[ALARM_TOPIC_ARN_OUTPUT]["Value"] == TOPIC_ARN

@@ -20,6 +20,7 @@ from functions.worker.settings import (
     durable_function_env_name,
     resource_env_name,
 )
+from sqs_jobs.batches import OPEN_LIFE_PREFIX
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.resources import AlarmTopic, DeadLetterQueues
 from sqs_jobs.specs import JobSpec, QueueSpec
@@ -194,6 +195,12 @@ def test_worker_role_has_exactly_the_grants_it_needs(synth: Synth, spec: QueueSp
         ("sqs:SendMessage", f"{dlq}.Arn"),
         ("sqs:SendMessage", f"{queue}.Arn"),  # unrun records handed back as copies
         *{(f"dynamodb:{action}", f"{idempotency_table}.Arn") for action in IDEMPOTENCY},
+        # The heartbeat's count of stalled batches: a Query of the open batches' partitions of the life index only.
+        (
+            "dynamodb:Query",
+            f"{idempotency_table}.Arn/index/jobs-by-life"
+            f' if {{"ForAllValues:StringLike": {{"dynamodb:LeadingKeys": ["{OPEN_LIFE_PREFIX}*"]}}}}',
+        ),
     }
     for resource in spec.resources:
         expected |= _grant(synth, resource)

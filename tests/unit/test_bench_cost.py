@@ -128,7 +128,7 @@ def test_the_counter_counts_calls_by_table_and_operation_and_refused_conditions(
 
 
 def test_a_tiny_run_of_the_real_worker_meets_the_goal() -> None:
-    new, duplicate, retry, hand_back = writes.run(jobs=3)
+    new, duplicate, retry, batch, hand_back = writes.run(jobs=3)
     assert (new.jobs, new.side_effects, duplicate.side_effects) == (3, 3, 0)
     assert new.idempotency_writes == 2 * 3
     assert new.idempotency_conditional_checks == 0
@@ -143,5 +143,10 @@ def test_a_tiny_run_of_the_real_worker_meets_the_goal() -> None:
     }
     # A job retried once: two runs, each its start and its end; every mail still sent once.
     assert (retry.side_effects, retry.effective_writes) == (3, 4 * 3)
+    # A batch of three: each member's two and its count, plus the batch's two definition items and one mark.
+    assert batch.side_effects == 3
+    assert batch.calls["idempotency PutItem"] == 3 + 2
+    assert batch.calls["idempotency UpdateItem"] == 3 + 3 + 1
+    assert batch.effective_writes == 3 * writes.GOAL_WRITES_PER_BATCH_MEMBER + writes.GOAL_WRITES_PER_BATCH
     # A hand-back before any run writes nothing, and sends nothing.
     assert (hand_back.side_effects, hand_back.idempotency_writes, hand_back.calls) == (0, 0, {})

@@ -961,6 +961,7 @@ def test_schema_limits_match_the_code(schema: dict[str, Any]) -> None:
     assert str(MAX_ENVELOPE_BYTES) in schema["description"]
 
 
+RESERVED_SAMPLES = {"batch": f"{'a' * 32}.7"}
 OPTIONAL_RESERVED = [name for name in RESERVED_FIELDS if name not in ("job", "id")]
 RESERVED_COMBINATIONS = [
     combination for size in range(len(OPTIONAL_RESERVED) + 1) for combination in combinations(OPTIONAL_RESERVED, size)
@@ -977,7 +978,8 @@ def test_schema_counts_extra_fields_as_the_parser_does_whichever_reserved_fields
 ) -> None:
     # The schema can't count "properties other than these", so it spells out a maxProperties per case: each case
     # must still allow exactly MAX_EXTRA_FIELDS extras, as the parser does.
-    reserved = {name: "t" for name in present}
+    # Each reserved field with a value its own rule accepts.
+    reserved = {name: RESERVED_SAMPLES.get(name, "t") for name in present}
     at_limit = body(job=JOB, id="1", **reserved, **extras(MAX_EXTRA_FIELDS))
     over = body(job=JOB, id="1", **reserved, **extras(MAX_EXTRA_FIELDS + 1))
 

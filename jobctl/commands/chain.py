@@ -1,0 +1,38 @@
+"""`jobctl chain show`: each step of a chain, where it stopped and how to resume it (jobctl/chain_lookup.py)."""
+
+from __future__ import annotations
+
+import click
+
+from jobctl.cli_globals import JobctlGroup
+from jobctl.cli_output import emit
+from jobctl.cli_support import Options, operator_errors
+from jobctl.shown import shown
+
+
+@click.group(cls=JobctlGroup)
+def chain() -> None:
+    """Look up a chain: each step's state, where it stopped and how to resume it."""
+
+
+@chain.command()
+@click.argument("chain_id", metavar="ID")
+@click.pass_obj
+def show(options: Options, chain_id: str) -> None:
+    """Chain ID's steps in order, each succeeded, dead-lettered, published (queued, running or retrying) or waiting;
+    where a dead-lettered step stopped it, and the redrive that continues it."""
+    from jobctl.batch_lookup import batch_table
+    from jobctl.chain_lookup import look_up_chain
+
+    with operator_errors():
+        table = batch_table(options.client("ssm"), options.stack)
+        found = look_up_chain(options.client("dynamodb"), table, chain_id)
+
+    def text() -> None:
+        click.echo(shown(f"chain {found.chain_id}: {found.verdict}"))
+        if found.description:
+            click.echo(shown(f"  description: {found.description}"))
+        for step in found.steps:
+            click.echo(shown(f"  {step.index + 1}. {step.job}:{step.entity_id}: {step.state} (batch {step.batch_id})"))
+
+    emit(options, found.to_dict(), text)

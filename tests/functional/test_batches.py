@@ -1,0 +1,358 @@
+"""Batches on moto: members are ordinary jobs run by the real worker from real SQS deliveries; their ends are
+counted in the batch's item, and each callback is published exactly once (docs/workflows.md)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from functions.worker.batch_members import BatchMembers
+from functions.worker.clients import ClientFactory
+from functions.worker.provenance import Provenance
+from jobctl.dlq import DeadLetterQueue, Filter
+from sqs_jobs.batches import (
+    COMPLETE,
+    EXPIRATION,
+    MAX_BATCH_MEMBERS,
+    SUCCESS,
+    BatchDefinitionError,
+    BatchesNotConfiguredError,
+    BatchMember,
+    CallbackNotPublishableError,
+    batch_item_id,
+    callback_key,
+)
+from sqs_jobs.envelope import Envelope
+from sqs_jobs.errors import EnvelopeFieldError, UnknownJobError
+from sqs_jobs.publisher import BatchTable, JobPublisher
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from tests.functional.conftest import Harness, attributes_of
+from tests.functional.sample_jobs import tallied
+
+HANDLER = "tests.functional.sample_jobs.tallied"
+CATALOG = Catalog(
+    queues=(
+        QueueSpec(
+            name="members",
+            max_attempts=3,
+            jobs=(
+                JobSpec(name="member", handler=HANDLER, publishes=("batch_done",)),
+                JobSpec(name="loner", handler=HANDLER),
+            ),
+        ),
+        QueueSpec(name="callbacks", jobs=(JobSpec(name="batch_done", handler=HANDLER),)),
+    )
+)
+DONE = ("batch_done", "import-1")
+
+
+@pytest.fixture
+def harness(clients: ClientFactory) -> Iterator[Harness]:
+    tallied.reset()
+    yield Harness.provisioned(clients, CATALOG)
+
+
+def publisher(harness: Harness) -> JobPublisher:
+    return JobPublisher.from_stack(
+        harness.clients("ssm"),
+        harness.clients("sqs"),
+        stack_name=harness.deployment.stack_name,
+        catalog=CATALOG,
+        dynamodb_client=harness.clients("dynamodb"),
+    )
+
+
+def drain(harness: Harness, queue: str) -> None:
+    while harness.deliver(queue) is not None:
+        pass
+
+
+def batch_item(harness: Harness, batch_id: str) -> dict[str, Any]:
+    return dict(
+        harness.clients("dynamodb").get_item(
+            TableName=harness.deployment.idempotency_table, Key={"id": {"S": batch_item_id(batch_id)}}
+        )["Item"]
+    )
+
+
+def callback_runs() -> int:
+    return tallied.RUNS[DONE]
+
+
+def callback_keys() -> list[str]:
+    return [key for key in tallied.KEYS if key.startswith("batch_done:")]
+
+
+def test_every_member_succeeding_publishes_both_callbacks_once(harness: Harness) -> None:
+    # Given a batch of five members with both callbacks
+    batch_id = publisher(harness).batch(
+        [("member", str(n)) for n in range(5)], on_success=DONE, on_complete=DONE, description="import 1"
+    )
+    # When every member runs
+    drain(harness, "members")
+    drain(harness, "callbacks")
+    # Then each member ran once, and each callback once, with the key its batch names
+    assert all(tallied.RUNS[("member", str(n))] == 1 for n in range(5))
+    assert sorted(callback_keys()) == sorted(
+        f"batch_done:{callback_key(batch_id, kind)}" for kind in (SUCCESS, COMPLETE)
+    )
+    item = batch_item(harness, batch_id)
+    assert sorted(item["succeeded"]["NS"], key=int) == [str(n) for n in range(5)]
+    assert "dead" not in item
+    assert item["success_published_at"]["N"] != "0" and item["complete_published_at"]["N"] != "0"
+    assert "life" not in item  # no longer listed as open
+
+
+def test_a_dead_lettered_member_completes_the_batch_without_success_until_redriven(harness: Harness) -> None:
+    # Given a batch whose member "bad-1" fails permanently
+    batch_id = publisher(harness).batch(
+        [("member", "1"), ("member", "bad-1"), ("member", "2")], on_success=DONE, on_complete=DONE
+    )
+    drain(harness, "members")
+    drain(harness, "callbacks")
+    # Then the complete callback ran once, after the last member ended, and the success callback never
+    assert callback_keys() == [f"batch_done:{callback_key(batch_id, COMPLETE)}"]
+    item = batch_item(harness, batch_id)
+    assert item["dead"]["NS"] == ["1"]
+    assert item["success_published_at"]["N"] == "0"
+    # When the entity is fixed and its dead letter redriven
+    tallied.FIXED.add("bad-1")
+    local = harness.deployment.queues["members"]
+    dlq = DeadLetterQueue(
+        harness.clients("sqs"), local.dlq_url, local.url, Provenance.of([local.worker_role_id]), receive_wait_s=0
+    )
+    assert dlq.move(Filter()).moved == 1
+    drain(harness, "members")
+    drain(harness, "callbacks")
+    # Then it moved from dead to succeeded, the success callback ran once, the complete callback not again
+    item = batch_item(harness, batch_id)
+    assert "dead" not in item and len(item["succeeded"]["NS"]) == 3
+    assert sorted(callback_keys()) == sorted(
+        f"batch_done:{callback_key(batch_id, kind)}" for kind in (SUCCESS, COMPLETE)
+    )
+
+
+def test_a_recount_after_a_crash_publishes_nothing_again(harness: Harness) -> None:
+    # Given a one-member batch that completed
+    batch_id = publisher(harness).batch([("member", "7")], on_complete=DONE)
+    drain(harness, "members")
+    # When the member's message comes again (a worker died after counting, before acknowledging)
+    harness.send(json.dumps({"job": "member", "id": "7", "batch": f"{batch_id}.0"}), queue="members")
+    drain(harness, "members")
+    drain(harness, "callbacks")
+    # Then it is answered as a duplicate, counted again harmlessly, and the callback ran once
+    assert tallied.RUNS[("member", "7")] == 1
+    assert callback_runs() == 1
+    assert harness.queue_counts("callbacks") == (0, 0)
+
+
+def test_two_workers_ending_the_last_two_members_at_once_publish_once(harness: Harness) -> None:
+    # Given a batch with its first member counted, and two workers' counters of it
+    batch_id = publisher(harness).batch([("member", str(n)) for n in range(3)], on_complete=DONE)
+    members = [Envelope("member", str(n), batch=BatchMember(batch_id, n)) for n in range(3)]
+    sent = []
+
+    def counter(queue: str) -> BatchMembers:
+        worker_publisher = JobPublisher(
+            harness.worker_clients(queue)("sqs"),
+            {"callbacks": harness.deployment.queues["callbacks"].url},
+            catalog=CATALOG,
+        )
+        original = worker_publisher.publish
+
+        def publish(*args: Any, **kwargs: Any) -> str:
+            sent.append(kwargs["key"])
+            return original(*args, **kwargs)
+
+        worker_publisher.publish = publish  # type: ignore[method-assign]
+        return BatchMembers(
+            harness.deployment.idempotency_table,
+            lambda: harness.worker_clients(queue)("dynamodb"),
+            lambda: worker_publisher,
+            retention_s=3600,
+        )
+
+    first, second = counter("members"), counter("members")
+    first.succeeded(members[0])
+    # When the last two members end at the same moment in two workers
+    start = threading.Barrier(2)
+    published: list[list[str]] = []
+
+    def end(counting: BatchMembers, member: Envelope) -> None:
+        start.wait()
+        published.append(counting.succeeded(member))
+
+    threads = [threading.Thread(target=end, args=pair) for pair in ((first, members[1]), (second, members[2]))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Then exactly one of them completed the batch and published its callback
+    assert sorted(published, key=len) == [[], [COMPLETE]]
+    assert sent == [callback_key(batch_id, COMPLETE)]
+    assert harness.queue_counts("callbacks") == (1, 0)
+
+
+def test_a_forged_batch_field_is_a_permanent_failure_and_counts_nothing(harness: Harness) -> None:
+    # Given a real batch, and a message claiming a member index it does not have, and one of a batch never made
+    batch_id = publisher(harness).batch([("member", "1")], on_complete=DONE)
+    before = batch_item(harness, batch_id)
+    harness.send(json.dumps({"job": "member", "id": "9", "batch": f"{batch_id}.5"}), queue="members")
+    harness.send(json.dumps({"job": "member", "id": "8", "batch": f"{'f' * 32}.0"}), queue="members")
+    harness.send(json.dumps({"job": "member", "id": "6", "batch": "not-a-batch"}), queue="members")
+    # When they are delivered (the real member stays on the queue, delivered after them or with them)
+    drain(harness, "members")
+    # Then each forged one is dead-lettered with evidence naming what was wrong, and the batch counts its member only
+    letters = {json.loads(m["Body"])["id"]: attributes_of(m) for m in harness.dead_letters("members")}
+    assert sorted(letters) == ["6", "8", "9"]
+    assert letters["9"]["jobs.error_type"] == "BatchMemberError"
+    assert letters["8"]["jobs.error_type"] == "BatchMemberError"
+    assert letters["6"]["jobs.error_type"] == "EnvelopeFieldError"
+    assert all(letter["jobs.failure"] == "permanent" for letter in letters.values())
+    after = batch_item(harness, batch_id)
+    assert after["succeeded"]["NS"] == ["0"] and "dead" not in after
+    assert before["size"] == after["size"]
+
+
+def test_each_member_end_keeps_the_batch_past_its_dlqs_retention(harness: Harness) -> None:
+    batch_id = publisher(harness).batch([("member", "1"), ("member", "2")])
+    created = int(batch_item(harness, batch_id)[EXPIRATION]["N"])
+    drain(harness, "members")
+    item = batch_item(harness, batch_id)
+    retention = CATALOG.queue("members").dlq_retention_s
+    assert int(item["last_ended_at"]["N"]) + retention == int(item[EXPIRATION]["N"])
+    assert created > int(item["created_at"]["N"]) + 2 * retention - 1
+
+
+@pytest.mark.parametrize(
+    ("jobs", "options", "error"),
+    [
+        ([], {}, BatchDefinitionError),
+        ([("member", str(n)) for n in range(MAX_BATCH_MEMBERS + 1)], {}, BatchDefinitionError),
+        ([("member", "1")], {"on_success": ("batch_done",)}, BatchDefinitionError),
+        ([("member", "1")], {"on_complete": ("no_such_job", "1")}, UnknownJobError),
+        ([("loner", "1")], {"on_complete": DONE}, CallbackNotPublishableError),
+        ([("member", "1")], {"description": "x" * 300}, BatchDefinitionError),
+        ([("member", "1"), ("member", "a\u202eb")], {}, EnvelopeFieldError),
+        ([("member", "1"), ("no_such_job", "1")], {}, UnknownJobError),
+    ],
+)
+def test_a_batch_that_cant_be_kept_is_refused_before_anything_is_written(
+    harness: Harness, jobs: list[tuple[str, str]], options: dict[str, Any], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        publisher(harness).batch(jobs, **options)
+    scanned = harness.clients("dynamodb").scan(TableName=harness.deployment.idempotency_table)
+    assert scanned["Count"] == 0
+    assert harness.queue_counts("members") == (0, 0)
+
+
+def test_a_publisher_without_the_batch_table_says_how_to_get_one(harness: Harness) -> None:
+    plain = JobPublisher(harness.clients("sqs"), {"members": harness.deployment.queues["members"].url}, CATALOG)
+    with pytest.raises(BatchesNotConfiguredError):
+        plain.batch([("member", "1")])
+    tabled = JobPublisher(
+        harness.clients("sqs"),
+        {"members": harness.deployment.queues["members"].url},
+        CATALOG,
+        batches=BatchTable(harness.clients("dynamodb"), harness.deployment.idempotency_table),
+    )
+    assert len(tabled.batch([("member", "1")])) == 32
+
+
+def test_jobctl_batch_show_lists_members_by_state_and_the_callbacks(harness: Harness) -> None:
+    from click.testing import CliRunner
+
+    from jobctl.cli import main as jobctl
+
+    # Given a batch with a hostile description, one member dead-lettered, one succeeded and one not yet run
+    hostile = "import \u202e[bold]gnp.exe[/bold]\x1b[2J"
+    batch_id = publisher(harness).batch(
+        [("member", "1"), ("member", "bad-1")], on_success=DONE, on_complete=DONE, description=hostile
+    )
+    drain(harness, "members")
+    harness.send(json.dumps({"job": "member", "id": "x"}), queue="members")  # not a member: no effect on it
+    # When the operator looks it up, as JSON and as text
+    as_json = CliRunner().invoke(jobctl, ["--output", "json", "batch", "show", batch_id])
+    as_text = CliRunner().invoke(jobctl, ["batch", "show", batch_id])
+    # Then JSON is exact and complete, and the text shows every hostile character escaped
+    assert as_json.exit_code == 0, as_json.output
+    shown = json.loads(as_json.output)
+    assert shown["description"] == hostile
+    assert shown["counts"] == {"succeeded": 1, "dead": 1, "open": 0}
+    assert shown["members"]["dead"] == [{"index": 1, "member": "member:bad-1"}]
+    callbacks = {callback["kind"]: callback for callback in shown["callbacks"]}
+    assert callbacks["on_complete"]["published"] and not callbacks["on_success"]["published"]
+    assert shown["time_to_complete_s"] is not None and shown["time_to_complete_s"] >= 0
+    assert as_text.exit_code == 0, as_text.output
+    assert "\u202e" not in as_text.output and "\x1b" not in as_text.output
+    assert "1: member:bad-1" in as_text.output and "complete, not succeeded" in as_text.output
+
+
+def test_jobctl_batch_show_refuses_what_is_not_a_batch_id_and_says_when_there_is_none(harness: Harness) -> None:
+    from click.testing import CliRunner
+
+    from jobctl.cli import main as jobctl
+    from jobctl.errors import EXIT_FAILED, EXIT_USAGE
+
+    assert CliRunner().invoke(jobctl, ["batch", "show", "nope"]).exit_code == EXIT_USAGE
+    missing = CliRunner().invoke(jobctl, ["batch", "show", "f" * 32])
+    assert missing.exit_code == EXIT_FAILED and "never published, or expired" in missing.output
+
+
+def test_each_heartbeat_counts_the_batches_no_member_has_ended_in_for_an_hour(harness: Harness) -> None:
+    from functions.worker.names import STALLED_BATCHES
+    from sqs_jobs.batches import STALLED_AFTER_S
+    from sqs_jobs.specs import HEARTBEAT_JOB
+    from tests.functional.conftest import metric_values
+
+    # Given three batches: one whose members all ended, one open and quiet for over an hour, one open and recent
+    done = publisher(harness).batch([("member", "1")])
+    drain(harness, "members")
+    quiet = publisher(harness).batch([("member", "2"), ("member", "3")])
+    publisher(harness).batch([("member", "4")])
+    for batch_id in (done, quiet):
+        harness.clients("dynamodb").update_item(
+            TableName=harness.deployment.idempotency_table,
+            Key={"id": {"S": batch_item_id(batch_id)}},
+            UpdateExpression="SET life_at = :long_ago",
+            ExpressionAttributeValues={":long_ago": {"N": str(int(time.time()) - STALLED_AFTER_S - 60)}},
+        )
+    # When a heartbeat goes through a worker
+    harness.send(json.dumps({"job": HEARTBEAT_JOB, "id": "beat-1"}), queue="callbacks")
+    drain(harness, "callbacks")
+    # Then it reports one stalled batch: the quiet open one (the ended one has left the index)
+    [document] = [line for line in harness.metrics() if STALLED_BATCHES in line]
+    assert metric_values(document, STALLED_BATCHES) == [1.0]
+
+
+def test_the_console_batch_page_shows_every_value_as_text(harness: Harness, tmp_path: Any) -> None:
+    from jobctl.console.app import create_app
+    from jobctl.console.backend import ConsoleBackend
+    from jobctl.console.security import ACCESS_COOKIE, Guard
+
+    # Given a batch whose description and member IDs carry markup and hidden characters
+    hostile = "<script>alert(1)</script>\u202egnp.exe"
+    batch_id = publisher(harness).batch(
+        [("member", "bad-<b>x</b>"), ("member", "ok-1")], on_complete=DONE, description=hostile
+    )
+    drain(harness, "members")
+    guard = Guard(host="127.0.0.1", port=8080)
+    browser = create_app(ConsoleBackend(harness.clients, "SqsJobs", catalog=CATALOG), guard, tmp_path).test_client()
+    browser.set_cookie(ACCESS_COOKIE, guard.access_token, domain="127.0.0.1")
+    # When the operator opens its page
+    page = browser.get(f"/batches?id={batch_id}", base_url="http://127.0.0.1:8080")
+    # Then it shows the members by state and the callback, every value escaped, no character hidden
+    assert page.status_code == 200, page.text
+    assert "<script>" not in page.text and "&lt;script&gt;" in page.text
+    assert "\u202e" not in page.text and "\\u202e" in page.text
+    assert "member:bad-&lt;b&gt;x&lt;/b&gt;" in page.text
+    assert "complete, not succeeded" in page.text and "published" in page.text
+    missing = browser.get(f"/batches?id={'a' * 32}", base_url="http://127.0.0.1:8080")
+    bad = browser.get("/batches?id=nope", base_url="http://127.0.0.1:8080")
+    assert (missing.status_code, bad.status_code) == (404, 400)

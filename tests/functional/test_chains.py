@@ -1,0 +1,105 @@
+"""Chains on moto: each step an ordinary job run by the real worker, the next published once the one before it
+succeeded; a dead-lettered step stops the chain, `jobctl chain show` says where, and its redrive continues it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from functions.worker.clients import ClientFactory
+from functions.worker.provenance import Provenance
+from jobctl.cli import main as jobctl
+from jobctl.dlq import DeadLetterQueue, Filter
+from sqs_jobs.batches import CallbackNotPublishableError
+from sqs_jobs.envelope import Envelope
+from sqs_jobs.publisher import JobPublisher
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from tests.functional.conftest import Harness
+from tests.functional.sample_jobs import tallied
+
+HANDLER = "tests.functional.sample_jobs.tallied"
+CATALOG = Catalog(
+    queues=(
+        QueueSpec(
+            name="etl",
+            max_attempts=2,
+            jobs=(
+                JobSpec(name="extract", handler=HANDLER, publishes=("transform",)),
+                JobSpec(name="transform", handler=HANDLER, publishes=("load",)),
+            ),
+        ),
+        QueueSpec(name="loading", jobs=(JobSpec(name="load", handler=HANDLER),)),
+    )
+)
+
+
+@pytest.fixture
+def harness(clients: ClientFactory) -> Iterator[Harness]:
+    tallied.reset()
+    yield Harness.provisioned(clients, CATALOG)
+
+
+def publisher(harness: Harness) -> JobPublisher:
+    return JobPublisher.from_stack(
+        harness.clients("ssm"),
+        harness.clients("sqs"),
+        stack_name=harness.deployment.stack_name,
+        catalog=CATALOG,
+        dynamodb_client=harness.clients("dynamodb"),
+    )
+
+
+def drain_all(harness: Harness) -> None:
+    while any(harness.deliver(queue) is not None for queue in ("etl", "loading")):
+        pass
+
+
+def shown(chain_id: str) -> dict[str, Any]:
+    result = CliRunner().invoke(jobctl, ["--output", "json", "chain", "show", chain_id])
+    assert result.exit_code == 0, result.output
+    return dict(json.loads(result.output))
+
+
+def test_each_step_runs_once_in_order_after_the_one_before_it_succeeded(harness: Harness) -> None:
+    chain_id = publisher(harness).chain(
+        [("extract", "f1"), Envelope("transform", "f1", key="f1-v2"), ("load", "f1")], description="import f1"
+    )
+    drain_all(harness)
+    assert tallied.KEYS == ["extract:f1", "transform:f1-v2", "load:f1"]
+    view = shown(chain_id)
+    assert view["verdict"] == "done: all 3 steps succeeded"
+    assert [step["state"] for step in view["steps"]] == ["succeeded"] * 3
+
+
+def test_a_dead_lettered_step_stops_the_chain_and_its_redrive_continues_it(harness: Harness) -> None:
+    # Given a chain whose second step fails permanently
+    chain_id = publisher(harness).chain([("extract", "f2"), ("transform", "bad-f2"), ("load", "f2")])
+    drain_all(harness)
+    # Then the chain stops there: the third step never ran, and jobctl says where and how to resume
+    assert tallied.KEYS == ["extract:f2"]
+    view = shown(chain_id)
+    assert view["stopped_at_step"] == 2
+    assert [step["state"] for step in view["steps"]] == ["succeeded", "dead-lettered", "waiting"]
+    assert "redrive" in str(view["resume"]) and "bad-f2" in str(view["resume"])
+    # When the step is fixed and its dead letter redriven
+    tallied.FIXED.add("bad-f2")
+    local = harness.deployment.queues["etl"]
+    dlq = DeadLetterQueue(
+        harness.clients("sqs"), local.dlq_url, local.url, Provenance.of([local.worker_role_id]), receive_wait_s=0
+    )
+    assert dlq.move(Filter()).moved == 1
+    drain_all(harness)
+    # Then the chain goes on from there, each step once
+    assert tallied.KEYS == ["extract:f2", "transform:bad-f2", "load:f2"]
+    assert shown(chain_id)["verdict"] == "done: all 3 steps succeeded"
+
+
+def test_a_step_whose_job_may_not_publish_the_next_is_refused_before_anything_is_written(harness: Harness) -> None:
+    with pytest.raises(CallbackNotPublishableError):
+        publisher(harness).chain([("extract", "f3"), ("load", "f3")])
+    assert harness.clients("dynamodb").scan(TableName=harness.deployment.idempotency_table)["Count"] == 0
+    assert harness.queue_counts("etl") == (0, 0)

@@ -1,0 +1,128 @@
+"""Batches in the stack: the parameter publishers find the batch table by, the publishers' grant to define batches
+(its `batch#` items only), and each worker's routes to the queues of the jobs its jobs publish (and no others).
+One extra synth of a small two-queue catalog, built as app.py builds it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk import aws_iam as iam
+from aws_cdk.assertions import Template
+
+from functions.worker.settings import ENV_ROUTES
+from infra.stack import JobsStack, build_app
+from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.stack_names import batches_parameter_name
+from tests.infra.cfn import of_type, props
+
+HANDLER = "functions.jobs.order_confirmation"  # never imported at synth
+CATALOG = Catalog(
+    resources=APP_RESOURCES,
+    queues=(
+        QueueSpec(name="rows", jobs=(JobSpec(name="import_row", handler=HANDLER, publishes=("import_done",)),)),
+        QueueSpec(name="finish", jobs=(JobSpec(name="import_done", handler=HANDLER),)),
+        QueueSpec(name="other", jobs=(JobSpec(name="unrelated", handler=HANDLER),)),
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+def built(cdk_context: dict[str, Any]) -> tuple[JobsStack, dict[str, Any]]:
+    _, stack = build_app(cdk_context, catalog=CATALOG)
+    publisher = iam.Role(stack, "TestPublisher", assumed_by=iam.AccountRootPrincipal())
+    stack.batches.grant_define(publisher)
+    return stack, Template.from_stack(stack).to_json()["Resources"]
+
+
+def _logical_id(stack: JobsStack, construct: Any) -> str:
+    return str(stack.resolve(construct.node.default_child.logical_id))
+
+
+def _statements_of(resources: dict[str, Any], role_id: str) -> list[dict[str, Any]]:
+    return [
+        statement
+        for key in of_type(resources, "AWS::IAM::Policy")
+        if {"Ref": role_id} in props(resources, key)["Roles"]
+        for statement in props(resources, key)["PolicyDocument"]["Statement"]
+    ]
+
+
+def _sends_to(statements: list[dict[str, Any]], queue_id: str) -> bool:
+    target = {"Fn::GetAtt": [queue_id, "Arn"]}
+    return any(
+        "sqs:SendMessage" in statement["Action"]
+        and target in (statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]])
+        for statement in statements
+    )
+
+
+def test_a_worker_may_send_to_the_queues_of_the_jobs_its_jobs_publish_and_no_others(
+    built: tuple[JobsStack, dict[str, Any]],
+) -> None:
+    stack, resources = built
+    rows, finish, other = (stack.queues[name] for name in ("rows", "finish", "other"))
+    rows_role = _logical_id(stack, rows.role)
+    statements = _statements_of(resources, rows_role)
+    assert _sends_to(statements, _logical_id(stack, finish.queue))
+    assert not _sends_to(statements, _logical_id(stack, other.queue))
+    assert not _sends_to(_statements_of(resources, _logical_id(stack, finish.role)), _logical_id(stack, rows.queue))
+    environment = props(resources, _logical_id(stack, rows.function))["Environment"]["Variables"]
+    # {"import_done": ["finish", <its URL>]}: the URL is the queue's Ref, joined into the JSON at deploy.
+    routes = json.dumps(environment[ENV_ROUTES])
+    assert '{\\"import_done\\":[\\"finish\\",\\"' in routes
+    assert json.dumps({"Ref": _logical_id(stack, finish.queue)}) in routes
+    assert json.dumps({"Ref": _logical_id(stack, other.queue)}) not in routes
+    assert "unrelated" not in routes and "import_row" not in routes
+    assert ENV_ROUTES not in props(resources, _logical_id(stack, finish.function))["Environment"]["Variables"]
+
+
+def test_publishers_find_the_batch_table_and_may_write_its_batch_items_only(
+    built: tuple[JobsStack, dict[str, Any]],
+) -> None:
+    stack, resources = built
+    [parameter] = [
+        props(resources, key)
+        for key in of_type(resources, "AWS::SSM::Parameter")
+        if props(resources, key)["Name"] == batches_parameter_name(stack.stack_name)
+    ]
+    assert parameter["Value"] == {"Ref": _logical_id(stack, stack.idempotency_table)}
+    publisher = next(key for key in of_type(resources, "AWS::IAM::Role") if key.startswith("TestPublisher"))
+    statements = _statements_of(resources, publisher)
+    [writing] = [statement for statement in statements if "dynamodb" in json.dumps(statement["Action"])]
+    assert writing["Action"] == "dynamodb:PutItem"
+    assert writing["Resource"] == {"Fn::GetAtt": [_logical_id(stack, stack.idempotency_table), "Arn"]}
+    assert writing["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["batch#*"]}}
+    assert all("*" != statement["Resource"] for statement in statements)
+
+
+def test_each_worker_may_count_the_open_batches_only_and_one_alarm_pages_on_a_stalled_one(
+    built: tuple[JobsStack, dict[str, Any]],
+) -> None:
+    stack, resources = built
+    table = _logical_id(stack, stack.idempotency_table)
+    for job_queue in stack.queues.values():
+        [query] = [
+            statement
+            for statement in _statements_of(resources, _logical_id(stack, job_queue.role))
+            if statement["Action"] == "dynamodb:Query"
+        ]
+        assert query["Resource"] == {"Fn::Join": ["", [{"Fn::GetAtt": [table, "Arn"]}, "/index/jobs-by-life"]]}
+        assert query["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["batches#open#*"]}}
+    [alarm] = [
+        props(resources, key)
+        for key in of_type(resources, "AWS::CloudWatch::Alarm")
+        if props(resources, key)["AlarmName"] == f"{stack.stack_name}-batches-stalled"
+    ]
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    assert alarm["TreatMissingData"] == "notBreaching"
+    [expression] = [metric for metric in alarm["Metrics"] if "Expression" in metric]
+    watched = [metric["MetricStat"]["Metric"] for metric in alarm["Metrics"] if "MetricStat" in metric]
+    assert expression["Expression"] == f"MAX([{', '.join(f'stalled{n}' for n in range(len(watched)))}])"
+    assert sorted(dims["Value"] for metric in watched for dims in metric["Dimensions"] if dims["Name"] == "queue") == (
+        sorted(stack.queues)
+    )
+    assert all(metric["MetricName"] == "StalledBatches" for metric in watched)
+    assert "a-batch-does-not-complete" in alarm["AlarmDescription"]
