@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from functions.durable.record import DurableRecords, DurableState
 from functions.worker.names import (
     CANCEL_REQUESTED_AT,
     CANCELLED_AT,
@@ -313,11 +314,17 @@ class JobLookup:
     flow: FlowState | None = None
     # The job's key's slots, if the job has a concurrency limit per key (KeyConcurrency).
     key_slots: KeySlots | None = None
+    # A durable job's execution, from its durable record (functions/durable/record.py); None for other jobs.
+    durable: DurableState | None = None
 
     @property
     def verdict(self) -> str:
         if self.dead_letters:
             return DEAD_LETTERED
+        if self.durable is not None and self.durable.status is not None:
+            # The worker only started it: the execution's own record says where it is.
+            status = self.durable.status
+            return {"SUCCEEDED": COMPLETED, "FAILED": DEAD_LETTERED}.get(status, IN_PROGRESS)
         record = self.record
         if record is not None and record.remembered_until > self.looked_at:
             if record.status == RecordStatus.COMPLETED:
@@ -332,6 +339,11 @@ class JobLookup:
 
     def explanation(self) -> str:
         record = self.record
+        if self.durable is not None and self.durable.status is not None and not self.dead_letters:
+            return (
+                f"a durable execution, its steps run in its durable function: {self.durable.status.lower()} "
+                "(below); `jobctl dlq list` if it failed and its dead letter was taken"
+            )
         if self.verdict == DEAD_LETTERED:
             said = f"{len(self.dead_letters)} dead letter(s) in the DLQ: triage with `jobctl dlq show {self.queue} ID`"
             if record is not None and record.status == RecordStatus.CANCELLED:
@@ -417,6 +429,7 @@ class JobLookup:
             "dead_letters": [letter.to_dict() for letter in self.dead_letters],
             "flow": None if self.flow is None else {**self.flow.to_dict(), "said": self.flow.describe(self.looked_at)},
             "key_slots": self.key_slots.to_dict(self.looked_at) if self.key_slots is not None else None,
+            "durable": self.durable.to_json() if self.durable is not None else None,
         }
 
 
@@ -541,6 +554,9 @@ def find_job(
     if concurrency is not None:
         limit_value = key_of(concurrency.per, job, entity_id, key, limit_key)
         key_slots = read_key_slots(dynamodb, table, job, concurrency, limit_value)
+    durable = None
+    if spec.job(job).durable is not None:
+        durable = DurableRecords(lambda: dynamodb, table, spec.idempotency_expiry_s).read(idempotency_key)
     return JobLookup(
         queue=spec.name,
         job=job,
@@ -552,4 +568,5 @@ def find_job(
         max_attempts=spec.max_attempts,
         flow=flow,
         key_slots=key_slots,
+        durable=durable,
     )

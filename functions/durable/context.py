@@ -30,6 +30,7 @@ from functions.durable.record import LAST_ERROR, LAST_ERROR_TYPE, NEXT_RETRY_AT,
 from functions.worker.backoff import backoff_delay_s
 from functions.worker.classify import classify
 from functions.worker.errors import DurableStepFailedError, StepTimeLimitError, WorkerConfigError
+from functions.worker.jobs import resource_of
 from functions.worker.names import DURATION, FAILED, RETRIED, RETRY_ATTEMPT, DeadLetterFailure
 from functions.worker.observability import BatchTally
 
@@ -96,12 +97,7 @@ class DurableJobContext:
     # --- what the job calls -----------------------------------------------------------------------------------
 
     def resource(self, name: str) -> str:
-        try:
-            return self.resources[name]
-        except KeyError:
-            raise WorkerConfigError(
-                f"job {self.envelope.job!r} needs resource {name!r}, which its JobSpec.resources does not list"
-            ) from None
+        return resource_of(self.resources, self.envelope.job, name)
 
     def client(self, service: str) -> Any:
         return self.clients(service)

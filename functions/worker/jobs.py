@@ -54,12 +54,7 @@ class JobContext:
     batch_reader: Callable[[str, str], BatchStatus | None] | None = None
 
     def resource(self, name: str) -> str:
-        try:
-            return self.resources[name]
-        except KeyError:
-            raise WorkerConfigError(
-                f"job {self.envelope.job!r} needs resource {name!r}, which its JobSpec.resources does not list"
-            ) from None
+        return resource_of(self.resources, self.envelope.job, name)
 
     def secret(self, name: str) -> str:
         """The value of the secret resource `name` (a Secret of the catalog that the job's resources list), read
@@ -121,6 +116,16 @@ class JobContext:
         from functions.worker.http import JobHttp  # loaded with the client, by a job's first request
 
         return JobHttp(self.http_client, self.key)
+
+
+def resource_of(resources: Mapping[str, str], job: str, name: str) -> str:
+    """The value of resource `name` for `job` (a durable job's context too), or a WorkerConfigError naming it."""
+    try:
+        return resources[name]
+    except KeyError:
+        raise WorkerConfigError(
+            f"job {job!r} needs resource {name!r}, which its JobSpec.resources does not list"
+        ) from None
 
 
 def default_idempotency_key(envelope: Envelope) -> str:

@@ -10,6 +10,7 @@ import click
 from jobctl.cli_globals import JobctlGroup, complete_job, complete_queue
 from jobctl.cli_output import relative_text
 from jobctl.cli_support import Options, confirm, emit, fail, operator_errors, queues_of
+from jobctl.durable_shown import durable_lines
 from jobctl.errors import EXIT_FAILED, EXIT_USAGE
 from jobctl.job_lookup import JobLookup, idempotency_table, lookup
 from jobctl.shown import cell, console, shown
@@ -66,6 +67,9 @@ def show(options: Options, name: str, entity_id: str, key: str | None, limit_key
             click.echo(shown(f"  {found.flow.describe(found.looked_at)}"))
         for line in key_slot_lines(found):
             click.echo(line)
+        if found.durable is not None:
+            for line in durable_lines(found.durable, found.looked_at):
+                click.echo(shown(f"  {line}"))
 
     emit(options, found.to_dict(), text)
 

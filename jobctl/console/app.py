@@ -26,6 +26,7 @@ from jobctl.console.operations import Operations
 from jobctl.console.security import ACCESS_COOKIE, CSRF_FIELD, SAFE_METHODS, SECURITY_HEADERS, Guard
 from jobctl.discovery import DiscoveryError
 from jobctl.dlq import NO_TENANT, DlqError, group
+from jobctl.durable_shown import durable_lines
 from jobctl.job_cancel import CancelOutcome
 from jobctl.job_lookup import JobKeyUnknownError, JobLookupError
 from jobctl.queue_control import QueueControlError
@@ -93,6 +94,8 @@ def create_app(backend: ConsoleBackend, guard: Guard, archive_dir: Path) -> Flas
 
     app.add_template_filter(when)
     app.add_template_filter(number)
+    # A durable job's execution, as `jobctl job show` says it (jobctl/durable_shown.py).
+    app.add_template_global(durable_lines)
     _reading_pages(app, backend)
     _actions(app, backend, Operations(describe_error), archive_dir)
     return app

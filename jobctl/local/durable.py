@@ -132,7 +132,8 @@ def _relaunch(runner: DurableFunctionTestRunner, execution: Execution, execution
     """Hand a stored RUNNING execution to this runner's executor as if it had just been started: its timeout armed
     for what is left of it, its next invocation scheduled now. The runner has no public call for it (it keeps its
     executions in one process); `_launch_execution` is what its own start_execution calls after storing a new one.
-    Pinned with the SDK (pyproject: <2) and tested (tests/functional/test_durable_local.py)."""
+    Pinned with the SDK (pyproject: <2) and tested (tests/functional/test_durable_jobs.py, and bench.durable_import
+    with a real SIGKILL)."""
     started = execution.get_operation_execution_started().start_timestamp
     elapsed_s = (datetime.now(UTC) - started).total_seconds() if started else 0.0
     left_s = max(1, int(execution_timeout_s - elapsed_s))

@@ -20,6 +20,7 @@ from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from jobctl.local.durable import LocalDurableFunctions
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.durable import execution_name
 from sqs_jobs.stack_names import durable_function_name
 from tests.functional.conftest import REGION, Harness, attributes_of, envelope, narrowed
 
@@ -210,3 +211,104 @@ def test_durable_jobs_in_a_batch_are_counted_when_their_executions_end_and_the_c
     subjects = [mail.subject for mail in sent if "b-dec" in mail.subject]
     assert subjects == ["Imports b-dec: 1 of 2 imports succeeded, 1 dead-lettered"]
     assert durables.harness.queue_counts(QUEUE) == (0, 0)
+
+
+def test_job_show_says_where_a_durable_execution_is(durables: Durables) -> None:
+    from datetime import UTC, datetime
+
+    from jobctl.durable_shown import durable_lines
+    from tests.functional.test_job_lookup import _lookup
+
+    durables.put_csv("imp-5", rows=2_000, bad_row=1_500)
+    before = _lookup(durables.harness, JOB, "imp-5", queue=QUEUE)
+    assert before.durable is not None and before.durable.status is None
+    durables.publish("imp-5")
+    durables.wait(durables.only_execution().durable_execution_arn)
+    found = _lookup(durables.harness, JOB, "imp-5", queue=QUEUE)
+    assert found.verdict == "dead-lettered"
+    assert found.to_dict()["durable"]["status"] == "FAILED"
+    lines = durable_lines(found.durable, datetime.now(UTC))  # type: ignore[arg-type]
+    assert lines[0].startswith("durable execution import_orders-") and "FAILED, 2 step(s) done" in lines[0]
+    assert any(line.strip().startswith("last error:   ImportFileError: step 'chunk-1'") for line in lines)
+    assert lines[-1].strip() == "a redrive of its dead letter starts execution generation 1"
+
+
+def test_an_execution_left_running_resumes_from_its_last_checkpoint_in_a_new_engine(
+    durables: Durables, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The first engine's process is stopped dead inside chunk-1 (its thread blocks for ever, its runner is never
+    closed, as after a SIGKILL); a second on the same store resumes: chunk-1 runs again from its start, the plan and
+    chunk-0 don't (bench.durable_import does it with a real kill, at 100,000 rows)."""
+    import threading
+
+    from functions.jobs import import_orders
+
+    real_chunk, real_plan = import_orders.import_chunk, import_orders.plan_chunks
+    runs: list[str] = []
+    stuck = threading.Event()
+
+    def chunk(context: Any, bucket: str, key: str, start: int, end: int) -> int:
+        runs.append(f"chunk@{start}")
+        if len(runs) == 3 and not stuck.is_set():  # the first engine's chunk-1: it never returns
+            stuck.set()
+            threading.Event().wait()
+        return real_chunk(context, bucket, key, start, end)
+
+    def plan(s3: Any, bucket: str, key: str) -> list[list[int]]:
+        runs.append("plan")
+        return real_plan(s3, bucket, key)
+
+    monkeypatch.setattr(import_orders, "import_chunk", chunk)
+    monkeypatch.setattr(import_orders, "plan_chunks", plan)
+    state = tmp_path / "durable"
+    first = LocalDurableFunctions(
+        {JOB: (durable_function_name("test", JOB), durables.runtime)}, state_dir=state, skip_time=True
+    )
+    durables.put_csv("imp-6", rows=2_500)
+    name = execution_name(f"{JOB}:imp-6", 0)
+    payload = json.dumps({"body": envelope(JOB, "imp-6"), "key": f"{JOB}:imp-6", "generation": 0})
+    assert first.start(JOB, name, payload) is not None
+    assert stuck.wait(30)
+    before = list(runs)
+    second = LocalDurableFunctions(
+        {JOB: (durable_function_name("test", JOB), durables.runtime)}, state_dir=state, skip_time=True
+    )
+    try:
+        [arn] = second.resume()
+        result = second.wait(JOB, arn, timeout_s=60)
+    finally:
+        second.close()
+    assert before[0] == "plan" and len(before) == 3  # plan, chunk-0, chunk-1 (stuck)
+    # Resumed: chunk-1 again from its start, then chunk-2; the plan and chunk-0 never again.
+    assert len(runs) == 5 and runs[3] == before[2] and runs[4] not in before
+    assert runs.count("plan") == 1 and runs.count(before[1]) == 1
+    assert result.status.value == "SUCCEEDED"
+    assert len(durables.imported()) == 2_500
+
+
+def test_the_consoles_job_page_shows_the_execution(durables: Durables, tmp_path: Any) -> None:
+    from jobctl.console.app import create_app
+    from jobctl.console.security import Guard
+    from tests.functional.test_job_lookup import _lookup
+
+    durables.put_csv("imp-7", rows=1_200)
+    durables.publish("imp-7")
+    durables.wait(durables.only_execution().durable_execution_arn)
+
+    class Backend:
+        catalog = CATALOG
+        stack = "SqsJobs"
+
+        def find_job(self, queue: str, job: str, entity_id: str, key: str | None) -> Any:
+            return _lookup(durables.harness, job, entity_id, key, queue=QUEUE)
+
+    guard = Guard(host="127.0.0.1", port=8000)
+    app = create_app(Backend(), guard, tmp_path)  # type: ignore[arg-type]
+    page = app.test_client().get(
+        f"/jobs?job={JOB}&id=imp-7&token={guard.access_token}", base_url="http://127.0.0.1:8000", follow_redirects=True
+    )
+
+    assert page.status_code == 200
+    text = page.get_data(as_text=True)
+    assert f"{JOB}:imp-7: completed" in text
+    assert "<dt>Durable execution</dt>" in text and "SUCCEEDED, 4 step(s) done" in text
