@@ -31,6 +31,8 @@ def durable_lines(state: DurableState, now: datetime) -> list[str]:
         lines.append(f"  next retry:   {_at(state.next_retry_at)}")
     if state.last_error_type is not None:
         lines.append(f"  last error:   {state.last_error_type}: {state.last_error or ''}")
+    if state.execution_arn:
+        lines.append(f"  execution:    {state.execution_arn}")
     if state.note:
         lines.append(f"  progress:     {state.note}")
     if state.started_at is not None:

@@ -184,6 +184,14 @@ def cancel(options: Options, name: str, entity_id: str, key: str | None, undo: b
     from jobctl.job_cancel import CancelOutcome, cancel_job, operator_identity, target_for, withdraw
 
     queue = _queue_of(name)
+    if CATALOG.queue_for_job(name).job(name).durable is not None and not undo:
+        # Its execution runs in its own function, which does not read the cancel between steps (yet): saying
+        # "cancelled" would be a lie while its steps go on.
+        fail(
+            f"{shown(name)} is a durable job: jobctl can't cancel its execution yet; stop it with `aws lambda "
+            "stop-durable-execution --durable-execution-arn <ARN>` (jobctl job show prints the ARN)",
+            EXIT_USAGE,
+        )
     with operator_errors():
         [(spec, where)] = queues_of(options, queue)
         target = target_for(spec, name, entity_id, key)

@@ -116,6 +116,12 @@ def test_the_worker_starts_the_execution_and_acknowledges_the_record(durables: D
     assert steps == ["chunk-0", "chunk-1", "chunk-2", "jobs.end", "plan", "summary"]
     record = durables.record("imp-1")
     assert (record.status, record.steps_done, record.generation) == ("SUCCEEDED", 5, 0)
+    # job show names the execution's ARN: what `aws lambda stop-durable-execution` and its history take.
+    from datetime import UTC, datetime
+
+    from jobctl.durable_shown import durable_lines
+
+    assert f"  execution:    {execution.durable_execution_arn}" in durable_lines(record, datetime.now(UTC))
 
 
 def test_a_second_publish_of_the_key_starts_nothing(durables: Durables) -> None:
@@ -231,6 +237,18 @@ def test_job_show_says_where_a_durable_execution_is(durables: Durables) -> None:
     assert lines[0].startswith("durable execution import_orders-") and "FAILED, 2 step(s) done" in lines[0]
     assert any(line.strip().startswith("last error:   ImportFileError: step 'chunk-1'") for line in lines)
     assert lines[-1].strip() == "a redrive of its dead letter starts execution generation 1"
+
+
+def test_jobctl_refuses_to_cancel_a_durable_job_and_says_how_to_stop_its_execution() -> None:
+    from click.testing import CliRunner
+
+    from jobctl.cli import main as jobctl
+
+    result = CliRunner().invoke(jobctl, ["job", "cancel", JOB, "imp-6", "--yes"])
+
+    assert result.exit_code == 2
+    assert "durable job: jobctl can't cancel its execution yet" in result.output
+    assert "stop-durable-execution" in result.output
 
 
 def test_an_execution_left_running_resumes_from_its_last_checkpoint_in_a_new_engine(
