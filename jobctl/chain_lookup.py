@@ -59,7 +59,9 @@ class ChainView:
             queue = CATALOG.queue_for_job(stopped.job).name
         except KeyError:
             queue = "<its queue>"
-        return f"fix it, then `jobctl dlq redrive {queue} --match {stopped.entity_id}` continues the chain"
+        # The step's batch ID: in its body (its `batch` field) and no other message's, where an ID may be a part of
+        # another chain's (`--match` finds text in bodies and errors).
+        return f"fix it, then `jobctl dlq redrive {queue} --match {stopped.batch_id}` continues the chain"
 
     def to_dict(self) -> dict[str, Any]:
         stopped = self.stopped_at

@@ -4,6 +4,7 @@ succeeded; a dead-lettered step stops the chain, `jobctl chain show` says where,
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,24 +67,28 @@ def test_each_step_runs_once_in_order_after_the_one_before_it_succeeded(harness:
 
 def test_a_dead_lettered_step_stops_the_chain_and_its_redrive_continues_it(harness: Harness) -> None:
     # Given a chain whose second step fails permanently
+    # (and another chain stopped at a step whose ID holds this one's)
     chain_id = harness.stack_publisher().chain([("extract", "f2"), ("transform", "bad-f2"), ("load", "f2")])
+    harness.stack_publisher().chain([("extract", "f20"), ("transform", "bad-f20"), ("load", "f20")])
     drain_all(harness)
     # Then the chain stops there: the third step never ran, and jobctl says where and how to resume
-    assert tallied.KEYS == ["extract:f2"]
+    assert sorted(tallied.KEYS) == ["extract:f2", "extract:f20"]
     view = shown(chain_id)
     assert view["stopped_at_step"] == 2
     assert [step["state"] for step in view["steps"]] == ["succeeded", "dead-lettered", "waiting"]
-    assert "redrive" in str(view["resume"]) and "bad-f2" in str(view["resume"])
-    # When the step is fixed and its dead letter redriven
+    found = re.search(r"jobctl dlq redrive .* --match (\S+)`", str(view["resume"]))
+    assert found is not None, view["resume"]
+    # When the step is fixed and its dead letter redriven as the hint says: that step's only
     tallied.FIXED.add("bad-f2")
     local = harness.deployment.queues["etl"]
     dlq = DeadLetterQueue(
         harness.clients("sqs"), local.dlq_url, local.url, Provenance.of([local.worker_role_id]), receive_wait_s=0
     )
-    assert dlq.move(Filter()).moved == 1
+    assert dlq.move(Filter(match=found.group(1))).moved == 1
     drain_all(harness)
-    # Then the chain goes on from there, each step once
-    assert tallied.KEYS == ["extract:f2", "transform:bad-f2", "load:f2"]
+    # Then the chain goes on from there, each step once; the other chain stays stopped
+    assert [key for key in tallied.KEYS if not key.endswith("f20")] == ["extract:f2", "transform:bad-f2", "load:f2"]
+    assert "transform:bad-f20" not in tallied.KEYS
     assert shown(chain_id)["verdict"] == "done: all 3 steps succeeded"
 
 
