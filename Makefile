@@ -27,7 +27,7 @@ export REHEARSAL_CDK_ARGS
 .PHONY: help dev bundle wheel screenshots schema lint check test rehearse demo synth deploy diff destroy local clean bench soak
 
 help:
-	@echo "make demo    run the order-confirmation job end to end on the embedded local engine"
+	@echo "make demo    run the order-confirmation job, then a batch of durable imports, end to end on the embedded local engine"
 	@echo "make test    lint (ruff, mypy) and every test: unit, functional, infra, e2e (incl. a 2,000-job chaos soak), the console in a browser, rehearsal"
 	@echo "make check   the fast loop: lint, and unit and functional tests beside mypy (under 2 minutes)"
 	@echo "make rehearse  deploy the stack to LocalStack with the CDK CLI and run jobctl's procedure against it"
