@@ -48,6 +48,9 @@ BEAT_AT = "beat_at"
 ENDED_AT = "ended_at"
 NOTE = "note"
 EXPIRATION = "expiration"
+# The bodies of the batch members' messages that named the key (a string set): each execution's end counts them all,
+# whichever message started it.
+BATCH_MEMBERS = "batch_members"
 MAX_TEXT_CHARS = 1024
 
 
@@ -150,6 +153,34 @@ class DurableRecords:
         now = self._clock()
         fields = {STATUS: RUNNING, BEAT_AT: now, **{name: value for name, value in values.items()}}
         self._update(key, generation, fields, remove_none=True)
+
+    def add_batch_member(self, key: str, body: str) -> None:
+        """A batch member's message named the key: its execution's end counts it, whichever message started it."""
+        self._client().update_item(
+            TableName=self._table,
+            Key={"id": {"S": durable_record_id(key)}},
+            UpdateExpression="ADD #members :body SET #expiration = :expiration",
+            ExpressionAttributeNames={"#members": BATCH_MEMBERS, "#expiration": EXPIRATION},
+            ExpressionAttributeValues={
+                ":body": {"SS": [body]},
+                ":expiration": {"N": str(int(self._clock()) + self._expiry_s)},
+            },
+        )
+
+    def batch_members(self, key: str) -> list[str]:
+        """The batch members' message bodies that named the key, read consistently."""
+        item = (
+            self._client()
+            .get_item(
+                TableName=self._table,
+                Key={"id": {"S": durable_record_id(key)}},
+                ProjectionExpression="#members",
+                ExpressionAttributeNames={"#members": BATCH_MEMBERS},
+                ConsistentRead=True,
+            )
+            .get("Item", {})
+        )
+        return sorted(item.get(BATCH_MEMBERS, {}).get("SS", []))
 
     def first_start(self, key: str, generation: int, started_at: float) -> None:
         self._update(key, generation, {STARTED_AT: started_at}, only_if_absent=STARTED_AT)

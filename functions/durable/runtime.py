@@ -137,9 +137,16 @@ class DurableRuntime:
     def _end_succeeded(self, start: DurableStart) -> None:
         self._records.ended(start.key, start.generation, succeeded=True)
         self._count(SUCCEEDED)
-        envelope = parse_envelope(start.body, self._queue.accepted_jobs)
-        if envelope.batch is not None:
-            self._member_ended(envelope, succeeded=True)
+        self._members_ended(start, succeeded=True)
+
+    def _members_ended(self, start: DurableStart, *, succeeded: bool) -> None:
+        """Count every batch member whose message named the key: the one that started this execution, and any
+        another message brought while it ran (functions/worker/durable_start.py). Read after the record says the
+        execution ended, so a member added later sees that end and is counted by its own worker."""
+        for body in sorted({start.body, *self._records.batch_members(start.key)}):
+            envelope = parse_envelope(body, self._queue.accepted_jobs)
+            if envelope.batch is not None:
+                self._member_ended(envelope, succeeded=succeeded)
 
     def _member_ended(self, envelope: Envelope, *, succeeded: bool) -> None:
         """A durable job that is a batch member is counted when its execution ends, in this end step: a count is
@@ -218,8 +225,7 @@ class DurableRuntime:
             start.key, start.generation, succeeded=False, error_type=failure.error_type, error=evidence.error_message
         )
         self._count(DEAD_LETTERED, failure.failure)
-        if envelope.batch is not None:
-            self._member_ended(envelope, succeeded=False)
+        self._members_ended(start, succeeded=False)
         self._obs.logger.error(
             "durable job failed; dead-lettered with evidence",
             extra={"step": failure.step, "failure": failure.failure, "dead_letter_id": message_id},

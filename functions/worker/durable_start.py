@@ -82,6 +82,10 @@ class DurableDispatch:
     def dispatch(self, envelope: Envelope, delivery: Delivery, key: str) -> Verdict:
         record = delivery.record
         try:
+            if envelope.batch is not None:
+                # Before the state is read: an execution that ends after this read counts it at its end; one that
+                # ended before shows SUCCEEDED here, and the runtime counts this duplicate itself.
+                self._records.add_batch_member(key, record.body)
             state = self._records.read(key)
             if state.status == SUCCEEDED:
                 self._tally.add(envelope.job, DUPLICATE)

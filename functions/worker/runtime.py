@@ -387,7 +387,12 @@ class Worker:
         if not isinstance(admission, Admitted):
             return admission
         if job.spec.durable is not None:
-            return self._durable.dispatch(envelope, delivery, admission.key)
+            verdict = self._durable.dispatch(envelope, delivery, admission.key)
+            if envelope.batch is not None and isinstance(verdict, Done) and verdict.outcome is Outcome.DUPLICATE:
+                # Its key's execution already succeeded: a member of this batch too, counted as an ordinary
+                # duplicate is (its execution's end counts only the message that started it).
+                return self._count_member(envelope, delivery, verdict.outcome) or verdict
+            return verdict
         return self._run(job, envelope, delivery, admission.key, limit_s)
 
     def _run(self, job: LoadedJob, envelope: Envelope, delivery: Delivery, key: str, limit_s: float) -> Verdict:

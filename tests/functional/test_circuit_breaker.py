@@ -176,7 +176,9 @@ def test_one_probe_finds_the_api_back_and_every_job_then_runs_once(guarded: Harn
 def test_past_max_hold_s_a_refusal_spends_an_attempt_and_a_lasting_outage_ends_in_the_dlq_with_evidence(
     clients: ClientFactory, api: FakeInvoicingApi
 ) -> None:
-    queue = replace(INVOICES, max_attempts=1, circuit_breaker=replace(BREAKER, failure_threshold=1, max_hold_s=0))
+    # Open for 30 s: with 1 s, a loaded machine let the second record find the breaker half-open and call.
+    breaker = replace(BREAKER, failure_threshold=1, max_hold_s=0, open_s=30.0, max_open_s=60.0)
+    queue = replace(INVOICES, max_attempts=1, circuit_breaker=breaker)
     harness = harness_for(clients, api, queue)
     for invoice_id in ("INV-A", "INV-B"):
         put_invoice(harness, invoice_id)

@@ -330,3 +330,42 @@ def test_the_consoles_job_page_shows_the_execution(durables: Durables, tmp_path:
     text = page.get_data(as_text=True)
     assert f"{JOB}:imp-7: completed" in text
     assert "<dt>Durable execution</dt>" in text and "SUCCEEDED, 4 step(s) done" in text
+
+
+def test_a_durable_member_whose_key_already_succeeded_is_counted_when_its_message_comes(durables: Durables) -> None:
+    from sqs_jobs.batches import batch_item_id
+
+    # The import ran once on its own; then a batch names the same key: no second execution, but it is counted.
+    durables.put_csv("imp-b3", rows=10)
+    durables.publish("imp-b3")
+    durables.wait(durables.only_execution().durable_execution_arn)
+    batch_id = durables.harness.stack_publisher().batch([(JOB, "imp-b3")], on_complete=("import_report", "b-again"))
+
+    assert durables.harness.deliver(QUEUE, worker=durables.worker()) is not None
+
+    assert len(durables.functions.executions(JOB)) == 1
+    table = durables.harness.deployment.idempotency_table
+    item = durables.harness.clients("dynamodb").get_item(TableName=table, Key={"id": {"S": batch_item_id(batch_id)}})
+    assert item["Item"]["succeeded"]["NS"] == ["0"]
+    assert durables.harness.queue_counts(QUEUE) == (1, 0)  # the completion callback, published
+
+
+def test_a_batch_member_whose_key_another_message_started_is_counted_when_that_execution_ends(
+    durables: Durables,
+) -> None:
+    from sqs_jobs.batches import batch_item_id
+
+    # A plain publish of the key starts its execution; the batch's member message of the same key comes after.
+    durables.put_csv("imp-b4", rows=3_000)
+    durables.publish("imp-b4")
+    batch_id = durables.harness.stack_publisher().batch([(JOB, "imp-b4")], on_complete=("import_report", "b-late"))
+    assert durables.harness.deliver(QUEUE, worker=durables.worker()) is not None
+
+    durables.wait(durables.only_execution().durable_execution_arn)
+
+    # One execution, and whichever saw the other (its end, or the member's worker) counted the member.
+    assert len(durables.functions.executions(JOB)) == 1
+    table = durables.harness.deployment.idempotency_table
+    item = durables.harness.clients("dynamodb").get_item(TableName=table, Key={"id": {"S": batch_item_id(batch_id)}})
+    assert item["Item"]["succeeded"]["NS"] == ["0"]
+    assert durables.harness.queue_counts(QUEUE) == (1, 0)  # the completion callback, published
