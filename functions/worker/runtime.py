@@ -389,8 +389,8 @@ class Worker:
         if job.spec.durable is not None:
             verdict = self._durable.dispatch(envelope, delivery, admission.key)
             if envelope.batch is not None and isinstance(verdict, Done) and verdict.outcome is Outcome.DUPLICATE:
-                # Its key's execution already succeeded: a member of this batch too, counted as an ordinary
-                # duplicate is (its execution's end counts only the message that started it).
+                # Its key's execution had already succeeded (and counted the members recorded before it ended):
+                # this member is counted here, as an ordinary job's duplicate is.
                 return self._count_member(envelope, delivery, verdict.outcome) or verdict
             return verdict
         return self._run(job, envelope, delivery, admission.key, limit_s)
