@@ -185,7 +185,8 @@ def test_a_job_that_catches_exception_cannot_swallow_its_time_limit(testing: Har
     testing.send(envelope("stubborn", "except-exception"), queue="testing")
     invocation, _, elapsed_s = deliver_and_let_cut_runs_end(testing, "testing")
     assert len(invocation.failed_ids) == 1  # cut, and retried later
-    assert elapsed_s < 3  # at its 1 s limit, not after the 5 s it wanted
+    # At its 1 s limit, not after the 5 s it wanted (a loaded machine's delivery took 3.6 s once: the margin is wide)
+    assert elapsed_s < 4.5
     assert stubborn.OUTCOMES == []  # neither swallowed nor run on past its limit
     [cut] = [line for line in testing.log_lines() if line.get("error_type") == "JobTimeLimitError"]
     assert cut["classification"] == "transient"
@@ -196,7 +197,7 @@ def test_a_job_that_catches_exception_cannot_swallow_its_time_limit(testing: Har
 def test_a_job_that_catches_the_interruption_and_keeps_going_is_interrupted_again(testing: Harness) -> None:
     testing.send(envelope("stubborn", "catch-then-hang"), queue="testing")
     invocation, _, elapsed_s = deliver_and_let_cut_runs_end(testing, "testing")
-    assert len(invocation.failed_ids) == 1 and elapsed_s < 3
+    assert len(invocation.failed_ids) == 1 and elapsed_s < 4.5  # cut at 1 s, not after 5 s, however loaded
     assert stubborn.OUTCOMES == ["caught"]  # caught once, then stopped by the next interruption
     [ended] = [line for line in testing.log_lines() if line.get("message") == "run cut at its time limit has ended"]
     assert ended["interruptions"] >= 2
@@ -207,7 +208,7 @@ def test_a_run_given_up_at_its_limit_stays_given_up_even_if_it_finishes(testing:
     # attempt, retried later); what the run returned afterwards is never taken, and its end is logged.
     testing.send(envelope("stubborn", "catch-then-finish"), queue="testing")
     invocation, _, elapsed_s = deliver_and_let_cut_runs_end(testing, "testing")
-    assert len(invocation.failed_ids) == 1 and elapsed_s < 3
+    assert len(invocation.failed_ids) == 1 and elapsed_s < 4.5  # cut at 1 s, not after 5 s, however loaded
     assert stubborn.OUTCOMES == ["caught", "finished"]
     [cut] = [line for line in testing.log_lines() if line.get("error_type") == "JobTimeLimitError"]
     assert cut["attempt"] == 1
