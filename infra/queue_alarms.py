@@ -308,7 +308,7 @@ class QueueAlarms(Construct):
             )
         # One job failing run after run. SQS leaves a standard queue's message received 3+ times out of the
         # oldest-age metric, the failure rate needs volume, and the DLQ alarms see it only once it is dead-lettered.
-        if RETRYING in queue_signals(spec):
+        if RETRYING in signals:
             self._alarm(
                 RETRYING,
                 metric=monitoring.retry_attempts(spec),

@@ -27,6 +27,7 @@ from sqs_jobs.batches import (
     BatchDefinitionError,
     batch_item_id,
     check_batch_id,
+    member_indices,
     members_item_id,
 )
 from sqs_jobs.stack_names import batches_parameter_name
@@ -153,8 +154,8 @@ def look_up_batch(dynamodb_client: Any, table: str, batch_id: str) -> BatchView:
     size = int(counting[SIZE]["N"])
     names = [entry["S"] for entry in listed.get(MEMBERS, {}).get("L", [])]
     members = tuple(names[index] if index < len(names) else f"(member {index})" for index in range(size))
-    succeeded = {int(value) for value in counting.get(SUCCEEDED, {}).get("NS", [])}
-    dead = {int(value) for value in counting.get(DEAD, {}).get("NS", [])}
+    succeeded = member_indices(counting, SUCCEEDED)
+    dead = member_indices(counting, DEAD)
     states = {
         index: SUCCEEDED_STATE if index in succeeded else DEAD_STATE if index in dead else OPEN_STATE
         for index in range(size)

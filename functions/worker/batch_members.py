@@ -38,6 +38,7 @@ from sqs_jobs.batches import (
     BatchMemberError,
     batch_item_id,
     callback_key,
+    member_indices,
     member_name,
     members_item_id,
     open_lives,
@@ -185,8 +186,8 @@ class BatchMembers:
         attributes = response.get("Attributes", {})
         return Counted(
             size=int(attributes[SIZE]["N"]),
-            succeeded=len(attributes.get(SUCCEEDED, {}).get("NS", [])),
-            dead=len(attributes.get(DEAD, {}).get("NS", [])),
+            succeeded=len(member_indices(attributes, SUCCEEDED)),
+            dead=len(member_indices(attributes, DEAD)),
             published={kind: attributes.get(name, {}).get("N", "0") != "0" for kind, name in _PUBLISHED.items()},
             callbacks={kind: attributes.get(name, {}).get("S") for kind, name in _CALLBACK.items()},
             next_step=attributes.get(ON_SUCCESS_ENVELOPE, {}).get("S"),

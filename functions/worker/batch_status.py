@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqs_jobs.batches import COMPLETE, DEAD, DESCRIPTION, SIZE, SUCCEEDED, SUCCESS, batch_item_id
+from sqs_jobs.batches import COMPLETE, DEAD, DESCRIPTION, SIZE, SUCCEEDED, SUCCESS, batch_item_id, member_indices
 
 # The idempotency key JobPublisher gives a callback (sqs_jobs.batches.callback_key).
 _CALLBACK_KEY = re.compile(rf"^batch-([0-9a-f]{{32}})-({SUCCESS}|{COMPLETE})$")
@@ -46,7 +46,7 @@ def read_status(dynamodb: Any, table: str, batch_id: str, callback: str) -> Batc
         batch_id=batch_id,
         callback=callback,
         size=int(found[SIZE]["N"]),
-        succeeded=frozenset(int(value) for value in found.get(SUCCEEDED, {}).get("NS", [])),
-        dead=frozenset(int(value) for value in found.get(DEAD, {}).get("NS", [])),
+        succeeded=member_indices(found, SUCCEEDED),
+        dead=member_indices(found, DEAD),
         description=found.get(DESCRIPTION, {}).get("S", ""),
     )

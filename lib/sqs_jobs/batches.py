@@ -135,6 +135,11 @@ def parse_member_field(value: Any) -> BatchMember:
     return BatchMember(found.group(1), int(found.group(2)))
 
 
+def member_indices(item: Mapping[str, Any], name: str) -> frozenset[int]:
+    """The member indices a counting item's number set `name` (SUCCEEDED or DEAD) holds, in DynamoDB's typed JSON."""
+    return frozenset(int(value) for value in item.get(name, {}).get("NS", []))
+
+
 def batch_item_id(batch_id: str) -> str:
     return f"{BATCH_ITEM_PREFIX}{batch_id}"
 
