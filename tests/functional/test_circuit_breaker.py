@@ -197,7 +197,9 @@ def test_past_max_hold_s_a_refusal_spends_an_attempt_and_a_lasting_outage_ends_i
 def test_the_hold_is_bounded_by_the_runtimes_own_bookkeeping_never_by_a_producers(
     clients: ClientFactory, api: FakeInvoicingApi
 ) -> None:
-    queue = replace(INVOICES, max_attempts=1, circuit_breaker=replace(BREAKER, failure_threshold=1))
+    # Open for 30 s: with 1 s, a loaded machine let the last record find the breaker half-open and call.
+    breaker = replace(BREAKER, failure_threshold=1, open_s=30.0, max_open_s=60.0)
+    queue = replace(INVOICES, max_attempts=1, circuit_breaker=breaker)
     harness = harness_for(clients, api, queue)
     for invoice_id in ("INV-OPEN", "INV-FORGED", "INV-OURS"):
         put_invoice(harness, invoice_id)
