@@ -28,6 +28,7 @@ from functions.worker.names import (
     RUNTIME_FAULT,
     RUNTIME_JOB,
     SERVICE_NAME,
+    STALLED_BATCHES,
 )
 
 # Serializes Logger set-up (see Observability.create).
@@ -36,7 +37,7 @@ _LOGGER_SETUP = threading.Lock()
 # Values per EMF document, kept below Powertools' and CloudWatch's 100.
 EMF_MAX_VALUES = 99
 # The unit of each sampled metric; durations are milliseconds.
-_SAMPLE_UNITS = {RETRY_ATTEMPT: MetricUnit.Count, HOLD_SHARE: MetricUnit.NoUnit}
+_SAMPLE_UNITS = {RETRY_ATTEMPT: MetricUnit.Count, STALLED_BATCHES: MetricUnit.Count, HOLD_SHARE: MetricUnit.NoUnit}
 
 
 @dataclass

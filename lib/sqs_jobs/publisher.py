@@ -535,10 +535,14 @@ class JobPublisher:
         # Checked as their workers will check them, and each step may publish the next.
         envelopes = [
             self.envelope(e.job, e.id, e.key, e.extra, e.tenant, e.batch)
-            for e in (self._member(n, step, BatchMember(batch_ids[n], 0)) for n, step in enumerate(requested))
+            for e in (
+                self._member(n + 1, step, BatchMember(batch_ids[n], 0), entry="chain step")
+                for n, step in enumerate(requested)
+            )
         ]
-        for current, after in itertools.pairwise(envelopes):
-            self._check_publishable([current], {SUCCESS: (after.job, after.id)})
+        for number, (current, after) in enumerate(itertools.pairwise(envelopes), start=1):
+            words = (f"step {number}'s job", f"step {number + 1}'s job")
+            self._check_publishable([current], {SUCCESS: (after.job, after.id)}, words)
         now_s = int(self._clock().timestamp())
         items: list[dict[str, Any]] = []
         for index, envelope in enumerate(envelopes):
@@ -585,9 +589,15 @@ class JobPublisher:
             )
         return self._batches
 
-    def _check_publishable(self, members: Sequence[Envelope], callbacks: Mapping[str, tuple[str, str] | None]) -> None:
+    def _check_publishable(
+        self,
+        members: Sequence[Envelope],
+        callbacks: Mapping[str, tuple[str, str] | None],
+        said: tuple[str, str] = ("member job", "callback job"),
+    ) -> None:
         """Whichever member ends last publishes the callbacks, from its worker: every member's job must list them in
-        its `publishes` (the catalog's; a job this wheel's catalog doesn't know is left to its worker)."""
+        its `publishes` (the catalog's; a job this wheel's catalog doesn't know is left to its worker). `said` names
+        the member and the callback in the refusal."""
         targets = {callback[0] for callback in callbacks.values() if callback is not None}
         known = {job.name: job for queue in self._catalog for job in queue.jobs}
         for name in sorted({member.job for member in members}):
@@ -595,12 +605,12 @@ class JobPublisher:
             missing = sorted(targets - set(spec.publishes)) if spec is not None else []
             if spec is not None and missing:
                 raise CallbackNotPublishableError(
-                    f"member job {name!r} may not publish callback job {missing[0]!r}: add it to the job's "
+                    f"{said[0]} {name!r} may not publish {said[1]} {missing[0]!r}: add it to the job's "
                     f"`publishes` in the catalog (it lists: {', '.join(spec.publishes) or 'none'})"
                 )
 
-    def _member(self, index: int, request: object, member: BatchMember) -> Envelope:
-        """One entry of a batch as its member's envelope; an error names the entry."""
+    def _member(self, index: int, request: object, member: BatchMember, entry: str = "batch entry") -> Envelope:
+        """One entry of a batch (or a chain's step) as its member's envelope; an error names the entry."""
         if isinstance(request, Envelope):
             return Envelope(
                 job=request.job,
@@ -612,7 +622,7 @@ class JobPublisher:
             )
         if isinstance(request, tuple | list) and len(request) == 2 and all(isinstance(p, str) for p in request):
             return Envelope(job=request[0], id=request[1], batch=member)
-        raise TypeError(f"batch entry {index} is {_excerpt(request)}; accepted: a (job, id) pair or an Envelope")
+        raise TypeError(f"{entry} {index} is {_excerpt(request)}; accepted: a (job, id) pair or an Envelope")
 
     def _checked_entry(self, index: int, job: object, delay_s: int) -> tuple[Envelope, str, dict[str, Any]]:
         """One entry of publish_many as an envelope, its queue's URL and its group and delay; an error names the

@@ -339,6 +339,8 @@ def test_each_heartbeat_counts_the_batches_no_member_has_ended_in_for_an_hour(ha
     # Then it reports one stalled batch: the quiet open one (the ended one has left the index)
     [document] = [line for line in harness.metrics() if STALLED_BATCHES in line]
     assert metric_values(document, STALLED_BATCHES) == [1.0]
+    [definition] = document["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+    assert definition == {"Name": STALLED_BATCHES, "Unit": "Count"}  # a number of batches, not a duration
 
 
 def test_the_console_batch_page_shows_every_value_as_text(harness: Harness, tmp_path: Any) -> None:

@@ -93,7 +93,10 @@ def test_a_dead_lettered_step_stops_the_chain_and_its_redrive_continues_it(harne
 
 
 def test_a_step_whose_job_may_not_publish_the_next_is_refused_before_anything_is_written(harness: Harness) -> None:
-    with pytest.raises(CallbackNotPublishableError):
+    refusal = r"^step 1's job 'extract' may not publish step 2's job 'load'"
+    with pytest.raises(CallbackNotPublishableError, match=refusal):
         harness.stack_publisher().chain([("extract", "f3"), ("load", "f3")])
+    with pytest.raises(TypeError, match=r"^chain step 2 is 'load'; accepted: a \(job, id\) pair"):
+        harness.stack_publisher().chain([("extract", "f3"), "load"])  # type: ignore[list-item]
     assert harness.clients("dynamodb").scan(TableName=harness.deployment.idempotency_table)["Count"] == 0
     assert harness.queue_counts("etl") == (0, 0)
