@@ -86,9 +86,11 @@ def test_retrying_running_and_cancelled_jobs_from_the_browser(
     invoicing.set_mode("hang", only_ids=["inv-run"])
     publish(engine, "invoices", "generate_invoice", "inv-run")
     running = page.locator("table.running tr[data-id=inv-run]")
-    _until(page, life, lambda: running.count() == 1, 30, "inv-run listed as running")
+    progress = "1 of 2 (50%): waiting for the invoicing API's PDF"
+    # Listed as running from its claim; its progress follows a moment later (a loaded machine's page saw none yet).
+    _until(page, life, lambda: running.count() == 1 and progress in running.inner_text(), 30, "inv-run's progress")
     expect(running.locator("td").nth(5)).to_contain_text("local/")  # the worker: its log stream
-    expect(running).to_contain_text("1 of 2 (50%): waiting for the invoicing API's PDF")  # its progress
+    expect(running).to_contain_text(progress)
     running.get_by_role("link", name="Cancel…").click()
     expect(page.get_by_role("heading", name="Cancel generate_invoice:inv-run?")).to_be_visible()
     page.get_by_role("button", name="Cancel the job").click()
