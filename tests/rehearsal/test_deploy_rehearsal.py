@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
+from functions.worker.batch_members import BatchMembers, count_stalled, routed_publisher
 from functions.worker.deadletter import DeadLetterQueue, Evidence, iso_from_epoch_ms
-from functions.worker.names import NO_EVIDENCE, DeadLetterFailure
+from functions.worker.names import LIFE_INDEX, NO_EVIDENCE, DeadLetterFailure
 from functions.worker.provenance import MessageAttributes, Provenance, from_event, portable
 from infra.naming import (
     DLQ_URL,
@@ -35,10 +36,12 @@ from infra.naming import (
     recurring_schedule_name,
     schedule_group_name,
 )
+from jobctl.batch_lookup import batch_table
 from jobctl.dlq import MoveTasks, queue_busy
 from jobctl.local.lambda_events import sqs_record
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.envelope import parse_envelope
+from sqs_jobs.publisher import JobPublisher
 from tests.rehearsal.cdk_deploy import Deployment
 
 QUEUE = "orders"
@@ -79,6 +82,8 @@ class Orders:
     worker_role_id: str
     operator: Any
     worker: Any
+    # The worker role's DynamoDB client: a batch's members are counted with it.
+    worker_dynamodb: Any
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +107,7 @@ def deployed_orders(deployment: Deployment) -> Orders:
         worker_role_id=outputs[output_key(QUEUE, WORKER_ROLE_ID)],
         operator=deployment.emulator.client("sqs"),
         worker=deployment.emulator.client("sqs", assumed["Credentials"]),
+        worker_dynamodb=deployment.emulator.client("dynamodb", assumed["Credentials"]),
     )
 
 
@@ -341,3 +347,43 @@ def test_the_catalogs_schedules_are_deployed_and_a_delayed_job_is_a_one_time_sch
     cancelled = jobctl(deployment, "schedules", "cancel", name)
     assert cancelled.returncode == 0, cancelled.stderr
     assert name not in {item["Name"] for item in scheduler.list_schedules(GroupName=group)["Schedules"]}
+
+
+def test_a_published_batch_is_counted_by_its_worker_and_shown_by_jobctl(deployment: Deployment, orders: Orders) -> None:
+    """A batch defined in the deployed table (its SSM parameter, its index of open batches), its members counted
+    with the worker role's credentials as the worker counts them (number sets added to and deleted from), the
+    heartbeat's Query of the open batches, and `jobctl batch show`: LocalStack's DynamoDB, a second
+    implementation beside moto."""
+    emulator = deployment.emulator
+    dynamodb = emulator.client("dynamodb")
+    publisher = JobPublisher.from_stack(
+        emulator.client("ssm"),
+        orders.operator,
+        stack_name=deployment.stack_name,
+        queues=[QUEUE],
+        dynamodb_client=dynamodb,
+    )
+    batch_id = publisher.batch([(JOB, "b-1"), (JOB, "b-2")], description="rehearsal")
+    table = batch_table(emulator.client("ssm"), deployment.stack_name)
+    # Open, and no member ended: a heartbeat an hour from now would count it as stalled.
+    assert count_stalled(orders.worker_dynamodb, table, LIFE_INDEX, time.time() + 3600) == 1
+
+    members = BatchMembers(
+        table, lambda: orders.worker_dynamodb, lambda: routed_publisher({}, orders.worker), retention_s=3600
+    )
+    envelopes = {}
+    for message in receive_all(orders.worker, orders.url):
+        envelope = parse_envelope(message["Body"], CATALOG.queue(QUEUE).job_names)
+        envelopes[envelope.id] = envelope
+    assert members.succeeded(envelopes["b-1"]) == []  # no callbacks were asked for
+    assert members.dead_lettered(envelopes["b-2"]) == []
+    assert members.succeeded(envelopes["b-1"]) == []  # a duplicate counts nothing twice
+
+    result = jobctl(deployment, "batch", "show", batch_id)
+    assert result.returncode == 0, result.stderr
+    shown_batch = json.loads(result.stdout)
+    assert shown_batch["counts"] == {"succeeded": 1, "dead": 1, "open": 0}
+    assert shown_batch["members"]["dead"] == [{"index": 1, "member": f"{JOB}:b-2"}]
+    assert shown_batch["description"] == "rehearsal"
+    # Every member ended: the batch has left the index of open batches.
+    assert count_stalled(orders.worker_dynamodb, table, LIFE_INDEX, time.time() + 3600) == 0
