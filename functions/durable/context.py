@@ -30,7 +30,7 @@ from functions.durable.record import LAST_ERROR, LAST_ERROR_TYPE, NEXT_RETRY_AT,
 from functions.worker.backoff import backoff_delay_s
 from functions.worker.classify import classify
 from functions.worker.errors import DurableStepFailedError, StepTimeLimitError, WorkerConfigError
-from functions.worker.jobs import resource_of
+from functions.worker.jobs import read_secret, resource_of
 from functions.worker.names import DURATION, FAILED, RETRIED, RETRY_ATTEMPT, DeadLetterFailure
 from functions.worker.observability import BatchTally
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from functions.worker.clients import ClientFactory
     from functions.worker.jobs import LoadedJob
     from functions.worker.observability import Observability
+    from functions.worker.secrets import SecretCache
     from sqs_jobs.envelope import Envelope
     from sqs_jobs.specs import QueueSpec
 
@@ -71,6 +72,7 @@ class DurableJobContext:
         clients: ClientFactory,
         logger: Logger,
         observability: Observability | None = None,
+        secrets: SecretCache | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -84,6 +86,8 @@ class DurableJobContext:
         self.resources = resources
         self.clients = clients
         self.logger = logger
+        # The function's secret values, read on first use and cached across its executions; None: none to read.
+        self._secrets = secrets
         self._rng = rng or random.Random()
         self._clock = clock
         # Each step attempt counts as a run of an ordinary job does: JobDuration, JobFailed, JobRetried and
@@ -101,6 +105,12 @@ class DurableJobContext:
 
     def client(self, service: str) -> Any:
         return self.clients(service)
+
+    def secret(self, name: str) -> str:
+        """The value of the secret resource `name`, as an ordinary job's `context.secret` reads it (cached for
+        SECRET_CACHE_S). Read it where it is used, and never return it from a step: Lambda keeps a step's result
+        in the execution's checkpoints."""
+        return read_secret(self.resources, self.envelope.job, name, self._secrets)
 
     def step(self, name: str, fn: Callable[[], T]) -> T:
         """Run `fn()` once as the checkpointed step `name` and return its result (JSON-serializable), or on a

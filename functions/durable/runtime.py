@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from aws_durable_execution_sdk_python.context import DurableContext
 
     from functions.worker.batch_members import BatchMembers
+    from functions.worker.secrets import SecretCache
 
 END_STEP = "jobs.end"
 # The end step's own calls (DLQ send, record write) are the runtime's: a few quick retries, then the execution
@@ -104,6 +105,13 @@ class DurableRuntime:
     def records(self) -> DurableRecords:
         return self._records
 
+    @cached_property
+    def _secrets(self) -> SecretCache:
+        """The function's secret values, kept across its executions as the worker keeps its own."""
+        from functions.worker.secrets import SecretCache
+
+        return SecretCache(self._clients)
+
     def run(self, event: Any, sdk: DurableContext) -> Any:
         start = DurableStart.from_json(event)
         envelope = parse_envelope(start.body, self._queue.accepted_jobs)
@@ -120,6 +128,7 @@ class DurableRuntime:
             clients=self._clients,
             logger=self._obs.logger,
             observability=self._obs,
+            secrets=self._secrets,
             rng=self._rng,
         )
         self._records.first_start(start.key, start.generation, time.time())

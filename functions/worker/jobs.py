@@ -59,15 +59,7 @@ class JobContext:
     def secret(self, name: str) -> str:
         """The value of the secret resource `name` (a Secret of the catalog that the job's resources list), read
         from Secrets Manager (or Parameter Store) on first use and kept for SECRET_CACHE_S. Never log it."""
-        from functions.worker.secrets import is_secret_arn  # loaded with the secrets, by a job's first read
-
-        secret_id = self.resource(name)
-        # A Secret resource's value is its ARN, in the stack and the local engine alike.
-        if not is_secret_arn(secret_id):
-            raise WorkerConfigError(f"job {self.envelope.job!r}: resource {name!r} is not a Secret")
-        if self.secrets is None:
-            raise WorkerConfigError(f"job {self.envelope.job!r}: this worker has no secret store to read {name!r}")
-        return self.secrets.get(name, secret_id)
+        return read_secret(self.resources, self.envelope.job, name, self.secrets)
 
     def progress(self, done: float, total: float | None = None, note: str = "") -> bool:
         """Report how far this run has come (e.g. rows done of total, and a short note): kept in the key's record
@@ -126,6 +118,20 @@ def resource_of(resources: Mapping[str, str], job: str, name: str) -> str:
         raise WorkerConfigError(
             f"job {job!r} needs resource {name!r}, which its JobSpec.resources does not list"
         ) from None
+
+
+def read_secret(resources: Mapping[str, str], job: str, name: str, secrets: SecretCache | None) -> str:
+    """The value of `job`'s secret resource `name` (a durable job's context too) through `secrets`, or a
+    WorkerConfigError naming what is wrong."""
+    from functions.worker.secrets import is_secret_arn  # loaded with the secrets, by a job's first read
+
+    secret_id = resource_of(resources, job, name)
+    # A Secret resource's value is its ARN, in the stack and the local engine alike.
+    if not is_secret_arn(secret_id):
+        raise WorkerConfigError(f"job {job!r}: resource {name!r} is not a Secret")
+    if secrets is None:
+        raise WorkerConfigError(f"job {job!r}: this worker has no secret store to read {name!r}")
+    return secrets.get(name, secret_id)
 
 
 def default_idempotency_key(envelope: Envelope) -> str:

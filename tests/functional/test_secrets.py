@@ -116,3 +116,32 @@ def test_the_local_engine_keeps_a_parameter_store_secret_as_a_secure_string_the_
         == arn
     )
     assert SecretCache(clients).get("api_key", arn) == "put"
+
+
+def test_a_durable_jobs_context_reads_its_secret_as_an_ordinary_jobs_does(clients: ClientFactory) -> None:
+    from functions.durable.context import DurableJobContext
+
+    arn = clients("secretsmanager").create_secret(Name="api-key", SecretString="durable")["ARN"]
+
+    def context(secrets: SecretCache | None) -> DurableJobContext:
+        return DurableJobContext(
+            cast(Any, None),  # the SDK's context: steps only
+            envelope=Envelope(job="j", id="1"),
+            key="j:1",
+            generation=0,
+            job=cast(Any, None),
+            queue=cast(Any, None),
+            records=cast(Any, None),
+            resources={"api_key": arn, "orders_table": "SqsJobs-orders-table"},
+            clients=clients,
+            logger=cast(Any, None),
+            secrets=secrets,
+        )
+
+    assert context(SecretCache(clients)).secret("api_key") == "durable"
+    with pytest.raises(WorkerConfigError, match="resource 'orders_table' is not a Secret"):
+        context(SecretCache(clients)).secret("orders_table")
+    with pytest.raises(WorkerConfigError, match=r"needs resource 'other', which its JobSpec\.resources does not list"):
+        context(SecretCache(clients)).secret("other")
+    with pytest.raises(WorkerConfigError, match="no secret store to read 'api_key'"):
+        context(None).secret("api_key")
