@@ -41,10 +41,11 @@ if TYPE_CHECKING:
 
     from functions.durable.record import DurableRecords
     from functions.worker.clients import ClientFactory
+    from functions.worker.follow_ups import FollowUps
     from functions.worker.jobs import LoadedJob
     from functions.worker.observability import Observability
     from functions.worker.secrets import SecretCache
-    from sqs_jobs.envelope import Envelope
+    from sqs_jobs.envelope import Envelope, Scalar
     from sqs_jobs.specs import QueueSpec
 
 T = TypeVar("T")
@@ -73,6 +74,7 @@ class DurableJobContext:
         logger: Logger,
         observability: Observability | None = None,
         secrets: SecretCache | None = None,
+        follow_ups: FollowUps | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -88,6 +90,10 @@ class DurableJobContext:
         self.logger = logger
         # The function's secret values, read on first use and cached across its executions; None: none to read.
         self._secrets = secrets
+        # What the job asks to be published once the execution has succeeded (its end step publishes them).
+        self.follow_ups = follow_ups
+        # Set in a step's own thread: a follow-up named there would be lost on a replay (the step is not run).
+        self._in_step = threading.local()
         self._rng = rng or random.Random()
         self._clock = clock
         # Each step attempt counts as a run of an ordinary job does: JobDuration, JobFailed, JobRetried and
@@ -111,6 +117,23 @@ class DurableJobContext:
         SECRET_CACHE_S). Read it where it is used, and never return it from a step: Lambda keeps a step's result
         in the execution's checkpoints."""
         return read_secret(self.resources, self.envelope.job, name, self._secrets)
+
+    def then(
+        self, job: str, entity_id: str, *, key: str | None = None, tenant: str | None = None, **fields: Scalar
+    ) -> None:
+        """Publish `job` for `entity_id` once the execution has succeeded, from its end step (so once, and with
+        the same key every time: a second publish runs nothing); nothing if it fails. Checked now, as an ordinary
+        job's `context.then` is (FollowUpNotPublishableError, TooManyFollowUpsError). Call it outside steps: the
+        job's code outside steps runs again on every replay and names it again, where a finished step does not
+        run (a call inside one is refused, WorkerConfigError)."""
+        if getattr(self._in_step, "name", None) is not None:
+            raise WorkerConfigError(
+                f"context.then inside step {self._in_step.name!r}: call it outside steps (a replay does not run a "
+                "finished step, so a follow-up named there would be lost)"
+            )
+        if self.follow_ups is None:
+            raise WorkerConfigError(f"job {self.envelope.job!r}: this context publishes no follow-up jobs")
+        self.follow_ups.add(job, entity_id, key=key, tenant=tenant, fields=fields)
 
     def step(self, name: str, fn: Callable[[], T]) -> T:
         """Run `fn()` once as the checkpointed step `name` and return its result (JSON-serializable), or on a
@@ -176,6 +199,7 @@ class DurableJobContext:
         outcome: dict[str, Any] = {}
 
         def target() -> None:
+            self._in_step.name = name
             try:
                 outcome["value"] = fn()
             except BaseException as error:  # carried to the waiting thread

@@ -32,11 +32,13 @@ from functions.durable.payload import DurableStart
 from functions.durable.record import DurableRecords
 from functions.worker.clients import ClientFactory
 from functions.worker.errors import DurableStepFailedError, WorkerConfigError
+from functions.worker.follow_ups import FollowUps
 from functions.worker.jobs import LoadedJob, load_jobs
 from functions.worker.names import (
     BATCH_CALLBACK_PUBLISHED,
     BATCH_MEMBER_ENDED,
     DEAD_LETTERED,
+    FOLLOW_UP_PUBLISHED,
     RUNTIME_FAULT,
     RUNTIME_JOB,
     SUCCEEDED,
@@ -129,6 +131,7 @@ class DurableRuntime:
             logger=self._obs.logger,
             observability=self._obs,
             secrets=self._secrets,
+            follow_ups=FollowUps(envelope.job, self._job.spec.publishes),
             rng=self._rng,
         )
         self._records.first_start(start.key, start.generation, time.time())
@@ -140,13 +143,34 @@ class DurableRuntime:
                 failure = _outside_steps(error)
             sdk.step(lambda _: self._end_failed(start, failure), name=END_STEP, config=_end_config())
             raise
-        sdk.step(lambda _: self._end_succeeded(start), name=END_STEP, config=_end_config())
+        follow_ups = context.follow_ups.envelopes() if context.follow_ups is not None else []
+        sdk.step(lambda _: self._end_succeeded(start, follow_ups), name=END_STEP, config=_end_config())
         return result
 
-    def _end_succeeded(self, start: DurableStart) -> None:
+    def _end_succeeded(self, start: DurableStart, follow_ups: list[Envelope]) -> None:
+        if follow_ups:
+            self._publish_follow_ups(follow_ups)
         self._records.ended(start.key, start.generation, succeeded=True)
         self._count(SUCCEEDED)
         self._members_ended(start, succeeded=True)
+
+    def _publish_follow_ups(self, follow_ups: list[Envelope]) -> None:
+        """What the job named with `context.then`, published in the end step before the record says it ended: a
+        publish that fails fails the step, which is retried (each follow-up has its own key, so a second publish
+        runs nothing), and the runtime-faults alarm says so."""
+        from functions.worker.batch_members import routed_publisher
+
+        try:
+            routed_publisher(self.settings.worker.routes, self._clients("sqs")).publish_many(follow_ups)
+        except Exception:
+            self._count(RUNTIME_FAULT, "follow_up_publish", job=RUNTIME_JOB)
+            self._obs.logger.exception("could not publish the durable job's follow-up jobs")
+            raise
+        tally = BatchTally()
+        for follow_up in follow_ups:
+            tally.add(self.settings.job, FOLLOW_UP_PUBLISHED, reason=follow_up.job)
+        tally.flush(self._obs, self._queue.name)
+        self._obs.logger.info("follow-up jobs published", extra={"follow_ups": [f"{f.job}:{f.id}" for f in follow_ups]})
 
     def _members_ended(self, start: DurableStart, *, succeeded: bool) -> None:
         """Count every batch member whose message named the key: the one that started this execution, and any

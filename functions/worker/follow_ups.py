@@ -59,6 +59,10 @@ class FollowUps:
                 self._envelopes.append(envelope)
         return envelope
 
+    def envelopes(self) -> list[Envelope]:
+        with self._lock:
+            return list(self._envelopes)
+
     def encoded(self) -> str | None:
         """What the key's record keeps; None: none asked for."""
         with self._lock:

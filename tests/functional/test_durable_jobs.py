@@ -369,3 +369,59 @@ def test_a_batch_member_whose_key_another_message_started_is_counted_when_that_e
     item = durables.harness.clients("dynamodb").get_item(TableName=table, Key={"id": {"S": batch_item_id(batch_id)}})
     assert item["Item"]["succeeded"]["NS"] == ["0"]
     assert durables.harness.queue_counts(QUEUE) == (1, 0)  # the completion callback, published
+
+
+def _with_run(clients: ClientFactory, monkeypatch: pytest.MonkeyPatch, run: Any) -> Durables:
+    """The imports queue's durable job, running `run(envelope, context)` instead of the import."""
+    from functions.jobs import import_orders
+
+    monkeypatch.setattr(import_orders, "run", run)
+    return durables_of(Harness.provisioned(clients, IMPORTS))
+
+
+def test_a_durable_jobs_follow_ups_are_published_once_its_execution_has_succeeded(
+    clients: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def run(envelope: Any, context: Any) -> dict[str, int]:
+        context.then("import_report", f"after-{envelope.id}")
+        done: int = context.step("only", lambda: 1)
+        context.then("import_report", f"after-{envelope.id}")  # the same one again: kept once
+        return {"done": done}
+
+    durables = _with_run(clients, monkeypatch, run)
+    try:
+        durables.publish("imp-t1")
+        assert durables.wait(durables.only_execution().durable_execution_arn).status.value == "SUCCEEDED"
+    finally:
+        durables.functions.close()
+    # Published by the end step, once, with its default key: a second publish would be a duplicate.
+    assert durables.harness.queue_counts(QUEUE) == (1, 0)
+    assert json.loads(durables.harness.peek(QUEUE)["Body"]) == {"job": "import_report", "id": "after-imp-t1"}
+    published = [line for line in durables.harness.log_lines() if line.get("message") == "follow-up jobs published"]
+    assert [line["follow_ups"] for line in published] == [["import_report:after-imp-t1"]]
+
+
+def test_a_durable_job_that_fails_publishes_no_follow_up_and_one_named_inside_a_step_is_refused(
+    clients: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from functions.jobs.import_orders import ImportFileError
+
+    def run(envelope: Any, context: Any) -> None:
+        context.then("import_report", f"after-{envelope.id}")
+        if envelope.id == "imp-t2":
+            context.step("breaks", lambda: (_ for _ in ()).throw(ImportFileError("row 3 is not a number")))
+        context.step("names", lambda: context.then("import_report", "inside"))
+
+    durables = _with_run(clients, monkeypatch, run)
+    try:
+        for import_id in ("imp-t2", "imp-t3"):
+            durables.publish(import_id)
+        outcomes = [durables.wait(e.durable_execution_arn).status.value for e in durables.functions.executions(JOB)]
+    finally:
+        durables.functions.close()
+    assert outcomes == ["FAILED", "FAILED"]
+    assert durables.harness.queue_counts(QUEUE) == (0, 0)  # no follow-up of either
+    evidence = {json.loads(m["Body"])["id"]: attributes_of(m) for m in durables.harness.dead_letters(QUEUE)}
+    assert evidence["imp-t2"]["jobs.error_type"] == "ImportFileError"
+    assert evidence["imp-t3"]["jobs.error_type"] == "WorkerConfigError"
+    assert "context.then inside step 'names'" in evidence["imp-t3"]["jobs.error_message"]
