@@ -402,6 +402,10 @@ class Worker:
             outcome = self._executor.run(execution, key)
         except Exception as error:
             verdict = self._settlement.after_error(job, envelope, delivery, key, execution, error)
+            if isinstance(verdict, Done) and verdict.outcome is Outcome.CANCELLED:
+                # An operator cancelled the member's key: it ended without succeeding, so it counts as dead and
+                # its batch can complete (a batch would otherwise wait on it for ever).
+                self._member_dead_lettered(envelope)
             if isinstance(verdict, Done) and verdict.outcome is Outcome.SUCCEEDED:
                 # Its run completed, its completion unwritten: acknowledged all the same, so followed through now.
                 return self._followed_through(job, envelope, delivery, execution.follow_ups, verdict.outcome) or verdict

@@ -381,3 +381,21 @@ def test_a_member_whose_completion_could_not_be_written_is_counted_all_the_same(
     # Then the member is counted (it was acknowledged), and the batch calls back
     assert batch_item(harness, batch_id)["succeeded"]["NS"] == ["0"]
     assert callback_runs() == 1
+
+
+def test_a_member_an_operator_cancelled_before_it_ran_counts_as_dead_and_the_batch_completes(harness: Harness) -> None:
+    from jobctl.job_cancel import CancelOutcome, cancel_job, target_for
+
+    # Given a batch of two, and an operator who cancels one member's job before it runs
+    batch_id = harness.stack_publisher().batch([("member", "1"), ("member", "2")], on_success=DONE, on_complete=DONE)
+    target = target_for(CATALOG.queue("members"), "member", "2", None)
+    table = harness.deployment.idempotency_table
+    assert cancel_job(harness.clients("dynamodb"), table, target, "operator").outcome is CancelOutcome.CANCELLED
+    # When the members' messages come
+    drain(harness, "members")
+    drain(harness, "callbacks")
+    # Then the cancelled one never ran, ended unsucceeded, and the batch completed without success
+    assert ("member", "2") not in tallied.RUNS
+    item = batch_item(harness, batch_id)
+    assert (item["succeeded"]["NS"], item["dead"]["NS"]) == (["0"], ["1"])
+    assert callback_keys() == [f"batch_done:{callback_key(batch_id, COMPLETE)}"]
