@@ -53,7 +53,7 @@ from typing import Any, TextIO
 
 from example.soak_jobs import odd_results
 from functions.worker.attribute_store import StoredAttributesError
-from functions.worker.deadletter import ERROR_MESSAGE, ERROR_TYPE, FAILURE
+from functions.worker.deadletter import ATTEMPTS, ERROR_MESSAGE, ERROR_TYPE, FAILURE
 from functions.worker.execution import CUT_RUN_CALL_ENDED_MESSAGE
 from functions.worker.names import HELD, HOLD_SHARE, DeadLetterFailure
 from functions.worker.provenance import Attributes, Provenance, value_bytes
@@ -429,7 +429,11 @@ def _job_problems(job: SoakJob, observed: Observed) -> list[str]:
                 problems.append(f"{name} is in the DLQ without its evidence: {evidence}")
         return problems
     if copies:
-        problems.append(f"{name} can succeed but was dead-lettered: {copies[0].get(ERROR_MESSAGE)!r}")
+        said = copies[0]
+        problems.append(
+            f"{name} can succeed but was dead-lettered ({said.get(FAILURE)} after {said.get(ATTEMPTS)} attempts): "
+            f"{said.get(ERROR_MESSAGE)!r}"
+        )
     # A repeat is explained only by a side-effect call the runtime reported answered after its run's cut.
     reported = observed.cut_in_flight[job.ref] if job.job != INVOICE_JOB else 0
     if effects < 1 or effects > 1 + reported:
