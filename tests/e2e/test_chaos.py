@@ -90,7 +90,6 @@ def _wait_for_log(process: subprocess.Popen[str], message: str, timeout_s: float
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.runs_long
 def test_chaos_soak_keeps_every_promise() -> None:
     plan = SoakPlan(jobs=CI_SOAK_JOBS, chaos=DEFAULT_CHAOS, seed=2026)
     report = run_soak(plan, worker_output=io.StringIO())
