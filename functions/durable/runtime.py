@@ -38,7 +38,6 @@ from functions.worker.names import (
     BATCH_CALLBACK_PUBLISHED,
     BATCH_MEMBER_ENDED,
     DEAD_LETTERED,
-    FOLLOW_UP_PUBLISHED,
     RUNTIME_FAULT,
     RUNTIME_JOB,
     SUCCEEDED,
@@ -159,18 +158,17 @@ class DurableRuntime:
         publish that fails fails the step, which is retried (each follow-up has its own key, so a second publish
         runs nothing), and the runtime-faults alarm says so."""
         from functions.worker.batch_members import routed_publisher
+        from functions.worker.follow_ups import publish_follow_ups
 
+        tally = BatchTally()
         try:
-            routed_publisher(self.settings.worker.routes, self._clients("sqs")).publish_many(follow_ups)
+            publisher = routed_publisher(self.settings.worker.routes, self._clients("sqs"))
+            publish_follow_ups(publisher, follow_ups, self.settings.job, tally, self._obs.logger)
         except Exception:
             self._count(RUNTIME_FAULT, "follow_up_publish", job=RUNTIME_JOB)
             self._obs.logger.exception("could not publish the durable job's follow-up jobs")
             raise
-        tally = BatchTally()
-        for follow_up in follow_ups:
-            tally.add(self.settings.job, FOLLOW_UP_PUBLISHED, reason=follow_up.job)
         tally.flush(self._obs, self._queue.name)
-        self._obs.logger.info("follow-up jobs published", extra={"follow_ups": [f"{f.job}:{f.id}" for f in follow_ups]})
 
     def _members_ended(self, start: DurableStart, *, succeeded: bool) -> None:
         """Count every batch member whose message named the key: the one that started this execution, and any

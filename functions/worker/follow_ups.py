@@ -17,9 +17,17 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING
 
 from functions.worker.errors import FollowUpNotPublishableError, TooManyFollowUpsError
+from functions.worker.names import FOLLOW_UP_PUBLISHED
 from sqs_jobs.envelope import Envelope, Scalar, build_envelope, parse_envelope
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools import Logger
+
+    from functions.worker.observability import BatchTally
+    from sqs_jobs.publisher import JobPublisher
 
 # At most this many per run: one SQS SendMessageBatch, and at most ~10 KB of envelopes in the key's record.
 MAX_FOLLOW_UPS = 10
@@ -75,3 +83,15 @@ def decoded(kept: str, publishable: Collection[str]) -> list[Envelope]:
     """The follow-ups a key's record keeps, checked again by the envelope's rules (the record is the runtime's
     own, but what it holds came from a job's code)."""
     return [parse_envelope(json.dumps(body), publishable) for body in json.loads(kept)]
+
+
+def publish_follow_ups(
+    publisher: JobPublisher, follow_ups: list[Envelope], asking_job: str, tally: BatchTally, logger: Logger
+) -> None:
+    """Publish a succeeded run's follow-ups (an ordinary run's or a durable execution's) and account for them:
+    `FollowUpPublished` under the asking job, per follow-up job, and one log line. Raises what the publish raised,
+    having counted nothing: each caller decides what a failed publish means for its record."""
+    publisher.publish_many(follow_ups)
+    for follow_up in follow_ups:
+        tally.add(asking_job, FOLLOW_UP_PUBLISHED, reason=follow_up.job)
+    logger.info("follow-up jobs published", extra={"follow_ups": [f"{f.job}:{f.id}" for f in follow_ups]})

@@ -436,21 +436,17 @@ class Worker:
         """The follow-ups a succeeded run asked for (`context.then`), published before its message is acknowledged:
         if the publish fails the record comes back, is answered from its key's record, and publishes them then
         (each with its own key, so a second publish is a duplicate). None: published."""
-        from functions.worker.follow_ups import decoded
-        from functions.worker.names import FOLLOW_UP_PUBLISHED
+        from functions.worker.follow_ups import decoded, publish_follow_ups
 
         try:
             follow_ups = decoded(kept, job.spec.publishes)
-            self._publisher.publish_many(follow_ups)
+            publish_follow_ups(self._publisher, follow_ups, envelope.job, self._tally, self._obs.logger)
         except Exception as error:
             self._tally.runtime_fault("follow_up_publish")
             self._obs.logger.exception("could not publish the run's follow-up jobs; the record comes back for them")
             return self._settlement.hand_back(
                 delivery, envelope, self._settlement.backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error
             )
-        for follow_up in follow_ups:
-            self._tally.add(envelope.job, FOLLOW_UP_PUBLISHED, reason=follow_up.job)
-        self._obs.logger.info("follow-up jobs published", extra={"follow_ups": [f"{f.job}:{f.id}" for f in follow_ups]})
         return None
 
     def _count_member(self, envelope: Envelope, delivery: Delivery, outcome: Outcome) -> Verdict | None:
