@@ -93,8 +93,8 @@ class BatchView:
             return f"open: {self.count(OPEN_STATE)} of {self.size} members have not ended"
         if self.count(DEAD_STATE):
             return (
-                f"complete, not succeeded: {self.count(DEAD_STATE)} of {self.size} members dead-lettered (redrive "
-                "them, fixed, and on_success follows)"
+                f"complete, not succeeded: {self.count(DEAD_STATE)} of {self.size} members dead (redrive their dead "
+                "letters, fixed, or publish a member cancelled before it ran again: on_success follows)"
             )
         return f"succeeded: all {self.size} members"
 

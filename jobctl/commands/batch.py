@@ -27,7 +27,8 @@ def batch() -> None:
 def show(options: Options, batch_id: str, show_all: bool) -> None:
     """Batch ID's members by state (succeeded, dead-lettered, open), whether each callback was published and when,
     and when the batch was created, last moved and ended. A dead-lettered member resumes the batch when redriven
-    (`jobctl dlq redrive QUEUE --match BATCH_ID`: the batch ID is in its members' bodies only)."""
+    (`jobctl dlq redrive QUEUE --match BATCH_ID`: the batch ID is in its members' bodies only); one cancelled
+    before it ran has no dead letter: undo the cancel and publish it again as a member (runbook)."""
     from jobctl.batch_lookup import DEAD_STATE, OPEN_STATE, SUCCEEDED_STATE, batch_table, look_up_batch
 
     with operator_errors():

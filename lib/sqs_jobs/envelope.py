@@ -224,6 +224,11 @@ def build_envelope(
     if tenant is not None:
         body["tenant"] = tenant
     if batch is not None:
+        if not isinstance(batch, BatchMember):
+            raise EnvelopeFieldError(
+                f"batch is a {type(batch).__name__}; accepted: a BatchMember, e.g. "
+                "sqs_jobs.batches.parse_member_field('<batch ID>.<index>')"
+            )
         body[BATCH_FIELD] = batch.field
     try:
         encoded = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

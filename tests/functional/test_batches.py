@@ -399,3 +399,13 @@ def test_a_member_an_operator_cancelled_before_it_ran_counts_as_dead_and_the_bat
     item = batch_item(harness, batch_id)
     assert (item["succeeded"]["NS"], item["dead"]["NS"]) == (["0"], ["1"])
     assert callback_keys() == [f"batch_done:{callback_key(batch_id, COMPLETE)}"]
+    # And batch show says how to run it after all: it has no dead letter to redrive
+    from jobctl.batch_lookup import look_up_batch
+
+    verdict = look_up_batch(harness.clients("dynamodb"), table, batch_id).verdict
+    assert (
+        verdict.startswith("complete, not succeeded: 1 of 2 members dead") and "publish a member cancelled" in verdict
+    )
+    # Published again as the runbook says, once its cancel is undone: a member named by a string is refused clearly
+    with pytest.raises(EnvelopeFieldError, match="batch is a str; accepted: a BatchMember"):
+        harness.stack_publisher().publish_many([Envelope(job="member", id="2", batch=f"{batch_id}.1")])  # type: ignore[arg-type]
