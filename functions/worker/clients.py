@@ -17,7 +17,13 @@ from botocore.config import Config
 from functions.worker.downstream import register_aws_hooks
 
 # The jobs' AWS calls: a hung call must not eat the whole Lambda timeout (the job's time limit cuts it sooner).
-DEFAULT_CONFIG = Config(connect_timeout=5, read_timeout=20, retries={"mode": "standard", "max_attempts": 3})
+JOB_CONNECT_S = 5.0
+JOB_READ_S = 20.0
+DEFAULT_CONFIG = Config(
+    connect_timeout=JOB_CONNECT_S, read_timeout=JOB_READ_S, retries={"mode": "standard", "max_attempts": 3}
+)
+# The longest one attempt of a job's AWS call takes: what a call in flight when its run is cut may still take.
+JOB_AWS_ATTEMPT_S = JOB_CONNECT_S + JOB_READ_S
 
 
 @dataclass(frozen=True)

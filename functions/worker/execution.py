@@ -106,10 +106,12 @@ class Execution:
             return self._run_admitted(started)
         finally:
             if admission is not None and self.release is not None:
+                # `release` never raises: what follows a run never changes what the run came to.
                 release, held = self.release, admission
                 if self.run is not None and self.run.was_cut:
                     # A cut run's call may still be in flight: its key's slot is given back once its thread ends
-                    # (or with its lease, the invocation's end), never while the call could overlap the next run's.
+                    # (or with its lease, which outlasts the longest call), never while the call could overlap
+                    # the next run's.
                     self.run.when_ended(lambda: release(held))
                 else:
                     release(held)
@@ -272,7 +274,7 @@ class JobExecutor:
         flow = self._flow_control
         execution = Execution(
             admit=self._admission(job, envelope, key, lambda_context) if flow and flow.limits(job.spec) else None,
-            release=flow.release if flow else None,
+            release=self._release if flow else None,
             call_limit=flow.call_limit(envelope) if flow else None,
             job=job,
             context_for=context_for,
@@ -343,7 +345,9 @@ class JobExecutor:
                 envelope,
                 holder=f"{idempotency_record_id(key)}#{run_number}#{lambda_context.aws_request_id}",
                 wait_s=max(0.0, remaining_s - self._queue.time_limit_s(job.spec.name) - SETTLE_MARGIN_S - 1.0),
-                lease_until=now + remaining_s,
+                # The run is cut by the invocation's end at the latest, and a call it had in flight then ends
+                # within its own bound after: the slot is held that long at least, however the run ends.
+                lease_until=now + remaining_s + self._longest_call_s(),
                 held_s=max(0.0, now - held_since) if held_since is not None else 0.0,
             )
             if admission.waited_s > 0:
@@ -351,6 +355,28 @@ class JobExecutor:
             return admission
 
         return admit
+
+    def _longest_call_s(self) -> float:
+        """The longest a call a job started can stay in flight: the HTTP client's whole-call deadline, or one
+        attempt of a job's AWS call (the fence refuses a cut run's retries: functions/worker/downstream.py)."""
+        from functions.worker.clients import JOB_AWS_ATTEMPT_S
+        from functions.worker.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S
+
+        http_s = (
+            self._http.total_timeout_s if self._http is not None else DEFAULT_CONNECT_TIMEOUT_S + DEFAULT_READ_TIMEOUT_S
+        )
+        return max(http_s, JOB_AWS_ATTEMPT_S)
+
+    def _release(self, admission: Admission) -> None:
+        """Give the run's key slot back. A failure is the runtime's (alarmed) and changes nothing of the run's
+        outcome: the slot is free again when its lease ends."""
+        flow = self._flow_control
+        assert flow is not None
+        try:
+            flow.release(admission)
+        except Exception:
+            self._tally.runtime_fault("key_release")
+            self._obs.logger.exception("could not give the key's slot back; it is free again when its lease ends")
 
     def run(self, execution: Execution, key: str) -> Outcome:
         """Run it, or answer it from the key's record; raises what stopped it."""
