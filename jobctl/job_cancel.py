@@ -8,8 +8,9 @@ One conditional write to the key's record (functions/worker/run_ledger.py), so i
   (functions/worker/progress.py) and stops with JobCancelledError, dead-lettered with that type and never retried;
   its record becomes CANCELLED. A run that makes no call and reports no progress finishes: cancel is cooperative.
 - **completed**: nothing to cancel; said so.
-`--undo` withdraws a cancel: the CANCELLED record is deleted (the next copy runs, a redrive too), or a pending
-request is removed if its run has not seen it yet.
+`--undo` withdraws a cancel and puts the key back as the cancel found it, its runs kept (docs/key-life.md): the
+next copy runs (a redrive too), as the run after those it had; a pending request is removed if its run has not seen
+it yet.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from functions.worker.key_life import RUNS, KeyRecord, KeyState
 from functions.worker.names import (
     CANCEL_REQUESTED_AT,
     CANCELLED_AT,
@@ -110,14 +112,15 @@ def cancel_job(dynamodb: Any, table: str, target: CancelTarget, by: str, now: fl
             old = _condition_failed(error)
             if old is None:
                 raise
-        status = old.get("status", {}).get("S")
-        if status == RecordStatus.COMPLETED:
-            completed = old.get("expiration", {}).get("N")
-            at = _iso(float(completed) - target.expiry_s) if completed else "(unknown)"
+        record = KeyRecord.from_item(target.record_id, old)
+        state = record.state(moment)
+        if state is KeyState.COMPLETED:
+            completed = record.expires_at
+            at = _iso(completed - target.expiry_s) if completed else "(unknown)"
             return CancelResult(CancelOutcome.COMPLETED, f"it completed at {at}: nothing to cancel")
-        if status == RecordStatus.CANCELLED:
+        if state is KeyState.CANCELLED:
             return CancelResult(CancelOutcome.ALREADY_CANCELLED, "already cancelled")
-        runs = old.get("runs", {}).get("N", "0")
+        runs = str(record.runs)
         try:
             dynamodb.update_item(**_cancel_running_run(table, target, by, moment, runs))
             return CancelResult(
@@ -131,37 +134,97 @@ def cancel_job(dynamodb: Any, table: str, target: CancelTarget, by: str, now: fl
     raise CancelRaceError(f"the key of {target.job}:{target.job_id} kept changing state; nothing was cancelled")
 
 
-def withdraw(dynamodb: Any, table: str, target: CancelTarget) -> CancelResult:
-    """Withdraw a cancel: delete a CANCELLED record, or remove a request its run has not acted on."""
-    key = {"id": {"S": target.record_id}}
-    try:
-        dynamodb.delete_item(
-            TableName=table,
-            Key=key,
-            ConditionExpression="#status = :cancelled",
-            ExpressionAttributeNames={"#status": "status"},
-            ExpressionAttributeValues={":cancelled": {"S": RecordStatus.CANCELLED}},
-        )
-        return CancelResult(CancelOutcome.WITHDRAWN, "cancel withdrawn: the next copy of it runs (a redrive too)")
-    except Exception as error:
-        if _condition_failed(error) is None:
-            raise
-    try:
-        dynamodb.update_item(
-            TableName=table,
-            Key=key,
-            UpdateExpression="REMOVE #request, #by",
-            ConditionExpression="#status = :inprogress AND attribute_exists(#request)",
-            ExpressionAttributeNames={"#status": "status", "#request": CANCEL_REQUESTED_AT, "#by": CANCELLED_BY},
-            ExpressionAttributeValues={":inprogress": {"S": RecordStatus.INPROGRESS}},
-        )
-        return CancelResult(
-            CancelOutcome.WITHDRAWN, "cancel request withdrawn; a run that already saw it has stopped all the same"
-        )
-    except Exception as error:
-        if _condition_failed(error) is None:
-            raise
-    return CancelResult(CancelOutcome.NOT_CANCELLED, "no cancel holds this key: nothing to withdraw")
+def withdraw(dynamodb: Any, table: str, target: CancelTarget, now: float | None = None) -> CancelResult:
+    """Withdraw a cancel, putting the key back as the cancel found it (docs/key-life.md): a key that had runs and
+    no dead letter goes back to FAILED with its runs (its next copy runs as the run after them, so `max_attempts`
+    still bounds it); one that never ran, or whose message the DLQ has, is cleared (a redrive starts afresh, as
+    after any dead letter); a request its run has not acted on is removed."""
+    for _ in range(MAX_TRIES):
+        moment = time.time() if now is None else now
+        found = dynamodb.get_item(TableName=table, Key={"id": {"S": target.record_id}}, ConsistentRead=True)
+        record = KeyRecord.from_item(target.record_id, found.get("Item"))
+        state = record.state(moment)
+        try:
+            if state is KeyState.CANCEL_REQUESTED:
+                dynamodb.update_item(**_withdraw_request(table, target, record))
+                return CancelResult(
+                    CancelOutcome.WITHDRAWN,
+                    "cancel request withdrawn; a run that already saw it has stopped all the same",
+                )
+            if state is not KeyState.CANCELLED:
+                return CancelResult(CancelOutcome.NOT_CANCELLED, "no cancel holds this key: nothing to withdraw")
+            if record.status != RecordStatus.CANCELLED:
+                # A run asked to stop that never reported back (or, before a failed run's cancel held, failed).
+                dynamodb.update_item(**_withdraw_request(table, target, record))
+                return CancelResult(CancelOutcome.WITHDRAWN, "cancel withdrawn: the next copy runs (a redrive too)")
+            if record.runs > 0 and record.dead_lettered_at is None:
+                dynamodb.update_item(**_uncancel(table, target, record))
+                return CancelResult(
+                    CancelOutcome.WITHDRAWN,
+                    f"cancel withdrawn: the next copy runs (a redrive too), as run {record.runs + 1} of the key",
+                )
+            dynamodb.delete_item(
+                TableName=table,
+                Key={"id": {"S": target.record_id}},
+                ConditionExpression="#status = :cancelled AND " + _same("#cancelled_at", ":cancelled_at", record),
+                ExpressionAttributeNames={"#status": "status", "#cancelled_at": CANCELLED_AT},
+                ExpressionAttributeValues={":cancelled": {"S": RecordStatus.CANCELLED}, **_at(record)},
+            )
+            return CancelResult(CancelOutcome.WITHDRAWN, "cancel withdrawn: the next copy runs (a redrive too)")
+        except Exception as error:
+            if _condition_failed(error) is None:
+                raise
+    raise CancelRaceError(f"the key of {target.job}:{target.job_id} kept changing state; nothing was withdrawn")
+
+
+def _same(name: str, value: str, record: KeyRecord) -> str:
+    """The condition that the record still has the `cancelled_at` it was read with (absent: still absent)."""
+    return f"{name} = {value}" if record.cancelled_at is not None else f"attribute_not_exists({name})"
+
+
+def _at(record: KeyRecord) -> dict[str, Any]:
+    return {":cancelled_at": {"N": f"{record.cancelled_at:.3f}"}} if record.cancelled_at is not None else {}
+
+
+def _uncancel(table: str, target: CancelTarget, record: KeyRecord) -> dict[str, Any]:
+    """CANCELLED back to FAILED, its runs and last error kept, no longer listed: what it was before the cancel."""
+    return {
+        "TableName": table,
+        "Key": {"id": {"S": target.record_id}},
+        "UpdateExpression": "SET #status = :failed REMOVE #cancelled_at, #cancelled_by, #request, #life, #life_at",
+        "ConditionExpression": "#status = :cancelled AND #runs = :runs AND "
+        + _same("#cancelled_at", ":cancelled_at", record),
+        "ExpressionAttributeNames": {
+            "#status": "status",
+            "#runs": RUNS,
+            "#cancelled_at": CANCELLED_AT,
+            "#cancelled_by": CANCELLED_BY,
+            "#request": CANCEL_REQUESTED_AT,
+            "#life": LIFE,
+            "#life_at": LIFE_AT,
+        },
+        "ExpressionAttributeValues": {
+            ":failed": {"S": RecordStatus.FAILED},
+            ":cancelled": {"S": RecordStatus.CANCELLED},
+            ":runs": {"N": str(record.runs)},
+            **_at(record),
+        },
+    }
+
+
+def _withdraw_request(table: str, target: CancelTarget, record: KeyRecord) -> dict[str, Any]:
+    """Remove a cancel request, while the record still has the one read (a run that saw it stopped all the same)."""
+    return {
+        "TableName": table,
+        "Key": {"id": {"S": target.record_id}},
+        "UpdateExpression": "REMOVE #request, #by",
+        "ConditionExpression": "#request = :request AND NOT (#status = :cancelled)",
+        "ExpressionAttributeNames": {"#status": "status", "#request": CANCEL_REQUESTED_AT, "#by": CANCELLED_BY},
+        "ExpressionAttributeValues": {
+            ":request": {"N": f"{record.cancel_requested_at or 0.0:.3f}"},
+            ":cancelled": {"S": RecordStatus.CANCELLED},
+        },
+    }
 
 
 def _cancel_free_key(table: str, target: CancelTarget, by: str, now: float) -> dict[str, Any]:

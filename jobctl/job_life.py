@@ -16,20 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from functions.worker.key_life import KeyRecord, KeyState
 from functions.worker.names import (
-    CANCEL_REQUESTED_AT,
-    CANCELLED_AT,
-    CANCELLED_BY,
     LIFE,
-    LIFE_AT,
     LIFE_INDEX,
     LIFE_SHARDS,
-    RECORD_JOB,
-    RECORD_JOB_ID,
-    RECORD_JOB_KEY,
-    RECORD_QUEUE,
-    RUN_BY,
-    STARTED_AT,
     LifeState,
     life_shard_partition,
 )
@@ -40,13 +31,20 @@ PER_SHARD = 50
 QUERY_THREADS = 8
 
 
-def _moment(item: dict[str, Any], name: str) -> datetime | None:
-    value = item.get(name, {}).get("N")
-    return datetime.fromtimestamp(float(value), tz=UTC) if value is not None else None
+def _moment(epoch_s: float | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch_s, tz=UTC) if epoch_s is not None else None
 
 
-def _text(item: dict[str, Any], name: str) -> str:
-    return str(item.get(name, {}).get("S", ""))
+# How each state of a key's life is listed.
+_LISTED_AS = {
+    KeyState.RUNNING: LifeState.RUNNING,
+    KeyState.CANCEL_REQUESTED: LifeState.RUNNING,
+    KeyState.STALLED: LifeState.RUNNING,
+    KeyState.RETRYING: LifeState.RETRYING,
+    KeyState.DEAD_LETTER_PENDING: LifeState.RETRYING,
+    KeyState.ENDING: LifeState.RETRYING,
+    KeyState.CANCELLED: LifeState.CANCELLED,
+}
 
 
 @dataclass(frozen=True)
@@ -74,29 +72,29 @@ class JobInFlight:
 
     @classmethod
     def from_item(cls, item: dict[str, Any], now: datetime) -> JobInFlight:
-        state = LifeState(_text(item, LIFE).split("#")[-2])
-        in_progress = item.get("in_progress_expiration", {}).get("N")
-        held_until = datetime.fromtimestamp(int(in_progress) / 1000, tz=UTC) if in_progress else None
-        progress = Progress.from_item(item)
-        runs = int(item.get("runs", {}).get("N", "0"))
+        record = KeyRecord.from_item(str(item.get("id", {}).get("S", "")), item)
+        listed = LifeState((record.life or "").split("#")[-2])
+        key_state = record.state(now.timestamp())
+        progress = Progress.of(record)
         return cls(
-            queue=_text(item, RECORD_QUEUE),
-            state=state,
-            job=_text(item, RECORD_JOB),
-            job_id=_text(item, RECORD_JOB_ID),
-            key=_text(item, RECORD_JOB_KEY),
-            runs=runs,
-            at=_moment(item, LIFE_AT),
-            started_at=_moment(item, STARTED_AT),
-            run_by=_text(item, RUN_BY),
-            last_error_type=_text(item, "last_error_type"),
-            last_error=_text(item, "last_error"),
-            last_failed_at=_moment(item, "last_failed_at"),
+            queue=record.queue or "",
+            # As the record says, which the index (updated asynchronously, and by older runtimes) may lag.
+            state=_LISTED_AS.get(key_state, listed),
+            job=record.job or "",
+            job_id=record.job_id or "",
+            key=record.job_key or "",
+            runs=record.runs,
+            at=_moment(record.life_at),
+            started_at=_moment(record.started_at),
+            run_by=record.run_by or "",
+            last_error_type=record.last_error_type or "",
+            last_error=record.last_error or "",
+            last_failed_at=_moment(record.last_failed_at),
             # Only the current run's progress is its progress.
-            progress=progress if progress is not None and progress.run == runs else None,
-            cancel_requested_at=_moment(item, CANCEL_REQUESTED_AT) or _moment(item, CANCELLED_AT),
-            cancelled_by=_text(item, CANCELLED_BY),
-            stalled=state is LifeState.RUNNING and held_until is not None and held_until < now,
+            progress=progress if progress is not None and progress.run == record.runs else None,
+            cancel_requested_at=_moment(record.cancel_requested_at) or _moment(record.cancelled_at),
+            cancelled_by=record.cancelled_by or "",
+            stalled=key_state is KeyState.STALLED,
         )
 
     @property

@@ -19,17 +19,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from functions.durable.record import DurableRecords, DurableState
-from functions.worker.names import (
-    CANCEL_REQUESTED_AT,
-    CANCELLED_AT,
-    CANCELLED_BY,
-    PROGRESS_AT,
-    PROGRESS_DONE,
-    PROGRESS_NOTE,
-    PROGRESS_RUN,
-    PROGRESS_TOTAL,
-    RecordStatus,
-)
+from functions.worker.key_life import KeyRecord
+from functions.worker.names import RecordStatus
 from functions.worker.settings import ENV_IDEMPOTENCY_TABLE, idempotency_record_id
 from functions.worker.uniqueness import (
     Claim,
@@ -76,17 +67,15 @@ class Progress:
     run: int
 
     @classmethod
-    def from_item(cls, item: dict[str, Any]) -> Progress | None:
-        done, at, run = (item.get(name, {}).get("N") for name in (PROGRESS_DONE, PROGRESS_AT, PROGRESS_RUN))
-        if done is None or at is None or run is None:
+    def of(cls, record: KeyRecord) -> Progress | None:
+        if record.progress_done is None or record.progress_at is None or record.progress_run is None:
             return None
-        total = item.get(PROGRESS_TOTAL, {}).get("N")
         return cls(
-            done=float(done),
-            total=float(total) if total is not None else None,
-            note=str(item.get(PROGRESS_NOTE, {}).get("S", "")),
-            at=datetime.fromtimestamp(float(at), tz=UTC),
-            run=int(run),
+            done=record.progress_done,
+            total=record.progress_total,
+            note=record.progress_note or "",
+            at=datetime.fromtimestamp(record.progress_at, tz=UTC),
+            run=record.progress_run,
         )
 
     def describe(self) -> str:
@@ -137,38 +126,37 @@ class IdempotencyRecord:
 
     @classmethod
     def from_item(cls, item: dict[str, Any], expiry_s: int) -> IdempotencyRecord:
-        remembered_until = datetime.fromtimestamp(int(item["expiration"]["N"]), tz=UTC)
-        status = item["status"]["S"]
-        in_progress = item.get("in_progress_expiration", {}).get("N")
+        return cls.of(KeyRecord.from_item(str(item.get("id", {}).get("S", "")), item), expiry_s)
 
-        def moment(name: str) -> datetime | None:
-            value = item.get(name, {}).get("N")
-            return datetime.fromtimestamp(float(value), tz=UTC) if value is not None else None
-
-        def text(name: str) -> str | None:
-            value = item.get(name, {}).get("S")
-            return str(value) if value is not None else None
-
-        completed_run = item.get("completed_run", {}).get("N")
+    @classmethod
+    def of(cls, record: KeyRecord, expiry_s: int) -> IdempotencyRecord:
+        """As the one codec read it (functions/worker/key_life.py)."""
+        remembered_until = datetime.fromtimestamp(int(record.expires_at or 0), tz=UTC)
+        status = record.status or ""
+        in_progress = record.in_progress_until_ms
         return cls(
             status=status,
             remembered_until=remembered_until,
             completed_at=remembered_until - timedelta(seconds=expiry_s) if status == RecordStatus.COMPLETED else None,
-            in_progress_until=datetime.fromtimestamp(int(in_progress) / 1000, tz=UTC) if in_progress else None,
-            runs=int(item.get("runs", {}).get("N", "0")),
-            completed_run=int(completed_run) if completed_run is not None else None,
-            last_error_type=text("last_error_type"),
-            last_error=text("last_error"),
-            last_failed_at=moment("last_failed_at"),
-            first_failed_at=moment("first_failed_at"),
-            pending_dead_letter=text("pending_dead_letter"),
-            held_since=moment("held_since"),
-            next_retry_at=moment("next_retry_at"),
-            progress=Progress.from_item(item),
-            cancelled_at=moment(CANCELLED_AT),
-            cancel_requested_at=moment(CANCEL_REQUESTED_AT),
-            cancelled_by=text(CANCELLED_BY),
+            in_progress_until=datetime.fromtimestamp(in_progress / 1000, tz=UTC) if in_progress else None,
+            runs=record.runs,
+            completed_run=record.completed_run,
+            last_error_type=record.last_error_type,
+            last_error=record.last_error,
+            last_failed_at=_moment(record.last_failed_at),
+            first_failed_at=_moment(record.first_failed_at),
+            pending_dead_letter=record.pending_dead_letter,
+            held_since=_moment(record.held_since),
+            next_retry_at=_moment(record.next_retry_at),
+            progress=Progress.of(record),
+            cancelled_at=_moment(record.cancelled_at),
+            cancel_requested_at=_moment(record.cancel_requested_at),
+            cancelled_by=record.cancelled_by,
         )
+
+
+def _moment(epoch_s: float | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch_s, tz=UTC) if epoch_s is not None else None
 
 
 def _moment_ms(epoch_ms: int) -> datetime:

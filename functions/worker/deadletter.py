@@ -29,6 +29,7 @@ from functions.worker.errors import DeadLetterError
 from functions.worker.names import DeadLetterFailure
 from functions.worker.provenance import (
     HELD_SINCE,
+    ORIGINAL_MESSAGE,
     PRIOR_ATTEMPTS,
     RUNTIME_PREFIX,
     SENT_AT,
@@ -284,6 +285,7 @@ class DeadLetterQueue:
         prior: int | None = None,
         held_since: float | None = None,
         sent_at_ms: int | None = None,
+        original_message: str | None = None,
     ) -> Attributes:
         """A hand-back copy's attributes. The producer's travel as they came (same names and values: the copy is
         no bigger than the original, bookkeeping aside) unless one is named `jobs.*`, which on a message the
@@ -297,6 +299,8 @@ class DeadLetterQueue:
             bookkeeping[HELD_SINCE] = {"DataType": "Number", "StringValue": f"{held_since:.3f}"}
         if sent_at_ms is not None:
             bookkeeping[SENT_AT] = {"DataType": "Number", "StringValue": str(sent_at_ms)}
+        if original_message is not None:
+            bookkeeping[ORIGINAL_MESSAGE] = {"DataType": "String", "StringValue": original_message}
         reference = attributes.bookkeeping.get(STORED_ATTRIBUTES)
         if reference:
             bookkeeping[STORED_ATTRIBUTES] = _string(reference)
@@ -323,12 +327,20 @@ class DeadLetterQueue:
         delay_s: int = 0,
         held_since: float | None = None,
         sent_at_ms: int | None = None,
+        original_message: str | None = None,
     ) -> str:
         """Send an unrun copy of a record back to its (standard) queue, due in `delay_s`, remembering `prior`
         runs, if open breakers held it, since when, and when its original was first sent (each only when given); see
         `copy_attributes`. The copy keeps its tenant's message group, so SQS's fair queues still count it as the
         tenant's."""
-        sent = self.copy_attributes(body, attributes, prior=prior, held_since=held_since, sent_at_ms=sent_at_ms)
+        sent = self.copy_attributes(
+            body,
+            attributes,
+            prior=prior,
+            held_since=held_since,
+            sent_at_ms=sent_at_ms,
+            original_message=original_message,
+        )
         request: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": body, "DelaySeconds": delay_s}
         if sent:
             request["MessageAttributes"] = sent

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from functions.worker.provenance import SENT_AT, MessageAttributes
+from functions.worker.provenance import ORIGINAL_MESSAGE, SENT_AT, MessageAttributes
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -48,6 +48,11 @@ class Delivery:
             return int(carried)
         sent = self.record.attributes.sent_timestamp
         return int(sent) if sent else None
+
+    @property
+    def message_identity(self) -> str:
+        """The message this delivery is: its SQS message ID, or on a fresh copy the runtime sent, the original's."""
+        return self.attributes.bookkeeping.get(ORIGINAL_MESSAGE) or self.record.message_id
 
 
 class Invocation:

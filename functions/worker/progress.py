@@ -27,6 +27,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from functions.worker.errors import JobCancelledError
+from functions.worker.key_life import RUNS
 from functions.worker.names import (
     CANCEL_REQUESTED_AT,
     PROGRESS_AT,
@@ -35,7 +36,7 @@ from functions.worker.names import (
     PROGRESS_RUN,
     PROGRESS_TOTAL,
 )
-from functions.worker.run_ledger import INPROGRESS, RUNS
+from functions.worker.run_ledger import INPROGRESS
 
 PROGRESS_INTERVAL_S = 5.0
 MAX_NOTE_CHARS = 200

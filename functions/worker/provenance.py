@@ -36,6 +36,9 @@ HELD_SINCE = "jobs.held_since"
 # On every fresh copy the runtime sends: when the message it copies was first sent (epoch ms, the original's
 # SentTimestamp), so a copy's own SentTimestamp never moves a unique or debounce window (worker/uniqueness.py).
 SENT_AT = "jobs.sent_at"
+# On every fresh copy the runtime sends: the SQS message ID of the message it copies (the first one's, through
+# copies of copies), so the copy is that message to the key's record (docs/key-life.md, "Ending").
+ORIGINAL_MESSAGE = "jobs.original_message"
 
 # Where the producer's packed attributes went when they could not fit a dead letter (functions/worker/
 # attribute_store.py): a reference, in their place.

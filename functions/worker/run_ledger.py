@@ -42,6 +42,23 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyIt
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 from botocore.exceptions import ClientError
 
+from functions.worker.key_life import (
+    COMPLETED_RUN,
+    DEAD_LETTERED_AT,
+    ENDING_BODY,
+    ENDING_MESSAGE,
+    FIRST_FAILED_AT,
+    FOLLOW_UPS,
+    HELD_SINCE,
+    LAST_ERROR,
+    LAST_ERROR_TYPE,
+    LAST_FAILED_AT,
+    LAST_FAILURE,
+    LAST_TRACEBACK,
+    PENDING_DEAD_LETTER,
+    RUNS,
+    KeyRecord,
+)
 from functions.worker.names import (
     CANCEL_REQUESTED_AT,
     CANCELLED_AT,
@@ -64,19 +81,6 @@ INPROGRESS = RecordStatus.INPROGRESS.value
 COMPLETED = RecordStatus.COMPLETED.value
 FAILED = RecordStatus.FAILED.value
 CANCELLED = RecordStatus.CANCELLED.value
-
-RUNS = "runs"
-COMPLETED_RUN = "completed_run"
-HELD_SINCE = "held_since"
-FIRST_FAILED_AT = "first_failed_at"
-LAST_FAILED_AT = "last_failed_at"
-LAST_ERROR_TYPE = "last_error_type"
-LAST_ERROR = "last_error"
-LAST_FAILURE = "last_failure"
-LAST_TRACEBACK = "last_traceback"
-PENDING_DEAD_LETTER = "pending_dead_letter"
-# The follow-up jobs the completed run asked for (functions/worker/follow_ups.py), as JSON.
-FOLLOW_UPS = "follow_ups"
 
 # What a failure record keeps of the error: enough to say why, small enough to stay far below DynamoDB's 400 KB.
 MAX_ERROR_CHARS = 1024
@@ -123,53 +127,8 @@ class RunIdentity:
         return {attribute: values[f":{attribute}"] for attribute in (name[1:] for name in names)}
 
 
-@dataclass(frozen=True)
-class LedgerEntry:
-    """A key's record as the ledger read it: before a run started, or when a delivery could start none."""
-
-    record_id: str
-    status: str | None = None
-    runs: int = 0
-    held_since: float | None = None
-    first_failed_at: float | None = None
-    last_failed_at: float | None = None
-    last_error_type: str | None = None
-    last_error: str | None = None
-    last_failure: str | None = None
-    last_traceback: str | None = None
-    pending_dead_letter: str | None = None
-    in_progress_expiry_ms: int | None = None
-
-    @classmethod
-    def from_item(cls, record_id: str, item: Mapping[str, Any]) -> LedgerEntry:
-        def number(name: str) -> float | None:
-            value = item.get(name, {}).get("N")
-            return float(value) if value is not None else None
-
-        def text(name: str) -> str | None:
-            value = item.get(name, {}).get("S")
-            return str(value) if value is not None else None
-
-        expiry = number("in_progress_expiration")
-        return cls(
-            record_id=record_id,
-            status=text("status"),
-            runs=int(number(RUNS) or 0),
-            held_since=number(HELD_SINCE),
-            first_failed_at=number(FIRST_FAILED_AT),
-            last_failed_at=number(LAST_FAILED_AT),
-            last_error_type=text(LAST_ERROR_TYPE),
-            last_error=text(LAST_ERROR),
-            last_failure=text(LAST_FAILURE),
-            last_traceback=text(LAST_TRACEBACK),
-            pending_dead_letter=text(PENDING_DEAD_LETTER),
-            in_progress_expiry_ms=int(expiry) if expiry is not None else None,
-        )
-
-    @property
-    def never_reported(self) -> bool:
-        """The last run started and never wrote its end: its environment crashed or timed out."""
-        return self.status == INPROGRESS
+# A key's record as the ledger read it: before a run started, or when a delivery could start none.
+LedgerEntry = KeyRecord
 
 
 @dataclass(frozen=True)
@@ -211,6 +170,15 @@ class KeyCancelledError(Exception):
 
     def __init__(self, entry: LedgerEntry) -> None:
         super().__init__(f"key record {entry.record_id} was cancelled")
+        self.entry = entry
+
+
+class KeyEndingError(Exception):
+    """No run may start yet: the key's last message is in the DLQ and what follows its dead letter (a batch
+    member's count) has not held. The delivery finishes that first (docs/key-life.md, "Ending")."""
+
+    def __init__(self, entry: LedgerEntry) -> None:
+        super().__init__(f"key record {entry.record_id} was dead-lettered; its follow-through is pending")
         self.entry = entry
 
 
@@ -306,6 +274,7 @@ class RunLedger(DynamoDBPersistenceLayer):
             "#status": self.status_attr,
             "#runs": RUNS,
             "#pending": PENDING_DEAD_LETTER,
+            "#dead_lettered_at": DEAD_LETTERED_AT,
         }
         values: dict[str, Any] = {
             ":now": {"N": str(int(now))},
@@ -337,14 +306,17 @@ class RunLedger(DynamoDBPersistenceLayer):
         # A run an operator asked to stop that never reported back (a crash): its key is cancelled all the same.
         condition = (
             f"({free}) AND (attribute_not_exists(#runs) OR #runs < :max) AND attribute_not_exists(#pending) "
-            "AND (attribute_not_exists(#cancel_requested_at) OR #expiry < :now)"
+            "AND (attribute_not_exists(#cancel_requested_at) OR #expiry < :now) "
+            "AND (attribute_not_exists(#dead_lettered_at) OR #expiry < :now)"
         )
         # What an earlier life of the key left: a due time, and a cancel that has expired.
         stale = {"#next_retry_at": NEXT_RETRY_AT, "#cancelled_at": CANCELLED_AT, "#cancelled_by": CANCELLED_BY}
         stale["#cancel_requested_at"] = CANCEL_REQUESTED_AT
+        stale.update({"#ending_message": ENDING_MESSAGE, "#ending_body": ENDING_BODY})
         # A run's follow-ups are those of the run that completes: an expired completion's never carry over.
         stale["#follow_ups"] = FOLLOW_UPS
         names.update(stale)
+        stale = {**stale, "#dead_lettered_at": DEAD_LETTERED_AT}
         try:
             response = self._client().update_item(
                 TableName=self.table_name,
@@ -434,6 +406,8 @@ class RunLedger(DynamoDBPersistenceLayer):
             return IdempotencyItemAlreadyExistsError(old_data_record=self._item_to_data_record(dict(item)))
         if live and (status == CANCELLED or CANCEL_REQUESTED_AT in item):
             return KeyCancelledError(LedgerEntry.from_item(record_id, item))
+        if live and DEAD_LETTERED_AT in item:
+            return KeyEndingError(LedgerEntry.from_item(record_id, item))
         return RunsExhaustedError(LedgerEntry.from_item(record_id, item))
 
     def _update_record(self, data_record: DataRecord) -> None:
@@ -544,41 +518,26 @@ class RunLedger(DynamoDBPersistenceLayer):
         time_left_s: float,
     ) -> None:
         """A run failed: FAILED with the error, its run counted, listed as retrying, due again at `retry_at`;
-        `pending`: the DLQ refused it, so the next delivery dead-letters it from this record without running it."""
-        now = time.time()
-        values: dict[str, Any] = {
-            ":failed": {"S": FAILED},
-            ":now": {"N": f"{now:.3f}"},
-            ":type": {"S": failure.error_type[:256] or "Exception"},
-            ":error": {"S": failure.error[:MAX_ERROR_CHARS] or "(no message)"},
-            ":kind": {"S": failure.kind},
-        }
-        assignments = [
-            "#status = :failed",
-            "#first_failed_at = if_not_exists(#first_failed_at, :now)",
-            "#last_failed_at = :now",
-            "#last_error_type = :type",
-            "#last_error = :error",
-            "#last_failure = :kind",
-        ]
-        names = {
-            "#first_failed_at": FIRST_FAILED_AT,
-            "#last_failed_at": LAST_FAILED_AT,
-            "#last_error_type": LAST_ERROR_TYPE,
-            "#last_error": LAST_ERROR,
-            "#last_failure": LAST_FAILURE,
-        }
-        assignments += self._retrying(run, retry_at or now, names, values)
+        `pending`: the DLQ refused it, so the next delivery dead-letters it from this record without running it.
+        A run an operator asked to stop leaves its key CANCELLED instead, its run and error kept, and raises
+        KeyCancelledError (its message is acknowledged, as any copy of a cancelled key is); a pending dead letter
+        is still sent first."""
+        values: dict[str, Any] = {}
+        names: dict[str, str] = {}
+        assignments = self._failure(failure, names, values)
+        assignments += self._retrying(run, retry_at or time.time(), names, values)
         if pending:
             values[":traceback"] = {"S": failure.traceback[-MAX_TRACEBACK_CHARS:] or "(none)"}
             assignments += ["#pending = :kind", "#last_traceback = :traceback"]
             names.update({"#pending": PENDING_DEAD_LETTER, "#last_traceback": LAST_TRACEBACK})
-        self._release(run, assignments, names, values, time_left_s)
+            self._release(run, assignments, names, values, time_left_s)
+            return
+        self._release_unless_cancelled(run, assignments, names, values, time_left_s, failure)
 
     def refund(self, run: StartedRun, *, held: bool, retry_at: float | None = None, time_left_s: float) -> None:
         """A run that did not count: refused by an open breaker (`held`: `held_since` set on the first hold), or
         started with no time left to finish. Its run is given back and the key freed, listed as retrying (due
-        again at `retry_at`)."""
+        again at `retry_at`); a key an operator asked to stop becomes CANCELLED (KeyCancelledError)."""
         values: dict[str, Any] = {":failed": {"S": FAILED}, ":one": {"N": "1"}}
         names: dict[str, str] = {}
         assignments = ["#status = :failed", "#runs = #runs - :one"]
@@ -587,7 +546,38 @@ class RunLedger(DynamoDBPersistenceLayer):
             values[":now"] = {"N": f"{time.time():.3f}"}
             names["#held_since"] = HELD_SINCE
             assignments.append("#held_since = if_not_exists(#held_since, :now)")
-        self._release(run, assignments, names, values, time_left_s)
+        self._release_unless_cancelled(run, assignments, names, values, time_left_s, None)
+
+    @staticmethod
+    def _failure(failure: Failure, names: dict[str, str], values: dict[str, Any]) -> list[str]:
+        """The clauses that write FAILED and what the failure was."""
+        now = time.time()
+        values.update(
+            {
+                ":failed": {"S": FAILED},
+                ":now": {"N": f"{now:.3f}"},
+                ":type": {"S": failure.error_type[:256] or "Exception"},
+                ":error": {"S": failure.error[:MAX_ERROR_CHARS] or "(no message)"},
+                ":kind": {"S": failure.kind},
+            }
+        )
+        names.update(
+            {
+                "#first_failed_at": FIRST_FAILED_AT,
+                "#last_failed_at": LAST_FAILED_AT,
+                "#last_error_type": LAST_ERROR_TYPE,
+                "#last_error": LAST_ERROR,
+                "#last_failure": LAST_FAILURE,
+            }
+        )
+        return [
+            "#status = :failed",
+            "#first_failed_at = if_not_exists(#first_failed_at, :now)",
+            "#last_failed_at = :now",
+            "#last_error_type = :type",
+            "#last_error = :error",
+            "#last_failure = :kind",
+        ]
 
     @staticmethod
     def _retrying(run: StartedRun, retry_at: float, names: dict[str, str], values: dict[str, Any]) -> list[str]:
@@ -596,18 +586,55 @@ class RunLedger(DynamoDBPersistenceLayer):
         listed = _listed(run.identity.queue, LifeState.RETRYING, run.before.record_id, ":next_retry_at", names, values)
         return ["#next_retry_at = :next_retry_at", *listed]
 
-    def cancelled(self, run: StartedRun, *, time_left_s: float) -> None:
-        """The run stopped because an operator cancelled its key: CANCELLED, so no copy of the key runs again
-        until the record expires (a redrive included; `jobctl job cancel --undo` withdraws it)."""
+    def _release_unless_cancelled(
+        self,
+        run: StartedRun,
+        assignments: list[str],
+        names: dict[str, str],
+        values: dict[str, Any],
+        time_left_s: float,
+        failure: Failure | None,
+    ) -> None:
+        """`_release`, only while no cancel was asked of the run; if one was, the key is cancelled instead (the
+        failure kept) and KeyCancelledError says so."""
+        names = {**names, "#cancel_requested_at": CANCEL_REQUESTED_AT}
+        try:
+            self._release(
+                run, assignments, names, values, time_left_s, also="attribute_not_exists(#cancel_requested_at)"
+            )
+        except ClientError as error:
+            old = _refused_item(error)
+            if old is None or CANCEL_REQUESTED_AT not in old:
+                raise
+            entry = LedgerEntry.from_item(run.before.record_id, old)
+            if entry.status != INPROGRESS or entry.runs != run.number:
+                raise
+            self.cancelled(run, time_left_s=time_left_s, failure=failure)
+            raise KeyCancelledError(entry) from error
+
+    def cancelled(
+        self, run: StartedRun, *, time_left_s: float, failure: Failure | None = None, dead_lettered: bool = False
+    ) -> None:
+        """The run stopped because an operator cancelled its key (or failed after a cancel was asked): CANCELLED,
+        its runs kept, so no copy of the key runs again until the record expires (a redrive included; `jobctl job
+        cancel --undo` withdraws it). `failure`: what the run's own failure was; `dead_lettered`: the DLQ has its
+        message (an undo then clears the record, as a dead letter does, so a redrive starts afresh)."""
         now = time.time()
         names = {"#expiry": self.expiry_attr, "#cancelled_at": CANCELLED_AT, "#next_retry_at": NEXT_RETRY_AT}
         values: dict[str, Any] = {
             ":cancelled": {"S": CANCELLED},
-            ":now": {"N": f"{now:.3f}"},
+            ":at": {"N": f"{now:.3f}"},
             ":expiry": {"N": str(self._get_expiry_timestamp())},
         }
-        assignments = ["#status = :cancelled", "#expiry = :expiry", "#cancelled_at = :now"]
-        assignments += _listed(run.identity.queue, LifeState.CANCELLED, run.before.record_id, ":now", names, values)
+        assignments = ["#status = :cancelled", "#expiry = :expiry", "#cancelled_at = :at"]
+        if failure is not None:
+            assignments += [clause for clause in self._failure(failure, names, values) if clause.startswith("#last")]
+            assignments.append("#first_failed_at = if_not_exists(#first_failed_at, :now)")
+            del values[":failed"]
+        if dead_lettered:
+            names["#dead_lettered_at"] = DEAD_LETTERED_AT
+            assignments.append("#dead_lettered_at = :at")
+        assignments += _listed(run.identity.queue, LifeState.CANCELLED, run.before.record_id, ":at", names, values)
         self._release(run, assignments, names, values, time_left_s, remove=["#next_retry_at"])
 
     def _release(
@@ -618,14 +645,15 @@ class RunLedger(DynamoDBPersistenceLayer):
         values: dict[str, Any],
         time_left_s: float,
         remove: list[str] | tuple[str, ...] = (),
+        also: str = "",
     ) -> None:
         """Write how this run ended, only while the record is still this run's (a run whose in-progress record
-        expired may have been overtaken by another)."""
+        expired may have been overtaken by another), and `also` holds."""
         self._client(time_left_s).update_item(
             TableName=self.table_name,
             Key=self._key(run.before.record_id),
             UpdateExpression="SET " + ", ".join(assignments) + " REMOVE " + ", ".join([*remove, "#in_progress_expiry"]),
-            ConditionExpression="#status = :inprogress AND #runs = :run",
+            ConditionExpression="#status = :inprogress AND #runs = :run" + (f" AND {also}" if also else ""),
             ExpressionAttributeNames={
                 **names,
                 "#status": self.status_attr,
@@ -633,12 +661,108 @@ class RunLedger(DynamoDBPersistenceLayer):
                 "#in_progress_expiry": self.in_progress_expiry_attr,
             },
             ExpressionAttributeValues={**values, ":inprogress": {"S": INPROGRESS}, ":run": {"N": str(run.number)}},
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
 
     def forget(self, record_id: str, runs: int | None, *, time_left_s: float) -> None:
         """The key's message is in the DLQ: delete its record, so a redrive starts the count afresh. Only the
         record as the runtime last saw it (`runs`), never one a newer run has taken since; with `runs` None (no run
-        of this delivery), any record of the key that no live run holds and that has not completed."""
+        of this delivery), any record of the key that no live run holds and that has not completed. A key an
+        operator asked to stop is left CANCELLED instead (`cancelled_key`)."""
+        names, values, condition = self._as_last_seen(record_id, runs)
+        names["#cancel_requested_at"] = CANCEL_REQUESTED_AT
+        try:
+            self._client(time_left_s).delete_item(
+                TableName=self.table_name,
+                Key=self._key(record_id),
+                ConditionExpression=f"{condition} AND attribute_not_exists(#cancel_requested_at)",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as error:
+            if not is_condition_failure(error):
+                raise
+            self._cancel_dead_lettered(record_id, runs, time_left_s)
+
+    def _cancel_dead_lettered(self, record_id: str, runs: int | None, time_left_s: float) -> None:
+        """A key whose dead letter was sent while a cancel was asked of it: CANCELLED, as the operator left it
+        (a redrive is acknowledged unrun until the cancel is undone)."""
+        names, values, condition = self._as_last_seen(record_id, runs)
+        now = time.time()
+        names.update(
+            {
+                "#cancel_requested_at": CANCEL_REQUESTED_AT,
+                "#cancelled_at": CANCELLED_AT,
+                "#dead_lettered_at": DEAD_LETTERED_AT,
+                "#next_retry_at": NEXT_RETRY_AT,
+                "#in_progress_expiry": self.in_progress_expiry_attr,
+                "#life": LIFE,
+            }
+        )
+        values.update({":at": {"N": f"{now:.3f}"}})
+        self._client(time_left_s).update_item(
+            TableName=self.table_name,
+            Key=self._key(record_id),
+            UpdateExpression=(
+                "SET #status = :cancelled, #cancelled_at = :at, #dead_lettered_at = :at "
+                "REMOVE #next_retry_at, #in_progress_expiry, #life"
+            ),
+            ConditionExpression=f"{condition} AND attribute_exists(#cancel_requested_at)",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
+    def ending(self, record_id: str, runs: int | None, *, message_id: str, body: str, time_left_s: float) -> None:
+        """The key's message is in the DLQ, and what follows its dead letter (a batch member's count) failed: the
+        record keeps that (ENDING), so the message's redelivery finishes it, running and sending nothing; any other
+        message of the key finishes it first, then runs. Conditioned as `forget` is."""
+        names, values, condition = self._as_last_seen(record_id, runs)
+        names.update(
+            {
+                "#dead_lettered_at": DEAD_LETTERED_AT,
+                "#ending_message": ENDING_MESSAGE,
+                "#ending_body": ENDING_BODY,
+                "#pending": PENDING_DEAD_LETTER,
+                "#in_progress_expiry": self.in_progress_expiry_attr,
+                "#life": LIFE,
+                "#expiry": self.expiry_attr,
+            }
+        )
+        values.update(
+            {
+                ":at": {"N": f"{time.time():.3f}"},
+                ":message": {"S": message_id},
+                ":body": {"S": body},
+                ":failed": {"S": FAILED},
+                ":expiry": {"N": str(self._get_expiry_timestamp())},
+            }
+        )
+        self._client(time_left_s).update_item(
+            TableName=self.table_name,
+            Key=self._key(record_id),
+            UpdateExpression=(
+                "SET #status = :failed, #dead_lettered_at = :at, #ending_message = :message, #ending_body = :body, "
+                "#expiry = if_not_exists(#expiry, :expiry) REMOVE #pending, #in_progress_expiry, #life"
+            ),
+            ConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
+    def ended(self, entry: LedgerEntry, *, time_left_s: float) -> None:
+        """What followed the key's dead letter has held: its record goes, as after any dead letter (only the ENDING
+        record read, never a newer one)."""
+        self._client(time_left_s).delete_item(
+            TableName=self.table_name,
+            Key=self._key(entry.record_id),
+            ConditionExpression="#dead_lettered_at = :at",
+            ExpressionAttributeNames={"#dead_lettered_at": DEAD_LETTERED_AT},
+            ExpressionAttributeValues={":at": {"N": _decimal(entry.dead_lettered_at)}},
+        )
+
+    def _as_last_seen(self, record_id: str, runs: int | None) -> tuple[dict[str, str], dict[str, Any], str]:
+        """The condition of the writes after a dead letter: the record as the runtime last saw it (`runs`), or,
+        with `runs` None, any record of the key no live run holds; never a completed or cancelled one."""
         names = {"#status": self.status_attr}
         values: dict[str, Any] = {":completed": {"S": COMPLETED}, ":cancelled": {"S": CANCELLED}}
         if runs is not None:
@@ -653,13 +777,19 @@ class RunLedger(DynamoDBPersistenceLayer):
             names["#in_progress_expiry"] = self.in_progress_expiry_attr
             values[":inprogress"] = {"S": INPROGRESS}
             values[":now_in_millis"] = {"N": str(int(time.time() * 1000))}
-        self._client(time_left_s).delete_item(
-            TableName=self.table_name,
-            Key=self._key(record_id),
-            ConditionExpression=condition,
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-        )
+        return names, values, condition
+
+
+def _decimal(value: float | None) -> str:
+    """A number as the record keeps it (written with 3 decimals)."""
+    return f"{value or 0.0:.3f}"
+
+
+def _refused_item(error: ClientError) -> Mapping[str, Any] | None:
+    """The record a refused conditional write returned, or None if the error is not a refusal."""
+    if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+        return None
+    return error.response.get("Item")  # type: ignore[return-value]
 
 
 def _listed(

@@ -38,7 +38,7 @@ from functions.worker.jobs import LoadedJob, load_jobs
 from functions.worker.names import DURATION, HEARTBEAT, DeadLetterFailure, DeferReason
 from functions.worker.observability import BatchTally, Observability
 from functions.worker.provenance import MessageAttributes, Provenance, from_event
-from functions.worker.run_ledger import RunLedger
+from functions.worker.run_ledger import KeyEndingError, LedgerEntry, RunLedger
 from functions.worker.settings import WorkerSettings
 from functions.worker.settlement import Done, RetryLater, Settlement, Verdict
 from functions.worker.uniqueness import Admitted, FlowStore, Uniqueness
@@ -202,18 +202,13 @@ class Worker:
         )
 
     def _member_dead_lettered(self, envelope: Envelope) -> None:
-        """Count a batch member the DLQ now has. A failure is the runtime's (alarmed); the member then stays open
-        in its batch until it is redriven (docs/workflows.md)."""
+        """Count a batch member that ended without succeeding (the DLQ has it, or its key was cancelled); raises
+        what the count raised, and the caller hands the record back for it (docs/key-life.md)."""
         if envelope.batch is None:
             return
         from functions.worker.names import BATCH_CALLBACK_PUBLISHED, BATCH_MEMBER_ENDED
 
-        try:
-            published = self._batch_members.dead_lettered(envelope)
-        except Exception:
-            self._tally.runtime_fault("batch_count")
-            self._obs.logger.exception("could not count a dead-lettered batch member; it stays open in its batch")
-            return
+        published = self._batch_members.dead_lettered(envelope)
         self._tally.add(envelope.job, BATCH_MEMBER_ENDED, reason="dead")
         for kind in published:
             self._tally.add(envelope.job, BATCH_CALLBACK_PUBLISHED, reason=kind)
@@ -401,11 +396,14 @@ class Worker:
         try:
             outcome = self._executor.run(execution, key)
         except Exception as error:
+            ending = _ending_of(error)
+            if ending is not None:
+                return self._finish_ending(envelope, delivery, ending)
             verdict = self._settlement.after_error(job, envelope, delivery, key, execution, error)
-            if isinstance(verdict, Done) and verdict.outcome is Outcome.CANCELLED:
+            if isinstance(verdict, Done) and verdict.outcome is Outcome.CANCELLED and envelope.batch is not None:
                 # An operator cancelled the member's key: it ended without succeeding, so it counts as dead and
                 # its batch can complete (a batch would otherwise wait on it for ever).
-                self._member_dead_lettered(envelope)
+                return self._count_dead(envelope, delivery) or verdict
             if isinstance(verdict, Done) and verdict.outcome is Outcome.SUCCEEDED:
                 # Its run completed, its completion unwritten: acknowledged all the same, so followed through now.
                 return self._followed_through(job, envelope, delivery, execution.follow_ups, verdict.outcome) or verdict
@@ -468,6 +466,46 @@ class Worker:
             )
         return None
 
+    def _count_dead(self, envelope: Envelope, delivery: Delivery) -> Verdict | None:
+        """A batch member that ended without succeeding, counted before its message is acknowledged: if the count
+        fails the record comes back (its key's record says how it ended) and is counted then. None: counted."""
+        try:
+            self._member_dead_lettered(envelope)
+        except Exception as error:
+            self._tally.runtime_fault("batch_count")
+            self._obs.logger.exception("could not count the batch member that ended; it comes back for it")
+            return self._settlement.hand_back(
+                delivery, envelope, self._settlement.backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error
+            )
+        return None
+
+    def _finish_ending(self, envelope: Envelope, delivery: Delivery, entry: LedgerEntry) -> Verdict:
+        """The key's last message is in the DLQ and its batch count failed then (its record is ENDING): count it now,
+        then clear the record, as a dead letter does. That message is then acknowledged; another message of the
+        key (a redrive, a new publish) goes back to run once the record is cleared."""
+        from functions.worker.run_ledger import is_condition_failure
+
+        ended = _envelope_in(entry.ending_body, self._queue.accepted_jobs) or envelope
+        counted = self._count_dead(ended, delivery)
+        if counted is not None:
+            return counted
+        try:
+            self._ledger.ended(entry, time_left_s=self._invocation.call_time_s())
+        except Exception as error:
+            if not is_condition_failure(error):
+                self._tally.runtime_fault("idempotency_store")
+                self._obs.logger.exception("could not clear the key's record after its dead letter's count")
+                return self._settlement.hand_back(
+                    delivery, envelope, self._settlement.backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error
+                )
+        if delivery.message_identity == entry.ending_message:
+            self._obs.logger.info("the dead letter's batch count is done; acknowledged")
+            return Done(Outcome.DEAD_LETTERED)
+        self._obs.logger.info("an earlier life of the key ended; this message runs next")
+        return self._settlement.hand_back(
+            delivery, envelope, 0, DeferReason.IN_PROGRESS, KeyEndingError(entry), {"error": "key was ending"}
+        )
+
     # --- what the runtime says ----------------------------------------------------------------------------------
 
     def _heartbeat(self, record: SQSRecord) -> Outcome:
@@ -500,6 +538,24 @@ class Worker:
         self._tally.sample(RUNTIME_JOB, STALLED_BATCHES, stalled)
         if stalled:
             self._obs.logger.warning("batches stalled", extra={"stalled_batches": stalled})
+
+
+def _ending_of(error: BaseException) -> LedgerEntry | None:
+    """The ENDING record behind a start the ledger refused, if that is why (functions/worker/run_ledger.py)."""
+    from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyPersistenceLayerError
+
+    if isinstance(error, IdempotencyPersistenceLayerError) and isinstance(error.__cause__, KeyEndingError):
+        return error.__cause__.entry
+    return None
+
+
+def _envelope_in(body: str | None, accepted_jobs: Any) -> Envelope | None:
+    if body is None:
+        return None
+    try:
+        return parse_envelope(body, accepted_jobs)
+    except EnvelopeError:
+        return None
 
 
 def build_worker(settings: WorkerSettings, clients: ClientFactory | None = None) -> Worker:

@@ -284,6 +284,23 @@ class Settlement:
         started = self._ledger.started()
         if started is None:  # nothing started a run: the runtime's own fault
             raise error
+        try:
+            return self._after_run(job, envelope, delivery, started, execution, error)
+        except KeyCancelledError:
+            # An operator asked the run to stop, and it failed (or was held) before it saw that: its key is
+            # cancelled as if it had, its run and error kept, and its message acknowledged.
+            self._obs.logger.info("a cancel was asked of the run, which failed before it saw it; the key is cancelled")
+            return self._cancelled_copy(envelope)
+
+    def _after_run(
+        self,
+        job: LoadedJob,
+        envelope: Envelope,
+        delivery: Delivery,
+        started: StartedRun,
+        execution: Execution,
+        error: Exception,
+    ) -> Verdict:
         if execution.out_of_time:  # the run's start left the job too little time: given back before it began
             self._refund(started, held=False, retry_at=time.time())
             details = {"remaining_s": round(self._invocation.remaining_s(), 3), "time_limit_s": execution.limit_s}
@@ -561,6 +578,8 @@ class Settlement:
                     delay_s=min(SQS_MAX_DELAY_S, verdict.delay_s),
                     # The copy's own SentTimestamp is now: it carries its original's, for unique and debounce.
                     sent_at_ms=delivery.first_sent_ms,
+                    # And its original's identity, to its key's record.
+                    original_message=delivery.message_identity,
                 )
             except CopyTooLargeError:
                 # Only a producer that named its attributes `jobs.*` gets a copy bigger than its message: it keeps
@@ -641,19 +660,6 @@ class Settlement:
                 )
             self.change_visibility(record.receipt_handle, self.backoff(max(1, verdict.attempts)))
             raise RetryLater(send_error) from send_error
-        key_record = verdict.key_record
-        cancelled_run = verdict.run if verdict.failure is DeadLetterFailure.CANCELLED else None
-        if cancelled_run is not None:
-            # The key stays cancelled: no other copy of it runs, a redrive of this one neither, until it expires.
-            self._write(
-                "cancelled",
-                lambda time_left_s: self._ledger.cancelled(cancelled_run, time_left_s=time_left_s),
-            )
-        elif key_record is not None:
-            self._write(
-                "forget",
-                lambda time_left_s: self._ledger.forget(key_record.record_id, key_record.runs, time_left_s=time_left_s),
-            )
         self._obs.logger.error(
             "job dead-lettered",
             extra={
@@ -667,25 +673,78 @@ class Settlement:
             },
         )
         self._tally.add(job_name, DEAD_LETTERED, reason=verdict.failure)
-        if verdict.envelope is not None and self._on_dead_lettered is not None:
-            self._on_dead_lettered(verdict.envelope)
+        self._after_dead_letter(delivery, verdict)
         return Outcome.DEAD_LETTERED
+
+    def _after_dead_letter(self, delivery: Delivery, verdict: DeadLetter) -> None:
+        """What follows a dead letter, once the DLQ has it: the key's record (cleared, so a redrive starts afresh;
+        or kept cancelled), and a batch member's end counted. The dead letter stands whatever happens here; a count
+        that fails hands the message back, its record kept ENDING so that its redelivery counts it and nothing more
+        (docs/key-life.md, "Ending"), and raises RetryLater."""
+        key_record = verdict.key_record
+        cancelled_run = verdict.run if verdict.failure is DeadLetterFailure.CANCELLED else None
+        kept_cancelled = cancelled_run is not None and self._write(
+            "cancelled",
+            # The key stays cancelled: no other copy of it runs, a redrive of this one neither, until it expires.
+            lambda time_left_s: self._ledger.cancelled(cancelled_run, time_left_s=time_left_s, dead_lettered=True),
+        )
+        envelope = verdict.envelope
+        if envelope is not None and envelope.batch is not None and self._on_dead_lettered is not None:
+            try:
+                self._on_dead_lettered(envelope)
+            except Exception as error:
+                self._tally.runtime_fault("batch_count")
+                # Its redelivery must count it, and never run it again nor send a second dead letter: its record
+                # must say so (cancelled, or ENDING) before it goes back.
+                remembered = kept_cancelled or (
+                    cancelled_run is None
+                    and key_record is not None
+                    and self._write(
+                        "ending",
+                        lambda time_left_s: self._ledger.ending(
+                            key_record.record_id,
+                            key_record.runs,
+                            message_id=delivery.message_identity,
+                            body=delivery.record.body,
+                            time_left_s=time_left_s,
+                        ),
+                    )
+                )
+                if remembered:
+                    self._obs.logger.exception("could not count the dead-lettered batch member; it comes back for it")
+                    self.change_visibility(delivery.record.receipt_handle, self.backoff(delivery.receives))
+                    raise RetryLater(error) from error
+                self._obs.logger.exception(
+                    "could not count the dead-lettered batch member, nor keep that in its key's record: its batch "
+                    "stays open (the stalled-batches alarm); see the runbook"
+                )
+                return
+        if cancelled_run is None and key_record is not None:
+            self._write(
+                "forget",
+                lambda time_left_s: self._ledger.forget(key_record.record_id, key_record.runs, time_left_s=time_left_s),
+            )
 
     # --- the runtime's own calls ------------------------------------------------------------------------------------
 
-    def _write(self, what: str, write: Callable[[float], None]) -> None:
+    def _write(self, what: str, write: Callable[[float], None]) -> bool:
         """One of the runtime's writes to a key's record; a failure is the runtime's fault (alarmed), never the
-        job's, and a write the record refused (another run has taken the key since) changes nothing."""
+        job's, and a write the record refused (another run has taken the key since) changes nothing. True: written.
+        """
         from functions.worker.run_ledger import is_condition_failure
 
         try:
             write(self._invocation.call_time_s())
+        except KeyCancelledError:
+            raise
         except Exception as error:
             if is_condition_failure(error):
                 self._obs.logger.info(f"key record moved on; {what} not written")
-                return
+                return False
             self._tally.runtime_fault("idempotency_store")
             self._obs.logger.exception(f"could not write the key's record ({what})")
+            return False
+        return True
 
     def _refund(self, started: StartedRun, *, held: bool, retry_at: float) -> None:
         self._write(

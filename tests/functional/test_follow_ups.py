@@ -12,8 +12,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from functions.worker.clients import ClientFactory
+from functions.worker.key_life import FOLLOW_UPS
 from functions.worker.names import FOLLOW_UP_PUBLISHED
-from functions.worker.run_ledger import FOLLOW_UPS
 from functions.worker.settings import idempotency_record_id
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness

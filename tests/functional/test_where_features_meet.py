@@ -15,10 +15,13 @@ import pytest
 from botocore.exceptions import ClientError
 
 from functions.worker.key_concurrency import slot_id
+from functions.worker.names import LifeState
+from jobctl.job_cancel import CancelOutcome, CancelResult, CancelTarget, cancel_job, withdraw
+from jobctl.job_life import jobs_in_flight
 from sqs_jobs.flow_control import KeyConcurrency, key_concurrency_name
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
-from tests.functional.conftest import Harness, attributes_of, key_record
-from tests.functional.sample_jobs import tallied
+from tests.functional.conftest import Harness, attributes_of, envelope, key_record
+from tests.functional.sample_jobs import stepwise, tallied
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -176,8 +179,10 @@ def test_a_keys_slot_is_held_while_a_cut_runs_call_is_in_flight_past_its_invocat
         time.sleep(4.5)
         harness.send(json.dumps({"job": "call", "id": "b", "customer": "c1", "url": server.url}), queue="calling")
         second = harness.deliver("calling", timeout_s=4)
-        # Then it is held: the downstream never has two of c1's calls at once
-        assert second is not None and len(second.failed_ids) == 1
+        # Then it is held (and so is the first one's retry, if it is due already): the downstream never has two of
+        # c1's calls at once
+        assert second is not None and second.deleted == []
+        assert sorted(second.failed_ids) == sorted(record["messageId"] for record in second.event["Records"])
         assert time.monotonic() - started < 7.0, "the cut run's call ended before the check: the test proves nothing"
         slot = harness.clients("dynamodb").get_item(
             TableName=harness.deployment.idempotency_table,
@@ -191,3 +196,184 @@ def test_a_keys_slot_is_held_while_a_cut_runs_call_is_in_flight_past_its_invocat
     finally:
         server.shutdown()
         server.server_close()
+
+
+# --- 9, 10. cancel meets a failing run, and undo keeps the runs --------------------------------------------------
+
+STEPS = QueueSpec(
+    name="steps",
+    max_attempts=3,
+    jobs=(JobSpec(name="stepwise", handler="tests.functional.sample_jobs.stepwise"),),
+)
+OPERATOR = "arn:aws:sts::123456789012:assumed-role/operator/night-shift"
+
+
+@pytest.fixture
+def steps(clients: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    monkeypatch.setattr("functions.worker.progress.CANCEL_CHECK_INTERVAL_S", 0.0)
+    stepwise.reset()
+    yield Harness.provisioned(clients, Catalog(queues=(STEPS,)))
+    stepwise.reset()
+
+
+def _cancel_target(job_id: str) -> CancelTarget:
+    return CancelTarget(
+        queue="steps", job="stepwise", job_id=job_id, key=f"stepwise:{job_id}", expiry_s=STEPS.idempotency_expiry_s
+    )
+
+
+def _cancel(harness: Harness, job_id: str) -> CancelResult:
+    return cancel_job(
+        harness.clients("dynamodb"), harness.deployment.idempotency_table, _cancel_target(job_id), OPERATOR
+    )
+
+
+def _undo(harness: Harness, job_id: str) -> CancelResult:
+    return withdraw(harness.clients("dynamodb"), harness.deployment.idempotency_table, _cancel_target(job_id))
+
+
+def test_a_cancel_asked_of_a_run_that_then_fails_holds_is_listed_and_can_be_undone(steps: Harness) -> None:
+    # Given a run that is asked to stop, then fails on its own before it reports or calls again
+    requested: list[CancelResult] = []
+
+    def cancel_then_fail(job_id: str, step: int) -> None:
+        requested.append(_cancel(steps, job_id))
+        raise stepwise.StepFailedError("the downstream refused step 1")
+
+    stepwise.BETWEEN.append(cancel_then_fail)
+    steps.send(envelope("stepwise", "f-1"), queue="steps")
+    first = steps.deliver("steps")
+    assert [result.outcome for result in requested] == [CancelOutcome.REQUESTED]
+    stepwise.BETWEEN.clear()
+
+    # Then the key is cancelled, as the operator left it: its message is not retried, it is listed as cancelled,
+    # and its record keeps its run and its error
+    assert first is not None and first.failed_ids == []
+    assert steps.queue_counts("steps") == (0, 0)
+    record = key_record(steps, "stepwise:f-1")
+    assert (record["status"], record["runs"], record["last_error_type"]) == ("CANCELLED", 1, "StepFailedError")
+    [listed] = jobs_in_flight(steps.clients("dynamodb"), steps.deployment.idempotency_table, ["steps"]).jobs
+    assert (listed.state, listed.job_id) == (LifeState.CANCELLED, "f-1")
+    # When the operator undoes it, a new copy runs, as its second run
+    assert _undo(steps, "f-1").outcome is CancelOutcome.WITHDRAWN
+    steps.send(envelope("stepwise", "f-1"), queue="steps")
+    assert steps.deliver("steps") is not None
+    assert stepwise.STEPS["f-1"] == [1, 1, 2, 3]
+    assert key_record(steps, "stepwise:f-1")["completed_run"] == 2
+
+
+def test_cancel_then_undo_keeps_the_runs_a_key_has_used(steps: Harness) -> None:
+    # Given a job that failed twice of its 3 attempts, its copy waiting for its next try
+    stepwise.FAIL_IDS.add("r-1")
+    steps.send(envelope("stepwise", "r-1"), queue="steps")
+    for _ in range(2):
+        invocation = steps.deliver("steps")
+        assert invocation is not None and invocation.failed_ids
+        steps.expire_visibility(invocation, queue="steps")
+    assert key_record(steps, "stepwise:r-1")["runs"] == 2
+
+    # When an operator cancels it and undoes the cancel before its copy comes back
+    assert _cancel(steps, "r-1").outcome is CancelOutcome.CANCELLED
+    assert _undo(steps, "r-1").outcome is CancelOutcome.WITHDRAWN
+    assert key_record(steps, "stepwise:r-1")["runs"] == 2
+    last = steps.deliver("steps")
+
+    # Then its copy runs once more, its third and last run, and its dead letter says so
+    assert last is not None and last.failed_ids == []
+    [dead] = steps.dead_letters("steps")
+    evidence = attributes_of(dead)
+    assert (evidence["jobs.failure"], evidence["jobs.attempts"]) == ("retries_exhausted", "3")
+    assert steps.deliver("steps") is None
+
+
+# --- 5. what follows a batch member's dead letter holds -----------------------------------------------------------
+
+BATCHED = Catalog(
+    queues=(
+        QueueSpec(
+            name="members",
+            max_attempts=3,
+            jobs=(JobSpec(name="member", handler="tests.functional.sample_jobs.tallied", publishes=("batch_done",)),),
+        ),
+        QueueSpec(name="callbacks", jobs=(JobSpec(name="batch_done", handler="tests.functional.sample_jobs.tallied"),)),
+    )
+)
+DONE = ("batch_done", "report-1")
+
+
+@pytest.fixture
+def batched(clients: Any) -> Iterator[Harness]:
+    tallied.reset()
+    yield Harness.provisioned(clients, BATCHED)
+
+
+def _drain(harness: Harness, queue: str, rounds: int = 10) -> None:
+    """Deliver until the queue is empty, making what was handed back visible again at once."""
+    for _ in range(rounds):
+        invocation = harness.deliver(queue)
+        if invocation is None:
+            return
+        harness.expire_visibility(invocation, queue)
+
+
+def _batch_item(params: dict[str, Any]) -> bool:
+    return str(params.get("Key", {}).get("id", {}).get("S", "")).startswith("batch#")
+
+
+def _dead_count(params: dict[str, Any]) -> bool:
+    return _batch_item(params) and params.get("ExpressionAttributeNames", {}).get("#add") == "dead"
+
+
+def _callbacks_run(harness: Harness) -> list[str]:
+    _drain(harness, "callbacks")
+    return [key for key in tallied.KEYS if key.startswith("batch_done:")]
+
+
+@pytest.mark.parametrize(
+    ("event", "matches"),
+    [
+        ("before-parameter-build.dynamodb.UpdateItem", _dead_count),
+        ("before-parameter-build.sqs.SendMessage", lambda params: "callbacks" in str(params.get("QueueUrl", ""))),
+    ],
+    ids=["its count throttled", "its callback's publish throttled"],
+)
+def test_a_batch_whose_last_member_is_dead_lettered_publishes_on_complete_once_through_a_fault(
+    batched: Harness, event: str, matches: Callable[[dict[str, Any]], bool]
+) -> None:
+    # Given a batch whose member bad-2 fails permanently, and one of the runtime's calls after its dead letter
+    # throttled once
+    refused = throttle_once(batched, "members", event, matches)
+    batch_id = batched.stack_publisher().batch([("member", "1"), ("member", "bad-2")], on_complete=DONE)
+
+    _drain(batched, "members")
+
+    # Then on_complete ran exactly once, the member was dead-lettered once and never ran again, and its key's
+    # record is cleared as after any dead letter
+    assert refused == [1]
+    assert _callbacks_run(batched) == [f"batch_done:batch-{batch_id}-complete"]
+    assert len(batched.dead_letters("members")) == 1
+    assert tallied.RUNS[("member", "1")] == 1
+    assert key_record(batched, "member:bad-2") == {}
+
+
+def test_a_cancelled_members_count_throttled_once_still_completes_its_batch(batched: Harness) -> None:
+    # Given a batch of two whose second member an operator cancelled before it ran, its count throttled once
+    batch_id = batched.stack_publisher().batch([("member", "1"), ("member", "2")], on_complete=DONE)
+    target = CancelTarget(
+        queue="members",
+        job="member",
+        job_id="2",
+        key="member:2",
+        expiry_s=BATCHED.queue("members").idempotency_expiry_s,
+    )
+    assert cancel_job(batched.clients("dynamodb"), batched.deployment.idempotency_table, target, OPERATOR).outcome is (
+        CancelOutcome.CANCELLED
+    )
+    refused = throttle_once(batched, "members", "before-parameter-build.dynamodb.UpdateItem", _dead_count)
+
+    _drain(batched, "members")
+
+    # Then the batch completes all the same: on_complete ran once, and the cancelled member never ran
+    assert refused == [1]
+    assert _callbacks_run(batched) == [f"batch_done:batch-{batch_id}-complete"]
+    assert tallied.RUNS[("member", "2")] == 0
