@@ -317,14 +317,15 @@ def operator_identity(sts: Any) -> str:
         return "(unknown)"
 
 
-def target_for(spec: QueueSpec, job: str, job_id: str, key: str | None) -> CancelTarget:
-    """The key a job and ID (and the publisher's key, if it chose one) run under, as the worker computes it."""
+def target_for(spec: QueueSpec, job: str, job_id: str, key: str | None, tenant: str | None = None) -> CancelTarget:
+    """The key a job and ID (and the publisher's key, if it chose one, and its tenant) run under, as the worker
+    computes it."""
     from jobctl.job_lookup import job_key
 
     return CancelTarget(
         queue=spec.name,
         job=job,
         job_id=job_id,
-        key=job_key(spec, job, job_id, key),
+        key=job_key(spec, job, job_id, key, tenant),
         expiry_s=spec.idempotency_expiry_s,
     )

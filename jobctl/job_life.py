@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from functions.worker.key_life import KeyRecord, KeyState
+from functions.worker.key_life import KeyRecord, KeyState, split_key
 from functions.worker.names import (
     LIFE,
     LIFE_INDEX,
@@ -99,8 +99,13 @@ class JobInFlight:
 
     @property
     def publisher_key(self) -> str:
-        """The key as a publisher gives it (`--key`): the idempotency key without its `<job>:`."""
-        return self.key.removeprefix(f"{self.job}:")
+        """The key as a publisher gives it (`--key`): the idempotency key without its `<job>:` (`<job>@<tenant> `)."""
+        return split_key(self.key)[2] if self.key else ""
+
+    @property
+    def tenant(self) -> str | None:
+        """The tenant whose job it is (`--tenant`), from its key; None: none."""
+        return split_key(self.key)[1] if self.key else None
 
     def matches(self, job: str | None, text: str | None) -> bool:
         if job and self.job != job:
@@ -117,6 +122,7 @@ class JobInFlight:
             "job": self.job,
             "id": self.job_id,
             "key": self.publisher_key,
+            "tenant": self.tenant,
             "idempotency_key": self.key,
             "runs": self.runs,
             "at": self.at,

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from functions.durable.record import DurableRecords, DurableState
-from functions.worker.key_life import KeyRecord
+from functions.worker.key_life import KeyRecord, scoped_key
 from functions.worker.names import RecordStatus
 from functions.worker.settings import ENV_IDEMPOTENCY_TABLE, idempotency_record_id
 from functions.worker.uniqueness import (
@@ -438,12 +438,12 @@ class JobKeyUnknownError(OperatorUsageError):
     """The job's key can't be derived from its ID here: the operator gives the key the publisher chose."""
 
 
-def job_key(spec: QueueSpec, job: str, entity_id: str, key: str | None) -> str:
-    """The job's idempotency key as the worker computes it: `<job>:` and the publisher's key, else the job's own
-    key function on an envelope of just the job and ID, else the ID."""
-    envelope: Envelope = build_envelope(job, entity_id, spec.job_names, key=key)
+def job_key(spec: QueueSpec, job: str, entity_id: str, key: str | None, tenant: str | None = None) -> str:
+    """The job's idempotency key as the worker computes it: `<job>:` (`<job>@<tenant> ` for a tenant's job) and the
+    publisher's key, else the job's own key function on an envelope of just the job, ID and tenant, else the ID."""
+    envelope: Envelope = build_envelope(job, entity_id, spec.job_names, key=key, tenant=tenant)
     if envelope.key is not None:  # the publisher's key wins, whatever the job's module says (LoadedJob)
-        return f"{job}:{envelope.key}"
+        return scoped_key(job, envelope.key, tenant)
     # Imported here: loading the jobs imports their modules and Powertools, which only this lookup needs.
     from functions.worker.jobs import load_jobs
 
@@ -486,6 +486,7 @@ def lookup(
     entity_id: str,
     key: str | None,
     limit_key: str | None = None,
+    tenant: str | None = None,
 ) -> JobLookup:
     """`find_job` on a deployed stack: the queue's idempotency table (from its worker's environment) and its DLQ,
     through `client` (service name -> boto3 client)."""
@@ -499,6 +500,7 @@ def lookup(
         table=idempotency_table(client("lambda"), where.arn),
         dead_letter_queue=dead,
         limit_key=limit_key,
+        tenant=tenant,
     )
 
 
@@ -513,10 +515,11 @@ def find_job(
     dead_letter_queue: DeadLetterQueue,
     now: datetime | None = None,
     limit_key: str | None = None,
+    tenant: str | None = None,
 ) -> JobLookup:
     """`limit_key`: the value of the envelope field the job's concurrency is keyed by, when the job, ID and key
     don't give it (flow_limits.key_of)."""
-    idempotency_key = job_key(spec, job, entity_id, key)
+    idempotency_key = job_key(spec, job, entity_id, key, tenant)
     looked_at = now or datetime.now(UTC)
     flow = None
     if flow_kind(spec.job(job)) is not None:

@@ -304,6 +304,7 @@ class JobExecutor:
                 job_id=envelope.id,
                 key=key,
                 run_by=f"{lambda_context.log_stream_name} {lambda_context.aws_request_id}",
+                tenant=envelope.tenant or "",
             ),
         )
         return execution

@@ -12,6 +12,7 @@ from aws_lambda_powertools import Logger
 
 from functions.worker.clients import ClientFactory
 from functions.worker.errors import IdempotencyKeyError, WorkerConfigError
+from functions.worker.key_life import scoped_key
 from sqs_jobs.envelope import Envelope, Scalar
 from sqs_jobs.specs import JobSpec, QueueSpec
 
@@ -177,15 +178,24 @@ class LoadedJob:
         return envelope.key is None and self.key_function is default_idempotency_key
 
     def idempotency_key(self, envelope: Envelope) -> str:
-        """`<job>:<key>`, where the key is the publisher's explicit one if it sent one, else the job's own
-        (`idempotency_key(envelope)` in its module), else the entity ID. Namespaced by the job, so two jobs given
-        the same key never mistake each other's work for their own."""
+        """`<job>:<key>` (`<job>@<tenant> <key>` for a tenant's job), where the key is the publisher's explicit one
+        if it sent one, else the job's own (`idempotency_key(envelope)` in its module), else the entity ID.
+        Namespaced by the job and the tenant, so two jobs, or two tenants, given the same key never mistake each
+        other's work for their own (key_life.scoped_key)."""
+        return scoped_key(self.spec.name, self._key_within(envelope), envelope.tenant)
+
+    def unscoped_key(self, envelope: Envelope) -> str:
+        """The key as runtimes before tenant-scoped keys wrote it, `<job>:<key>` whatever the tenant: what a tenant's
+        job may still run under while such a record lives (functions/worker/tenant_keys.py)."""
+        return scoped_key(self.spec.name, self._key_within(envelope), None)
+
+    def _key_within(self, envelope: Envelope) -> str:
         key = envelope.key if envelope.key is not None else self.key_function(envelope)
         if not isinstance(key, str) or not key.strip():
             raise IdempotencyKeyError(
                 f"job {self.spec.name!r} produced idempotency key {key!r}; it must be a non-blank string"
             )
-        return f"{self.spec.name}:{key}"
+        return key
 
 
 def load_jobs(queue: QueueSpec) -> dict[str, LoadedJob]:

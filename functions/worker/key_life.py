@@ -34,6 +34,7 @@ from functions.worker.names import (
     RECORD_JOB_ID,
     RECORD_JOB_KEY,
     RECORD_QUEUE,
+    RECORD_TENANT,
     RUN_BY,
     STARTED_AT,
     RecordStatus,
@@ -185,6 +186,8 @@ class KeyRecord:
     job: str | None = None
     job_id: str | None = None
     job_key: str | None = None
+    # None: the record says nothing of its tenant (a runtime before tenant-scoped keys wrote it); "": no tenant.
+    tenant: str | None = None
     run_by: str | None = None
     started_at: float | None = None
     life: str | None = None
@@ -232,6 +235,7 @@ class KeyRecord:
             job=_text(item, RECORD_JOB),
             job_id=_text(item, RECORD_JOB_ID),
             job_key=_text(item, RECORD_JOB_KEY),
+            tenant=_text(item, RECORD_TENANT),
             run_by=_text(item, RUN_BY),
             started_at=_number(item, STARTED_AT),
             life=_text(item, LIFE),
@@ -283,3 +287,25 @@ class KeyRecord:
         if self.pending_dead_letter is not None:
             return KeyState.DEAD_LETTER_PENDING
         return KeyState.RETRYING
+
+
+# --- whose key it is ----------------------------------------------------------------------------------------------
+
+
+def scoped_key(job: str, key: str, tenant: str | None) -> str:
+    """A job's idempotency key: `<job>:<key>`, or for a tenant's job `<job>@<tenant> <key>`. Unambiguous: a job name
+    has neither `@` nor `:` (`[a-z][a-z0-9_]*`), and a tenant no space (SQS's MessageGroupId characters), so no key of
+    one tenant, or of none, can spell another tenant's."""
+    return f"{job}:{key}" if tenant is None else f"{job}@{tenant} {key}"
+
+
+def split_key(idempotency_key: str) -> tuple[str, str | None, str]:
+    """The job, the tenant (None: none) and the key within them, of a key `scoped_key` made."""
+    job_end = min((index for index in (idempotency_key.find(":"), idempotency_key.find("@")) if index >= 0), default=-1)
+    if job_end < 0:
+        return idempotency_key, None, ""
+    job = idempotency_key[:job_end]
+    if idempotency_key[job_end] == ":":
+        return job, None, idempotency_key[job_end + 1 :]
+    tenant, _, key = idempotency_key[job_end + 1 :].partition(" ")
+    return job, tenant, key

@@ -142,6 +142,9 @@ RECORD_QUEUE = "queue"
 RECORD_JOB = "job"
 RECORD_JOB_ID = "job_id"
 RECORD_JOB_KEY = "job_key"
+# The tenant whose job ran under the key ("" for none): what tells a record of `<job>:<key>` a runtime with
+# tenant-scoped keys wrote for a job without a tenant from one an older runtime wrote for anybody's.
+RECORD_TENANT = "tenant"
 STARTED_AT = "started_at"  # when the key's newest run started (epoch seconds)
 RUN_BY = "run_by"  # which worker runs it: the Lambda log stream and request ID
 NEXT_RETRY_AT = "next_retry_at"  # when a failed or held key's message is due again (epoch seconds)

@@ -70,6 +70,7 @@ from functions.worker.names import (
     RECORD_JOB_ID,
     RECORD_JOB_KEY,
     RECORD_QUEUE,
+    RECORD_TENANT,
     RUN_BY,
     STARTED_AT,
     LifeState,
@@ -102,6 +103,8 @@ class RunIdentity:
     job_id: str = ""
     key: str = ""
     run_by: str = ""
+    # The envelope's tenant ("" for none), or None: not said (the record then says nothing of it).
+    tenant: str | None = None
 
     def assignments(self, names: dict[str, str], values: dict[str, Any]) -> list[str]:
         """The start write's SET clauses for these (and the names and values they use)."""
@@ -111,10 +114,11 @@ class RunIdentity:
             RECORD_JOB_ID: self.job_id,
             RECORD_JOB_KEY: self.key,
             RUN_BY: self.run_by,
+            RECORD_TENANT: self.tenant,
         }
         clauses = []
         for attribute, value in fields.items():
-            if value:
+            if value or (attribute == RECORD_TENANT and value is not None):
                 names[f"#{attribute}"] = attribute
                 values[f":{attribute}"] = {"S": value[:MAX_IDENTITY_CHARS]}
                 clauses.append(f"#{attribute} = :{attribute}")

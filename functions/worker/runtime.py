@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from functions.worker.deadletter import DeadLetterQueue
     from functions.worker.durable_start import DurableDispatch, DurableStarter
     from functions.worker.http import HttpClient
+    from functions.worker.tenant_keys import TenantKeys
     from sqs_jobs.publisher import JobPublisher
 
 __all__ = ["Outcome", "RetryLater", "Worker", "build_worker"]
@@ -175,6 +176,19 @@ class Worker:
             lambda: self._clients.within("dynamodb", self._invocation.call_time_s()),
             lambda: self._publisher,
             retention_s=self._queue.dlq_retention_s,
+        )
+
+    @cached_property
+    def _tenant_keys(self) -> TenantKeys:
+        """Built on the first tenant's record; most queues have none."""
+        from functions.worker.settings import idempotency_record_id
+        from functions.worker.tenant_keys import TenantKeys
+
+        return TenantKeys(
+            lambda: self._clients.within("dynamodb", self._invocation.call_time_s(SETTLE_MARGIN_S)),
+            self.settings.idempotency_table,
+            self._queue.idempotency_expiry_s,
+            idempotency_record_id,
         )
 
     @cached_property
@@ -377,6 +391,16 @@ class Worker:
             return self._settlement.dead_letter_of(
                 delivery, envelope, bad_key, DeadLetterFailure.PERMANENT, classify(bad_key).reason
             )
+        if envelope.tenant is not None:
+            try:
+                # A tenant's job runs under its tenant's key, or under the key it had before the upgrade to them.
+                key = self._tenant_keys.key_for(key, job.unscoped_key(envelope), envelope.tenant)
+            except Exception as error:
+                self._tally.runtime_fault("idempotency_store")
+                self._obs.logger.exception("could not read the key's record; handed back")
+                return self._settlement.hand_back(
+                    delivery, envelope, self._settlement.backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error
+                )
         # A unique or debounced job's copy may be dropped or wait here; one that runs may get its own key.
         admission = self._uniqueness.admit(job, envelope, delivery, key)
         if not isinstance(admission, Admitted):

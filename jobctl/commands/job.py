@@ -33,20 +33,23 @@ def _queue_of(name: str) -> str:
 @click.argument("name", metavar="JOB", shell_complete=complete_job)
 @click.argument("entity_id", metavar="ID")
 @click.option("--key", help="The idempotency key, if the publisher chose one (default: the job's own, from the ID).")
+@click.option("--tenant", help="The tenant the job was published for, if any (its key is the tenant's).")
 @click.option(
     "--limit-key",
     help="For a job with a concurrency limit per envelope field other than the ID or key: the field's value, to "
     "show that key's slots.",
 )
 @click.pass_obj
-def show(options: Options, name: str, entity_id: str, key: str | None, limit_key: str | None) -> None:
+def show(
+    options: Options, name: str, entity_id: str, key: str | None, tenant: str | None, limit_key: str | None
+) -> None:
     """Whether JOB ID completed (when, and until when a redelivery is skipped), is running, or sits in the DLQ; for a
     unique or debounced job, also its window and which publish holds it; for a job with a concurrency limit per key,
     who holds that key's slots."""
     queue = _queue_of(name)
     with operator_errors():
         [(spec, where)] = queues_of(options, queue)
-        found = lookup(options.client, spec, where, name, entity_id, key, limit_key=limit_key)
+        found = lookup(options.client, spec, where, name, entity_id, key, limit_key=limit_key, tenant=tenant)
 
     def text() -> None:
         click.echo(shown(f"{name}:{entity_id} on {queue}: {found.verdict}"))
@@ -174,10 +177,13 @@ def list_(
 @click.argument("name", metavar="JOB", shell_complete=complete_job)
 @click.argument("entity_id", metavar="ID")
 @click.option("--key", help="The idempotency key, if the publisher chose one (default: the job's own, from the ID).")
+@click.option("--tenant", help="The tenant the job was published for, if any (its key is the tenant's).")
 @click.option("--undo", is_flag=True, help="Withdraw an earlier cancel: the next copy runs (a redrive too).")
 @click.option("--yes", is_flag=True, help="Don't ask for confirmation.")
 @click.pass_obj
-def cancel(options: Options, name: str, entity_id: str, key: str | None, undo: bool, yes: bool) -> None:
+def cancel(
+    options: Options, name: str, entity_id: str, key: str | None, tenant: str | None, undo: bool, yes: bool
+) -> None:
     """Cancel JOB ID: a queued or retrying copy is acknowledged without running; a running one stops at its next
     progress report or call (dead-lettered as JobCancelledError, never retried). Lasts the queue's idempotency
     expiry."""
@@ -194,7 +200,7 @@ def cancel(options: Options, name: str, entity_id: str, key: str | None, undo: b
         )
     with operator_errors():
         [(spec, where)] = queues_of(options, queue)
-        target = target_for(spec, name, entity_id, key)
+        target = target_for(spec, name, entity_id, key, tenant)
         confirm(f"{'withdraw the cancel of' if undo else 'cancel'} {shown(name)}:{shown(entity_id)} on {queue}?", yes)
         dynamodb = options.client("dynamodb")
         table = idempotency_table(options.client("lambda"), where.arn)

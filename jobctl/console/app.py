@@ -206,13 +206,14 @@ def _reading_pages(app: Flask, backend: ConsoleBackend) -> None:
     def job_page() -> str:
         job, entity_id = request.args.get("job", "").strip(), request.args.get("id", "").strip()
         key = request.args.get("key", "").strip() or None
+        tenant = request.args.get("tenant", "").strip() or None
         found = None
         if job and entity_id:
             try:
                 queue = backend.catalog.queue_for_job(job).name
             except KeyError:
                 abort(400, description=f"unknown job {job!r}; accepted: {', '.join(backend.catalog.job_names)}")
-            found = backend.find_job(queue, job, entity_id, key)
+            found = backend.find_job(queue, job, entity_id, key, tenant)
         try:
             said = CancelOutcome(request.args.get("cancel", ""))
         except ValueError:
@@ -222,6 +223,7 @@ def _reading_pages(app: Flask, backend: ConsoleBackend) -> None:
             job=job,
             entity_id=entity_id,
             key=key or "",
+            tenant=tenant or "",
             found=found,
             jobs=backend.catalog.job_names,
             cancel_outcome=said,
@@ -262,7 +264,8 @@ def _reading_pages(app: Flask, backend: ConsoleBackend) -> None:
     @app.get("/jobs/cancel")
     def confirm_cancel() -> str:
         job, entity_id, key, undo = _job_form(request.args, backend)
-        return render_template("cancel.html", job=job, entity_id=entity_id, key=key or "", undo=undo)
+        tenant = request.args.get("tenant", "").strip()
+        return render_template("cancel.html", job=job, entity_id=entity_id, key=key or "", tenant=tenant, undo=undo)
 
     @app.get("/queues/<queue>/<any(pause, resume):action>")
     def confirm_switch(queue: str, action: str) -> str:
@@ -322,8 +325,15 @@ def _actions(app: Flask, backend: ConsoleBackend, operations: Operations, archiv
     @app.post("/jobs/cancel")
     def cancel_job() -> Response:
         job, entity_id, key, undo = _job_form(request.form, backend)
-        result = backend.cancel(job, entity_id, key, undo=undo)
-        target = {"job": job, "id": entity_id, "cancel": result.outcome.value, **({"key": key} if key else {})}
+        tenant = request.form.get("tenant", "").strip() or None
+        result = backend.cancel(job, entity_id, key, undo=undo, tenant=tenant)
+        target = {
+            "job": job,
+            "id": entity_id,
+            "cancel": result.outcome.value,
+            **({"key": key} if key else {}),
+            **({"tenant": tenant} if tenant else {}),
+        }
         return redirect(url_for("job_page") + "?" + urlencode(target), code=303)  # type: ignore[return-value]
 
     @app.post("/queues/<queue>/pause")

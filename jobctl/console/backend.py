@@ -169,9 +169,9 @@ class ConsoleBackend:
         with self._dlq_turn(queue):
             return self._dlq(where).find(message_id)
 
-    def find_job(self, queue: str, job: str, entity_id: str, key: str | None) -> JobLookup:
+    def find_job(self, queue: str, job: str, entity_id: str, key: str | None, tenant: str | None = None) -> JobLookup:
         spec, where = self._where(queue)
-        return lookup(self._client, spec, where, job, entity_id, key)
+        return lookup(self._client, spec, where, job, entity_id, key, tenant=tenant)
 
     def find_batch(self, batch_id: str) -> BatchView:
         """A batch's members by state, callbacks and times (jobctl/batch_lookup.py)."""
@@ -213,10 +213,12 @@ class ConsoleBackend:
     def schedules(self) -> Schedules:
         return list_schedules(self._client("scheduler"), self.stack, limit=SCHEDULES_SHOWN)
 
-    def cancel(self, job: str, entity_id: str, key: str | None, *, undo: bool = False) -> CancelResult:
+    def cancel(
+        self, job: str, entity_id: str, key: str | None, *, undo: bool = False, tenant: str | None = None
+    ) -> CancelResult:
         """`jobctl job cancel` (or `--undo`) from the console, as the operator whose credentials it runs on."""
         spec = self.catalog.queue_for_job(job)
-        target = target_for(spec, job, entity_id, key)
+        target = target_for(spec, job, entity_id, key, tenant)
         dynamodb = self._client("dynamodb")
         if undo:
             return withdraw(dynamodb, self._idempotency_table(), target)

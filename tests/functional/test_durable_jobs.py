@@ -317,7 +317,7 @@ def test_the_consoles_job_page_shows_the_execution(durables: Durables, tmp_path:
         catalog = CATALOG
         stack = "SqsJobs"
 
-        def find_job(self, queue: str, job: str, entity_id: str, key: str | None) -> Any:
+        def find_job(self, queue: str, job: str, entity_id: str, key: str | None, tenant: str | None = None) -> Any:
             return _lookup(durables.harness, job, entity_id, key, queue=QUEUE)
 
     guard = Guard(host="127.0.0.1", port=8000)

@@ -489,7 +489,7 @@ class _Backend:
     def catalog(self) -> Catalog:
         return CATALOG
 
-    def find_job(self, queue: str, job: str, entity_id: str, key: str | None) -> JobLookup:
+    def find_job(self, queue: str, job: str, entity_id: str, key: str | None, tenant: str | None = None) -> JobLookup:
         return _show(self.harness, job, entity_id, key)
 
 

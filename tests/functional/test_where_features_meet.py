@@ -377,3 +377,116 @@ def test_a_cancelled_members_count_throttled_once_still_completes_its_batch(batc
     assert refused == [1]
     assert _callbacks_run(batched) == [f"batch_done:batch-{batch_id}-complete"]
     assert tallied.RUNS[("member", "2")] == 0
+
+
+# --- 12. a key's identity includes its tenant ------------------------------------------------------------------
+
+
+TENANTED = Catalog(
+    queues=(
+        QueueSpec(
+            name="tenanted",
+            max_attempts=3,
+            jobs=(JobSpec(name="mail", handler="tests.functional.sample_jobs.tallied"),),
+        ),
+    )
+)
+
+
+@pytest.fixture
+def tenanted(clients: Any) -> Iterator[Harness]:
+    tallied.reset()
+    yield Harness.provisioned(clients, TENANTED)
+
+
+def _publish(harness: Harness, tenant: str | None, entity_id: str = "9001") -> None:
+    body = {"job": "mail", "id": entity_id, **({"tenant": tenant} if tenant else {})}
+    harness.send(json.dumps(body), queue="tenanted")
+
+
+def test_two_tenants_jobs_for_the_same_id_both_run(tenanted: Harness) -> None:
+    # Given two tenants publishing the same job for their own order 9001, and a producer without a tenant too
+    for tenant in ("acme", "globex", None):
+        _publish(tenanted, tenant)
+
+    _drain(tenanted, "tenanted")
+
+    # Then each ran once, under a key of its own
+    assert sorted(tallied.KEYS) == ["mail:9001", "mail@acme 9001", "mail@globex 9001"]
+    # and a copy of one tenant's job is still that tenant's duplicate
+    _publish(tenanted, "acme")
+    _drain(tenanted, "tenanted")
+    assert len(tallied.KEYS) == 3
+
+
+def test_a_key_without_a_tenant_cant_spell_a_tenants_key(tenanted: Harness) -> None:
+    # Given a producer that sends, without a tenant, the key a tenant's job would have if keys were only joined
+    tenanted.send(json.dumps({"job": "mail", "id": "1", "key": "acme 9001"}), queue="tenanted")
+    tenanted.send(json.dumps({"job": "mail", "id": "1", "key": "acme:9001"}), queue="tenanted")
+    _drain(tenanted, "tenanted")
+
+    # When the tenant publishes its own job
+    _publish(tenanted, "acme")
+    _drain(tenanted, "tenanted")
+
+    # Then it runs: nothing another producer sent stands for it
+    assert "mail@acme 9001" in tallied.KEYS
+    assert tallied.RUNS[("mail", "9001")] == 1
+
+
+def _previous_runtimes_record(harness: Harness, key: str, **attributes: Any) -> None:
+    """A key's record as the runtime before tenant-scoped keys left it (its key `<job>:<id>`, whatever the tenant)."""
+    from functions.worker.settings import idempotency_record_id
+
+    item = {"id": {"S": idempotency_record_id(key)}, "expiration": {"N": str(int(time.time()) + 3600)}}
+    for name, value in attributes.items():
+        item[name] = {"N": str(value)} if isinstance(value, int) else {"S": value}
+    harness.clients("dynamodb").put_item(TableName=harness.deployment.idempotency_table, Item=item)
+
+
+def test_a_tenants_message_in_flight_across_the_upgrade_never_runs_a_key_that_completed(tenanted: Harness) -> None:
+    # Given acme's job for 9001 completed before the upgrade, under the key `mail:9001`, and its copy still queued
+    _previous_runtimes_record(tenanted, "mail:9001", status="COMPLETED", data="null")
+    _publish(tenanted, "acme")
+
+    _drain(tenanted, "tenanted")
+
+    # Then the copy is its duplicate: it does not run again
+    assert tallied.KEYS == []
+    assert any("JobDuplicate" in document for document in tenanted.metrics())
+
+
+def test_a_tenants_job_retrying_across_the_upgrade_counts_on_under_its_old_key(tenanted: Harness) -> None:
+    # Given acme's job for 9001 failed twice of its 3 runs before the upgrade, under the key `mail:9001`
+    _previous_runtimes_record(tenanted, "mail:9001", status="FAILED", runs=2, last_error_type="TimeoutError")
+    tallied.FIXED.clear()
+    _publish(tenanted, "acme", entity_id="9001")
+
+    _drain(tenanted, "tenanted")
+
+    # Then it runs once more, as its third run, under the key its earlier runs had (what a downstream saw)
+    assert tallied.KEYS == ["mail:9001"]
+    assert key_record(tenanted, "mail:9001")["completed_run"] == 3
+
+
+def test_once_old_keys_can_no_longer_live_a_tenants_job_looks_for_none(tenanted: Harness) -> None:
+    from functions.worker.tenant_keys import MARKER_ID
+
+    # Given tenant-scoped keys began longer ago than the queue's idempotency expiry
+    since = time.time() - TENANTED.queue("tenanted").idempotency_expiry_s - 60
+    tenanted.clients("dynamodb").put_item(
+        TableName=tenanted.deployment.idempotency_table,
+        Item={"id": {"S": MARKER_ID}, "since": {"N": f"{since:.3f}"}},
+    )
+    reads: list[str] = []
+    tenanted.worker_clients("tenanted").register(
+        "before-parameter-build.dynamodb.GetItem",
+        lambda params, **_: reads.append(str(params["Key"]["id"]["S"])),
+    )
+    _publish(tenanted, "acme")
+
+    _drain(tenanted, "tenanted")
+
+    # Then the job runs under its tenant's key, and the only read is the marker's
+    assert tallied.KEYS == ["mail@acme 9001"]
+    assert reads == [MARKER_ID]
