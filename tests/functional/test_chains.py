@@ -100,3 +100,19 @@ def test_a_step_whose_job_may_not_publish_the_next_is_refused_before_anything_is
         harness.stack_publisher().chain([("extract", "f3"), "load"])  # type: ignore[list-item]
     assert harness.clients("dynamodb").scan(TableName=harness.deployment.idempotency_table)["Count"] == 0
     assert harness.queue_counts("etl") == (0, 0)
+
+
+def test_a_run_of_a_steps_job_and_id_under_another_key_does_not_continue_the_chain(harness: Harness) -> None:
+    # Given a chain stopped at its first step (dead-lettered)
+    chain_id = harness.stack_publisher().chain([("extract", "bad-f5"), ("transform", "f5")])
+    drain_all(harness)
+    step = shown(chain_id)["steps"][0]
+    assert step["state"] == "dead-lettered"
+    # When another run of that job and ID, under another key and with the step's `batch` field, succeeds
+    tallied.FIXED.add("bad-f5")
+    copy = {"job": "extract", "id": "bad-f5", "key": "by-hand", "batch": f"{step['batch_id']}.0"}
+    harness.send(json.dumps(copy), queue="etl")
+    drain_all(harness)
+    # Then it ran under its own key, and the chain stays stopped there: the next step was not published
+    assert tallied.KEYS == ["extract:by-hand"]
+    assert [step["state"] for step in shown(chain_id)["steps"]] == ["dead-lettered", "waiting"]
