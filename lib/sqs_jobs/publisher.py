@@ -570,7 +570,16 @@ class JobPublisher:
                 digests=[member_digest(envelope)],
             )
             items += [listed, counting]
-        items.append(chain_item(chain_id, [(e.job, e.id) for e in envelopes], batch_ids, description, now_s))
+        items.append(
+            chain_item(
+                chain_id,
+                [(e.job, e.id) for e in envelopes],
+                batch_ids,
+                description,
+                now_s,
+                first_step=envelopes[0].to_json(),
+            )
+        )
         for item in items:
             table.client.put_item(
                 TableName=table.table,
