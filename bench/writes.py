@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import os
 import sys
 from collections import Counter
@@ -124,6 +125,14 @@ class PhaseResult:
     other_writes: int
     other_reads: int
     calls: dict[str, int]  # "table operation" -> calls
+    # The batch phase: the size of its members' item (DynamoDB's item size), which each member's consistent read
+    # of it is billed by; None in the other phases.
+    members_item_bytes: int | None = None
+
+    @property
+    def member_read_units(self) -> int | None:
+        """Read units of one member's consistent GetItem of the members' item: one per 4 KB."""
+        return None if self.members_item_bytes is None else max(1, math.ceil(self.members_item_bytes / 4096))
 
     @property
     def effective_writes(self) -> int:
@@ -155,6 +164,8 @@ class PhaseResult:
                 "log_bytes": self.per_job(self.log_bytes),
             },
             "calls": self.calls,
+            "members_item_bytes": self.members_item_bytes,
+            "member_read_units": self.member_read_units,
         }
 
 
@@ -252,8 +263,7 @@ class _Bench:
             if phase != "batch":
                 self.sqs.send_message(QueueUrl=self.url, MessageBody=json.dumps({"job": JOB, "id": order_id}))
         self.counter.reset()
-        if phase == "batch":
-            self._publish_batch(prefix)
+        batch_id = self._publish_batch(prefix) if phase == "batch" else None
         self.failing.active = phase == "retry"
         mails_before = _mails_sent()
         log_before = len(self.log.getvalue().encode())
@@ -262,7 +272,7 @@ class _Bench:
         else:
             self._drain()
         counter, table = self.counter, self.idempotency_table
-        return PhaseResult(
+        result = PhaseResult(
             phase=phase,
             jobs=self.jobs,
             side_effects=_mails_sent() - mails_before,
@@ -276,12 +286,22 @@ class _Bench:
                 f"{'idempotency' if name == table else name} {op}": n for (name, op), n in sorted(counter.calls.items())
             },
         )
+        # Read after the phase's calls were counted: moto reports no consumed capacity by size, so it is computed.
+        return result if batch_id is None else replace(result, members_item_bytes=self._members_item_bytes(batch_id))
 
-    def _publish_batch(self, prefix: str) -> None:
+    def _publish_batch(self, prefix: str) -> str:
         from sqs_jobs.publisher import BatchTable, JobPublisher
 
         publisher = JobPublisher(self.sqs, {QUEUE: self.url}, batches=BatchTable(self.dynamodb, self.idempotency_table))
-        publisher.batch([(JOB, f"{prefix}-{n}") for n in range(self.jobs)], description="bench (c)")
+        return publisher.batch([(JOB, f"{prefix}-{n}") for n in range(self.jobs)], description="bench (c)")
+
+    def _members_item_bytes(self, batch_id: str) -> int:
+        from sqs_jobs.batches import members_item_id
+
+        listed = self.dynamodb.get_item(
+            TableName=self.idempotency_table, Key={"id": {"S": members_item_id(batch_id)}}, ConsistentRead=True
+        )["Item"]
+        return item_bytes(listed)
 
     def _drain(self) -> None:
         while True:
@@ -332,6 +352,33 @@ class _FailFirstSend:
         return AWSResponse(url="https://email.local/", status_code=503, headers=HTTPHeaders(), raw=None), parsed
 
 
+def item_bytes(item: dict[str, Any]) -> int:
+    """An item's size as DynamoDB bills it ("DynamoDB item sizes and formats", CapacityUnitCalculations): each
+    attribute's name and value; a string's UTF-8 bytes, a binary's raw bytes, a number 1 byte per two significant
+    digits plus 1, a list or map 3 bytes plus 1 per element."""
+    return sum(len(name.encode()) + _value_bytes(value) for name, value in item.items())
+
+
+def _value_bytes(value: dict[str, Any]) -> int:
+    [(kind, content)] = value.items()
+    if kind == "S":
+        return len(str(content).encode("utf-8", errors="surrogatepass"))
+    if kind == "B":
+        return len(content)
+    if kind == "N":
+        digits = str(content).lstrip("-").replace(".", "").strip("0") or "0"
+        return math.ceil(len(digits) / 2) + 1
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "L":
+        return 3 + sum(1 + _value_bytes(element) for element in content)
+    if kind == "M":
+        return 3 + sum(1 + len(name.encode()) + _value_bytes(element) for name, element in content.items())
+    if kind in ("SS", "BS", "NS"):
+        return sum(_value_bytes({kind[0]: element}) for element in content)
+    raise ValueError(f"attribute type {kind!r}; accepted: S, N, B, BOOL, NULL, L, M, SS, NS, BS")
+
+
 def render(results: Sequence[PhaseResult]) -> str:
     header = (
         "phase",
@@ -371,6 +418,12 @@ def render(results: Sequence[PhaseResult]) -> str:
         lines.append(
             f"{r.phase}: DynamoDB calls by table and operation: " + ", ".join(f"{k} {v:,}" for k, v in r.calls.items())
         )
+    for r in results:
+        if r.members_item_bytes is not None:
+            lines.append(
+                f"{r.phase}: the members' item is {r.members_item_bytes:,} bytes: each member's consistent read of it "
+                f"costs {r.member_read_units} read unit(s) (4 KB each)"
+            )
     return "\n".join(lines)
 
 

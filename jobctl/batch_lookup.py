@@ -20,6 +20,7 @@ from sqs_jobs.batches import (
     MEMBERS,
     ON_COMPLETE,
     ON_SUCCESS,
+    ON_SUCCESS_ENVELOPE,
     SIZE,
     SUCCEEDED,
     SUCCEEDED_AT,
@@ -76,6 +77,8 @@ class BatchView:
     succeeded_at: datetime | None
     completed_at: datetime | None
     expires_at: datetime | None
+    # A chain's step: the next step's envelope (JSON) its success publishes (sqs_jobs.chains); None otherwise.
+    next_step: str | None = None
 
     def of_state(self, state: str) -> list[tuple[int, str]]:
         return [(index, self.members[index]) for index in range(self.size) if self.states[index] == state]
@@ -182,4 +185,5 @@ def look_up_batch(dynamodb_client: Any, table: str, batch_id: str) -> BatchView:
         succeeded_at=_when(counting, SUCCEEDED_AT),
         completed_at=_when(counting, COMPLETED_AT),
         expires_at=_when(counting, EXPIRATION),
+        next_step=counting.get(ON_SUCCESS_ENVELOPE, {}).get("S"),
     )

@@ -441,7 +441,14 @@ class JobKeyUnknownError(OperatorUsageError):
 def job_key(spec: QueueSpec, job: str, entity_id: str, key: str | None, tenant: str | None = None) -> str:
     """The job's idempotency key as the worker computes it: `<job>:` (`<job>@<tenant> ` for a tenant's job) and the
     publisher's key, else the job's own key function on an envelope of just the job, ID and tenant, else the ID."""
-    envelope: Envelope = build_envelope(job, entity_id, spec.job_names, key=key, tenant=tenant)
+    return envelope_key(spec, build_envelope(job, entity_id, spec.job_names, key=key, tenant=tenant))
+
+
+def envelope_key(spec: QueueSpec, envelope: Envelope) -> str:
+    """The idempotency key the worker computes for `envelope` (one of `spec`'s jobs): `<job>:` (`<job>@<tenant> `)
+    and the publisher's key, else the job's own key function, else the ID."""
+    job = envelope.job
+    tenant = envelope.tenant
     if envelope.key is not None:  # the publisher's key wins, whatever the job's module says (LoadedJob)
         return scoped_key(job, envelope.key, tenant)
     # Imported here: loading the jobs imports their modules and Powertools, which only this lookup needs.
@@ -458,7 +465,7 @@ def job_key(spec: QueueSpec, job: str, entity_id: str, key: str | None, tenant: 
         return loaded.idempotency_key(envelope)
     except Exception as error:  # a job whose key needs more than its ID
         raise JobKeyUnknownError(
-            f"job {job!r} derives no key from ID {entity_id!r} alone ({type(error).__name__}: {error}); "
+            f"job {job!r} derives no key from ID {envelope.id!r} alone ({type(error).__name__}: {error}); "
             "give the key the publisher chose with --key"
         ) from None
 

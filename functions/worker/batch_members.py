@@ -25,6 +25,7 @@ from sqs_jobs.batches import (
     DEAD,
     EXPIRATION,
     LAST_ENDED_AT,
+    MEMBER_DIGESTS,
     MEMBERS,
     ON_COMPLETE,
     ON_SUCCESS,
@@ -38,6 +39,8 @@ from sqs_jobs.batches import (
     BatchMemberError,
     batch_item_id,
     callback_key,
+    listed_digest,
+    member_digest,
     member_indices,
     member_name,
     members_item_id,
@@ -97,16 +100,12 @@ class BatchMembers:
 
     def succeeded(self, envelope: Envelope) -> list[str]:
         """Count `envelope`'s member as succeeded; returns the callbacks this count published (kinds). Raises
-        BatchMemberError when the batch does not hold it (forged, or expired)."""
+        BatchMemberError when the batch does not hold it (forged, copied onto another message, or expired)."""
         member = envelope.batch
         assert member is not None
-        listed = self._listed_as(member)
-        if listed is not None and listed != member_name(envelope.job, envelope.id):
-            raise BatchMemberError(
-                f"batch {member.batch_id}'s member {member.index} is {listed!r}, not this message's "
-                f"{member_name(envelope.job, envelope.id)!r}: its `batch` field was copied or forged; nothing was "
-                "counted"
-            )
+        unlisted = self._unlisted(envelope, member)
+        if unlisted is not None:
+            raise BatchMemberError(f"{unlisted}: its `batch` field was copied or forged; nothing was counted")
         counted = self._count(member, add=SUCCEEDED, delete=DEAD)
         if counted is None:
             raise BatchMemberError(
@@ -120,27 +119,38 @@ class BatchMembers:
         this count published. A batch that does not hold it counts nothing (the dead letter says why it died)."""
         member = envelope.batch
         assert member is not None
-        listed = self._listed_as(member)
-        if listed is not None and listed != member_name(envelope.job, envelope.id):
+        if self._unlisted(envelope, member) is not None:
             return []  # another message's place in the batch: its own dead letter says why it died
         counted = self._count(member, add=DEAD, unless_in=SUCCEEDED)
         return self._callbacks(member, counted) if counted is not None else []
 
-    def _listed_as(self, member: BatchMember) -> str | None:
-        """Who the batch lists at the member's index (`<job>:<id>`, as the publisher wrote it): one consistent read
-        of the members' item, so only that message counts there, never a copy of its field on
-        another. None when the list is gone (expired before the batch's counts: a redrive weeks later), or has no
-        such index: then the count's own condition decides."""
+    def _unlisted(self, envelope: Envelope, member: BatchMember) -> str | None:
+        """Why the batch does not list this message at its index, or None: it does, or the list is gone (expired
+        before the batch's counts: a redrive weeks later), or has no such index; then the count's own condition
+        decides. A batch published with digests lists the member's whole envelope (sqs_jobs.batches.member_digest):
+        a message of the same job and ID under another key, tenant or fields is another run, not the member. One
+        published before them lists `<job>:<id>` only, and is held to that."""
         found = self._dynamodb().get_item(
             TableName=self._table,
             Key={"id": {"S": members_item_id(member.batch_id)}},
             # The whole list: a read is billed by the item's size whatever it projects.
-            ProjectionExpression="#members",
-            ExpressionAttributeNames={"#members": MEMBERS},
+            ProjectionExpression="#members, #digests",
+            ExpressionAttributeNames={"#members": MEMBERS, "#digests": MEMBER_DIGESTS},
             ConsistentRead=True,
         )
-        entries = found.get("Item", {}).get(MEMBERS, {}).get("L", [])
-        return str(entries[member.index]["S"]) if member.index < len(entries) else None
+        item = found.get("Item", {})
+        entries = item.get(MEMBERS, {}).get("L", [])
+        if member.index >= len(entries):
+            return None
+        listed = str(entries[member.index]["S"])
+        mine = member_name(envelope.job, envelope.id)
+        said = f"batch {member.batch_id}'s member {member.index} is {listed!r}"
+        if listed != mine:
+            return f"{said}, not this message's {mine!r}"
+        digest = listed_digest(item, member.index)
+        if digest is not None and digest != member_digest(envelope):
+            return f"{said} as it was published, not this message of it under another key, tenant or fields"
+        return None
 
     def _count(
         self, member: BatchMember, add: str, delete: str | None = None, unless_in: str | None = None

@@ -7,14 +7,21 @@ breaker, a failure opens it again for twice as long (at most `max_open_s`).
 
 State is per worker (one execution environment) and in memory: docs/failure-semantics.md says why that is enough.
 Pure bookkeeping on an injectable clock, so `bench/outage.py` drives this very code on a virtual clock.
+
+A downstream may be a producer's (a host a job calls for a tenant), so a worker keeps at most MAX_BREAKERS. Evicted
+first, least recently used, is a breaker that knows nothing a new one wouldn't (closed, no failure counted); only
+when every one knows something does the least recently used go, which leaves the worker as a new execution
+environment would be: knowing nothing of that downstream.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -26,6 +33,8 @@ from sqs_jobs.specs import CircuitBreakerSpec
 # A probe whose outcome never arrives (its run was abandoned in a way no hook saw) frees its slot after this long:
 # longer than any one call of a job may take (the HTTP client's 10 s connect + 30 s read, botocore's retries).
 PROBE_EXPIRY_S = 90.0
+# Downstreams a worker keeps a breaker of: far more than a queue's jobs call, unless their hosts are its tenants'.
+MAX_BREAKERS = 256
 
 
 class State(Enum):
@@ -114,6 +123,11 @@ class CircuitBreaker:
         with self._lock:
             return self._snapshot()
 
+    def knows_nothing(self) -> bool:
+        """Closed, no failure counted, no probe out: a new breaker of its downstream would be the same."""
+        with self._lock:
+            return self._state is State.CLOSED and self._failures == 0 and self._probe_since is None
+
     def _snapshot(self) -> Snapshot:
         return Snapshot(
             downstream=self.downstream,
@@ -201,7 +215,8 @@ class Breakers:
         self._clock = clock
         self._on_open = on_open
         self._lock = threading.Lock()
-        self._breakers: dict[str, CircuitBreaker] = {}
+        # Least recently used first.
+        self._breakers: OrderedDict[str, CircuitBreaker] = OrderedDict()
 
     def admit(self, downstream: str) -> Ticket | None:
         """A ticket for one call to `downstream` (None: breakers are off), or CircuitOpenError."""
@@ -212,9 +227,15 @@ class Breakers:
     def breaker(self, downstream: str) -> CircuitBreaker:
         with self._lock:
             found = self._breakers.get(downstream)
-            if found is None:
-                found = CircuitBreaker(downstream, self.spec, self._clock, self._on_open)
-                self._breakers[downstream] = found
+            if found is not None:
+                self._breakers.move_to_end(downstream)
+                return found
+            found = CircuitBreaker(downstream, self.spec, self._clock, self._on_open)
+            self._breakers[downstream] = found
+            if len(self._breakers) > MAX_BREAKERS:
+                older = itertools.islice(self._breakers.items(), len(self._breakers) - 1)  # not the one just made
+                idle = next((name for name, kept in older if kept.knows_nothing()), None)
+                del self._breakers[idle if idle is not None else next(iter(self._breakers))]
             return found
 
     def snapshots(self) -> list[Snapshot]:

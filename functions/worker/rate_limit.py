@@ -10,6 +10,12 @@ fits: the worker waits until then without asking again.
 State per worker is only those leases and that "not before" time; the store is the truth, so any number of
 execution environments share one limit. The store failing is the runtime's fault (FlowControlStoreError): the
 record waits, the job is never failed for it.
+
+A key may be a producer's value (a tenant, a customer: `RateLimit.per`), so a worker keeps the state of at most
+MAX_KEYS_HELD keys, the least recently used evicted first. Evicting never lets a limit be exceeded: the tokens a
+view held were taken from the bucket when leased, so dropping them spends fewer, and a view made again knows
+nothing and asks the store, which grants only what fits. What it costs is a write where the evicted view would
+have answered from memory.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import math
 import random
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +43,9 @@ LIMIT_KEY = FLOW_LIMIT_KEY
 LOOK_SPREAD = 0.2
 # A bucket untouched for this long after it was last full is deleted by the table's TTL (it is full again then).
 _IDLE_EXPIRY_S = HOUR
+# Keys whose state a worker keeps (about 400 bytes each): more than the keys a worker serves in one lease's time in
+# all but a flood of tenants, so eviction costs a write only there.
+MAX_KEYS_HELD = 1024
 
 
 def bucket_id(limit_name: str, key: str) -> str:
@@ -176,7 +186,7 @@ def _number(value: float) -> dict[str, str]:
     return {"N": f"{value:.6f}"}
 
 
-@dataclass
+@dataclass(slots=True)
 class _Bucket:
     """This worker's view of one bucket: leased tokens not yet spent, until when they may be, and when the
     store said the next lease fits."""
@@ -211,13 +221,16 @@ class RateLimiter:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
+        max_keys: int = MAX_KEYS_HELD,
     ) -> None:
         self._store = store
         self._clock = clock
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
-        self._buckets: dict[tuple[str, str], _Bucket] = {}
+        # The views of at most `max_keys` keys, least recently used first.
+        self._buckets: OrderedDict[tuple[str, str], _Bucket] = OrderedDict()
+        self._max_keys = max_keys
 
     def acquire(self, limit_name: str, key: str, limit: RateLimit, wait_until: float) -> float:
         """Take one token, waiting for it until `wait_until` (epoch seconds) at the latest; how long it waited.
@@ -281,9 +294,15 @@ class RateLimiter:
         return bucket.not_before
 
     def _bucket(self, limit_name: str, key: str) -> _Bucket:
+        """The key's view, made if the worker holds none (a new key, or one evicted). A call that still holds an
+        evicted view spends what it leased, as another worker would: the store counted it."""
         with self._lock:
             found = self._buckets.get((limit_name, key))
-            if found is None:
-                found = _Bucket(lock=threading.Lock())
-                self._buckets[(limit_name, key)] = found
+            if found is not None:
+                self._buckets.move_to_end((limit_name, key))
+                return found
+            found = _Bucket(lock=threading.Lock())
+            self._buckets[(limit_name, key)] = found
+            if len(self._buckets) > self._max_keys:
+                self._buckets.popitem(last=False)
             return found

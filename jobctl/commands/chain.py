@@ -19,8 +19,10 @@ def chain() -> None:
 @click.argument("chain_id", metavar="ID")
 @click.pass_obj
 def show(options: Options, chain_id: str) -> None:
-    """Chain ID's steps in order, each succeeded, dead-lettered, published (queued, running or retrying) or waiting;
-    where a dead-lettered step stopped it, and the redrive that continues it."""
+    """Chain ID's steps in order, each succeeded, dead-lettered, cancelled (by an operator, before it ran),
+    published (queued, running or retrying) or waiting; where a step stopped it, and what continues it: the redrive
+    of a dead-lettered step, or for one cancelled before it ran (no dead letter) undoing the cancel and publishing
+    it again as a member (runbook)."""
     from jobctl.batch_lookup import batch_table
     from jobctl.chain_lookup import look_up_chain
 
@@ -33,6 +35,8 @@ def show(options: Options, chain_id: str) -> None:
         if found.description:
             click.echo(shown(f"  description: {found.description}"))
         for step in found.steps:
-            click.echo(shown(f"  {step.index + 1}. {step.job}:{step.entity_id}: {step.state} (batch {step.batch_id})"))
+            click.echo(shown(f"  {step.index + 1}. {step.name}: {step.state} (batch {step.batch_id})"))
+            if step.cancel is not None:
+                click.echo(shown(f"     its key cancelled {step.cancel.said()}"))
 
     emit(options, found.to_dict(), text)

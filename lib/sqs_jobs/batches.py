@@ -2,7 +2,8 @@
 
 A batch is two items of the idempotency table, written once by the publisher: `batch#<batch ID>` (its size,
 callbacks and description; the workers count in it) and `batch#<batch ID>#members` (each member's job and ID, for
-`jobctl batch show`; kept apart so the counting item stays a few KB: an UpdateItem is billed by the item's size).
+`jobctl batch show`, and each member's digest, which the worker compares before counting; kept apart so the
+counting item stays a few KB: an UpdateItem is billed by the item's size).
 The workers count: each member's envelope carries `batch` =
 `<batch ID>.<member index>`, never the callbacks. A member that ends adds its index to the number set `succeeded`
 or `dead` (one UpdateItem, idempotent: a set holds an index once); the update that completes a set publishes its
@@ -15,15 +16,19 @@ format, the limits. It imports nothing of the worker's.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import uuid
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqs_jobs.errors import EnvelopeFieldError, JobError
+
+if TYPE_CHECKING:
+    from sqs_jobs.envelope import Envelope
 
 # Members of one batch: their job:id list and index sets stay far below DynamoDB's 400 KB per item.
 MAX_BATCH_MEMBERS = 1000
@@ -38,6 +43,10 @@ _BATCH_ID = re.compile(r"^[0-9a-f]{32}$")
 # The item's attributes.
 SIZE = "size"
 MEMBERS = "members"
+# Beside MEMBERS: each member's digest (member_digest), MEMBER_DIGEST_BYTES each in index order, one binary value.
+# Absent from batches published before it: their members are known by `<job>:<id>` alone.
+MEMBER_DIGESTS = "member_digests"
+MEMBER_DIGEST_BYTES = 16
 DESCRIPTION = "description"
 ON_SUCCESS = "on_success"
 ON_COMPLETE = "on_complete"
@@ -149,6 +158,27 @@ def member_name(job: str, entity_id: str) -> str:
     return f"{job}:{entity_id}"
 
 
+def member_digest(envelope: Envelope) -> bytes:
+    """What identifies a member: its envelope but its `batch` field (job, id, key, tenant, extra fields), which is
+    all a job's idempotency key is computed from, so the same digest means the same key. The first 16 bytes of the
+    SHA-256 of its JSON with sorted keys: a producer who copies a member's field onto another envelope would need a
+    second preimage of 128 bits."""
+    body = {name: value for name, value in envelope.to_dict().items() if name != BATCH_FIELD}
+    canonical = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8", errors="surrogatepass")).digest()[:MEMBER_DIGEST_BYTES]
+
+
+def listed_digest(item: Mapping[str, Any], index: int) -> bytes | None:
+    """The digest a members' item (DynamoDB's typed JSON) lists at `index`; None for a batch published before
+    digests (or an index it has none for)."""
+    digests = item.get(MEMBER_DIGESTS, {}).get("B")
+    if not isinstance(digests, bytes | bytearray):
+        return None
+    start = index * MEMBER_DIGEST_BYTES
+    found = bytes(digests[start : start + MEMBER_DIGEST_BYTES])
+    return found if len(found) == MEMBER_DIGEST_BYTES else None
+
+
 def members_item_id(batch_id: str) -> str:
     return f"{BATCH_ITEM_PREFIX}{batch_id}#members"
 
@@ -182,9 +212,10 @@ def definition_items(
     description: str,
     now_s: int,
     extra: Mapping[str, Any] | None = None,
+    digests: Sequence[bytes] = (),
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The batch's two items as the publisher writes them (DynamoDB's typed JSON): the counting item, and its
-    members'."""
+    members' (with `digests`, each member's member_digest in order)."""
     if not members:
         raise BatchDefinitionError("a batch needs at least one member")
     if len(members) > MAX_BATCH_MEMBERS:
@@ -219,6 +250,11 @@ def definition_items(
             item[attribute] = {"S": member_name(*callback)}
     item.update(extra or {})
     size = len(json.dumps(listed, ensure_ascii=False).encode("utf-8", errors="surrogatepass"))
+    if digests:
+        if len(digests) != len(members) or any(len(digest) != MEMBER_DIGEST_BYTES for digest in digests):
+            raise BatchDefinitionError(f"a batch needs one {MEMBER_DIGEST_BYTES}-byte digest per member")
+        listed[MEMBER_DIGESTS] = {"B": b"".join(digests)}
+        size += len(MEMBER_DIGESTS) + MEMBER_DIGEST_BYTES * len(digests)
     if size > MAX_BATCH_ITEM_BYTES:
         raise BatchDefinitionError(
             f"the batch's members are about {size} bytes; at most {MAX_BATCH_ITEM_BYTES} fit their item: fewer "

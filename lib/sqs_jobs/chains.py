@@ -8,6 +8,8 @@ complete and not succeeded. Redriving the step and its success publishes the nex
 
 The chain's own item, `batch#chain#<chain ID>`, lists its steps' batches for `jobctl chain show`, which says where a
 chain stopped and how to resume it; each step's batch names its chain and step (`chain` = `<chain ID>.<step>`).
+The chain's item keeps its first step's envelope too, as each step's batch keeps the next one's: so every step's
+envelope is known (its key, for the record of a step an operator cancelled; what to publish to run it after all).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ CHAIN_ITEM_PREFIX = "batch#chain#"
 MAX_CHAIN_STEPS = 100
 STEPS = "steps"
 STEP_BATCHES = "step_batches"
+# The first step's whole envelope (JSON, its `batch` field included); absent from chains published before it.
+FIRST_STEP = "first_step"
 
 
 def chain_item_id(chain_id: str) -> str:
@@ -30,7 +34,12 @@ def chain_item_id(chain_id: str) -> str:
 
 
 def chain_item(
-    chain_id: str, steps: Sequence[tuple[str, str]], batch_ids: Sequence[str], description: str, now_s: int
+    chain_id: str,
+    steps: Sequence[tuple[str, str]],
+    batch_ids: Sequence[str],
+    description: str,
+    now_s: int,
+    first_step: str | None = None,
 ) -> dict[str, Any]:
     if not steps:
         raise BatchDefinitionError("a chain needs at least one step")
@@ -45,4 +54,6 @@ def chain_item(
     }
     if description:
         item["description"] = {"S": description}
+    if first_step is not None:
+        item[FIRST_STEP] = {"S": first_step}
     return item

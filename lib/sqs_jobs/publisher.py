@@ -50,6 +50,7 @@ from sqs_jobs.batches import (
     CallbackNotPublishableError,
     callback_of,
     definition_items,
+    member_digest,
     new_batch_id,
 )
 from sqs_jobs.catalog import CATALOG
@@ -501,6 +502,8 @@ class JobPublisher:
             callbacks,
             description,
             int(self._clock().timestamp()),
+            # What the worker compares before counting: a member is its envelope, not only its job and ID.
+            digests=[member_digest(member) for member in members],
         )
         # The members' list first: a batch exists for the workers once its counting item does.
         for item in (listed, counting):
@@ -564,9 +567,19 @@ class JobPublisher:
                 said[:MAX_DESCRIPTION_CHARS],
                 now_s,
                 extra=extra,
+                digests=[member_digest(envelope)],
             )
             items += [listed, counting]
-        items.append(chain_item(chain_id, [(e.job, e.id) for e in envelopes], batch_ids, description, now_s))
+        items.append(
+            chain_item(
+                chain_id,
+                [(e.job, e.id) for e in envelopes],
+                batch_ids,
+                description,
+                now_s,
+                first_step=envelopes[0].to_json(),
+            )
+        )
         for item in items:
             table.client.put_item(
                 TableName=table.table,

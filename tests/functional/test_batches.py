@@ -409,3 +409,65 @@ def test_a_member_an_operator_cancelled_before_it_ran_counts_as_dead_and_the_bat
     # Published again as the runbook says, once its cancel is undone: a member named by a string is refused clearly
     with pytest.raises(EnvelopeFieldError, match="batch is a str; accepted: a BatchMember"):
         harness.stack_publisher().publish_many([Envelope(job="member", id="2", batch=f"{batch_id}.1")])  # type: ignore[arg-type]
+
+
+def test_a_run_of_the_members_job_and_id_under_another_key_counts_nothing_for_the_member(harness: Harness) -> None:
+    # Given a batch whose member 0 (member:bad-1, the job's default key) was dead-lettered
+    batch_id = harness.stack_publisher().batch(
+        [("member", "bad-1"), ("member", "2")], on_success=DONE, on_complete=DONE
+    )
+    drain(harness, "members")
+    drain(harness, "callbacks")
+    assert batch_item(harness, batch_id)["dead"]["NS"] == ["0"]
+    # When another run of that job and ID, under another key and with the member's `batch` field, succeeds
+    tallied.FIXED.add("bad-1")
+    harness.send(
+        json.dumps({"job": "member", "id": "bad-1", "key": "rerun-1", "batch": f"{batch_id}.0"}), queue="members"
+    )
+    drain(harness, "members")
+    drain(harness, "callbacks")
+    # Then it ran under its own key and is dead-lettered as not the batch's member: member 0 stays dead, no success
+    assert "member:rerun-1" in tallied.KEYS
+    letters = {json.loads(m["Body"]).get("key"): attributes_of(m) for m in harness.dead_letters("members")}
+    assert letters["rerun-1"]["jobs.error_type"] == "BatchMemberError"
+    assert "another key, tenant or fields" in letters["rerun-1"]["jobs.error_message"]
+    item = batch_item(harness, batch_id)
+    assert (item["dead"]["NS"], item["succeeded"]["NS"]) == (["0"], ["1"])
+    assert callback_keys() == [f"batch_done:{callback_key(batch_id, COMPLETE)}"]
+
+
+def test_a_member_with_a_key_a_tenant_and_fields_is_counted_from_its_own_message(harness: Harness) -> None:
+    # Given a batch whose member has its own key, tenant and fields (and one whose copy differs only in a field)
+    member = Envelope("member", "7", key="7-v2", tenant="acme", extra={"locale": "de", "version": 2})
+    batch_id = harness.stack_publisher().batch([member], on_complete=DONE)
+    copy = {"job": "member", "id": "7", "key": "7-v2", "tenant": "acme", "locale": "fr", "version": 2}
+    harness.send(json.dumps({**copy, "batch": f"{batch_id}.0"}), queue="members")
+    # When both are delivered
+    drain(harness, "members")
+    drain(harness, "callbacks")
+    # Then the member is counted once, by its own message, and the copy that differs in a field counts nothing
+    assert batch_item(harness, batch_id)["succeeded"]["NS"] == ["0"]
+    assert callback_runs() == 1
+    [letter] = harness.dead_letters("members")
+    assert json.loads(letter["Body"])["locale"] == "fr"
+    assert attributes_of(letter)["jobs.error_type"] == "BatchMemberError"
+
+
+def test_a_batch_written_before_members_were_digested_counts_as_it_did(harness: Harness) -> None:
+    from sqs_jobs.batches import members_item_id
+
+    # Given a batch whose members' item lists `<job>:<id>` only, as publishers before the digests wrote it
+    batch_id = harness.stack_publisher().batch([("member", "1"), ("member", "2")], on_success=DONE, on_complete=DONE)
+    harness.clients("dynamodb").update_item(
+        TableName=harness.deployment.idempotency_table,
+        Key={"id": {"S": members_item_id(batch_id)}},
+        UpdateExpression="REMOVE member_digests",
+    )
+    # When its members run
+    drain(harness, "members")
+    drain(harness, "callbacks")
+    # Then each is counted by its job and ID, and both callbacks follow once
+    assert sorted(batch_item(harness, batch_id)["succeeded"]["NS"]) == ["0", "1"]
+    assert sorted(callback_keys()) == sorted(
+        f"batch_done:{callback_key(batch_id, kind)}" for kind in (SUCCESS, COMPLETE)
+    )

@@ -425,3 +425,24 @@ def test_a_durable_job_that_fails_publishes_no_follow_up_and_one_named_inside_a_
     assert evidence["imp-t2"]["jobs.error_type"] == "ImportFileError"
     assert evidence["imp-t3"]["jobs.error_type"] == "WorkerConfigError"
     assert "context.then inside step 'names'" in evidence["imp-t3"]["jobs.error_message"]
+
+
+def test_an_execution_under_another_key_with_a_members_batch_field_counts_nothing(durables: Durables) -> None:
+    from sqs_jobs.batches import batch_item_id
+
+    # Given a batch of one durable member whose own message is in flight elsewhere (received, not yet run)
+    durables.put_csv("imp-b5", rows=10)
+    batch_id = durables.harness.stack_publisher().batch([(JOB, "imp-b5")], on_complete=("import_report", "b-copy"))
+    url = durables.harness.deployment.queues[QUEUE].url
+    [member] = durables.harness.clients("sqs").receive_message(QueueUrl=url, VisibilityTimeout=300)["Messages"]
+    assert json.loads(member["Body"])["batch"] == f"{batch_id}.0"
+    # When a message of the same job and ID under another key, carrying the member's field, runs to success
+    copy = {"job": JOB, "id": "imp-b5", "key": "imp-b5-again", "batch": f"{batch_id}.0"}
+    durables.harness.send(json.dumps(copy), queue=QUEUE)
+    assert durables.harness.deliver(QUEUE, worker=durables.worker()) is not None
+    assert durables.wait(durables.only_execution().durable_execution_arn).status.value == "SUCCEEDED"
+    # Then its end counted nothing: the member is still open, and no callback was published
+    table = durables.harness.deployment.idempotency_table
+    item = durables.harness.clients("dynamodb").get_item(TableName=table, Key={"id": {"S": batch_item_id(batch_id)}})
+    assert "succeeded" not in item["Item"] and "dead" not in item["Item"]
+    assert durables.harness.queue_counts(QUEUE) == (0, 1)  # the member's own message, still in flight

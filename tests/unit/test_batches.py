@@ -9,14 +9,17 @@ import pytest
 
 from sqs_jobs.batches import (
     MAX_BATCH_MEMBERS,
+    MEMBER_DIGEST_BYTES,
     BatchDefinitionError,
     BatchMember,
     callback_key,
     definition_items,
+    listed_digest,
+    member_digest,
     parse_member_field,
 )
 from sqs_jobs.catalog import CATALOG
-from sqs_jobs.envelope import parse_envelope
+from sqs_jobs.envelope import Envelope, parse_envelope
 from sqs_jobs.errors import EnvelopeFieldError
 
 BATCH_ID = "0123456789abcdef0123456789abcdef"
@@ -66,8 +69,10 @@ def test_a_callback_key_is_one_per_batch_and_kind() -> None:
 
 def test_the_largest_batch_of_the_longest_ids_fits_its_item() -> None:
     members = [("j" * 40, f"{n:03d}" + "x" * 253) for n in range(MAX_BATCH_MEMBERS)]
-    counting, listed = definition_items(BATCH_ID, members, {}, "", 0)
+    digests = [member_digest(Envelope(job, entity_id)) for job, entity_id in members]
+    counting, listed = definition_items(BATCH_ID, members, {}, "", 0, digests=digests)
     assert len(listed["members"]["L"]) == MAX_BATCH_MEMBERS
+    assert listed_digest(listed, MAX_BATCH_MEMBERS - 1) == digests[-1]
     assert len(json.dumps(counting)) < 1024  # the item each member's count updates stays small
 
 
@@ -90,3 +95,25 @@ def test_a_catalog_job_that_publishes_an_unknown_job_is_refused_and_routes_follo
         )
     )
     assert (catalog.publish_routes("a"), catalog.publish_routes("b")) == (("b",), ())
+
+
+def test_a_members_digest_is_its_envelope_but_its_batch_field() -> None:
+    body = {"job": JOB, "id": "1", "key": "1-v2", "tenant": "acme", "locale": "de", "version": 2}
+    member = parse_envelope(json.dumps({**body, "batch": f"{BATCH_ID}.3"}), CATALOG.job_names)
+    # The same envelope, its fields in another order and without its batch field: the same digest.
+    same = parse_envelope(json.dumps(dict(reversed(body.items()))), CATALOG.job_names)
+    assert member_digest(member) == member_digest(same)
+    assert len(member_digest(member)) == MEMBER_DIGEST_BYTES
+    # Anything a job's idempotency key may be computed from changes it.
+    for changed in ({"key": "1-v3"}, {"tenant": "other"}, {"locale": "fr"}, {"version": 2.5}, {"id": "2"}):
+        other = parse_envelope(json.dumps({**body, **changed}), CATALOG.job_names)
+        assert member_digest(other) != member_digest(member), changed
+    without_key = {name: value for name, value in body.items() if name != "key"}
+    assert member_digest(parse_envelope(json.dumps(without_key), CATALOG.job_names)) != member_digest(member)
+
+
+def test_a_members_item_without_digests_lists_none() -> None:
+    _, listed = definition_items(BATCH_ID, [(JOB, "1")], {}, "", 0)
+    assert "member_digests" not in listed and listed_digest(listed, 0) is None
+    with pytest.raises(BatchDefinitionError, match="one 16-byte digest per member"):
+        definition_items(BATCH_ID, [(JOB, "1"), (JOB, "2")], {}, "", 0, digests=[b"x" * 16])

@@ -148,5 +148,16 @@ def test_a_tiny_run_of_the_real_worker_meets_the_goal() -> None:
     assert batch.calls["idempotency PutItem"] == 3 + 2
     assert batch.calls["idempotency UpdateItem"] == 3 + 3 + 1
     assert batch.effective_writes == 3 * writes.GOAL_WRITES_PER_BATCH_MEMBER + writes.GOAL_WRITES_PER_BATCH
+    # Its members' item, which each member's count reads: three `<job>:<id>` and three 16-byte digests, well
+    # under one read unit's 4 KB.
+    assert batch.members_item_bytes is not None and 3 * 16 < batch.members_item_bytes < 4096
+    assert (batch.member_read_units, new.members_item_bytes) == (1, None)
     # A hand-back before any run writes nothing, and sends nothing.
     assert (hand_back.side_effects, hand_back.idempotency_writes, hand_back.calls) == (0, 0, {})
+
+
+def test_an_items_size_is_counted_as_dynamodb_bills_it() -> None:
+    # "DynamoDB item sizes and formats": names and values; a number one byte per two significant digits plus one;
+    # a list 3 bytes plus one per element; a binary its raw bytes.
+    item = {"id": {"S": "abc"}, "n": {"N": "-0123.50"}, "l": {"L": [{"S": "xy"}, {"B": b"\x00\x01"}]}}
+    assert writes.item_bytes(item) == (2 + 3) + (1 + 3) + (1 + 3 + (1 + 2) + (1 + 2))

@@ -7,7 +7,15 @@ import threading
 
 import pytest
 
-from functions.worker.breaker import PROBE_EXPIRY_S, Breakers, CircuitBreaker, Snapshot, State, hold_delay_s
+from functions.worker.breaker import (
+    MAX_BREAKERS,
+    PROBE_EXPIRY_S,
+    Breakers,
+    CircuitBreaker,
+    Snapshot,
+    State,
+    hold_delay_s,
+)
 from functions.worker.errors import CircuitOpenError, TransientError
 from sqs_jobs.specs import CircuitBreakerSpec
 
@@ -222,3 +230,41 @@ def test_a_refusal_wrapped_by_a_job_is_still_found_unless_the_job_says_from_none
     assert _held_back(_raised(lambda: wrapped(explicit=True, suppress=False))) is refusal
     assert _held_back(_raised(lambda: wrapped(explicit=False, suppress=False))) is refusal
     assert _held_back(_raised(lambda: wrapped(explicit=False, suppress=True))) is None
+
+
+def test_a_workers_breakers_stay_bounded_and_the_ones_that_know_something_are_kept() -> None:
+    clock = Clock()
+    breakers = Breakers(SPEC, clock)
+    # A downstream down now (open), one failing (not open yet), then 100,000 hosts a job called once each (a host
+    # may be a producer's: a tenant's webhook), all answering
+    down, failing = breakers.breaker("https://down.example.com"), breakers.breaker("https://flaky.example.com")
+    fail(down, 3)
+    fail(failing, 2)
+    for n in range(100_000):
+        ticket = breakers.admit(f"https://tenant-{n}.example.com")
+        assert ticket is not None
+        ticket.succeeded()
+    snapshots = breakers.snapshots()
+    assert len(snapshots) == MAX_BREAKERS
+    # Evicted first is what a new breaker would know as much as: the open and the failing ones are kept, as is
+    # the most recent host
+    assert breakers.breaker("https://down.example.com") is down and down.snapshot().state is State.OPEN
+    assert breakers.breaker("https://flaky.example.com") is failing
+    assert "https://tenant-99999.example.com" in {snapshot.downstream for snapshot in snapshots}
+    with pytest.raises(CircuitOpenError):
+        breakers.admit("https://down.example.com")
+
+
+def test_when_every_breaker_knows_something_the_least_recently_used_goes() -> None:
+    clock = Clock()
+    breakers = Breakers(SPEC, clock)
+    open_ones = [breakers.breaker(f"https://down-{n}.example.com") for n in range(MAX_BREAKERS)]
+    for each in open_ones:
+        fail(each, 3)
+    # A new downstream is kept (it may fail too), and the open breaker used longest ago is forgotten
+    fresh = breakers.breaker("https://new.example.com")
+    fail(fresh, 3)
+    assert breakers.breaker("https://new.example.com") is fresh
+    kept = {snapshot.downstream for snapshot in breakers.snapshots()}
+    assert "https://down-0.example.com" not in kept and "https://down-1.example.com" in kept
+    assert len(kept) == MAX_BREAKERS
