@@ -32,6 +32,7 @@ from functions.worker.names import (
     RECORD_JOB_ID,
     RECORD_JOB_KEY,
     RECORD_QUEUE,
+    RECORD_TENANT,
     LifeState,
     RecordStatus,
     life_partition,
@@ -67,6 +68,8 @@ class CancelTarget:
     job_id: str
     key: str
     expiry_s: int
+    # The tenant whose job it is ("" for none), written with the cancel as the worker writes it with a run.
+    tenant: str = ""
 
     @property
     def record_id(self) -> str:
@@ -243,6 +246,7 @@ def _cancel_free_key(table: str, target: CancelTarget, by: str, now: float) -> d
         "#job": RECORD_JOB,
         "#job_id": RECORD_JOB_ID,
         "#job_key": RECORD_JOB_KEY,
+        "#tenant": RECORD_TENANT,
     }
     values = {
         ":cancelled": {"S": RecordStatus.CANCELLED},
@@ -258,6 +262,7 @@ def _cancel_free_key(table: str, target: CancelTarget, by: str, now: float) -> d
         ":job": {"S": target.job},
         ":job_id": {"S": target.job_id},
         ":job_key": {"S": target.key},
+        ":tenant": {"S": target.tenant},
     }
     return {
         "TableName": table,
@@ -265,7 +270,7 @@ def _cancel_free_key(table: str, target: CancelTarget, by: str, now: float) -> d
         "UpdateExpression": (
             "SET #status = :cancelled, #expiry = :expiry, #cancelled_at = :now_at, #cancelled_by = :by, "
             "#life = :life, #life_at = :now_at, #queue = :queue, #job = :job, #job_id = :job_id, "
-            "#job_key = :job_key REMOVE #in_progress_expiry, #next_retry_at"
+            "#job_key = :job_key, #tenant = :tenant REMOVE #in_progress_expiry, #next_retry_at"
         ),
         "ConditionExpression": (
             "attribute_not_exists(#id) OR #expiry < :now OR #status = :failed OR "
@@ -328,4 +333,5 @@ def target_for(spec: QueueSpec, job: str, job_id: str, key: str | None, tenant: 
         job_id=job_id,
         key=job_key(spec, job, job_id, key, tenant),
         expiry_s=spec.idempotency_expiry_s,
+        tenant=tenant or "",
     )

@@ -716,7 +716,9 @@ class RunLedger(DynamoDBPersistenceLayer):
             ExpressionAttributeValues=values,
         )
 
-    def ending(self, record_id: str, runs: int | None, *, message_id: str, body: str, time_left_s: float) -> None:
+    def ending(
+        self, record_id: str, runs: int | None, *, message_id: str, body: str, tenant: str, time_left_s: float
+    ) -> None:
         """The key's message is in the DLQ, and what follows its dead letter (a batch member's count) failed: the
         record keeps that (ENDING), so the message's redelivery finishes it, running and sending nothing; any other
         message of the key finishes it first, then runs. Conditioned as `forget` is."""
@@ -730,6 +732,7 @@ class RunLedger(DynamoDBPersistenceLayer):
                 "#in_progress_expiry": self.in_progress_expiry_attr,
                 "#life": LIFE,
                 "#expiry": self.expiry_attr,
+                "#tenant": RECORD_TENANT,
             }
         )
         values.update(
@@ -739,6 +742,7 @@ class RunLedger(DynamoDBPersistenceLayer):
                 ":body": {"S": body},
                 ":failed": {"S": FAILED},
                 ":expiry": {"N": str(self._get_expiry_timestamp())},
+                ":tenant": {"S": tenant},
             }
         )
         self._client(time_left_s).update_item(
@@ -746,7 +750,8 @@ class RunLedger(DynamoDBPersistenceLayer):
             Key=self._key(record_id),
             UpdateExpression=(
                 "SET #status = :failed, #dead_lettered_at = :at, #ending_message = :message, #ending_body = :body, "
-                "#expiry = if_not_exists(#expiry, :expiry) REMOVE #pending, #in_progress_expiry, #life"
+                "#expiry = if_not_exists(#expiry, :expiry), #tenant = if_not_exists(#tenant, :tenant) "
+                "REMOVE #pending, #in_progress_expiry, #life"
             ),
             ConditionExpression=condition,
             ExpressionAttributeNames=names,

@@ -706,6 +706,7 @@ class Settlement:
                             key_record.runs,
                             message_id=delivery.message_identity,
                             body=delivery.record.body,
+                            tenant=envelope.tenant or "",
                             time_left_s=time_left_s,
                         ),
                     )

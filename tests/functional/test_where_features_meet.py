@@ -490,3 +490,24 @@ def test_once_old_keys_can_no_longer_live_a_tenants_job_looks_for_none(tenanted:
     # Then the job runs under its tenant's key, and the only read is the marker's
     assert tallied.KEYS == ["mail@acme 9001"]
     assert reads == [MARKER_ID]
+
+
+def test_a_cancel_of_a_key_without_a_tenant_never_holds_a_tenants_job(tenanted: Harness) -> None:
+    # Given an operator cancelled mail 9001 published without a tenant, before it ever ran (found by the model)
+    target = CancelTarget(
+        queue="tenanted",
+        job="mail",
+        job_id="9001",
+        key="mail:9001",
+        expiry_s=TENANTED.queue("tenanted").idempotency_expiry_s,
+    )
+    assert cancel_job(
+        tenanted.clients("dynamodb"), tenanted.deployment.idempotency_table, target, OPERATOR
+    ).outcome is (CancelOutcome.CANCELLED)
+
+    # When a tenant publishes its own mail for its 9001
+    _publish(tenanted, "acme")
+    _drain(tenanted, "tenanted")
+
+    # Then it runs, under its tenant's key: the cancel was of another job's key
+    assert tallied.KEYS == ["mail@acme 9001"]

@@ -1,0 +1,514 @@
+"""The model: a job's life with every feature interleaved and faults on the runtime's own AWS calls, on the real
+worker and moto (docs/key-life.md, "The promises").
+
+A hypothesis state machine publishes jobs (plain, keyed, a tenant's, limited per customer, batch members with
+callbacks, with follow-ups), delivers them through the event source emulator, crashes an environment after a
+batch's side effects, throttles one of the runtime's own DynamoDB or SQS calls (whichever comes next of a kind,
+after a success too), lets a run pass its time limit, cancels and undoes, fixes and redrives. After every step it
+checks what must always hold; at the end it lets everything settle, with no fault, and checks what must hold then:
+
+- no run of a key starts, and no side effect of it is made, once its record said it completed;
+- a key runs at most `max_attempts` times per life (a life ends with its dead letter);
+- final states are final: a completed key stays completed; a cancelled one stays cancelled until undone;
+- every dead letter carries its evidence;
+- settled: nothing is lost (every published key completed, cancelled or dead-lettered), every batch's callbacks
+  were published exactly once (`on_complete` once every member ended, `on_success` iff all succeeded), every
+  completed run's follow-up ran, and what `jobctl job list` and `batch show` say agrees with the records.
+
+`make test` runs it with a fixed budget (MODEL_EXAMPLES x MODEL_STEPS, derandomized); `make soak` runs it longer,
+randomized, and prints what it ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+from moto import mock_aws
+
+from functions.worker.clients import ClientFactory, new_session
+from functions.worker.key_life import KeyRecord, KeyState, scoped_key
+from functions.worker.names import FLOW_SLOT_PREFIX, LifeState
+from functions.worker.observability import Observability
+from functions.worker.provenance import Provenance
+from functions.worker.runtime import Worker
+from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
+from functions.worker.time_limit import current_run
+from jobctl.batch_lookup import DEAD_STATE, SUCCEEDED_STATE, look_up_batch
+from jobctl.dlq import DeadLetterQueue, Filter
+from jobctl.job_cancel import CancelTarget, cancel_job, withdraw
+from jobctl.job_life import jobs_in_flight
+from jobctl.local.chaos import Chaos, ChaosSettings
+from jobctl.local.moto_limits import enforce_message_limits
+from jobctl.local.moto_locks import serialize_moto
+from jobctl.local.moto_senders import record_senders
+from sqs_jobs.batches import batch_item_id, callback_key, member_indices
+from sqs_jobs.flow_control import KeyConcurrency
+from sqs_jobs.resources import Access, Table
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from tests.functional.conftest import REGION, Harness
+from tests.functional.sample_jobs import modelled
+from tests.functional.test_generate_invoice import wait_for_abandoned_runs
+
+pytestmark = pytest.mark.timeout(900)
+
+HANDLER = "tests.functional.sample_jobs.modelled"
+MAX_ATTEMPTS = 3
+QUEUE = "life"
+_JOB = {"time_limit_s": 1, "resources": ("effects",), "handler": HANDLER}
+CATALOG = Catalog(
+    queues=(
+        QueueSpec(
+            name=QUEUE,
+            max_attempts=MAX_ATTEMPTS,
+            function_timeout_s=8,
+            jobs=(
+                JobSpec(name="work", publishes=("done",), **_JOB),  # type: ignore[arg-type]
+                JobSpec(
+                    name="limited",
+                    publishes=("done",),
+                    concurrency=KeyConcurrency(limit=1, per="customer"),
+                    **_JOB,  # type: ignore[arg-type]
+                ),
+                JobSpec(name="done", **_JOB),  # type: ignore[arg-type]
+            ),
+        ),
+    ),
+    resources=(
+        Table(name="effects", description="what the model's runs did", partition_key="effect", access=Access.WRITE),
+    ),
+)
+OPERATOR = "arn:aws:sts::123456789012:assumed-role/operator/model"
+ENTITIES = ("1", "2", "3", "4")
+TENANTS = (None, "acme", "globex")
+KEYS = (None, "k")
+# The runtime's own calls a fault may hit: each, when armed, refuses the next such call that is not a job's.
+FAULTS = (
+    ("dynamodb", "PutItem"),
+    ("dynamodb", "UpdateItem"),
+    ("dynamodb", "DeleteItem"),
+    ("dynamodb", "GetItem"),
+    ("sqs", "SendMessage"),
+    ("sqs", "ChangeMessageVisibility"),
+)
+# The invocation a crash cuts short: the time limit, the settle margin and a second.
+CRASHED_TIMEOUT_S = 4.0
+THROTTLED = {"dynamodb": "ProvisionedThroughputExceededException", "sqs": "ThrottlingException"}
+
+EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "25"))
+STEPS = int(os.environ.get("MODEL_STEPS", "40"))
+RANDOMIZED = os.environ.get("MODEL_RANDOM", "") == "1"
+# What the runs did, across examples: the report `make soak` prints, and the floor the test holds itself to.
+RAN: Counter[str] = Counter()
+
+plans = st.builds(
+    modelled.Plan,
+    transient=st.integers(0, MAX_ATTEMPTS + 1),
+    permanent=st.booleans(),
+    slow=st.sampled_from([False] * 9 + [True]),
+    progress=st.booleans(),
+    cancel_mid_run=st.sampled_from([False] * 5 + [True]),
+    follow_up=st.booleans(),
+)
+
+
+class Faults:
+    """One-shot throttles on the worker's own calls (never a job's: its thread has a current run)."""
+
+    def __init__(self) -> None:
+        self.armed: dict[tuple[str, str], int] = {}
+        self.fired: Counter[str] = Counter()
+
+    def arm(self, service: str, operation: str, skip: int) -> None:
+        self.armed[(service, operation)] = skip
+
+    def hook(self, service: str) -> Any:
+        def refuse(params: dict[str, Any], model: Any, **_: Any) -> None:
+            target = (service, model.name)
+            if target not in self.armed or current_run() is not None:
+                return
+            if self.armed[target] > 0:
+                self.armed[target] -= 1
+                return
+            del self.armed[target]
+            self.fired[f"{service}.{model.name}"] += 1
+            raise ClientError({"Error": {"Code": THROTTLED[service], "Message": "injected by the model"}}, model.name)
+
+        return refuse
+
+
+class JobLives(RuleBasedStateMachine):
+    """One account, one queue, one worker environment at a time; see the module's docstring."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        record_senders()
+        serialize_moto()
+        enforce_message_limits()
+        self._aws = mock_aws()
+        self._aws.start()
+        modelled.reset()
+        clients = ClientFactory(session=new_session(region_name=REGION))
+        self.harness = Harness.provisioned(clients, CATALOG)
+        self.faults = Faults()
+        worker_clients = self.harness.worker_clients(QUEUE)
+        for service in ("dynamodb", "sqs"):
+            worker_clients.register(f"before-parameter-build.{service}", self.faults.hook(service))
+        self.worker = self._new_worker()
+        self.table = self.harness.deployment.idempotency_table
+        self.local = self.harness.deployment.queues[QUEUE]
+        # What the model published: each key, and the batches with their callbacks.
+        self.keys: set[str] = set()
+        self.batches: dict[str, bool] = {}  # batch ID -> has on_success
+        self.receipts: list[str] = []
+        # What it has seen: the STARTS index and effect count when a key was first seen completed; cancelled keys;
+        # dead letters per key (their message IDs), ever.
+        self.completed: dict[str, tuple[int, int]] = {}
+        self.cancelled: set[str] = set()
+        self.dead: defaultdict[str, set[str]] = defaultdict(set)
+        modelled.CANCEL.append(self._cancel_mid_run)
+
+    def _new_worker(self) -> Worker:
+        return Worker(
+            settings=self.harness.deployment.worker_settings(QUEUE),
+            clients=self.harness.worker_clients(QUEUE),
+            observability=Observability.create(output=self.harness.output),
+        )
+
+    def teardown(self) -> None:
+        try:
+            self._settle()
+        finally:
+            wait_for_abandoned_runs()
+            self._aws.stop()
+
+    # --- publishing ---------------------------------------------------------------------------------------------
+
+    @initialize(plan_list=st.lists(plans, min_size=len(ENTITIES), max_size=len(ENTITIES)))
+    def plan(self, plan_list: list[modelled.Plan]) -> None:
+        modelled.PLANS.update(dict(zip(ENTITIES, plan_list, strict=True)))
+
+    @rule(
+        job=st.sampled_from(["work", "limited"]),
+        entity=st.sampled_from(ENTITIES),
+        tenant=st.sampled_from(TENANTS),
+        key=st.sampled_from(KEYS),
+        customer=st.sampled_from(["c1", "c2"]),
+    )
+    def publish(self, job: str, entity: str, tenant: str | None, key: str | None, customer: str) -> None:
+        body: dict[str, Any] = {"job": job, "id": entity, "customer": customer}
+        if tenant is not None:
+            body["tenant"] = tenant
+        if key is not None:
+            body["key"] = key
+        self.harness.send(json.dumps(body), queue=QUEUE)
+        self.keys.add(scoped_key(job, key or entity, tenant))
+        RAN["publish"] += 1
+
+    @rule(
+        members=st.lists(st.sampled_from(ENTITIES), min_size=1, max_size=3, unique=True),
+        on_success=st.booleans(),
+    )
+    def publish_batch(self, members: list[str], on_success: bool) -> None:
+        number = len(self.batches)
+        batch_id = self.harness.stack_publisher().batch(
+            [("work", entity) for entity in members],
+            on_complete=("done", f"batch-{number}"),
+            on_success=("done", f"batch-{number}") if on_success else None,
+        )
+        self.batches[batch_id] = on_success
+        self.keys.update(scoped_key("work", entity, None) for entity in members)
+        RAN["batch"] += 1
+
+    # --- delivering -----------------------------------------------------------------------------------------------
+
+    @rule(fault=st.none() | st.sampled_from(FAULTS), skip=st.integers(0, 3))
+    def deliver(self, fault: tuple[str, str] | None, skip: int) -> None:
+        """One poll of the queue by the warm environment, one of the runtime's own calls throttled if `fault`
+        names one (the `skip`-th such call after this starts: after a success too)."""
+        if fault is not None:
+            self.faults.arm(*fault, skip)
+        invocation = self.harness.deliver(QUEUE, worker=self.worker)
+        if invocation is not None:
+            self._keep_receipts(invocation)
+            RAN["deliver"] += 1
+
+    @rule(fault=st.none() | st.sampled_from(FAULTS), skip=st.integers(0, 3))
+    def deliver_again(self, fault: tuple[str, str] | None, skip: int) -> None:
+        """The same as `deliver`: twice as likely as any other rule, as deliveries are in life."""
+        self.deliver(fault, skip)
+
+    @rule()
+    def crash_after_side_effects(self) -> None:
+        """A new environment takes a batch, runs it, and dies before its answer: nothing is acknowledged."""
+        mapping = self.harness.mapping(QUEUE, chaos=Chaos(ChaosSettings(crash=1.0)))
+        # Its runs hold their keys until its invocation's deadline: a short one, so the model waits little.
+        invocation = mapping.poll_once(self._new_worker().handle, timeout_s=CRASHED_TIMEOUT_S)
+        if invocation is not None:
+            self._keep_receipts(invocation)
+            RAN["crash"] += 1
+
+    @rule()
+    def time_passes(self) -> None:
+        """Time passes until nothing waits any more: every message handed back or left by a crash is due again,
+        and the holds of runs that are over (a crashed environment's key and slot) have ended, as their deadlines
+        would have. No run is in flight between steps, once the threads of runs cut at their limit have ended."""
+        wait_for_abandoned_runs()
+        sqs = self.harness.clients("sqs")
+        for receipt in self.receipts:
+            with contextlib.suppress(ClientError):  # deleted since, or received again
+                sqs.change_message_visibility(QueueUrl=self.local.url, ReceiptHandle=receipt, VisibilityTimeout=0)
+        self.receipts.clear()
+        dynamodb, now = self.harness.clients("dynamodb"), time.time()
+        for page in dynamodb.get_paginator("scan").paginate(TableName=self.table):
+            for item in page["Items"]:
+                if item["id"]["S"].startswith(FLOW_SLOT_PREFIX) and "until" in item:
+                    ended = {"#at": "until"}, {":past": {"N": f"{now - 1:.3f}"}}
+                elif item.get("status", {}).get("S") == "INPROGRESS" and "in_progress_expiration" in item:
+                    ended = {"#at": "in_progress_expiration"}, {":past": {"N": str(int(now * 1000) - 1)}}
+                else:
+                    continue
+                dynamodb.update_item(
+                    TableName=self.table,
+                    Key={"id": item["id"]},
+                    UpdateExpression="SET #at = :past",
+                    ExpressionAttributeNames=ended[0],
+                    ExpressionAttributeValues=ended[1],
+                )
+        RAN["time"] += 1
+
+    # --- the operator ---------------------------------------------------------------------------------------------
+
+    def _target(self, job: str, entity: str, tenant: str | None, key: str | None) -> CancelTarget:
+        return CancelTarget(
+            queue=QUEUE,
+            job=job,
+            job_id=entity,
+            key=scoped_key(job, key or entity, tenant),
+            expiry_s=CATALOG.queue(QUEUE).idempotency_expiry_s,
+            tenant=tenant or "",
+        )
+
+    def _cancel_mid_run(self, job: str, entity: str, tenant: str | None, key: str | None) -> None:
+        cancel_job(self.harness.clients("dynamodb"), self.table, self._target(job, entity, tenant, key), OPERATOR)
+        RAN["cancel mid-run"] += 1
+
+    @rule(
+        job=st.sampled_from(["work", "limited"]),
+        entity=st.sampled_from(ENTITIES),
+        tenant=st.sampled_from(TENANTS),
+        key=st.sampled_from(KEYS),
+        undo=st.booleans(),
+    )
+    def cancel(self, job: str, entity: str, tenant: str | None, key: str | None, undo: bool) -> None:
+        target = self._target(job, entity, tenant, key)
+        dynamodb = self.harness.clients("dynamodb")
+        if undo:
+            withdraw(dynamodb, self.table, target)
+            self.cancelled.discard(target.key)
+            RAN["undo"] += 1
+        else:
+            cancel_job(dynamodb, self.table, target, OPERATOR)
+            RAN["cancel"] += 1
+
+    @rule(entity=st.sampled_from(ENTITIES))
+    def fix(self, entity: str) -> None:
+        modelled.FIXED.add(entity)
+        RAN["fixed"] += 1
+
+    @rule()
+    def redrive(self) -> None:
+        dlq = DeadLetterQueue(
+            self.harness.clients("sqs"),
+            self.local.dlq_url,
+            self.local.url,
+            Provenance.of([self.local.worker_role_id]),
+            receive_wait_s=0,
+        )
+        RAN["redriven"] += dlq.move(Filter()).moved
+
+    # --- what must always hold --------------------------------------------------------------------------------------
+
+    @invariant()
+    def promises_hold(self) -> None:
+        records = self._records()
+        starts = list(modelled.STARTS)
+        effects = self._effects()
+        self._see_dead_letters()
+        now = time.time()
+        for record_id, record in records.items():
+            key = record.job_key or record_id
+            state = record.state(now)
+            if key in self.completed:
+                at_start, at_effects = self.completed[key]
+                assert state is KeyState.COMPLETED, f"{key} completed, then {state}: a final state was overwritten"
+                later = [start for start in starts if start[1] == key and start[0] > at_start]
+                assert not later, f"{key} ran again after its success was recorded: {later}"
+                assert effects[key] == at_effects, f"{key}'s side effect repeated after its success was recorded"
+            elif state is KeyState.COMPLETED and record.job_key is not None:
+                self.completed[key] = (max((s[0] for s in starts), default=-1), effects[key])
+            if key in self.cancelled:
+                assert state is KeyState.CANCELLED, f"{key} was cancelled and not undone, yet is {state}"
+            elif state is KeyState.CANCELLED and record.job_key is not None:
+                self.cancelled.add(key)
+        runs = Counter(key for _, key, _ in starts)
+        for key, count in runs.items():
+            lives = 1 + len(self.dead[key])
+            assert count <= MAX_ATTEMPTS * lives, f"{key} ran {count} times in {lives} life/lives"
+
+    # --- settling -----------------------------------------------------------------------------------------------
+
+    def _settle(self) -> None:
+        """No fault any more: everything due runs until the queue is empty; then what must hold at rest."""
+        RAN.update({f"fault {name}": count for name, count in self.faults.fired.items()})
+        self.faults.armed.clear()
+        wait_for_abandoned_runs()
+        for _ in range(60):
+            self.time_passes()
+            invocation = self.harness.deliver(QUEUE, worker=self.worker)
+            if invocation is not None:
+                self._keep_receipts(invocation)
+            elif self.harness.queue_counts(QUEUE) == (0, 0):
+                break
+        else:
+            raise AssertionError(f"the queue never emptied: {self.harness.queue_counts(QUEUE)} left")
+        wait_for_abandoned_runs()
+        self.promises_hold()
+        records = self._records()
+        by_key = {record.job_key: record for record in records.values() if record.job_key}
+        now = time.time()
+        for key in self.keys:
+            record = by_key.get(key)
+            state = record.state(now) if record is not None else KeyState.NEW
+            assert state in (KeyState.COMPLETED, KeyState.CANCELLED) or self.dead[key], (
+                f"{key} was published and is {state}, with no dead letter: lost"
+            )
+        self._check_batches(by_key)
+        self._check_follow_ups(by_key)
+        self._check_lists(records)
+        RAN["examples"] += 1
+
+    def _check_batches(self, by_key: dict[str, KeyRecord]) -> None:
+        dynamodb = self.harness.clients("dynamodb")
+        for number, (batch_id, has_success) in enumerate(self.batches.items()):
+            item = dynamodb.get_item(TableName=self.table, Key={"id": {"S": batch_item_id(batch_id)}})["Item"]
+            size = int(item["size"]["N"])
+            succeeded, dead = member_indices(item, "succeeded"), member_indices(item, "dead")
+            complete = by_key.get(scoped_key("done", callback_key(batch_id, "complete"), None))
+            success = by_key.get(scoped_key("done", callback_key(batch_id, "success"), None))
+            ended = len(succeeded) + len(dead) >= size
+            assert (complete is not None and complete.status == "COMPLETED") == ended, (
+                f"batch {number}: {len(succeeded)}+{len(dead)} of {size} ended, on_complete ran: {complete}"
+            )
+            if has_success:
+                assert (success is not None and success.status == "COMPLETED") == (len(succeeded) >= size), (
+                    f"batch {number}: {len(succeeded)} of {size} succeeded, on_success ran: {success}"
+                )
+            shown = look_up_batch(dynamodb, self.table, batch_id)
+            assert (shown.count(SUCCEEDED_STATE), shown.count(DEAD_STATE)) == (len(succeeded), len(dead)), (
+                "batch show disagrees"
+            )
+            RAN["batch settled"] += 1
+
+    def _check_follow_ups(self, by_key: dict[str, KeyRecord]) -> None:
+        effects = self._effects()
+        for entity, plan in modelled.PLANS.items():
+            if not plan.follow_up:
+                continue
+            for key, record in by_key.items():
+                if record.job != "done" and record.job_id == entity and record.status == "COMPLETED" and effects[key]:
+                    follow_up = by_key.get(scoped_key("done", f"after-{entity}", None))
+                    assert follow_up is not None and follow_up.status == "COMPLETED", f"{key}'s follow-up is lost"
+                    RAN["follow-up checked"] += 1
+
+    def _check_lists(self, records: dict[str, KeyRecord]) -> None:
+        listed = jobs_in_flight(self.harness.clients("dynamodb"), self.table, [QUEUE]).jobs
+        shown = {entry.key: entry.state for entry in listed}
+        now = time.time()
+        for record in records.values():
+            if record.life is None or record.job_key is None:
+                continue
+            assert record.job_key in shown, f"{record.job_key} is in flight ({record.life}) but not listed"
+            state = record.state(now)
+            expected = LifeState.CANCELLED if state is KeyState.CANCELLED else None
+            if expected is not None:
+                assert shown[record.job_key] is expected, f"{record.job_key} is {state}, listed {shown[record.job_key]}"
+
+    # --- reading what is there ------------------------------------------------------------------------------------
+
+    def _keep_receipts(self, invocation: Any) -> None:
+        self.receipts.extend(
+            record["receiptHandle"]
+            for record in invocation.event["Records"]
+            if record["messageId"] not in invocation.deleted
+        )
+
+    def _records(self) -> dict[str, KeyRecord]:
+        found: dict[str, KeyRecord] = {}
+        for page in self.harness.clients("dynamodb").get_paginator("scan").paginate(TableName=self.table):
+            for item in page["Items"]:
+                record_id = item["id"]["S"]
+                if record_id.startswith(f"{IDEMPOTENCY_KEY_PREFIX}#"):
+                    found[record_id] = KeyRecord.from_item(record_id, item)
+        return found
+
+    def _effects(self) -> Counter[str]:
+        table = self.harness.deployment.resources["effects"]
+        counted: Counter[str] = Counter()
+        for page in self.harness.clients("dynamodb").get_paginator("scan").paginate(TableName=table):
+            counted.update(item["key"]["S"] for item in page["Items"])
+        return counted
+
+    def _see_dead_letters(self) -> None:
+        """Every dead letter now in the DLQ, read without taking it (moto's own state), checked for evidence."""
+        from moto.core.models import DEFAULT_ACCOUNT_ID
+        from moto.sqs.models import sqs_backends
+
+        queue = sqs_backends[DEFAULT_ACCOUNT_ID][REGION].queues[self.local.dlq_url.rsplit("/", 1)[-1]]
+        for message in list(queue._messages):
+            body = json.loads(message.body)
+            key = scoped_key(body["job"], body.get("key") or body["id"], body.get("tenant"))
+            attributes = {name: value.get("StringValue") for name, value in message.message_attributes.items()}
+            assert attributes.get("jobs.error_type") and attributes.get("jobs.failure"), (
+                f"a dead letter of {key} without its evidence: {sorted(attributes)}"
+            )
+            assert 1 <= int(attributes["jobs.attempts"]) <= MAX_ATTEMPTS, f"{key}: attempts {attributes}"
+            self.dead[key].add(message.id)
+
+
+def test_every_promise_holds_where_the_features_meet(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A record whose key another run holds is handed back after 0.2 s, not 2 (the model has no twin to wait for).
+    monkeypatch.setattr("functions.worker.execution.IN_PROGRESS_PATIENCE_S", 0.2)
+    budget = settings(
+        max_examples=EXAMPLES,
+        stateful_step_count=STEPS,
+        deadline=None,
+        derandomize=not RANDOMIZED,
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+    )
+    RAN.clear()
+    run_state_machine_as_test(JobLives, settings=budget)
+    steps = sum(
+        count
+        for name, count in RAN.items()
+        if name not in ("examples", "batch settled", "follow-up checked") and not name.startswith("fault ")
+    )
+    print(f"model: {RAN['examples']} examples, {steps} steps: {dict(sorted(RAN.items()))}")
+    # The budget was spent on the job's life, not on examples that did nothing.
+    assert RAN["examples"] >= EXAMPLES // 2 and RAN["deliver"] >= EXAMPLES
