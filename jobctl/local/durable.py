@@ -26,6 +26,7 @@ from typing import Any
 from aws_durable_execution_sdk_python.execution import durable_execution
 from aws_durable_execution_sdk_python_testing import DurableFunctionTestRunner
 from aws_durable_execution_sdk_python_testing.execution import Execution
+from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestResult
 from aws_durable_execution_sdk_python_testing.stores.sqlite import SQLiteExecutionStore
 
 from functions.durable.runtime import DurableRuntime
@@ -113,8 +114,13 @@ class LocalDurableFunctions:
         return found
 
     def wait(self, job: str, arn: str, timeout_s: float) -> Any:
-        """The execution's result once it ends (DurableFunctionTestResult), or TimeoutError."""
-        return self.functions[job].runner.wait_for_result(arn, timeout=int(timeout_s))
+        """The execution's result once it ends (DurableFunctionTestResult), or TimeoutError. An execution that
+        already ended is answered from the store: the runner's completion event serves only its first waiter."""
+        function = self.functions[job]
+        execution = function.store.load(arn)
+        if execution.is_complete:
+            return DurableFunctionTestResult.create(execution=execution)
+        return function.runner.wait_for_result(arn, timeout=int(timeout_s))
 
     def close(self) -> None:
         for function in self.functions.values():
