@@ -5,6 +5,7 @@ what follows a success or a dead letter is retried until it holds, whatever fail
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -12,13 +13,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from functions.worker.clients import ClientFactory
+from functions.worker.names import RUNTIME_JOB
 from functions.worker.observability import Observability
 from functions.worker.runtime import Worker
 from sqs_jobs.batches import batch_item_id
 from sqs_jobs.specs import Catalog
-from tests.functional.conftest import Harness, envelope
+from tests.functional.conftest import Harness, attributes_of, envelope, metric_values
 from tests.functional.test_durable_jobs import IMPORTS, JOB, QUEUE, Durables, durables_of
 
 
@@ -35,9 +38,11 @@ def with_durable(catalog: Catalog, **changes: Any) -> Catalog:
 
 @dataclass
 class Run:
-    """The imports queue's durable job running `run(envelope, context)` instead of the import."""
+    """The imports queue's durable job running `run(envelope, context)` instead of the import. `runtime_clients`
+    are its durable function's own: a fault injected there touches no worker."""
 
     durables: Durables
+    runtime_clients: ClientFactory
 
     @property
     def harness(self) -> Harness:
@@ -67,6 +72,21 @@ class Run:
         )
         return self.durables.wait(newest.durable_execution_arn)
 
+    def dead_letters(self) -> list[dict[str, str]]:
+        """Each dead letter's evidence, with its body's ID as `id`."""
+        return [
+            {**attributes_of(message), "id": json.loads(message["Body"])["id"]}
+            for message in self.harness.dead_letters(QUEUE)
+        ]
+
+    def runtime_faults(self) -> dict[str, int]:
+        """RuntimeFault counts, by reason, summed over every metrics document."""
+        counts: dict[str, int] = {}
+        for doc in self.harness.metrics():
+            if doc.get("job") == RUNTIME_JOB and "RuntimeFault" in doc and "reason" in doc:
+                counts[doc["reason"]] = counts.get(doc["reason"], 0) + int(sum(metric_values(doc, "RuntimeFault")))
+        return counts
+
     def batch_counts(self, batch_id: str) -> dict[str, list[str]]:
         item = self.harness.clients("dynamodb").get_item(
             TableName=self.harness.deployment.idempotency_table, Key={"id": {"S": batch_item_id(batch_id)}}
@@ -83,13 +103,30 @@ def durable_run(clients: ClientFactory, monkeypatch: pytest.MonkeyPatch) -> Iter
         from functions.jobs import import_orders
 
         monkeypatch.setattr(import_orders, "run", run)
-        durables = durables_of(Harness.provisioned(clients, catalog), catalog)
+        harness = Harness.provisioned(clients, catalog)
+        session = harness.deployment.worker_session(harness.clients("sts"), QUEUE, "test-imports-durable")
+        runtime_clients = ClientFactory(session=session)
+        durables = durables_of(harness, catalog, runtime_clients)
         made.append(durables)
-        return Run(durables)
+        return Run(durables, runtime_clients)
 
     yield make
     for durables in made:
         durables.functions.close()
+
+
+def refuse(clients: ClientFactory, event: str, times: int, when: Any = None) -> list[str]:
+    """The next `times` calls of `event` on `clients` (those `when(params)` picks) refused as throttled; the list
+    of the refusals made."""
+    refused: list[str] = []
+
+    def throttle(params: Any = None, **_: Any) -> None:
+        if len(refused) < times and (when is None or when(params)):
+            refused.append(event)
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "injected"}}, event)
+
+    clients.register(event, throttle)
+    return refused
 
 
 class SlowStart:
@@ -138,3 +175,109 @@ def test_a_cut_steps_late_progress_does_not_undo_its_executions_success(durable_
     assert woke.wait(10)
     record = run.durables.record("imp-s2")
     assert (record.status, record.generation) == ("SUCCEEDED", 0)
+
+
+def test_code_outside_steps_that_changes_between_replays_ends_in_one_dead_letter_and_a_new_publish_runs_it(
+    durable_run: Any,
+) -> None:
+    runs: list[int] = []
+
+    def run_job(envelope: Any, context: Any) -> None:
+        runs.append(1)
+        # A name made outside steps from something that changes between replays (a clock, a counter): the replay
+        # after the wait no longer matches the first step's checkpoint.
+        context.step(f"fetch-{len(runs)}", lambda: 1)
+        context.wait(1)
+        context.step("after", lambda: 2)
+
+    run = durable_run(run_job)
+    run.publish("imp-n1")
+    assert run.ended("imp-n1").status.value == "FAILED"
+    [dead_letter] = run.dead_letters()
+    assert (dead_letter["jobs.error_type"], dead_letter["jobs.failure"], dead_letter["jobs.attempts"]) == (
+        "NonDeterministicExecutionError",
+        "permanent",
+        "1",
+    )
+    assert "step '(replay)'" in dead_letter["jobs.error_message"]
+    record = run.durables.record("imp-n1")
+    assert (record.status, record.generation) == ("FAILED", 1)
+    # Published again (or redriven): the key's next generation runs.
+    run.publish("imp-n1")
+    assert run.ended("imp-n1").status.value == "FAILED"
+    names = sorted(e.start_input.execution_name[-3:] for e in run.durables.functions.executions(JOB))
+    assert names == ["-g0", "-g1"]
+
+
+def test_a_step_inside_a_step_is_refused_at_once_for_good_even_when_caught(durable_run: Any) -> None:
+    inner_runs: list[str] = []
+
+    def inner() -> int:
+        inner_runs.append("inner")
+        return 1
+
+    def nested(context: Any) -> int:
+        try:
+            return int(context.step("inner", inner))
+        except Exception:  # the job's code catches the refusal: the step fails all the same
+            return 0
+
+    def run_job(envelope: Any, context: Any) -> None:
+        context.step("outer", lambda: nested(context))
+        context.wait(1)
+        context.step("after", lambda: 2)
+
+    run = durable_run(run_job)
+    run.publish("imp-n2")
+    assert run.ended("imp-n2").status.value == "FAILED"
+    assert inner_runs == []
+    [dead_letter] = run.dead_letters()
+    assert (dead_letter["jobs.error_type"], dead_letter["jobs.failure"], dead_letter["jobs.attempts"]) == (
+        "DurableMisuseError",
+        "permanent",
+        "1",
+    )
+    assert "context.step('inner') inside step 'outer'" in dead_letter["jobs.error_message"]
+    assert run.durables.record("imp-n2").generation == 1
+
+
+def test_a_follow_up_whose_publish_is_throttled_for_long_is_published_once_it_can(durable_run: Any) -> None:
+    def run_job(envelope: Any, context: Any) -> dict[str, int]:
+        context.then("import_report", f"after-{envelope.id}")
+        return {"done": context.step("only", lambda: 1)}
+
+    run = durable_run(run_job)
+    refused = refuse(run.runtime_clients, "before-call.sqs.SendMessageBatch", times=8)
+    run.publish("imp-f1")
+    assert run.ended("imp-f1").status.value == "SUCCEEDED"
+    assert len(refused) == 8
+    assert run.harness.queue_counts(QUEUE) == (1, 0)
+    assert json.loads(run.harness.peek(QUEUE)["Body"]) == {"job": "import_report", "id": "after-imp-f1"}
+    assert run.durables.record("imp-f1").status == "SUCCEEDED"
+    assert run.runtime_faults() == {"follow_up_publish": 8}
+
+
+def test_a_failed_record_write_after_the_dead_letter_sends_no_second_one(durable_run: Any) -> None:
+    from functions.jobs.import_orders import ImportFileError
+
+    def run_job(envelope: Any, context: Any) -> None:
+        context.step("breaks", lambda: (_ for _ in ()).throw(ImportFileError("row 3 is not a number")))
+
+    def failure_end(params: Any) -> bool:
+        return ":next" in (params or {}).get("ExpressionAttributeValues", {})
+
+    run = durable_run(run_job)
+    refused = refuse(run.runtime_clients, "provide-client-params.dynamodb.UpdateItem", times=3, when=failure_end)
+    run.publish("imp-d1")
+    assert run.ended("imp-d1").status.value == "FAILED"
+    assert len(refused) == 3
+    [dead_letter] = run.dead_letters()
+    assert (dead_letter["jobs.error_type"], dead_letter["jobs.failure"], dead_letter["jobs.attempts"]) == (
+        "ImportFileError",
+        "permanent",
+        "1",
+    )
+    assert dead_letter["jobs.error_message"] == "step 'breaks': row 3 is not a number"
+    record = run.durables.record("imp-d1")
+    assert (record.status, record.generation, record.last_error_type) == ("FAILED", 1, "ImportFileError")
+    assert run.runtime_faults() == {"durable_end": 3}
