@@ -49,6 +49,8 @@ STARTED_AT = "started_at"
 BEAT_AT = "beat_at"
 ENDED_AT = "ended_at"
 NOTE = "note"
+# A sweep's claim on ending an execution that ended without its end (functions/durable/sweep.py): until when.
+CLAIMED_UNTIL = "claimed_until"
 EXPIRATION = "expiration"
 # The bodies of the batch members' messages that named the key (a string set): each execution's end counts them all,
 # whichever message started it.
@@ -119,6 +121,10 @@ class DurableState:
 class StaleGenerationError(Exception):
     """A write of an execution whose key has moved on to a newer generation (a redrive started a new one), or that
     would undo its end (a heartbeat after its success)."""
+
+
+class ClaimedError(Exception):
+    """Another sweep claimed ending this execution, and its claim has not lapsed."""
 
 
 class DurableRecords:
@@ -210,6 +216,7 @@ class DurableRecords:
             ENDED_AT: now,
             BEAT_AT: now,
             NEXT_RETRY_AT: None,
+            CLAIMED_UNTIL: None,
         }
         if not succeeded:
             values[LAST_ERROR_TYPE] = error_type[:MAX_TEXT_CHARS] or "(unknown)"
@@ -232,6 +239,20 @@ class DurableRecords:
                     f"is at generation {state.generation}, {state.status}"
                 ) from refused
 
+    def claim(self, key: str, generation: int, until: float) -> None:
+        """A sweep's claim on ending `generation` (functions/durable/sweep.py), so two sweeps never both send its
+        dead letter: ClaimedError while another's claim holds, StaleGenerationError once it ended."""
+        try:
+            self._update(key, generation, {CLAIMED_UNTIL: until}, unless_status=(SUCCEEDED,), unless_claimed=True)
+        except ConditionRefusedError as refused:
+            state = self.read(key)
+            if state.generation == generation and state.status != SUCCEEDED:
+                raise ClaimedError(f"{key}: generation {generation} is claimed by another sweep") from refused
+            raise StaleGenerationError(
+                f"{key}: generation {generation} already ended (the record is at generation {state.generation}, "
+                f"{state.status})"
+            ) from refused
+
     def _update(
         self,
         key: str,
@@ -242,6 +263,7 @@ class DurableRecords:
         only_if_absent: str | None = None,
         next_generation: bool = False,
         unless_status: tuple[str, ...] = (),
+        unless_claimed: bool = False,
     ) -> None:
         """One conditional UpdateItem at `generation`. Refused: ConditionRefusedError (StaleGenerationError for a
         plain write), except for `only_if_absent`, which is quietly kept."""
@@ -275,6 +297,10 @@ class DurableRecords:
                 attribute_values[f":final{index}"] = {"S": status}
             refused = ", ".join(f":final{index}" for index in range(len(unless_status)))
             condition += f" AND (attribute_not_exists(#status) OR NOT #status IN ({refused}))"
+        if unless_claimed:
+            names["#claimed"] = CLAIMED_UNTIL
+            attribute_values[":now"] = _attribute(self._clock())
+            condition += " AND (attribute_not_exists(#claimed) OR #claimed < :now)"
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         try:
             self._client().update_item(

@@ -18,7 +18,10 @@ from botocore.exceptions import ClientError
 from functions.worker.clients import ClientFactory
 from functions.worker.names import RUNTIME_JOB
 from functions.worker.observability import Observability
+from functions.worker.provenance import Provenance
 from functions.worker.runtime import Worker
+from jobctl.dlq import DeadLetterQueue, Filter
+from jobctl.local.heartbeat import heartbeat_body
 from sqs_jobs.batches import batch_item_id
 from sqs_jobs.specs import Catalog
 from tests.functional.conftest import Harness, attributes_of, envelope, metric_values
@@ -54,15 +57,16 @@ class Run:
             clients=self.harness.worker_clients(QUEUE),
             observability=Observability.create(output=self.harness.output),
             durable_starter=starter or self.durables.functions,
+            durable_executions=self.durables.functions,
         )
 
-    def publish(self, import_id: str, starter: Any = None) -> None:
-        self.harness.send(envelope(JOB, import_id), queue=QUEUE)
-        assert self.harness.deliver(QUEUE, worker=self.worker(starter)) is not None
+    def heartbeat(self) -> None:
+        """The heartbeat canary through the queue to a worker, whose sweep ends what ended without its end."""
+        self.harness.send(heartbeat_body(), queue=QUEUE)
+        assert self.harness.deliver(QUEUE, worker=self.worker()) is not None
 
-    def ended(self, import_id: str) -> Any:
-        """The newest execution of the key, once it ended."""
-        newest = max(
+    def newest(self, import_id: str) -> Any:
+        return max(
             (
                 e
                 for e in self.durables.functions.executions(JOB)
@@ -70,7 +74,20 @@ class Run:
             ),
             key=lambda e: e.start_input.execution_name,
         )
-        return self.durables.wait(newest.durable_execution_arn)
+
+    def dead_letter_queue(self) -> DeadLetterQueue:
+        """jobctl's view of the imports DLQ: what an operator lists, shows and redrives."""
+        local = self.harness.deployment.queues[QUEUE]
+        runtime = Provenance.of([local.worker_role_id])
+        return DeadLetterQueue(self.harness.clients("sqs"), local.dlq_url, local.url, runtime, receive_wait_s=0)
+
+    def publish(self, import_id: str, starter: Any = None) -> None:
+        self.harness.send(envelope(JOB, import_id), queue=QUEUE)
+        assert self.harness.deliver(QUEUE, worker=self.worker(starter)) is not None
+
+    def ended(self, import_id: str) -> str:
+        """How the newest execution of the key ended (Lambda's execution status), once it ended."""
+        return str(self.durables.wait(self.newest(import_id).durable_execution_arn).execution_status.value)
 
     def dead_letters(self) -> list[dict[str, str]]:
         """Each dead letter's evidence, with its body's ID as `id`."""
@@ -145,7 +162,7 @@ class SlowStart:
 def test_a_start_answered_after_the_execution_succeeded_leaves_its_record_succeeded(durable_run: Any) -> None:
     run = durable_run(lambda envelope, context: context.step("only", lambda: 1))
     run.publish("imp-s1", starter=SlowStart(run.durables))
-    assert run.ended("imp-s1").status.value == "SUCCEEDED"
+    assert run.ended("imp-s1") == "SUCCEEDED"
     assert run.durables.record("imp-s1").status == "SUCCEEDED"
     # A batch member of that key is then counted at once, as a duplicate of a key that succeeded: its batch completes.
     batch_id = run.harness.stack_publisher().batch([(JOB, "imp-s1")], on_complete=("import_report", "b-s1"))
@@ -171,7 +188,7 @@ def test_a_cut_steps_late_progress_does_not_undo_its_executions_success(durable_
 
     run = durable_run(run_job, with_durable(IMPORTS, step_time_limit_s=1))
     run.publish("imp-s2")
-    assert run.ended("imp-s2").status.value == "SUCCEEDED"
+    assert run.ended("imp-s2") == "SUCCEEDED"
     assert woke.wait(10)
     record = run.durables.record("imp-s2")
     assert (record.status, record.generation) == ("SUCCEEDED", 0)
@@ -192,7 +209,7 @@ def test_code_outside_steps_that_changes_between_replays_ends_in_one_dead_letter
 
     run = durable_run(run_job)
     run.publish("imp-n1")
-    assert run.ended("imp-n1").status.value == "FAILED"
+    assert run.ended("imp-n1") == "FAILED"
     [dead_letter] = run.dead_letters()
     assert (dead_letter["jobs.error_type"], dead_letter["jobs.failure"], dead_letter["jobs.attempts"]) == (
         "NonDeterministicExecutionError",
@@ -204,7 +221,7 @@ def test_code_outside_steps_that_changes_between_replays_ends_in_one_dead_letter
     assert (record.status, record.generation) == ("FAILED", 1)
     # Published again (or redriven): the key's next generation runs.
     run.publish("imp-n1")
-    assert run.ended("imp-n1").status.value == "FAILED"
+    assert run.ended("imp-n1") == "FAILED"
     names = sorted(e.start_input.execution_name[-3:] for e in run.durables.functions.executions(JOB))
     assert names == ["-g0", "-g1"]
 
@@ -229,7 +246,7 @@ def test_a_step_inside_a_step_is_refused_at_once_for_good_even_when_caught(durab
 
     run = durable_run(run_job)
     run.publish("imp-n2")
-    assert run.ended("imp-n2").status.value == "FAILED"
+    assert run.ended("imp-n2") == "FAILED"
     assert inner_runs == []
     [dead_letter] = run.dead_letters()
     assert (dead_letter["jobs.error_type"], dead_letter["jobs.failure"], dead_letter["jobs.attempts"]) == (
@@ -249,7 +266,7 @@ def test_a_follow_up_whose_publish_is_throttled_for_long_is_published_once_it_ca
     run = durable_run(run_job)
     refused = refuse(run.runtime_clients, "before-call.sqs.SendMessageBatch", times=8)
     run.publish("imp-f1")
-    assert run.ended("imp-f1").status.value == "SUCCEEDED"
+    assert run.ended("imp-f1") == "SUCCEEDED"
     assert len(refused) == 8
     assert run.harness.queue_counts(QUEUE) == (1, 0)
     assert json.loads(run.harness.peek(QUEUE)["Body"]) == {"job": "import_report", "id": "after-imp-f1"}
@@ -269,7 +286,7 @@ def test_a_failed_record_write_after_the_dead_letter_sends_no_second_one(durable
     run = durable_run(run_job)
     refused = refuse(run.runtime_clients, "provide-client-params.dynamodb.UpdateItem", times=3, when=failure_end)
     run.publish("imp-d1")
-    assert run.ended("imp-d1").status.value == "FAILED"
+    assert run.ended("imp-d1") == "FAILED"
     assert len(refused) == 3
     [dead_letter] = run.dead_letters()
     assert (dead_letter["jobs.error_type"], dead_letter["jobs.failure"], dead_letter["jobs.attempts"]) == (
@@ -281,3 +298,149 @@ def test_a_failed_record_write_after_the_dead_letter_sends_no_second_one(durable
     record = run.durables.record("imp-d1")
     assert (record.status, record.generation, record.last_error_type) == ("FAILED", 1, "ImportFileError")
     assert run.runtime_faults() == {"durable_end": 3}
+
+
+def test_a_timed_out_execution_is_dead_lettered_by_the_next_heartbeat_and_runs_again_when_published(
+    durable_run: Any,
+) -> None:
+    release = threading.Event()
+
+    def run_job(envelope: Any, context: Any) -> int:
+        context.step("plan", lambda: 1)
+        return int(context.step("slow", lambda: release.wait(30) and 2))  # past the 2 s execution timeout
+
+    run = durable_run(run_job, with_durable(IMPORTS, execution_timeout_s=2))
+    run.publish("imp-t1")
+    assert run.ended("imp-t1") == "TIMED_OUT"
+    assert run.durables.record("imp-t1").status == "RUNNING"  # Lambda stopped it: no code of ours ran
+    run.heartbeat()
+    release.set()
+
+    [letter] = run.dead_letter_queue().peek()
+    assert (letter.error_type, letter.evidence["jobs.failure"], letter.evidence["jobs.attempts"]) == (
+        "DurableExecutionTimedOut",
+        "timed_out",
+        "1",
+    )
+    assert letter.error_message.startswith("step 'slow': the execution ran past its 2s execution timeout")
+    record = run.durables.record("imp-t1")
+    assert (record.status, record.generation, record.last_error_type) == ("FAILED", 1, "DurableExecutionTimedOut")
+    # The next heartbeat finds nothing more to end; published again, the key's next generation runs.
+    run.heartbeat()
+    assert run.harness.queue_counts(QUEUE, dead_letter=True) == (1, 0)
+    run.publish("imp-t1")
+    assert run.newest("imp-t1").start_input.execution_name.endswith("-g1")
+    assert run.ended("imp-t1") == "SUCCEEDED"
+    assert run.durables.record("imp-t1").status == "SUCCEEDED"
+
+
+def test_a_stopped_batch_member_is_dead_lettered_counted_dead_and_runs_again_when_redriven(durable_run: Any) -> None:
+    release = threading.Event()
+    stuck = threading.Event()
+
+    def slow() -> int:
+        stuck.set()
+        release.wait(30)
+        return 2
+
+    def run_job(envelope: Any, context: Any) -> int:
+        context.step("plan", lambda: 1)
+        return int(context.step("slow", slow))
+
+    run = durable_run(run_job)
+    batch_id = run.harness.stack_publisher().batch([(JOB, "imp-p1")], on_complete=("import_report", "b-p1"))
+    assert run.harness.deliver(QUEUE, worker=run.worker()) is not None
+    assert stuck.wait(30)
+    run.durables.functions.stop(JOB, run.newest("imp-p1").durable_execution_arn)
+    assert run.ended("imp-p1") == "STOPPED"
+    run.heartbeat()
+    release.set()
+
+    dlq = run.dead_letter_queue()
+    [letter] = dlq.peek()
+    assert (letter.error_type, letter.evidence["jobs.failure"]) == ("DurableExecutionStopped", "stopped")
+    assert "stopped by an operator" in letter.error_message
+    assert (run.durables.record("imp-p1").status, run.durables.record("imp-p1").generation) == ("FAILED", 1)
+    # Its batch completed: the member counted dead, the callback published.
+    assert run.batch_counts(batch_id) == {"dead": ["0"]}
+    assert run.harness.queue_counts(QUEUE) == (1, 0)
+    assert json.loads(run.harness.peek(QUEUE)["Body"])["job"] == "import_report"
+    # Redriven: the key's next generation runs.
+    assert dlq.move(Filter()).moved == 1
+    run.harness.deliver(QUEUE, worker=run.worker())  # the callback and the redriven member
+    run.harness.deliver(QUEUE, worker=run.worker())
+    assert run.newest("imp-p1").start_input.execution_name.endswith("-g1")
+    assert run.ended("imp-p1") == "SUCCEEDED"
+
+
+def test_a_success_whose_follow_up_could_not_be_published_before_its_timeout_is_finished_by_the_sweep(
+    durable_run: Any,
+) -> None:
+    def run_job(envelope: Any, context: Any) -> dict[str, int]:
+        context.then("import_report", f"after-{envelope.id}")
+        return {"done": context.step("only", lambda: 1)}
+
+    run = durable_run(run_job, with_durable(IMPORTS, execution_timeout_s=3))
+    refused = refuse(run.runtime_clients, "before-call.sqs.SendMessageBatch", times=10**6)  # its SQS never answers
+    run.publish("imp-f2")
+    assert run.ended("imp-f2") == "TIMED_OUT"
+    assert refused and run.durables.record("imp-f2").status != "SUCCEEDED"
+    run.heartbeat()
+    # Its success stands: the follow-up published once, the record SUCCEEDED, no dead letter.
+    assert run.harness.queue_counts(QUEUE) == (1, 0)
+    assert json.loads(run.harness.peek(QUEUE)["Body"]) == {"job": "import_report", "id": "after-imp-f2"}
+    assert run.durables.record("imp-f2").status == "SUCCEEDED"
+    assert run.harness.queue_counts(QUEUE, dead_letter=True) == (0, 0)
+
+
+def test_a_failure_whose_record_could_not_be_written_before_its_timeout_gets_no_second_dead_letter(
+    durable_run: Any,
+) -> None:
+    from functions.jobs.import_orders import ImportFileError
+
+    def run_job(envelope: Any, context: Any) -> None:
+        context.step("breaks", lambda: (_ for _ in ()).throw(ImportFileError("row 3 is not a number")))
+
+    def failure_end(params: Any) -> bool:
+        return ":next" in (params or {}).get("ExpressionAttributeValues", {})
+
+    run = durable_run(run_job, with_durable(IMPORTS, execution_timeout_s=3))
+    refuse(run.runtime_clients, "provide-client-params.dynamodb.UpdateItem", times=10**6, when=failure_end)
+    run.publish("imp-d2")
+    assert run.ended("imp-d2") == "TIMED_OUT"
+    assert run.harness.queue_counts(QUEUE, dead_letter=True) == (1, 0)  # sent by its jobs.dead_letter
+    run.heartbeat()
+    # The sweep ended it from its history: no second dead letter, the job's own evidence kept.
+    [letter] = run.dead_letter_queue().peek()
+    assert (letter.error_type, letter.evidence["jobs.attempts"]) == ("ImportFileError", "1")
+    record = run.durables.record("imp-d2")
+    assert (record.status, record.generation) == ("FAILED", 1)
+
+
+def test_two_sweeps_never_both_claim_an_execution(durable_run: Any) -> None:
+    from functions.durable.record import ClaimedError, DurableRecords, StaleGenerationError
+
+    run = durable_run(lambda envelope, context: None)
+    records = DurableRecords(lambda: run.harness.clients("dynamodb"), run.harness.deployment.idempotency_table, 3600)
+    records.started(f"{JOB}:imp-c1", JOB, 0, "name", None)
+    records.claim(f"{JOB}:imp-c1", 0, until=time.time() + 60)
+    with pytest.raises(ClaimedError):
+        records.claim(f"{JOB}:imp-c1", 0, until=time.time() + 60)
+    records.ended(f"{JOB}:imp-c1", 0, succeeded=False, error_type="DurableExecutionStopped", error="stopped")
+    with pytest.raises(StaleGenerationError):
+        records.claim(f"{JOB}:imp-c1", 0, until=time.time() + 60)
+    # A claim that lapsed (its sweep died) may be taken again.
+    records.claim(f"{JOB}:imp-c1", 1, until=time.time() - 1)
+    records.claim(f"{JOB}:imp-c1", 1, until=time.time() + 60)
+
+
+def test_a_queue_without_durable_jobs_makes_no_call_for_them_on_its_heartbeat(clients: ClientFactory) -> None:
+    from sqs_jobs.catalog import CATALOG
+    from tests.functional.conftest import narrowed
+
+    harness = Harness.provisioned(clients, narrowed(CATALOG, "orders"))
+    calls: list[str] = []
+    harness.worker_clients("orders").register("before-call", lambda model, **_: calls.append(model.name))
+    harness.send(heartbeat_body())
+    assert harness.deliver() is not None
+    assert calls == ["Query"] * len(calls) and calls  # the stalled batches' count, and nothing else
