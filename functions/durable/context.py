@@ -32,7 +32,16 @@ from aws_durable_execution_sdk_python.config import Duration, StepConfig
 from aws_durable_execution_sdk_python.exceptions import DurableOperationError, NonDeterministicExecutionError, StepError
 from aws_durable_execution_sdk_python.retries import RetryDecision
 
-from functions.durable.record import LAST_ERROR, LAST_ERROR_TYPE, NEXT_RETRY_AT, NOTE, STEP, STEP_ATTEMPT, STEPS_DONE
+from functions.durable.record import (
+    LAST_ERROR,
+    LAST_ERROR_TYPE,
+    NEXT_RETRY_AT,
+    NOTE,
+    STEP,
+    STEP_ATTEMPT,
+    STEPS_DONE,
+    StaleGenerationError,
+)
 from functions.worker.backoff import backoff_delay_s
 from functions.worker.classify import classify
 from functions.worker.deadletter import MAX_ERROR_MESSAGE_BYTES, MAX_TRACEBACK_BYTES
@@ -289,6 +298,8 @@ class DurableJobContext:
     def _beat(self, **values: Any) -> None:
         try:
             self._records.beat(self.key, self.generation, **values)
+        except StaleGenerationError:  # its execution ended (or its key moved on): the end stands
+            self.logger.info("durable record already ended; heartbeat not written")
         except Exception:  # the record is for operators: a write that fails never fails the job
             self.logger.warning("could not write the durable record", exc_info=True)
 
