@@ -142,15 +142,22 @@ class LambdaDurableExecutions:
         return end_of(self._client().get_durable_execution(DurableExecutionArn=arn, IncludeExecutionData=True))
 
     def runtime_steps(self, job: str, arn: str) -> RuntimeSteps:
-        return runtime_steps_of(self._events(arn))
-
-    def _events(self, arn: str) -> Iterator[Mapping[str, Any]]:
-        request: dict[str, Any] = {"DurableExecutionArn": arn, "IncludeExecutionData": True, "MaxItems": PAGE_MAX}
+        """Newest events first ("When set to true, returns the history events in reverse chronological order"):
+        an execution that ended itself shows `jobs.end` on the first page, and the pages after are not read. Any
+        other is read whole, so the answer never depends on the order."""
+        request: dict[str, Any] = {
+            "DurableExecutionArn": arn,
+            "IncludeExecutionData": True,
+            "MaxItems": PAGE_MAX,
+            "ReverseOrder": True,
+        }
+        events: list[Mapping[str, Any]] = []
         while True:
             response = self._client().get_durable_execution_history(**request)
-            yield from response.get("Events", [])
-            if not response.get("NextMarker"):
-                return
+            events.extend(response.get("Events", []))
+            steps = runtime_steps_of(events)
+            if steps.ended or not response.get("NextMarker"):
+                return steps
             request["Marker"] = response["NextMarker"]
 
 

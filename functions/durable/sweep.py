@@ -32,7 +32,7 @@ from functions.durable.context import OUTSIDE_STEPS
 from functions.durable.ending import DurableEnding, Outcome
 from functions.durable.executions import STOPPED, TIMED_OUT
 from functions.durable.payload import DurableStart
-from functions.durable.record import SUCCEEDED, ClaimedError, DurableRecords, StaleGenerationError
+from functions.durable.record import FAILED, SUCCEEDED, ClaimedError, DurableRecords, StaleGenerationError
 from functions.worker.errors import DurableStepFailedError
 from functions.worker.names import DeadLetterFailure
 from sqs_jobs.limits import DAY, MINUTE
@@ -152,6 +152,9 @@ class DurableSweep:
         failure = outcome.failure if outcome is not None and outcome.failure else _failure_of(job, end, state)
         if state.generation == start.generation and state.status == SUCCEEDED:
             # Written by a runtime without the outcome step: its success was recorded, nothing is left to end.
+            return 0
+        if state.generation > start.generation and state.status != FAILED:
+            # Ended, and a newer execution of the key started since: its own end counts the key's batch members.
             return 0
         if state.generation == start.generation and steps.dead_letter_id is None:
             try:

@@ -18,6 +18,7 @@ from functions.durable.executions import LambdaDurableExecutions, RuntimeSteps, 
 ALIAS = "arn:aws:lambda:us-east-1:123456789012:function:SqsJobs-import_orders-durable:live"
 FUNCTION = "arn:aws:lambda:us-east-1:123456789012:function:SqsJobs-import_orders-durable"
 ARN = f"{FUNCTION}:3/durable-execution/import_orders-abc-g0/0f1e2d3c"
+HISTORY = {"DurableExecutionArn": ARN, "IncludeExecutionData": True, "MaxItems": 1000, "ReverseOrder": True}
 STARTED = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
@@ -109,12 +110,18 @@ def test_the_runtimes_steps_are_read_from_every_page_of_the_history(lambda_clien
     stubber.add_response(
         "get_durable_execution_history",
         {"Events": [step_succeeded("plan", "[]"), step_succeeded("jobs.outcome", outcome)], "NextMarker": "2"},
-        {"DurableExecutionArn": ARN, "IncludeExecutionData": True, "MaxItems": 1000},
+        HISTORY,
     )
     stubber.add_response(
         "get_durable_execution_history",
         {"Events": [step_succeeded("jobs.dead_letter", "msg-1")]},
-        {"DurableExecutionArn": ARN, "IncludeExecutionData": True, "MaxItems": 1000, "Marker": "2"},
+        {
+            "DurableExecutionArn": ARN,
+            "IncludeExecutionData": True,
+            "MaxItems": 1000,
+            "ReverseOrder": True,
+            "Marker": "2",
+        },
     )
 
     steps = LambdaDurableExecutions(lambda: client, {"import_orders": ALIAS}).runtime_steps("import_orders", ARN)
@@ -122,12 +129,27 @@ def test_the_runtimes_steps_are_read_from_every_page_of_the_history(lambda_clien
     assert steps == RuntimeSteps(outcome=outcome, dead_letter_id="msg-1", ended=False)
 
 
+def test_an_execution_that_ended_itself_is_known_from_the_newest_page_alone(
+    lambda_client: tuple[Any, Stubber],
+) -> None:
+    client, stubber = lambda_client
+    stubber.add_response(
+        "get_durable_execution_history",
+        {"Events": [step_succeeded("jobs.end", None)], "NextMarker": "older"},
+        HISTORY,
+    )
+
+    steps = LambdaDurableExecutions(lambda: client, {"import_orders": ALIAS}).runtime_steps("import_orders", ARN)
+
+    assert steps.ended  # and no second page was asked for (the Stubber would refuse an unexpected call)
+
+
 def test_a_result_the_history_truncated_is_not_taken_for_one(lambda_client: tuple[Any, Stubber]) -> None:
     client, stubber = lambda_client
     stubber.add_response(
         "get_durable_execution_history",
         {"Events": [step_succeeded("jobs.outcome", None, truncated=True), step_succeeded("jobs.end", None)]},
-        {"DurableExecutionArn": ARN, "IncludeExecutionData": True, "MaxItems": 1000},
+        HISTORY,
     )
 
     steps = LambdaDurableExecutions(lambda: client, {"import_orders": ALIAS}).runtime_steps("import_orders", ARN)
