@@ -178,7 +178,7 @@ class DurableEnding:
             self._records.ended(
                 start.key, start.generation, succeeded=False, error_type=failure.error_type, error=_message(failure)
             )
-        self._members_ended(start, succeeded=False)
+        self.members_ended(start, succeeded=False)
 
     def end_succeeded(self, start: DurableStart, follow_ups: str | None) -> None:
         """The follow-ups the job named published, then the record says SUCCEEDED, then the batch members of the
@@ -187,7 +187,7 @@ class DurableEnding:
             self._publish_follow_ups(follow_ups)
         with self._fault("durable_end", "could not write the durable job's end; its end step is retried"):
             self._records.ended(start.key, start.generation, succeeded=True)
-        self._members_ended(start, succeeded=True)
+        self.members_ended(start, succeeded=True)
         self._count(SUCCEEDED)
 
     def _publish_follow_ups(self, kept: str) -> None:
@@ -202,7 +202,7 @@ class DurableEnding:
             publish_follow_ups(publisher, follow_ups, self._job, tally, self._obs.logger)
         tally.flush(self._obs, self._queue.name)
 
-    def _members_ended(self, start: DurableStart, *, succeeded: bool) -> None:
+    def members_ended(self, start: DurableStart, *, succeeded: bool) -> None:
         """Count every batch member whose message named the key: the one that started this execution, and any
         another message brought while it ran (functions/worker/durable_start.py). Read after the record says the
         execution ended, so a member added later sees that end and is counted by its own worker."""

@@ -141,6 +141,16 @@ class DurableSweep:
         start = DurableStart.from_json(end.input_payload)
         ending = DurableEnding(self._worker, job.name, self._records, self._client, self._obs)
         outcome = Outcome.from_json(steps.outcome) if steps.outcome else None
+        state = self._records.read(start.key)
+        if state.generation > start.generation:
+            # Its failure's end was written (by its end step, or an earlier sweep): what may be left is its batch
+            # members' count, idempotent; none once a newer execution of the key started (its end counts them).
+            if state.status == FAILED:
+                ending.members_ended(start, succeeded=False)
+            return 0
+        if state.status == SUCCEEDED:  # its success's end was written: likewise
+            ending.members_ended(start, succeeded=True)
+            return 0
         log = {"execution_arn": execution.arn, "execution_status": execution.status, "idempotency_key": start.key}
         if outcome is not None and outcome.succeeded:
             ending.end_succeeded(start, outcome.follow_ups)
@@ -148,21 +158,13 @@ class DurableSweep:
                 "durable execution succeeded but stopped before its end; ended by the sweep", extra=log
             )
             return 1
-        state = self._records.read(start.key)
         failure = outcome.failure if outcome is not None and outcome.failure else _failure_of(job, end, state)
-        if state.generation == start.generation and state.status == SUCCEEDED:
-            # Written by a runtime without the outcome step: its success was recorded, nothing is left to end.
-            return 0
-        if state.generation > start.generation and state.status != FAILED:
-            # Ended, and a newer execution of the key started since: its own end counts the key's batch members.
-            return 0
-        if state.generation == start.generation and steps.dead_letter_id is None:
+        if steps.dead_letter_id is None:
             try:
                 self._records.claim(start.key, start.generation, self._clock() + CLAIM_S)
             except StaleGenerationError:  # another sweep ended it meanwhile
                 return 0
             ending.dead_letter(start, failure)
-        # A record past this generation was ended after its dead letter: what may be left is its members' count.
         ending.end_failed(start, failure)
         self._obs.logger.warning(
             "durable execution ended without its end; ended by the sweep", extra={**log, "failure": failure.failure}

@@ -325,9 +325,12 @@ def test_a_timed_out_execution_is_dead_lettered_by_the_next_heartbeat_and_runs_a
     assert letter.error_message.startswith("step 'slow': the execution ran past its 2s execution timeout")
     record = run.durables.record("imp-t1")
     assert (record.status, record.generation, record.last_error_type) == ("FAILED", 1, "DurableExecutionTimedOut")
-    # The next heartbeat finds nothing more to end; published again, the key's next generation runs.
+    # The next heartbeat looks at it again (it ended within the sweep's slack) and finds nothing more to end.
     run.heartbeat()
     assert run.harness.queue_counts(QUEUE, dead_letter=True) == (1, 0)
+    swept = [line for line in run.harness.log_lines() if "ended by the sweep" in str(line.get("message"))]
+    assert [(line["execution_status"], line["failure"]) for line in swept] == [("TIMED_OUT", "timed_out")]
+    # Published again, the key's next generation runs.
     run.publish("imp-t1")
     assert run.newest("imp-t1").start_input.execution_name.endswith("-g1")
     assert run.ended("imp-t1") == "SUCCEEDED"
