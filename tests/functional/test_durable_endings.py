@@ -258,6 +258,49 @@ def test_a_step_inside_a_step_is_refused_at_once_for_good_even_when_caught(durab
     assert run.durables.record("imp-n2").generation == 1
 
 
+@pytest.mark.parametrize(
+    ("call", "refused"),
+    [
+        (lambda context: context.wait(1), "context.wait inside step 'outer'"),
+        (lambda context: context.then("import_report", "r1"), "context.then inside step 'outer'"),
+    ],
+    ids=["wait", "then"],
+)
+def test_a_wait_or_a_follow_up_inside_a_step_is_refused_for_good_even_when_caught(
+    durable_run: Any, call: Any, refused: str
+) -> None:
+    def caught(context: Any) -> int:
+        try:
+            call(context)
+        except Exception:
+            return 0
+        return 1
+
+    run = durable_run(lambda envelope, context: context.step("outer", lambda: caught(context)))
+    run.publish("imp-n3")
+    assert run.ended("imp-n3") == "FAILED"
+    [dead_letter] = run.dead_letters()
+    assert (dead_letter["jobs.error_type"], dead_letter["jobs.attempts"]) == ("DurableMisuseError", "1")
+    assert refused in dead_letter["jobs.error_message"]
+    assert run.harness.queue_counts(QUEUE) == (0, 0)  # no follow-up published
+
+
+def test_a_step_name_taken_twice_is_refused_for_good(durable_run: Any) -> None:
+    runs: list[int] = []
+
+    def run_job(envelope: Any, context: Any) -> None:
+        for _ in range(2):
+            context.step("same", lambda: runs.append(1))
+
+    run = durable_run(run_job)
+    run.publish("imp-n4")
+    assert run.ended("imp-n4") == "FAILED"
+    assert runs == [1]  # the second was refused before it ran
+    [dead_letter] = run.dead_letters()
+    assert (dead_letter["jobs.error_type"], dead_letter["jobs.failure"]) == ("DurableMisuseError", "permanent")
+    assert dead_letter["jobs.error_message"].startswith("step '(outside steps)': step name 'same' is taken twice")
+
+
 def test_a_follow_up_whose_publish_is_throttled_for_long_is_published_once_it_can(durable_run: Any) -> None:
     def run_job(envelope: Any, context: Any) -> dict[str, int]:
         context.then("import_report", f"after-{envelope.id}")
