@@ -18,7 +18,7 @@
   for it beside the execution's, so both forms of this one function, never `*`).
 - Alarms on Lambda's own durable metrics (AWS/Lambda DurableExecutionFailed, DurableExecutionTimedOut, by
   FunctionName: https://docs.aws.amazon.com/lambda/latest/dg/durable-monitoring.html): a failed execution is also
-  a dead letter (the queue's alarms see it), a timed-out one is only seen here.
+  a dead letter (the queue's alarms see it), a timed-out one becomes one at the worker's next heartbeat.
 """
 
 from __future__ import annotations
