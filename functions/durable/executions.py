@@ -60,6 +60,8 @@ class RuntimeSteps:
     outcome: str | None = None
     dead_letter_id: str | None = None
     ended: bool = False
+    # jobs.outcome succeeded but the history holds no readable result (Lambda truncated it): never guessed at.
+    outcome_unreadable: bool = False
 
 
 class DurableExecutions(Protocol):
@@ -112,6 +114,7 @@ def runtime_steps_of(events: Iterable[Mapping[str, Any]]) -> RuntimeSteps:
         outcome=results.get(OUTCOME_STEP),
         dead_letter_id=results.get(DEAD_LETTER_STEP),
         ended=END_STEP in results,
+        outcome_unreadable=OUTCOME_STEP in results and results[OUTCOME_STEP] is None,
     )
 
 

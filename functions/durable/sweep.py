@@ -58,6 +58,10 @@ STOPPED_ERROR = "DurableExecutionStopped"
 FAILED_ERROR = "DurableExecutionFailed"
 
 
+class OutcomeUnreadableError(Exception):
+    """An execution's checkpointed outcome can't be read from its history (Lambda truncated it)."""
+
+
 class DurableSweep:
     """Ends the executions of a queue's durable jobs that ended without their end. `client(service)`: a client for
     one call; `time_left()`: seconds the invocation has left."""
@@ -138,6 +142,12 @@ class DurableSweep:
                 "durable execution has no input: not started by the dispatcher", extra={"execution_arn": execution.arn}
             )
             return 0
+        if steps.outcome_unreadable:
+            # Its outcome was decided, but the history does not say which: ending it either way could be wrong.
+            raise OutcomeUnreadableError(
+                f"{execution.arn}: its jobs.outcome succeeded but its result is truncated in the history; read it with "
+                "`aws lambda get-durable-execution-history` and end the key by hand (docs/runbook.md)"
+            )
         start = DurableStart.from_json(end.input_payload)
         ending = DurableEnding(self._worker, job.name, self._records, self._client, self._obs)
         outcome = Outcome.from_json(steps.outcome) if steps.outcome else None

@@ -490,3 +490,52 @@ def test_a_queue_without_durable_jobs_makes_no_call_for_them_on_its_heartbeat(cl
     harness.send(heartbeat_body())
     assert harness.deliver() is not None
     assert calls == ["Query"] * len(calls) and calls  # the stalled batches' count, and nothing else
+
+
+def test_an_outcome_the_history_truncated_is_never_guessed_at(durable_run: Any) -> None:
+    from dataclasses import replace as replaced
+
+    from functions.durable.executions import RuntimeSteps
+
+    def run_job(envelope: Any, context: Any) -> dict[str, int]:
+        context.then("import_report", f"after-{envelope.id}")
+        return {"done": context.step("only", lambda: 1)}
+
+    run = durable_run(run_job, with_durable(IMPORTS, execution_timeout_s=3))
+    refuse(run.runtime_clients, "before-call.sqs.SendMessageBatch", times=10**6)
+    run.publish("imp-u1")
+    assert run.ended("imp-u1") == "TIMED_OUT"
+
+    class Truncating:
+        """The runner's answers, but its jobs.outcome's result truncated, as Lambda's history may show it (the
+        runner always includes the whole result)."""
+
+        def __init__(self, functions: Any) -> None:
+            self._functions = functions
+
+        def ended(self, job: str, started_after: Any) -> Any:
+            return self._functions.ended(job, started_after)
+
+        def end_of(self, job: str, arn: str) -> Any:
+            return self._functions.end_of(job, arn)
+
+        def runtime_steps(self, job: str, arn: str) -> RuntimeSteps:
+            steps = self._functions.runtime_steps(job, arn)
+            assert steps.outcome is not None
+            return replaced(steps, outcome=None, outcome_unreadable=True)
+
+    worker = Worker(
+        settings=run.harness.deployment.worker_settings(QUEUE),
+        clients=run.harness.worker_clients(QUEUE),
+        observability=Observability.create(output=run.harness.output),
+        durable_starter=run.durables.functions,
+        durable_executions=Truncating(run.durables.functions),
+    )
+    run.harness.send(heartbeat_body(), queue=QUEUE)
+    assert run.harness.deliver(QUEUE, worker=worker) is not None
+
+    # Neither a dead letter nor a success it can't vouch for: the runtime-faults alarm pages instead.
+    assert run.harness.queue_counts(QUEUE, dead_letter=True) == (0, 0)
+    assert run.harness.queue_counts(QUEUE) == (0, 0)
+    assert run.durables.record("imp-u1").status == "RUNNING"
+    assert run.runtime_faults().get("durable_sweep") == 1

@@ -154,7 +154,7 @@ def test_a_result_the_history_truncated_is_not_taken_for_one(lambda_client: tupl
 
     steps = LambdaDurableExecutions(lambda: client, {"import_orders": ALIAS}).runtime_steps("import_orders", ARN)
 
-    assert steps == RuntimeSteps(outcome=None, dead_letter_id=None, ended=True)
+    assert steps == RuntimeSteps(outcome=None, dead_letter_id=None, ended=True, outcome_unreadable=True)
 
 
 @pytest.mark.parametrize(
