@@ -18,7 +18,9 @@ durable jobs:
      to the next generation, so a new publish or a redrive runs the job again; its batch members counted dead.
    Before sending, the sweep claims the record (a conditional write, CLAIM_S): two sweeps never both send.
 A sweep that could not finish (a call failed, another sweep's claim, the invocation's time) keeps the last sweep's
-time, so the next one looks again; each part of an end is idempotent (functions/durable/ending.py).
+time, so the next one looks again; each part of an end is idempotent (functions/durable/ending.py). An execution it
+never can end (not the dispatcher's payload, an outcome Lambda's history truncated) is counted as a runtime fault
+and logged each time a sweep looks at it, without holding the sweeps back.
 """
 
 from __future__ import annotations
@@ -58,7 +60,13 @@ STOPPED_ERROR = "DurableExecutionStopped"
 FAILED_ERROR = "DurableExecutionFailed"
 
 
-class OutcomeUnreadableError(Exception):
+class UnendableError(Exception):
+    """An execution the sweep can't end, and never will: its payload is not the dispatcher's, or its checkpointed
+    outcome can't be read from its history. Counted and logged each time a sweep looks at it; it does not hold the
+    sweeps back, as a failed call does."""
+
+
+class OutcomeUnreadableError(UnendableError):
     """An execution's checkpointed outcome can't be read from its history (Lambda truncated it)."""
 
 
@@ -120,6 +128,12 @@ class DurableSweep:
                 ended += self._end(job, execution)
             except ClaimedError:
                 finished = False
+            except UnendableError:
+                self._tally.runtime_fault("durable_sweep")
+                self._obs.logger.exception(
+                    "a durable execution that ended without its end can't be ended by the sweep; see the runbook",
+                    extra={"execution_arn": execution.arn, "execution_status": execution.status},
+                )
             except Exception:
                 finished = False
                 self._tally.runtime_fault("durable_sweep")
@@ -138,17 +152,17 @@ class DurableSweep:
             return 0
         end = self._executions.end_of(job.name, execution.arn)
         if not end.input_payload:
-            self._obs.logger.warning(
-                "durable execution has no input: not started by the dispatcher", extra={"execution_arn": execution.arn}
-            )
-            return 0
+            raise UnendableError(f"{execution.arn}: it has no input, so it was not started by the dispatcher")
         if steps.outcome_unreadable:
             # Its outcome was decided, but the history does not say which: ending it either way could be wrong.
             raise OutcomeUnreadableError(
                 f"{execution.arn}: its jobs.outcome succeeded but its result is truncated in the history; read it with "
                 "`aws lambda get-durable-execution-history` and end the key by hand (docs/runbook.md)"
             )
-        start = DurableStart.from_json(end.input_payload)
+        try:
+            start = DurableStart.from_json(end.input_payload)
+        except (KeyError, TypeError, ValueError) as error:
+            raise UnendableError(f"{execution.arn}: its input is not the dispatcher's payload: {error}") from error
         ending = DurableEnding(self._worker, job.name, self._records, self._client, self._obs)
         outcome = Outcome.from_json(steps.outcome) if steps.outcome else None
         state = self._records.read(start.key)

@@ -539,3 +539,8 @@ def test_an_outcome_the_history_truncated_is_never_guessed_at(durable_run: Any) 
     assert run.harness.queue_counts(QUEUE) == (0, 0)
     assert run.durables.record("imp-u1").status == "RUNNING"
     assert run.runtime_faults().get("durable_sweep") == 1
+    # It never can be ended: it does not hold the next sweeps back (the last sweep's time moved on).
+    swept = run.harness.clients("dynamodb").get_item(
+        TableName=run.harness.deployment.idempotency_table, Key={"id": {"S": f"durable-sweep#{JOB}"}}
+    )
+    assert "swept_at" in swept["Item"]
