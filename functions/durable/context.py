@@ -278,8 +278,8 @@ class DurableJobContext:
         if isinstance(error, DurableStepFailedError):
             return error
         if isinstance(error, NonDeterministicExecutionError):
-            return _failed_for_good(REPLAY, error)
-        return _failed_for_good(OUTSIDE_STEPS, error)
+            return failed_for_good(REPLAY, error)
+        return failed_for_good(OUTSIDE_STEPS, error)
 
     def _refuse_in_step(self, call: str, why: str) -> None:
         """Refuse `call` in a step's thread, and fail that step for good even if the job's code catches the error."""
@@ -393,7 +393,8 @@ class DurableJobContext:
         )
 
 
-def _failed_for_good(where: str, error: Exception) -> DurableStepFailedError:
+def failed_for_good(where: str, error: Exception) -> DurableStepFailedError:
+    """A failure of the job's, outside any step (`where` says what failed), as permanent evidence."""
     return DurableStepFailedError(
         where,
         type(error).__name__,

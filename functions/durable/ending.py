@@ -28,7 +28,7 @@ from aws_durable_execution_sdk_python.config import Duration
 from aws_durable_execution_sdk_python.retries import RetryDecision
 
 from functions.worker.backoff import backoff_delay_s
-from functions.worker.errors import DurableStepFailedError
+from functions.worker.errors import DurableStepFailedError, EnvelopeError
 from functions.worker.names import (
     BATCH_CALLBACK_PUBLISHED,
     BATCH_MEMBER_ENDED,
@@ -137,7 +137,7 @@ class DurableEnding:
         from functions.worker.provenance import MessageAttributes
 
         with self._fault("dead_letter", "could not send the durable job's dead letter; its end step is retried"):
-            envelope = parse_envelope(start.body, self._queue.accepted_jobs)
+            envelope = self._envelope_of(start.body)
             state = self._records.read(start.key)
             now_ms = time.time() * 1000
             evidence = Evidence(
@@ -209,8 +209,8 @@ class DurableEnding:
         with self._fault("batch_count", "could not count the durable job's batch members"):
             bodies = sorted({start.body, *self._records.batch_members(start.key)})
         for body in bodies:
-            envelope = parse_envelope(body, self._queue.accepted_jobs)
-            if envelope.batch is not None:
+            envelope = self._envelope_of(body)
+            if envelope is not None and envelope.batch is not None:
                 self._member_ended(envelope, succeeded=succeeded)
 
     def _member_ended(self, envelope: Envelope, *, succeeded: bool) -> None:
@@ -233,6 +233,13 @@ class DurableEnding:
         for kind in published:
             tally.add(envelope.job, BATCH_CALLBACK_PUBLISHED, reason=kind)
         tally.flush(self._obs, self._queue.name)
+
+    def _envelope_of(self, body: str) -> Envelope | None:
+        """The body's envelope; None for one the queue does not accept (its dead letter says why, with no job)."""
+        try:
+            return parse_envelope(body, self._queue.accepted_jobs)
+        except EnvelopeError:
+            return None
 
     @property
     def _batch_members(self) -> BatchMembers:

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 from aws_durable_execution_sdk_python.config import StepConfig
 from aws_durable_execution_sdk_python.exceptions import NonDeterministicExecutionError
 
-from functions.durable.context import DurableJobContext
+from functions.durable.context import DurableJobContext, failed_for_good
 from functions.durable.ending import DEAD_LETTER_STEP, END_STEP, OUTCOME_STEP, DurableEnding, Outcome, until_done
 from functions.durable.payload import DurableStart
 from functions.durable.record import DurableRecords
 from functions.worker.clients import ClientFactory
-from functions.worker.errors import DurableStepFailedError, WorkerConfigError
+from functions.worker.errors import DurableStepFailedError, EnvelopeError, WorkerConfigError
 from functions.worker.follow_ups import FollowUps
 from functions.worker.jobs import LoadedJob, load_jobs
 from functions.worker.names import DeadLetterFailure
@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 # The virtual context the runtime's own steps run in: their operation IDs derive from it, never from the job's steps'
 # positions (the SDK's DurableContext.create_child_context, is_virtual: no checkpoint of its own).
 RUNTIME_NAMESPACE = "jobs"
+# Where the evidence of a body the queue no longer accepts is named.
+ENVELOPE = "(envelope)"
 
 
 @dataclass(frozen=True)
@@ -114,8 +116,12 @@ class DurableRuntime:
 
     def run(self, event: Any, sdk: DurableContext) -> Any:
         start = DurableStart.from_json(event)
-        envelope = parse_envelope(start.body, self._queue.accepted_jobs)
-        self._obs.logger.append_keys(job=envelope.job, id=envelope.id, idempotency_key=start.key)
+        self._obs.logger.append_keys(idempotency_key=start.key)
+        try:
+            envelope = parse_envelope(start.body, self._queue.accepted_jobs)
+        except EnvelopeError as error:  # its worker accepted it; a deploy since may not: the job can't run
+            return self._end(sdk, start, None, Outcome(failure=failed_for_good(ENVELOPE, error)))
+        self._obs.logger.append_keys(job=envelope.job, id=envelope.id)
         context = DurableJobContext(
             sdk,
             envelope=envelope,
@@ -137,6 +143,10 @@ class DurableRuntime:
         except Exception:  # the record is for operators: a write that fails never fails the job
             self._obs.logger.warning("could not write the durable record's start", exc_info=True)
         result, proposed = self._ran(envelope, context)
+        return self._end(sdk, start, result, proposed)
+
+    def _end(self, sdk: DurableContext, start: DurableStart, result: Any, proposed: Outcome) -> Any:
+        """The runtime's end steps (functions/durable/ending.py), in their own namespace."""
         ending = sdk.create_child_context(RUNTIME_NAMESPACE, is_virtual=True)
         checkpointed = ending.step(lambda _: proposed.to_json(), name=OUTCOME_STEP)
         outcome = Outcome.from_json(checkpointed)

@@ -21,6 +21,7 @@ from functions.worker.observability import Observability
 from functions.worker.provenance import Provenance
 from functions.worker.runtime import Worker
 from jobctl.dlq import DeadLetterQueue, Filter
+from jobctl.local.durable import LocalDurableFunctions
 from jobctl.local.heartbeat import heartbeat_body
 from sqs_jobs.batches import batch_item_id
 from sqs_jobs.specs import Catalog
@@ -510,7 +511,7 @@ def test_an_outcome_the_history_truncated_is_never_guessed_at(durable_run: Any) 
         """The runner's answers, but its jobs.outcome's result truncated, as Lambda's history may show it (the
         runner always includes the whole result)."""
 
-        def __init__(self, functions: Any) -> None:
+        def __init__(self, functions: LocalDurableFunctions) -> None:
             self._functions = functions
 
         def ended(self, job: str, started_after: Any) -> Any:
@@ -544,3 +545,37 @@ def test_an_outcome_the_history_truncated_is_never_guessed_at(durable_run: Any) 
         TableName=run.harness.deployment.idempotency_table, Key={"id": {"S": f"durable-sweep#{JOB}"}}
     )
     assert "swept_at" in swept["Item"]
+
+
+def test_a_body_the_queue_no_longer_accepts_ends_in_one_dead_letter(durable_run: Any) -> None:
+    from functions.durable.payload import DurableStart
+    from sqs_jobs.durable import execution_name
+
+    run = durable_run(lambda envelope, context: None)
+    key = f"{JOB}:imp-e1"
+    body = json.dumps({"job": "retired_job", "id": "imp-e1"})  # a deploy since its start removed the job
+    start = DurableStart(body=body, key=key, generation=0, source_queue="arn:aws:sqs:us-east-1:1:imports")
+    assert run.durables.functions.start(JOB, execution_name(key, 0), start.to_json()) is not None
+    assert run.ended("imp-e1") == "FAILED"
+    [dead_letter] = run.harness.dead_letters(QUEUE)
+    assert dead_letter["Body"] == body
+    assert attributes_of(dead_letter)["jobs.error_message"].startswith("step '(envelope)': ")
+    assert (run.durables.record("imp-e1").status, run.durables.record("imp-e1").generation) == ("FAILED", 1)
+
+
+def test_an_execution_the_sdk_failed_before_its_end_is_dead_lettered_by_the_next_heartbeat(durable_run: Any) -> None:
+    from aws_durable_execution_sdk_python.exceptions import ExecutionError
+
+    def run_job(envelope: Any, context: Any) -> None:
+        context.step("plan", lambda: 1)
+        raise ExecutionError("the SDK gave up on this execution")  # as the SDK's own fatal errors do
+
+    run = durable_run(run_job)
+    run.publish("imp-x1")
+    assert run.ended("imp-x1") == "FAILED"
+    assert run.harness.queue_counts(QUEUE, dead_letter=True) == (0, 0)  # no end step of its own ran
+    run.heartbeat()
+    [letter] = run.dead_letter_queue().peek()
+    assert (letter.error_type, letter.evidence["jobs.failure"]) == ("ExecutionError", "permanent")
+    assert "the execution failed before its end step: the SDK gave up on this execution" in letter.error_message
+    assert (run.durables.record("imp-x1").status, run.durables.record("imp-x1").generation) == ("FAILED", 1)
