@@ -11,9 +11,14 @@
   AWS lists for a durable function's execution role, on `<function ARN>:*`: Lambda authorizes them against the
   durable execution's ARN, `<function ARN>:<version>/durable-execution/<name>/<id>`, which an unqualified ARN never
   matches (https://docs.aws.amazon.com/lambda/latest/dg/durable-security.html).
+- The worker's heartbeat sweep (functions/durable/sweep.py) reads the function's executions:
+  lambda:GetDurableExecution and lambda:GetDurableExecutionHistory on `<function ARN>:*` (authorized against the
+  execution's ARN, as above), lambda:ListDurableExecutionsByFunction on the function's ARN and `<function ARN>:*`
+  (it names the function, unqualified, so executions of every version are listed: AWS documents no resource type
+  for it beside the execution's, so both forms of this one function, never `*`).
 - Alarms on Lambda's own durable metrics (AWS/Lambda DurableExecutionFailed, DurableExecutionTimedOut, by
   FunctionName: https://docs.aws.amazon.com/lambda/latest/dg/durable-monitoring.html): a failed execution is also
-  a dead letter (the queue's alarms see it), a timed-out one is only seen here.
+  a dead letter (the queue's alarms see it), a timed-out one becomes one at the worker's next heartbeat.
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ from sqs_jobs.stack_names import DURABLE_ALIAS, durable_function_name
 DURABLE_HANDLER = "functions.durable.entry.handler"
 # The actions a durable function's execution role needs (AWS's minimum policy, durable-security.html).
 CHECKPOINT_ACTIONS = ("lambda:CheckpointDurableExecution", "lambda:GetDurableExecutionState")
+# What the worker's heartbeat sweep reads of an execution that ended (functions/durable/sweep.py), and the list of
+# the function's executions it finds them in.
+SWEEP_READ_ACTIONS = ("lambda:GetDurableExecution", "lambda:GetDurableExecutionHistory")
+SWEEP_LIST_ACTION = "lambda:ListDurableExecutionsByFunction"
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 DURABLE_FAILED = "durable-failed"
 DURABLE_TIMED_OUT = "durable-timed-out"
@@ -108,6 +117,12 @@ class DurableJobFunction(Construct):
             roles=[role],
             statements=[
                 iam.PolicyStatement(actions=list(CHECKPOINT_ACTIONS), resources=[f"{self.function.function_arn}:*"]),
+                # The heartbeat's sweep: this function's executions, read once they ended.
+                iam.PolicyStatement(actions=list(SWEEP_READ_ACTIONS), resources=[f"{self.function.function_arn}:*"]),
+                iam.PolicyStatement(
+                    actions=[SWEEP_LIST_ACTION],
+                    resources=[self.function.function_arn, f"{self.function.function_arn}:*"],
+                ),
                 # The dispatcher's start: on the alias only.
                 iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[self.alias.function_arn]),
             ],
@@ -128,7 +143,7 @@ class DurableJobFunction(Construct):
                 DURABLE_TIMED_OUT,
                 "DurableExecutionTimedOut",
                 f"A durable execution of {job.name} ran past its {durable.execution_timeout_s}s execution timeout "
-                "and was stopped: it left no dead letter.",
+                f"and was stopped: the {spec.name} worker's next heartbeat dead-letters it (failure timed_out).",
                 "a-durable-job-timed-out",
             ),
         ):

@@ -46,14 +46,16 @@ SQS_ESM_DESTINATION = (
 )
 
 DURABLE_EXECUTIONS = (
-    "Lambda authorizes CheckpointDurableExecution and GetDurableExecutionState against the durable execution's ARN "
+    "Lambda authorizes CheckpointDurableExecution and GetDurableExecutionState (and the sweep's GetDurableExecution, "
+    "GetDurableExecutionHistory) against the durable execution's ARN "
     "(<function ARN>:<version>/durable-execution/<name>/<id>), which an unqualified ARN never matches: AWS's policy "
     "for them is '<function ARN>:*', this one function's executions of any version (docs.aws.amazon.com/lambda/"
     "latest/dg/durable-security.html)."
 )
 DURABLE_FAILURES = (
     "A durable job's function is started by its queue's worker, whose record is already acknowledged; a failed "
-    "execution dead-letters its record with evidence itself (functions/durable/runtime.py), and the "
+    "execution dead-letters its record with evidence itself (functions/durable/runtime.py), one that timed out or "
+    "was stopped is dead-lettered by its worker's heartbeat sweep (functions/durable/sweep.py), and the "
     "DurableExecutionFailed and DurableExecutionTimedOut alarms page. A function DLQ would hold an event without "
     "the evidence jobctl reads."
 )

@@ -8,9 +8,11 @@ What the dispatcher, the durable function and `jobctl job show` share:
   attempt and next retry, and `beat_at` (the heartbeat: written at every step's start and end, and by
   `context.heartbeat()`). Lambda keeps the execution's own history; this is what the operator reads without it.
 
-Writes are unconditional puts of a few attributes (UpdateItem): the handler runs one invocation at a time per
-execution, so nothing races them but a late write of an execution a newer generation replaced, which carries its
-generation and is refused (ConditionExpression on `generation`).
+Every write is conditioned on the key's generation (a late write of an execution a newer generation replaced is
+refused), and none undoes an end: SUCCEEDED is final for its generation (a late heartbeat, e.g. of a step cut at its
+time limit whose thread ran on, is refused), the dispatcher's `started` never writes STARTING over the execution's
+own RUNNING or SUCCEEDED (its Invoke may answer after the execution ran, or ended), and an end written twice (a
+retried end step, a sweep after it) is written once.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ STARTED_AT = "started_at"
 BEAT_AT = "beat_at"
 ENDED_AT = "ended_at"
 NOTE = "note"
+# A sweep's claim on ending an execution that ended without its end (functions/durable/sweep.py): until when.
+CLAIMED_UNTIL = "claimed_until"
 EXPIRATION = "expiration"
 # The bodies of the batch members' messages that named the key (a string set): each execution's end counts them all,
 # whichever message started it.
@@ -115,7 +119,12 @@ class DurableState:
 
 
 class StaleGenerationError(Exception):
-    """A write of an execution whose key has moved on to a newer generation (a redrive started a new one)."""
+    """A write of an execution whose key has moved on to a newer generation (a redrive started a new one), or that
+    would undo its end (a heartbeat after its success)."""
+
+
+class ClaimedError(Exception):
+    """Another sweep claimed ending this execution, and its claim has not lapsed."""
 
 
 class DurableRecords:
@@ -141,18 +150,30 @@ class DurableRecords:
         return DurableState.of(key, _plain(response.get("Item")))
 
     def started(self, key: str, job: str, generation: int, execution_name: str, execution_arn: str | None) -> None:
-        """The dispatcher started (or found) the execution of `generation`."""
+        """The dispatcher started (or found) the execution of `generation`: STARTING, unless the execution already
+        said where it is (RUNNING, or SUCCEEDED: the Invoke may answer after it ran), whose state is kept."""
         now = self._clock()
-        values: dict[str, Any] = {KEY: key, JOB: job, EXECUTION_NAME: execution_name, STATUS: STARTING, BEAT_AT: now}
+        values: dict[str, Any] = {KEY: key, JOB: job, EXECUTION_NAME: execution_name}
         if execution_arn:
             values[EXECUTION_ARN] = execution_arn
-        self._update(key, generation, values)
+        try:
+            self._update(
+                key, generation, {**values, STATUS: STARTING, BEAT_AT: now}, unless_status=(RUNNING, SUCCEEDED)
+            )
+        except ConditionRefusedError:
+            self._update(key, generation, values)
 
     def beat(self, key: str, generation: int, **values: Any) -> None:
-        """The execution's handler says where it is (RUNNING, a step, steps done, a retry's time, a note)."""
+        """The execution's handler says where it is (RUNNING, a step, steps done, a retry's time, a note); refused
+        (StaleGenerationError) once the execution succeeded or its key moved on."""
         now = self._clock()
         fields = {STATUS: RUNNING, BEAT_AT: now, **{name: value for name, value in values.items()}}
-        self._update(key, generation, fields, remove_none=True)
+        try:
+            self._update(key, generation, fields, remove_none=True, unless_status=(SUCCEEDED,))
+        except ConditionRefusedError as error:
+            raise StaleGenerationError(
+                f"{key}: generation {generation} is no longer the key's, or its execution already succeeded"
+            ) from error
 
     def add_batch_member(self, key: str, body: str) -> None:
         """A batch member's message named the key: its execution's end counts it, whichever message started it."""
@@ -186,14 +207,51 @@ class DurableRecords:
         self._update(key, generation, {STARTED_AT: started_at}, only_if_absent=STARTED_AT)
 
     def ended(self, key: str, generation: int, succeeded: bool, error_type: str = "", error: str = "") -> None:
-        """The execution ended: a failure moves the key to the next generation, so a redrive starts a new one."""
+        """The execution ended: a failure moves the key to the next generation, so a redrive starts a new one. A
+        failure written again (a retried end step, a sweep) is a no-op; an end that contradicts the record (a failure
+        after its success, a success of a generation the key left) is StaleGenerationError."""
         now = self._clock()
-        values: dict[str, Any] = {STATUS: SUCCEEDED if succeeded else FAILED, ENDED_AT: now, BEAT_AT: now}
+        values: dict[str, Any] = {
+            STATUS: SUCCEEDED if succeeded else FAILED,
+            ENDED_AT: now,
+            BEAT_AT: now,
+            NEXT_RETRY_AT: None,
+            CLAIMED_UNTIL: None,
+        }
         if not succeeded:
             values[LAST_ERROR_TYPE] = error_type[:MAX_TEXT_CHARS] or "(unknown)"
             values[LAST_ERROR] = error[:MAX_TEXT_CHARS] or "(no message)"
-        values[NEXT_RETRY_AT] = None
-        self._update(key, generation, values, remove_none=True, next_generation=not succeeded)
+        try:
+            self._update(
+                key,
+                generation,
+                values,
+                remove_none=True,
+                next_generation=not succeeded,
+                unless_status=() if succeeded else (SUCCEEDED,),
+            )
+        except ConditionRefusedError as refused:
+            state = self.read(key)
+            # Only a failure's end moves the key on: past `generation`, this failure was written already.
+            if succeeded or state.generation <= generation:
+                raise StaleGenerationError(
+                    f"{key}: generation {generation} can't end {'SUCCEEDED' if succeeded else 'FAILED'}: the record "
+                    f"is at generation {state.generation}, {state.status}"
+                ) from refused
+
+    def claim(self, key: str, generation: int, until: float) -> None:
+        """A sweep's claim on ending `generation` (functions/durable/sweep.py), so two sweeps never both send its
+        dead letter: ClaimedError while another's claim holds, StaleGenerationError once it ended."""
+        try:
+            self._update(key, generation, {CLAIMED_UNTIL: until}, unless_status=(SUCCEEDED,), unless_claimed=True)
+        except ConditionRefusedError as refused:
+            state = self.read(key)
+            if state.generation == generation and state.status != SUCCEEDED:
+                raise ClaimedError(f"{key}: generation {generation} is claimed by another sweep") from refused
+            raise StaleGenerationError(
+                f"{key}: generation {generation} already ended (the record is at generation {state.generation}, "
+                f"{state.status})"
+            ) from refused
 
     def _update(
         self,
@@ -204,7 +262,11 @@ class DurableRecords:
         remove_none: bool = False,
         only_if_absent: str | None = None,
         next_generation: bool = False,
+        unless_status: tuple[str, ...] = (),
+        unless_claimed: bool = False,
     ) -> None:
+        """One conditional UpdateItem at `generation`. Refused: ConditionRefusedError (StaleGenerationError for a
+        plain write), except for `only_if_absent`, which is quietly kept."""
         names: dict[str, str] = {"#generation": GENERATION, "#expiration": EXPIRATION}
         attribute_values: dict[str, Any] = {
             ":generation": {"N": str(generation)},
@@ -225,10 +287,20 @@ class DurableRecords:
             sets.append("#generation = :next")
         else:
             sets.append("#generation = :generation")
-        condition = "attribute_not_exists(#generation) OR #generation = :generation"
+        condition = "(attribute_not_exists(#generation) OR #generation = :generation)"
         if only_if_absent is not None:
             names["#absent"] = only_if_absent
-            condition = f"({condition}) AND attribute_not_exists(#absent)"
+            condition += " AND attribute_not_exists(#absent)"
+        if unless_status:
+            names["#status"] = STATUS
+            for index, status in enumerate(unless_status):
+                attribute_values[f":final{index}"] = {"S": status}
+            refused = ", ".join(f":final{index}" for index in range(len(unless_status)))
+            condition += f" AND (attribute_not_exists(#status) OR NOT #status IN ({refused}))"
+        if unless_claimed:
+            names["#claimed"] = CLAIMED_UNTIL
+            attribute_values[":now"] = _attribute(self._clock())
+            condition += " AND (attribute_not_exists(#claimed) OR #claimed < :now)"
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         try:
             self._client().update_item(
@@ -243,7 +315,11 @@ class DurableRecords:
             if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
                 raise
             if only_if_absent is None:
-                raise StaleGenerationError(f"{key}: generation {generation} is no longer the key's") from error
+                raise ConditionRefusedError(f"{key}: generation {generation} is no longer the key's") from error
+
+
+class ConditionRefusedError(StaleGenerationError):
+    """A write's condition refused it: the generation moved on, or the status it may not overwrite is there."""
 
 
 def _attribute(value: Any) -> dict[str, Any]:

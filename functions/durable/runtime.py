@@ -4,19 +4,24 @@
    as the worker parses it.
 2. The job's `run(envelope, context)` runs with a DurableJobContext (functions/durable/context.py): its steps are
    checkpointed, classified, retried with backoff and cut at their time limit.
-3. It ends in the runtime's own last step (`jobs.end`), so its effects happen once whatever replays follow:
-   - success: the key's durable record says SUCCEEDED, and JobSucceeded is counted;
-   - failure (a step failed for good, or the job's code raised outside a step): the record's body goes to the
-     queue's DLQ with the evidence an ordinary job's dead letter carries (functions/worker/deadletter.py), so
-     `jobctl dlq show` and `redrive` work on it; the record says FAILED and moves to the next generation, so the
-     redriven message starts a new execution; JobDeadLettered is counted. Then the error is raised again, and
-     Lambda ends the execution FAILED (its DurableExecutionFailed metric, which the stack alarms on).
-An execution that times out (its ExecutionTimeout) is stopped by Lambda: no code of ours runs then, so it leaves
-no dead letter; the DurableExecutionTimedOut alarm and `jobctl job show` (a stale heartbeat) say so.
+3. It ends in the runtime's own steps (functions/durable/ending.py), in a namespace of their own so a replay that no
+   longer matches the job's checkpoints (NonDeterministicExecutionError) still reaches them:
+   - `jobs.outcome` checkpoints what the execution came to, once: succeeded with the follow-ups the job named, or
+     failed with its evidence (a step's failure for good, the job's code raising outside a step, a replay that no
+     longer matched, a result that is not JSON). Every later replay acts on it, whatever the job's code says then;
+   - failed: `jobs.dead_letter` sends the record's body to the queue's DLQ with that evidence (its result, the
+     message ID, is checkpointed: a later retry never sends again), then `jobs.end` writes the record FAILED and
+     moves it to the next generation (a redrive or a new publish starts anew) and counts its batch members dead;
+     then the error is raised and Lambda ends the execution FAILED (DurableExecutionFailed);
+   - succeeded: `jobs.end` publishes the follow-ups, writes the record SUCCEEDED and counts its batch members.
+   The end steps are retried without a cap (ending.until_done) until they hold or the execution times out.
+An execution that ends with no code of ours running (its timeout, a stop) or fails before its end steps is ended by
+the sweep (functions/durable/sweep.py) its queue's worker runs on each heartbeat.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Mapping
@@ -25,39 +30,31 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from aws_durable_execution_sdk_python.config import StepConfig
-from aws_durable_execution_sdk_python.retries import RetryDecision, RetryStrategyConfig, create_retry_strategy
+from aws_durable_execution_sdk_python.exceptions import NonDeterministicExecutionError
 
-from functions.durable.context import DurableJobContext
+from functions.durable.context import DurableJobContext, failed_for_good
+from functions.durable.ending import DEAD_LETTER_STEP, END_STEP, OUTCOME_STEP, DurableEnding, Outcome, until_done
 from functions.durable.payload import DurableStart
 from functions.durable.record import DurableRecords
 from functions.worker.clients import ClientFactory
-from functions.worker.errors import DurableStepFailedError, WorkerConfigError
+from functions.worker.errors import DurableStepFailedError, EnvelopeError, WorkerConfigError
 from functions.worker.follow_ups import FollowUps
 from functions.worker.jobs import LoadedJob, load_jobs
-from functions.worker.names import (
-    BATCH_CALLBACK_PUBLISHED,
-    BATCH_MEMBER_ENDED,
-    DEAD_LETTERED,
-    RUNTIME_FAULT,
-    RUNTIME_JOB,
-    SUCCEEDED,
-    DeadLetterFailure,
-)
-from functions.worker.observability import BatchTally, Observability
-from functions.worker.provenance import MessageAttributes
+from functions.worker.names import DeadLetterFailure
+from functions.worker.observability import Observability
 from functions.worker.settings import ENV_DURABLE_JOB, WorkerSettings
-from sqs_jobs.envelope import Envelope, parse_envelope
+from sqs_jobs.envelope import parse_envelope
 
 if TYPE_CHECKING:
     from aws_durable_execution_sdk_python.context import DurableContext
 
-    from functions.worker.batch_members import BatchMembers
     from functions.worker.secrets import SecretCache
 
-END_STEP = "jobs.end"
-# The end step's own calls (DLQ send, record write) are the runtime's: a few quick retries, then the execution
-# fails without its dead letter, and the runtime-faults alarm says so.
-_END_RETRIES = RetryStrategyConfig(max_attempts=5)
+# The virtual context the runtime's own steps run in: their operation IDs derive from it, never from the job's steps'
+# positions (the SDK's DurableContext.create_child_context, is_virtual: no checkpoint of its own).
+RUNTIME_NAMESPACE = "jobs"
+# Where the evidence of a body the queue no longer accepts is named.
+ENVELOPE = "(envelope)"
 
 
 @dataclass(frozen=True)
@@ -113,10 +110,18 @@ class DurableRuntime:
 
         return SecretCache(self._clients)
 
+    @cached_property
+    def _ending(self) -> DurableEnding:
+        return DurableEnding(self.settings.worker, self.settings.job, self._records, self._clients, self._obs)
+
     def run(self, event: Any, sdk: DurableContext) -> Any:
         start = DurableStart.from_json(event)
-        envelope = parse_envelope(start.body, self._queue.accepted_jobs)
-        self._obs.logger.append_keys(job=envelope.job, id=envelope.id, idempotency_key=start.key)
+        self._obs.logger.append_keys(idempotency_key=start.key)
+        try:
+            envelope = parse_envelope(start.body, self._queue.accepted_jobs)
+        except EnvelopeError as error:  # its worker accepted it; a deploy since may not: the job can't run
+            return self._end(sdk, start, None, Outcome(failure=failed_for_good(ENVELOPE, error)))
+        self._obs.logger.append_keys(job=envelope.job, id=envelope.id)
         context = DurableJobContext(
             sdk,
             envelope=envelope,
@@ -133,164 +138,57 @@ class DurableRuntime:
             follow_ups=FollowUps(envelope.job, self._job.spec.publishes),
             rng=self._rng,
         )
-        self._records.first_start(start.key, start.generation, time.time())
+        try:
+            self._records.first_start(start.key, start.generation, time.time())
+        except Exception:  # the record is for operators: a write that fails never fails the job
+            self._obs.logger.warning("could not write the durable record's start", exc_info=True)
+        result, proposed = self._ran(envelope, context)
+        return self._end(sdk, start, result, proposed)
+
+    def _end(self, sdk: DurableContext, start: DurableStart, result: Any, proposed: Outcome) -> Any:
+        """The runtime's end steps (functions/durable/ending.py), in their own namespace."""
+        ending = sdk.create_child_context(RUNTIME_NAMESPACE, is_virtual=True)
+        checkpointed = ending.step(lambda _: proposed.to_json(), name=OUTCOME_STEP)
+        outcome = Outcome.from_json(checkpointed)
+        end = StepConfig(retry_strategy=until_done(self._rng))
+        if outcome.failure is None:
+            ending.step(lambda _: self._ending.end_succeeded(start, outcome.follow_ups), name=END_STEP, config=end)
+            # A replay of code that no longer matches its outcome (it failed now) has no result to give.
+            return result if proposed.succeeded else None
+        failure = outcome.failure
+        ending.step(lambda _: self._ending.dead_letter(start, failure), name=DEAD_LETTER_STEP, config=end)
+        ending.step(lambda _: self._ending.end_failed(start, failure), name=END_STEP, config=end)
+        raise failure
+
+    def _ran(self, envelope: Any, context: DurableJobContext) -> tuple[Any, Outcome]:
+        """The job's code run (or replayed) to what it proposes as the execution's outcome. The SDK's own faults
+        (a checkpoint that failed: InvocationError; its suspensions) are not the job's and pass through."""
+        from aws_durable_execution_sdk_python.exceptions import UnrecoverableError
+
         try:
             result = self._job.run(envelope, context)  # type: ignore[arg-type]
+        except NonDeterministicExecutionError as error:
+            return None, Outcome(failure=context.failure_of(error))
+        except UnrecoverableError:
+            raise
         except Exception as error:
-            failure = context.failure if isinstance(error, DurableStepFailedError) else None
-            if failure is None:
-                failure = _outside_steps(error)
-            sdk.step(lambda _: self._end_failed(start, failure), name=END_STEP, config=_end_config())
-            raise
-        follow_ups = context.follow_ups.envelopes() if context.follow_ups is not None else []
-        sdk.step(lambda _: self._end_succeeded(start, follow_ups), name=END_STEP, config=_end_config())
-        return result
-
-    def _end_succeeded(self, start: DurableStart, follow_ups: list[Envelope]) -> None:
-        if follow_ups:
-            self._publish_follow_ups(follow_ups)
-        self._records.ended(start.key, start.generation, succeeded=True)
-        self._count(SUCCEEDED)
-        self._members_ended(start, succeeded=True)
-
-    def _publish_follow_ups(self, follow_ups: list[Envelope]) -> None:
-        """What the job named with `context.then`, published in the end step before the record says it ended: a
-        publish that fails fails the step, which is retried (each follow-up has its own key, so a second publish
-        runs nothing), and the runtime-faults alarm says so."""
-        from functions.worker.batch_members import routed_publisher
-        from functions.worker.follow_ups import publish_follow_ups
-
-        tally = BatchTally()
+            return None, Outcome(failure=context.failure_of(error))
+        if context.replay_error is not None:  # caught by the job's code: the replay still did not match
+            return None, Outcome(failure=context.failure_of(context.replay_error))
         try:
-            publisher = routed_publisher(self.settings.worker.routes, self._clients("sqs"))
-            publish_follow_ups(publisher, follow_ups, self.settings.job, tally, self._obs.logger)
-        except Exception:
-            self._count(RUNTIME_FAULT, "follow_up_publish", job=RUNTIME_JOB)
-            self._obs.logger.exception("could not publish the durable job's follow-up jobs")
-            raise
-        tally.flush(self._obs, self._queue.name)
-
-    def _members_ended(self, start: DurableStart, *, succeeded: bool) -> None:
-        """Count every batch member whose message named the key: the one that started this execution, and any
-        another message brought while it ran (functions/worker/durable_start.py). Read after the record says the
-        execution ended, so a member added later sees that end and is counted by its own worker."""
-        for body in sorted({start.body, *self._records.batch_members(start.key)}):
-            envelope = parse_envelope(body, self._queue.accepted_jobs)
-            if envelope.batch is not None:
-                self._member_ended(envelope, succeeded=succeeded)
-
-    def _member_ended(self, envelope: Envelope, *, succeeded: bool) -> None:
-        """A durable job that is a batch member is counted when its execution ends, in this end step: a count is
-        idempotent (a set holds an index once), so the step's retries and replays count it once. A count that
-        still fails after the step's retries fails the execution (after success) and the runtime-faults alarm
-        says so; after a dead letter the member stays open in its batch, as a worker's would."""
-        from sqs_jobs.batches import BatchMemberError
-
-        try:
-            published = (
-                self._batch_members.succeeded(envelope) if succeeded else self._batch_members.dead_lettered(envelope)
+            json.dumps(result)
+        except (TypeError, ValueError) as error:
+            failure = DurableStepFailedError(
+                "(result)",
+                type(error).__name__,
+                f"the job's result is not JSON: {error}",
+                DeadLetterFailure.PERMANENT,
+                1,
+                "",
             )
-        except BatchMemberError:
-            # The message named a batch that does not hold it (forged, or expired): nothing counted anywhere.
-            self._obs.logger.warning(
-                "durable job's batch does not hold it; not counted",
-                extra={"batch": envelope.batch.field if envelope.batch else None},
-            )
-            return
-        except Exception:
-            self._count(RUNTIME_FAULT, "batch_count", job=RUNTIME_JOB)
-            self._obs.logger.exception("could not count the durable job's batch member")
-            if succeeded:
-                raise
-            return
-        tally = BatchTally()
-        tally.add(envelope.job, BATCH_MEMBER_ENDED, reason="succeeded" if succeeded else "dead")
-        for kind in published:
-            tally.add(envelope.job, BATCH_CALLBACK_PUBLISHED, reason=kind)
-        tally.flush(self._obs, self._queue.name)
-
-    @cached_property
-    def _batch_members(self) -> BatchMembers:
-        from functions.worker.batch_members import BatchMembers, routed_publisher
-
-        worker = self.settings.worker
-        return BatchMembers(
-            worker.idempotency_table,
-            lambda: self._clients("dynamodb"),
-            lambda: routed_publisher(worker.routes, self._clients("sqs")),
-            retention_s=self._queue.dlq_retention_s,
-        )
-
-    def _end_failed(self, start: DurableStart, failure: DurableStepFailedError) -> str:
-        from functions.worker.attribute_store import AttributeStore
-        from functions.worker.deadletter import DeadLetterQueue, Evidence, iso_from_epoch_ms
-
-        envelope = parse_envelope(start.body, self._queue.accepted_jobs)
-        state = self._records.read(start.key)
-        now_ms = time.time() * 1000
-        evidence = Evidence(
-            error_type=failure.error_type,
-            error_message=f"step {failure.step!r}: {failure.error_message}",
-            traceback=failure.traceback_text,
-            failure=failure.failure,
-            attempts=failure.attempts,
-            first_failed_at=iso_from_epoch_ms((state.started_at or now_ms / 1000) * 1000),
-            last_failed_at=iso_from_epoch_ms(now_ms),
-            source_queue=start.source_queue,
-            envelope=envelope,
-        )
-        dead_letters = DeadLetterQueue(
-            self._clients("sqs"),
-            self.settings.worker.dlq_url,
-            dlq_max_bytes=self._queue.dlq_max_message_bytes,
-            queue_max_bytes=self._queue.max_message_bytes,
-            attribute_store=AttributeStore(self._clients("dynamodb"), self.settings.worker.idempotency_table),
-        )
-        record = {"messageId": f"{start.key}#g{start.generation}", "attributes": {}}
-        if start.message_group:
-            record["attributes"] = {"MessageGroupId": start.message_group}
-        message_id = dead_letters.send(
-            start.body, evidence, record, MessageAttributes(bookkeeping={}, producer=dict(start.attributes))
-        )
-        self._records.ended(
-            start.key, start.generation, succeeded=False, error_type=failure.error_type, error=evidence.error_message
-        )
-        self._count(DEAD_LETTERED, failure.failure)
-        self._members_ended(start, succeeded=False)
-        self._obs.logger.error(
-            "durable job failed; dead-lettered with evidence",
-            extra={"step": failure.step, "failure": failure.failure, "dead_letter_id": message_id},
-        )
-        return message_id
-
-    def _count(self, metric: str, reason: str = "", job: str | None = None) -> None:
-        tally = BatchTally()
-        tally.add(job or self.settings.job, metric, reason)
-        tally.flush(self._obs, self._queue.name)
-
-
-def _end_config() -> StepConfig:
-    strategy = create_retry_strategy(_END_RETRIES)
-
-    def decide(error: Exception, attempt: int) -> RetryDecision:
-        return strategy(error, attempt)
-
-    return StepConfig(retry_strategy=decide)
-
-
-def _outside_steps(error: Exception) -> DurableStepFailedError:
-    """The job's code raised outside any step: its orchestration code, which a replay runs again the same way, so a
-    retry would fail alike: permanent."""
-    import traceback
-
-    return DurableStepFailedError(
-        "(outside steps)",
-        type(error).__name__,
-        str(error),
-        DeadLetterFailure.PERMANENT,
-        1,
-        "".join(traceback.format_exception(error)),
-    )
+            return None, Outcome(failure=failure)
+        follow_ups = context.follow_ups.encoded() if context.follow_ups is not None else None
+        return result, Outcome(follow_ups=follow_ups)
 
 
 def _only(queue: Any, job: str) -> Any:

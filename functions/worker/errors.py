@@ -24,6 +24,7 @@ __all__ = [
     "CircuitOpenError",
     "DeadLetterError",
     "DebounceWaitError",
+    "DurableMisuseError",
     "DurableStepFailedError",
     "EnvelopeError",
     "EnvelopeFieldError",
@@ -255,6 +256,12 @@ class JobCancelledError(PermanentError):
 class StepTimeLimitError(JobTimeLimitError):
     """A durable job's step ran past its time limit (Durable.step_time_limit_s): a transient failure of the step,
     retried after a backoff. Its thread can't be stopped; a step's effects must be idempotent (docs/workflows.md)."""
+
+
+class DurableMisuseError(WorkerConfigError, PermanentError):
+    """A durable job's code used its context where it can't work: a step, a wait or a follow-up inside a step (a
+    replay does not run a finished step, so what it names would be lost or out of order), a step name taken twice, or
+    a name the runtime keeps. Permanent: the same code does the same again."""
 
 
 class DurableStepFailedError(JobError):

@@ -95,6 +95,8 @@ class DeadLetterFailure(StrEnum):
     PERMANENT = "permanent"
     RETRIES_EXHAUSTED = "retries_exhausted"
     CANCELLED = "cancelled"  # an operator cancelled the key while it ran (JobCancelledError)
+    TIMED_OUT = "timed_out"  # a durable execution ran past its execution timeout (functions/durable/sweep.py)
+    STOPPED = "stopped"  # a durable execution was stopped (StopDurableExecution; functions/durable/sweep.py)
 
 
 class CutRunCallReason(StrEnum):

@@ -51,6 +51,8 @@ from sqs_jobs.specs import HEARTBEAT_JOB
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from functions.durable.executions import DurableExecutions
+    from functions.durable.sweep import DurableSweep
     from functions.worker.batch_members import BatchMembers
     from functions.worker.deadletter import DeadLetterQueue
     from functions.worker.durable_start import DurableDispatch, DurableStarter
@@ -88,6 +90,7 @@ class Worker:
         http_client: HttpClient | None = None,
         clock: Callable[[], float] | None = None,
         durable_starter: DurableStarter | None = None,
+        durable_executions: DurableExecutions | None = None,
     ) -> None:
         self.settings = settings
         self._queue = settings.queue
@@ -144,8 +147,10 @@ class Worker:
         self._budget_s = 0.0
         self._entry_remaining_s: float | None = None
         self._settled: set[str] = set()
-        # Durable jobs' starts (functions/worker/durable_start.py): Lambda's asynchronous Invoke unless given.
+        # Durable jobs' starts (functions/worker/durable_start.py): Lambda's asynchronous Invoke unless given; and
+        # what the heartbeat's sweep asks of their executions (functions/durable/sweep.py): Lambda unless given.
         self._durable_starter = durable_starter
+        self._durable_executions = durable_executions
         self.handle = self._obs.logger.inject_lambda_context(self._handle, clear_state=True)
 
     @cached_property
@@ -539,7 +544,25 @@ class Worker:
         self._tally.add(HEARTBEAT_JOB, HEARTBEAT)
         self._obs.logger.info("heartbeat", extra={"lag_s": lag_s})
         self._watch_batches()
+        if self.settings.durable_functions:  # a queue without durable jobs makes no call for them
+            self._durable_sweep.sweep()
         return Outcome.HEARTBEAT
+
+    @cached_property
+    def _durable_sweep(self) -> DurableSweep:
+        """Ends the durable executions that ended without their end (functions/durable/sweep.py)."""
+        from functions.durable.executions import LambdaDurableExecutions
+        from functions.durable.sweep import DurableSweep
+
+        def call_client(service: str) -> Any:
+            return self._clients.within(service, self._invocation.call_time_s())
+
+        executions = self._durable_executions or LambdaDurableExecutions(
+            lambda: call_client("lambda"), self.settings.durable_functions
+        )
+        return DurableSweep(
+            self.settings, executions, call_client, self._obs, self._tally, time_left=self._invocation.remaining_s
+        )
 
     def _watch_batches(self) -> None:
         """Each heartbeat counts the stalled batches (docs/workflows.md, "Batches that stall"): a Query per shard

@@ -195,7 +195,8 @@ def cancel(
         # "cancelled" would be a lie while its steps go on.
         fail(
             f"{shown(name)} is a durable job: jobctl can't cancel its execution yet; stop it with `aws lambda "
-            "stop-durable-execution --durable-execution-arn <ARN>` (jobctl job show prints the ARN)",
+            "stop-durable-execution --durable-execution-arn <ARN>` (jobctl job show prints the ARN); the queue's "
+            "next heartbeat then dead-letters it (failure stopped)",
             EXIT_USAGE,
         )
     with operator_errors():

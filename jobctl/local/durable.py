@@ -11,6 +11,9 @@ does and the runner doesn't, this module adds:
   SQLiteExecutionStore) under `state_dir`, and `resume()` starts again every execution a killed process left
   RUNNING, from its last checkpoint (the step it was in runs again from its start, as on Lambda when an
   invocation is lost: the SDK's steps are at-least-once).
+It is also the workers' DurableExecutions (functions/durable/executions.py), what their heartbeat's sweep asks:
+the runner's own answers to ListDurableExecutionsByFunction, GetDurableExecution and GetDurableExecutionHistory, in
+those APIs' shapes; and `stop()` is StopDurableExecution.
 """
 
 from __future__ import annotations
@@ -26,8 +29,18 @@ from typing import Any
 from aws_durable_execution_sdk_python.execution import durable_execution
 from aws_durable_execution_sdk_python_testing import DurableFunctionTestRunner
 from aws_durable_execution_sdk_python_testing.execution import Execution
+from aws_durable_execution_sdk_python_testing.runner import DurableFunctionTestResult
 from aws_durable_execution_sdk_python_testing.stores.sqlite import SQLiteExecutionStore
 
+from functions.durable.executions import (
+    ENDED_UNSUCCESSFULLY,
+    EndedExecution,
+    ExecutionEnd,
+    RuntimeSteps,
+    end_of,
+    ended_of,
+    runtime_steps_of,
+)
 from functions.durable.runtime import DurableRuntime
 
 RUNNING = "RUNNING"
@@ -92,6 +105,45 @@ class LocalDurableFunctions:
                 execution_name=name,
             )
 
+    # --- DurableExecutions --------------------------------------------------------------------------------------
+
+    def ended(self, job: str, started_after: datetime) -> list[EndedExecution]:
+        function = self.functions[job]
+        found: list[EndedExecution] = []
+        for status in ENDED_UNSUCCESSFULLY:  # the runner filters by one status at a time
+            marker: str | None = None
+            while True:
+                response = self._executor(job).list_executions_by_function(
+                    function.function_name,
+                    status_filter=status,
+                    started_after=started_after.isoformat(),
+                    marker=marker,
+                    max_items=1000,
+                )
+                found.extend(ended_of(summary) for summary in response.to_dict()["DurableExecutions"])
+                marker = response.next_marker
+                if marker is None:
+                    break
+        return found
+
+    def end_of(self, job: str, arn: str) -> ExecutionEnd:
+        return end_of(self._executor(job).get_execution_details(arn).to_dict())
+
+    def runtime_steps(self, job: str, arn: str) -> RuntimeSteps:
+        history = self.functions[job].runner.get_execution_history(arn, include_execution_data=True)
+        return runtime_steps_of(history.to_dict()["Events"])
+
+    def stop(self, job: str, arn: str, message: str = "stopped by an operator") -> None:
+        """StopDurableExecution: the execution ends STOPPED, whatever it was doing."""
+        from aws_durable_execution_sdk_python.lambda_service import ErrorObject
+
+        self._executor(job).stop_execution(arn, ErrorObject.from_message(message))
+
+    def _executor(self, job: str) -> Any:
+        """The runner's executor: Lambda's durable execution service in miniature, which the runner's public calls
+        use too (pinned with the SDK, as `_relaunch` is)."""
+        return self.functions[job].runner._executor
+
     # --- the engine's part ------------------------------------------------------------------------------------
 
     def resume(self) -> list[str]:
@@ -113,8 +165,13 @@ class LocalDurableFunctions:
         return found
 
     def wait(self, job: str, arn: str, timeout_s: float) -> Any:
-        """The execution's result once it ends (DurableFunctionTestResult), or TimeoutError."""
-        return self.functions[job].runner.wait_for_result(arn, timeout=int(timeout_s))
+        """The execution's result once it ends (DurableFunctionTestResult), or TimeoutError. An execution that
+        already ended is answered from the store: the runner's completion event serves only its first waiter."""
+        function = self.functions[job]
+        execution = function.store.load(arn)
+        if execution.is_complete:
+            return DurableFunctionTestResult.create(execution=execution)
+        return function.runner.wait_for_result(arn, timeout=int(timeout_s))
 
     def close(self) -> None:
         for function in self.functions.values():

@@ -366,6 +366,7 @@ class LocalEngine:
             observability=Observability.create(output=self._worker_output, metrics_sink=self._forward_metrics),
             http_client=self._jobs_http_client(queue),
             durable_starter=self.durables,
+            durable_executions=self.durables,
         )
 
     def _jobs_http_client(self, queue: str) -> HttpClient | None:

@@ -79,12 +79,15 @@ class Durables:
         return records.read(f"{JOB}:{import_id}")
 
 
-def durables_of(harness: Harness, catalog: Any = IMPORTS) -> Durables:
+def durables_of(harness: Harness, catalog: Any = IMPORTS, runtime_clients: ClientFactory | None = None) -> Durables:
+    """`runtime_clients`: the durable function's own (faults injected on them touch no worker); else the worker's."""
     settings = DurableSettings(worker=harness.deployment.worker_settings(QUEUE), job=JOB)
     if catalog is not IMPORTS:
         settings = replace(settings, worker=replace(settings.worker, queue=catalog.queue(QUEUE)))
     runtime = DurableRuntime(
-        settings, harness.worker_clients(QUEUE), observability=Observability.create(output=harness.output)
+        settings,
+        runtime_clients or harness.worker_clients(QUEUE),
+        observability=Observability.create(output=harness.output),
     )
     functions = LocalDurableFunctions(
         {JOB: (durable_function_name("test", JOB), runtime)}, state_dir=None, skip_time=True
@@ -111,9 +114,9 @@ def test_the_worker_starts_the_execution_and_acknowledges_the_record(durables: D
     imported = durables.imported()
     assert len(imported) == 2_500
     assert imported["o-imp-1-001234"]["amount"]["N"] == "234.25"
-    # One step per 1,000-row chunk, beside the plan, the summary and the runtime's end.
+    # One step per 1,000-row chunk, beside the plan, the summary and the runtime's outcome and end.
     steps = sorted(str(op.name) for op in result.get_all_operations())
-    assert steps == ["chunk-0", "chunk-1", "chunk-2", "jobs.end", "plan", "summary"]
+    assert steps == ["chunk-0", "chunk-1", "chunk-2", "jobs.end", "jobs.outcome", "plan", "summary"]
     record = durables.record("imp-1")
     assert (record.status, record.steps_done, record.generation) == ("SUCCEEDED", 5, 0)
     # job show names the execution's ARN: what `aws lambda stop-durable-execution` and its history take.
@@ -423,8 +426,10 @@ def test_a_durable_job_that_fails_publishes_no_follow_up_and_one_named_inside_a_
     assert durables.harness.queue_counts(QUEUE) == (0, 0)  # no follow-up of either
     evidence = {json.loads(m["Body"])["id"]: attributes_of(m) for m in durables.harness.dead_letters(QUEUE)}
     assert evidence["imp-t2"]["jobs.error_type"] == "ImportFileError"
-    assert evidence["imp-t3"]["jobs.error_type"] == "WorkerConfigError"
+    # Refused at once, for good (a retry would do the same): the step's first attempt is its last.
+    assert evidence["imp-t3"]["jobs.error_type"] == "DurableMisuseError"
     assert "context.then inside step 'names'" in evidence["imp-t3"]["jobs.error_message"]
+    assert (evidence["imp-t3"]["jobs.failure"], evidence["imp-t3"]["jobs.attempts"]) == ("permanent", "1")
 
 
 def test_an_execution_under_another_key_with_a_members_batch_field_counts_nothing(durables: Durables) -> None:

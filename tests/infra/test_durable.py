@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from functions.worker.settings import ENV_DURABLE_JOB, durable_function_env_name
-from infra.durable_function import CHECKPOINT_ACTIONS, DURABLE_HANDLER
+from infra.durable_function import CHECKPOINT_ACTIONS, DURABLE_HANDLER, SWEEP_LIST_ACTION, SWEEP_READ_ACTIONS
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import JobSpec, QueueSpec
 from sqs_jobs.stack_names import DURABLE_ALIAS, durable_function_name
@@ -63,6 +63,25 @@ def test_the_worker_starts_it_through_its_alias_and_may_invoke_nothing_else(
         assert {resource for granted_action, resource in granted if granted_action == action} == {
             f"{ids['function']}.Arn:*"
         }
+
+
+@DURABLE_JOBS
+def test_its_worker_may_read_its_executions_for_the_heartbeat_sweep_and_no_other_functions(
+    synth: Synth, spec: QueueSpec, job: JobSpec
+) -> None:
+    ids = durable_ids(synth, job.name)
+    granted = permissions(role_statements(synth.resources, role_id(synth.resources, worker_id(synth.resources, spec))))
+
+    def resources_of(action: str) -> set[str]:
+        return {resource for granted_action, resource in granted if granted_action == action}
+
+    # An execution is authorized by its own ARN, `<function ARN>:<version>/durable-execution/...`: `:*` matches
+    # this function's executions of every version, and nothing else.
+    for action in SWEEP_READ_ACTIONS:
+        assert resources_of(action) == {f"{ids['function']}.Arn:*"}
+    # The list names the function unqualified (every version's executions): its ARN, and its executions'.
+    assert resources_of(SWEEP_LIST_ACTION) == {f"{ids['function']}.Arn", f"{ids['function']}.Arn:*"}
+    assert not {resource for _, resource in granted if resource == "*" and _.startswith("lambda:")}
 
 
 @DURABLE_JOBS

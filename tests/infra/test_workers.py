@@ -214,7 +214,8 @@ def test_worker_role_has_exactly_the_grants_it_needs(synth: Synth, spec: QueueSp
     }
     for resource in spec.resources:
         expected |= _grant(synth, resource)
-    # A durable job's function shares the worker's role: its log group, its checkpoints, and the worker's start.
+    # A durable job's function shares the worker's role: its log group, its checkpoints, the worker's start, and
+    # what the heartbeat's sweep reads of its executions.
     for job in _durable_jobs([spec]):
         durable = durable_ids(synth, job.name)
         expected |= {
@@ -223,6 +224,10 @@ def test_worker_role_has_exactly_the_grants_it_needs(synth: Synth, spec: QueueSp
             ("lambda:CheckpointDurableExecution", f"{durable['function']}.Arn:*"),
             ("lambda:GetDurableExecutionState", f"{durable['function']}.Arn:*"),
             ("lambda:InvokeFunction", f"Ref:{durable['alias']}"),
+            ("lambda:GetDurableExecution", f"{durable['function']}.Arn:*"),
+            ("lambda:GetDurableExecutionHistory", f"{durable['function']}.Arn:*"),
+            ("lambda:ListDurableExecutionsByFunction", f"{durable['function']}.Arn"),
+            ("lambda:ListDurableExecutionsByFunction", f"{durable['function']}.Arn:*"),
         }
 
     granted = permissions(role_statements(synth.resources, role_id(synth.resources, function)))
