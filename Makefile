@@ -104,7 +104,8 @@ lint: $(VENV)/.synced
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 
-# The fast loop while working: everything that needs no CDK synth, local engine, browser or LocalStack. mypy
+# The fast loop while working: everything that needs no CDK synth, local engine, browser or LocalStack, nor the
+# model of a job's life (minutes; make test runs it). mypy
 # (its cache warm, it rechecks what changed) runs beside the tests; its report follows theirs. The layer (bundle, a
 # no-op while uv.lock is unchanged) is what tests/unit/test_deployed_imports.py checks the jobs' imports against,
 # and the cold-start benchmark's unit tests read.
@@ -113,7 +114,7 @@ check: $(VENV)/.synced bundle
 	$(BIN)/ruff format --check .
 	@mypy_log=$$(mktemp); \
 	$(BIN)/mypy . >"$$mypy_log" 2>&1 & typing=$$!; \
-	$(BIN)/pytest -n 3 --dist worksteal tests/unit tests/functional; tests=$$?; \
+	$(BIN)/pytest -n 3 --dist worksteal -m "not model" tests/unit tests/functional; tests=$$?; \
 	wait $$typing; typed=$$?; cat "$$mypy_log"; rm -f "$$mypy_log"; \
 	[ $$tests -eq 0 ] && [ $$typed -eq 0 ]
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from functions.durable.record import DurableRecords, DurableState
-from functions.worker.key_life import KeyRecord, scoped_key
+from functions.worker.key_life import KeyRecord, KeyState, scoped_key
 from functions.worker.names import RecordStatus
 from functions.worker.settings import ENV_IDEMPOTENCY_TABLE, idempotency_record_id
 from functions.worker.uniqueness import (
@@ -45,6 +45,17 @@ IN_PROGRESS = "in progress"
 RETRYING = "retrying"
 DEAD_LETTERED = "dead-lettered"
 NOT_FOUND = "not found"
+# What `job show` says of each state of a key's life (docs/key-life.md); a stalled run's record is a delivery's to
+# take over, so it says what a missing one does.
+_VERDICTS = {
+    KeyState.COMPLETED: COMPLETED,
+    KeyState.CANCELLED: CANCELLED,
+    KeyState.RUNNING: IN_PROGRESS,
+    KeyState.CANCEL_REQUESTED: IN_PROGRESS,
+    KeyState.RETRYING: RETRYING,
+    KeyState.DEAD_LETTER_PENDING: RETRYING,
+    KeyState.ENDING: RETRYING,
+}
 
 
 class JobLookupError(OperatorUnreachableError):
@@ -123,6 +134,10 @@ class IdempotencyRecord:
     # rate limit, a busy key), and when its message is due again.
     held_since: datetime | None = None
     next_retry_at: datetime | None = None
+    # The record as the one codec reads it (functions/worker/key_life.py): its state is the verdict's.
+    key_record: KeyRecord | None = None
+    # When the DLQ took its dead letter while what follows it (a batch count) has not held yet: ENDING.
+    dead_lettered_at: datetime | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any], expiry_s: int) -> IdempotencyRecord:
@@ -152,7 +167,14 @@ class IdempotencyRecord:
             cancelled_at=_moment(record.cancelled_at),
             cancel_requested_at=_moment(record.cancel_requested_at),
             cancelled_by=record.cancelled_by,
+            key_record=record,
+            dead_lettered_at=_moment(record.dead_lettered_at),
         )
+
+    def state(self, at: datetime) -> KeyState:
+        if self.key_record is None:
+            return KeyState.NEW
+        return self.key_record.state(at.timestamp())
 
 
 def _moment(epoch_s: float | None) -> datetime | None:
@@ -314,16 +336,9 @@ class JobLookup:
             status = self.durable.status
             return {"SUCCEEDED": COMPLETED, "FAILED": DEAD_LETTERED}.get(status, IN_PROGRESS)
         record = self.record
-        if record is not None and record.remembered_until > self.looked_at:
-            if record.status == RecordStatus.COMPLETED:
-                return COMPLETED
-            if record.status == RecordStatus.CANCELLED:
-                return CANCELLED
-            if record.status == RecordStatus.FAILED:
-                return RETRYING
-            if record.in_progress_until is None or record.in_progress_until > self.looked_at:
-                return IN_PROGRESS
-        return NOT_FOUND
+        if record is None:
+            return NOT_FOUND
+        return _VERDICTS.get(record.state(self.looked_at), NOT_FOUND)
 
     def explanation(self) -> str:
         record = self.record
@@ -370,6 +385,11 @@ class JobLookup:
                 f"held since {record.held_since.isoformat()} by flow control (an open breaker, a rate limit or a "
                 f"busy key), {record.runs} of {self.max_attempts} runs spent; its message is due again at {due}; "
                 "held at most its limit's max_hold_s, then each refusal counts as a run"
+            )
+        if self.verdict == RETRYING and record is not None and record.dead_lettered_at is not None:
+            return (
+                f"dead-lettered at {record.dead_lettered_at.isoformat()}; what follows its dead letter (its batch's "
+                "count) failed and is pending: its message comes back to count it, running nothing (docs/key-life.md)"
             )
         if self.verdict == RETRYING and record is not None:
             when = record.last_failed_at.isoformat() if record.last_failed_at else "(unknown)"

@@ -38,8 +38,9 @@ _LOCK = threading.Lock()
 _SEQUENCE = itertools.count()
 PLANS: dict[str, Plan] = {}
 FIXED: set[str] = set()
-# (sequence, key, run number) of every run's start, in order.
+# (sequence, key, run number) of every run's start, in order; the keys of the runs that returned.
 STARTS: list[tuple[int, str, int]] = []
+RETURNED: list[str] = []
 # Called with (job, ID, tenant, key) by a run whose plan cancels it mid-run: the model's operator.
 CANCEL: list[Callable[[str, str, str | None, str | None], None]] = []
 SLOW_S = 1.6
@@ -50,6 +51,7 @@ def reset() -> None:
         PLANS.clear()
         FIXED.clear()
         STARTS.clear()
+        RETURNED.clear()
         CANCEL.clear()
 
 
@@ -79,3 +81,5 @@ def run(envelope: Envelope, context: JobContext) -> None:
         raise TransientError(f"downstream busy (run {started} of {envelope.id})")
     if plan.permanent and envelope.id not in FIXED:
         raise PermanentError(f"entity {envelope.id} can't be processed")
+    with _LOCK:
+        RETURNED.append(context.key)
