@@ -238,6 +238,9 @@ class JobLives(RuleBasedStateMachine):
         # Every key seen cancelled: its copies were acknowledged unrun, so an undo alone runs nothing of it.
         self.ever_cancelled: set[str] = set()
         self.dead: defaultdict[str, set[str]] = defaultdict(set)
+        # Per published message: its dead letters (their IDs), and how often a redrive sent it back.
+        self.dead_letters_of: defaultdict[str, set[str]] = defaultdict(set)
+        self.redriven: Counter[str] = Counter()
         modelled.CANCEL.append(self._cancel_mid_run)
 
     def _new_worker(self) -> Worker:
@@ -279,7 +282,8 @@ class JobLives(RuleBasedStateMachine):
         modelled.PLANS.update(dict(zip(ENTITIES, plan_list, strict=True)))
 
     def publish(self, job: str, entity: str, tenant: str | None, key: str | None, customer: str) -> None:
-        body: dict[str, Any] = {"job": job, "id": entity, "customer": customer}
+        # `m` tells this message apart from every other: a message is dead-lettered once per life.
+        body: dict[str, Any] = {"job": job, "id": entity, "customer": customer, "m": self.published}
         if tenant is not None:
             body["tenant"] = tenant
         if key is not None:
@@ -393,6 +397,8 @@ class JobLives(RuleBasedStateMachine):
             Provenance.of([self.local.worker_role_id]),
             receive_wait_s=0,
         )
+        for message in self._dlq_messages():
+            self.redriven[_message_of(json.loads(message.body))] += 1
         RAN["redriven"] += dlq.move(Filter()).moved
 
     # --- what must always hold --------------------------------------------------------------------------------------
@@ -536,11 +542,7 @@ class JobLives(RuleBasedStateMachine):
 
     def _see_dead_letters(self) -> None:
         """Every dead letter now in the DLQ, read without taking it (moto's own state), checked for evidence."""
-        from moto.core.models import DEFAULT_ACCOUNT_ID
-        from moto.sqs.models import sqs_backends
-
-        queue = sqs_backends[DEFAULT_ACCOUNT_ID][REGION].queues[self.local.dlq_url.rsplit("/", 1)[-1]]
-        for message in list(queue._messages):
+        for message in self._dlq_messages():
             body = json.loads(message.body)
             key = scoped_key(body["job"], body.get("key") or body["id"], body.get("tenant"))
             attributes = {name: value.get("StringValue") for name, value in message.message_attributes.items()}
@@ -549,6 +551,23 @@ class JobLives(RuleBasedStateMachine):
             )
             assert 1 <= int(attributes["jobs.attempts"]) <= MAX_ATTEMPTS, f"{key}: attempts {attributes}"
             self.dead[key].add(message.id)
+            sent = _message_of(body)
+            self.dead_letters_of[sent].add(message.id)
+            assert len(self.dead_letters_of[sent]) <= 1 + self.redriven[sent], (
+                f"message {sent} of {key} dead-lettered {len(self.dead_letters_of[sent])} times, redriven "
+                f"{self.redriven[sent]}: a second dead letter of one life"
+            )
+
+    def _dlq_messages(self) -> list[Any]:
+        from moto.core.models import DEFAULT_ACCOUNT_ID
+        from moto.sqs.models import sqs_backends
+
+        return list(sqs_backends[DEFAULT_ACCOUNT_ID][REGION].queues[self.local.dlq_url.rsplit("/", 1)[-1]]._messages)
+
+
+def _message_of(body: dict[str, Any]) -> str:
+    """Which published message a body is (a redrive sends its body back as it was): its `m`, or its batch field."""
+    return str(body.get("m", body.get("batch", f"{body['job']}:{body['id']}")))
 
 
 def test_every_promise_holds_where_the_features_meet(monkeypatch: pytest.MonkeyPatch) -> None:
