@@ -54,7 +54,7 @@ _VERDICTS = {
     KeyState.CANCEL_REQUESTED: IN_PROGRESS,
     KeyState.RETRYING: RETRYING,
     KeyState.DEAD_LETTER_PENDING: RETRYING,
-    KeyState.ENDING: RETRYING,
+    KeyState.ENDING: DEAD_LETTERED,
 }
 
 
@@ -136,7 +136,7 @@ class IdempotencyRecord:
     next_retry_at: datetime | None = None
     # The record as the one codec reads it (functions/worker/key_life.py): its state is the verdict's.
     key_record: KeyRecord | None = None
-    # When the DLQ took its dead letter while what follows it (a batch count) has not held yet: ENDING.
+    # When the DLQ took the key's dead letter (ENDING, until the key's next message clears it).
     dead_lettered_at: datetime | None = None
 
     @classmethod
@@ -347,6 +347,12 @@ class JobLookup:
                 f"a durable execution, its steps run in its durable function: {self.durable.status.lower()} "
                 "(below); `jobctl dlq list` if it failed and its dead letter was taken"
             )
+        if self.verdict == DEAD_LETTERED and not self.dead_letters and record is not None:
+            at = record.dead_lettered_at.isoformat() if record.dead_lettered_at else "(unknown)"
+            said = f"dead-lettered at {at}; its dead letter is not in the DLQ now (taken, discarded or being redriven)"
+            if record.key_record is not None and record.key_record.ending_body:
+                said += "; its batch's count failed and is pending: its message comes back to count it, running nothing"
+            return said + "; a redrive or a new publish runs it again as a new life (docs/key-life.md)"
         if self.verdict == DEAD_LETTERED:
             said = f"{len(self.dead_letters)} dead letter(s) in the DLQ: triage with `jobctl dlq show {self.queue} ID`"
             if record is not None and record.status == RecordStatus.CANCELLED:
@@ -385,11 +391,6 @@ class JobLookup:
                 f"held since {record.held_since.isoformat()} by flow control (an open breaker, a rate limit or a "
                 f"busy key), {record.runs} of {self.max_attempts} runs spent; its message is due again at {due}; "
                 "held at most its limit's max_hold_s, then each refusal counts as a run"
-            )
-        if self.verdict == RETRYING and record is not None and record.dead_lettered_at is not None:
-            return (
-                f"dead-lettered at {record.dead_lettered_at.isoformat()}; what follows its dead letter (its batch's "
-                "count) failed and is pending: its message comes back to count it, running nothing (docs/key-life.md)"
             )
         if self.verdict == RETRYING and record is not None:
             when = record.last_failed_at.isoformat() if record.last_failed_at else "(unknown)"

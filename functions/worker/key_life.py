@@ -78,7 +78,9 @@ class KeyState(StrEnum):
     STALLED = "stalled"  # INPROGRESS past its hold: the run crashed or timed out and never reported back
     RETRYING = "retrying"  # a run failed (or was held) and the key's message comes back for another
     DEAD_LETTER_PENDING = "dead letter pending"  # the DLQ refused the dead letter: the next delivery sends it
-    ENDING = "ending"  # the DLQ has the dead letter; what follows it (a batch count) is still to hold
+    # The DLQ has the key's dead letter: its message's redelivery is acknowledged (a batch member's count owed is
+    # made first); the key's next message clears it and runs.
+    ENDING = "ending"
     COMPLETED = "completed"  # final: a run succeeded; every copy is a duplicate until the record expires
     CANCELLED = "cancelled"  # final as the operator left it: every copy is acknowledged unrun (undo withdraws it)
 
@@ -94,7 +96,7 @@ class Writer(StrEnum):
     FAIL = "run failure (ledger)"
     REFUND = "run held back or out of time (ledger)"
     DEAD_LETTER = "dead letter sent (ledger, settlement)"
-    ENDED = "dead letter's follow-through done (ledger)"
+    ENDED = "the key's next delivery after its dead letter (ledger)"
     CANCEL_RUN = "run stopped by a cancel (ledger)"
     CANCEL = "operator's cancel (jobctl)"
     UNDO = "operator's undo (jobctl)"
@@ -118,13 +120,9 @@ TRANSITIONS: tuple[tuple[KeyState, KeyState, Writer], ...] = (
     (KeyState.CANCEL_REQUESTED, KeyState.CANCELLED, Writer.FAIL),
     (KeyState.RUNNING, KeyState.RETRYING, Writer.REFUND),
     (KeyState.CANCEL_REQUESTED, KeyState.CANCELLED, Writer.REFUND),
-    (KeyState.RUNNING, KeyState.NEW, Writer.DEAD_LETTER),
     (KeyState.RUNNING, KeyState.ENDING, Writer.DEAD_LETTER),
-    (KeyState.STALLED, KeyState.NEW, Writer.DEAD_LETTER),
     (KeyState.STALLED, KeyState.ENDING, Writer.DEAD_LETTER),
-    (KeyState.RETRYING, KeyState.NEW, Writer.DEAD_LETTER),
     (KeyState.RETRYING, KeyState.ENDING, Writer.DEAD_LETTER),
-    (KeyState.DEAD_LETTER_PENDING, KeyState.NEW, Writer.DEAD_LETTER),
     (KeyState.DEAD_LETTER_PENDING, KeyState.ENDING, Writer.DEAD_LETTER),
     (KeyState.CANCEL_REQUESTED, KeyState.CANCELLED, Writer.DEAD_LETTER),
     (KeyState.ENDING, KeyState.NEW, Writer.ENDED),
@@ -142,6 +140,7 @@ TRANSITIONS: tuple[tuple[KeyState, KeyState, Writer], ...] = (
     (KeyState.COMPLETED, KeyState.NEW, Writer.EXPIRY),
     (KeyState.CANCELLED, KeyState.NEW, Writer.EXPIRY),
     (KeyState.RETRYING, KeyState.NEW, Writer.EXPIRY),
+    (KeyState.ENDING, KeyState.NEW, Writer.EXPIRY),
 )
 
 

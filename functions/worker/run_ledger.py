@@ -717,11 +717,21 @@ class RunLedger(DynamoDBPersistenceLayer):
         )
 
     def ending(
-        self, record_id: str, runs: int | None, *, message_id: str, body: str, tenant: str, time_left_s: float
+        self,
+        record_id: str,
+        runs: int | None,
+        *,
+        message_id: str,
+        body: str | None,
+        tenant: str,
+        time_left_s: float,
+        unless_cancel_requested: bool = False,
     ) -> None:
-        """The key's message is in the DLQ, and what follows its dead letter (a batch member's count) failed: the
-        record keeps that (ENDING), so the message's redelivery finishes it, running and sending nothing; any other
-        message of the key finishes it first, then runs. Conditioned as `forget` is."""
+        """The key's message is in the DLQ: the record keeps that (ENDING) until another message of the key comes,
+        so the message's own redelivery (its invocation ended before its acknowledgement, or what follows its dead
+        letter failed) finishes it, running and sending nothing; any other message of the key finishes it first,
+        then runs. `body`: a batch member's, counted dead by whoever finishes it. Conditioned as `forget` is; with
+        `unless_cancel_requested`, a key an operator asked to stop is left CANCELLED instead, as `forget` leaves it."""
         names, values, condition = self._as_last_seen(record_id, runs)
         names.update(
             {
@@ -739,24 +749,40 @@ class RunLedger(DynamoDBPersistenceLayer):
             {
                 ":at": {"N": f"{time.time():.3f}"},
                 ":message": {"S": message_id},
-                ":body": {"S": body},
                 ":failed": {"S": FAILED},
                 ":expiry": {"N": str(self._get_expiry_timestamp())},
                 ":tenant": {"S": tenant},
             }
         )
-        self._client(time_left_s).update_item(
-            TableName=self.table_name,
-            Key=self._key(record_id),
-            UpdateExpression=(
-                "SET #status = :failed, #dead_lettered_at = :at, #ending_message = :message, #ending_body = :body, "
-                "#expiry = if_not_exists(#expiry, :expiry), #tenant = if_not_exists(#tenant, :tenant) "
-                "REMOVE #pending, #in_progress_expiry, #life"
-            ),
-            ConditionExpression=condition,
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-        )
+        assignments = [
+            "#status = :failed",
+            "#dead_lettered_at = :at",
+            "#ending_message = :message",
+            "#expiry = if_not_exists(#expiry, :expiry)",
+            "#tenant = if_not_exists(#tenant, :tenant)",
+        ]
+        removed = ["#pending", "#in_progress_expiry", "#life"]
+        if body is not None:
+            assignments.append("#ending_body = :body")
+            values[":body"] = {"S": body}
+        else:
+            removed.append("#ending_body")
+        if unless_cancel_requested:
+            names["#cancel_requested_at"] = CANCEL_REQUESTED_AT
+            condition = f"{condition} AND attribute_not_exists(#cancel_requested_at)"
+        try:
+            self._client(time_left_s).update_item(
+                TableName=self.table_name,
+                Key=self._key(record_id),
+                UpdateExpression="SET " + ", ".join(assignments) + " REMOVE " + ", ".join(removed),
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as error:
+            if not (unless_cancel_requested and is_condition_failure(error)):
+                raise
+            self._cancel_dead_lettered(record_id, runs, time_left_s)
 
     def ended(self, entry: LedgerEntry, *, time_left_s: float) -> None:
         """What followed the key's dead letter has held: its record goes, as after any dead letter (only the ENDING

@@ -419,7 +419,9 @@ class Worker:
             return verdict
         return self._run(job, envelope, delivery, admission.key, limit_s)
 
-    def _run(self, job: LoadedJob, envelope: Envelope, delivery: Delivery, key: str, limit_s: float) -> Verdict:
+    def _run(
+        self, job: LoadedJob, envelope: Envelope, delivery: Delivery, key: str, limit_s: float, *, again: bool = True
+    ) -> Verdict:
         """Run the record's job (functions/worker/execution.py), then turn what it came to into a verdict."""
         execution = self._executor.prepare(job, envelope, delivery, key, limit_s)
         try:
@@ -427,7 +429,9 @@ class Worker:
         except Exception as error:
             ending = _ending_of(error)
             if ending is not None:
-                return self._finish_ending(envelope, delivery, ending)
+                # Once: a record ENDING again by then is another writer's, and this message goes back for it.
+                then_run = (lambda: self._run(job, envelope, delivery, key, limit_s, again=False)) if again else None
+                return self._finish_ending(envelope, delivery, ending, then_run)
             verdict = self._settlement.after_error(job, envelope, delivery, key, execution, error)
             if isinstance(verdict, Done) and verdict.outcome is Outcome.CANCELLED and envelope.batch is not None:
                 # An operator cancelled the member's key: it ended without succeeding, so it counts as dead and
@@ -508,29 +512,35 @@ class Worker:
             )
         return None
 
-    def _finish_ending(self, envelope: Envelope, delivery: Delivery, entry: LedgerEntry) -> Verdict:
-        """The key's last message is in the DLQ and its batch count failed then (its record is ENDING): count it now,
-        then clear the record, as a dead letter does. That message is then acknowledged; another message of the
-        key (a redrive, a new publish) goes back to run once the record is cleared."""
+    def _finish_ending(
+        self, envelope: Envelope, delivery: Delivery, entry: LedgerEntry, then_run: Callable[[], Verdict] | None
+    ) -> Verdict:
+        """The key's last message is in the DLQ (its record is ENDING): count it if its batch count is still owed,
+        then clear the record. That message (redelivered: its invocation ended before its acknowledgement, or the
+        count failed) is then acknowledged, never run again; another message of the key (a redrive, a new publish)
+        runs now (`then_run`), or, where the record was ENDING again, goes back to run once it is cleared."""
         from functions.worker.run_ledger import is_condition_failure
 
-        ended = _envelope_in(entry.ending_body, self._queue.accepted_jobs) or envelope
-        counted = self._count_dead(ended, delivery)
-        if counted is not None:
-            return counted
+        ended = _envelope_in(entry.ending_body, self._queue.accepted_jobs)
+        if ended is not None:
+            counted = self._count_dead(ended, delivery)
+            if counted is not None:
+                return counted
         try:
             self._ledger.ended(entry, time_left_s=self._invocation.call_time_s())
         except Exception as error:
             if not is_condition_failure(error):
                 self._tally.runtime_fault("idempotency_store")
-                self._obs.logger.exception("could not clear the key's record after its dead letter's count")
+                self._obs.logger.exception("could not clear the key's record after its dead letter")
                 return self._settlement.hand_back(
                     delivery, envelope, self._settlement.backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error
                 )
         if delivery.message_identity == entry.ending_message:
-            self._obs.logger.info("the dead letter's batch count is done; acknowledged")
+            self._obs.logger.info("a redelivery of the key's dead-lettered message; acknowledged")
             return Done(Outcome.DEAD_LETTERED)
-        self._obs.logger.info("an earlier life of the key ended; this message runs next")
+        if then_run is not None:
+            self._obs.logger.info("an earlier life of the key ended; this message runs now")
+            return then_run()
         return self._settlement.hand_back(
             delivery, envelope, 0, DeferReason.IN_PROGRESS, KeyEndingError(entry), {"error": "key was ending"}
         )

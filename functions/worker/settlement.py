@@ -677,10 +677,10 @@ class Settlement:
         return Outcome.DEAD_LETTERED
 
     def _after_dead_letter(self, delivery: Delivery, verdict: DeadLetter) -> None:
-        """What follows a dead letter, once the DLQ has it: the key's record (cleared, so a redrive starts afresh;
-        or kept cancelled), and a batch member's end counted. The dead letter stands whatever happens here; a count
-        that fails hands the message back, its record kept ENDING so that its redelivery counts it and nothing more
-        (docs/key-life.md, "Ending"), and raises RetryLater."""
+        """What follows a dead letter, once the DLQ has it: the key's record (ENDING, which the key's next message
+        clears, so a redrive starts afresh; or kept cancelled), and a batch member's end counted. The dead letter
+        stands whatever happens here; a count that fails hands the message back, its record kept ENDING with the
+        member's body so that its redelivery counts it and nothing more (docs/key-life.md), and raises RetryLater."""
         key_record = verdict.key_record
         cancelled_run = verdict.run if verdict.failure is DeadLetterFailure.CANCELLED else None
         kept_cancelled = cancelled_run is not None and self._write(
@@ -721,9 +721,19 @@ class Settlement:
                 )
                 return
         if cancelled_run is None and key_record is not None:
+            # Kept ENDING, not deleted: if this invocation ends before the message's acknowledgement, its redelivery
+            # is acknowledged and never starts a new life (a second dead letter); the key's next message clears it.
             self._write(
-                "forget",
-                lambda time_left_s: self._ledger.forget(key_record.record_id, key_record.runs, time_left_s=time_left_s),
+                "ending",
+                lambda time_left_s: self._ledger.ending(
+                    key_record.record_id,
+                    key_record.runs,
+                    message_id=delivery.message_identity,
+                    body=None,
+                    tenant=(envelope.tenant or "") if envelope is not None else "",
+                    time_left_s=time_left_s,
+                    unless_cancel_requested=True,
+                ),
             )
 
     # --- the runtime's own calls ------------------------------------------------------------------------------------

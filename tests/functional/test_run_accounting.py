@@ -119,11 +119,15 @@ def test_a_key_whose_last_run_never_reported_back_is_dead_lettered_with_evidence
     assert evidence["jobs.failure"] == "retries_exhausted"
     assert evidence["jobs.attempts"] == str(STANDARD.max_attempts)
     assert "never reported back" in evidence["jobs.error_message"]
-    # The record is gone, so a redrive (the same body as a new message) runs it as attempt 1
-    assert key_record(accounting, "flaky:1") == {}
+    # The record says which message was dead-lettered (ENDING); a redrive (the same body as a new message) clears
+    # it and runs as attempt 1, in the same delivery
+    record = key_record(accounting, "flaky:1")
+    assert record["ending_message"] == invocation.event["Records"][0]["messageId"] and "dead_lettered_at" in record
     accounting.send(dead["Body"], queue="standard")
-    accounting.deliver("standard")
+    redriven = accounting.deliver("standard")
+    assert redriven is not None and redriven.failed_ids == []
     assert flaky.ATTEMPTS_SEEN == [1]
+    assert key_record(accounting, "flaky:1")["status"] == "COMPLETED"
 
 
 def test_a_failed_run_is_kept_in_the_record_for_the_next_delivery(accounting: Harness) -> None:

@@ -18,6 +18,7 @@ from functions.worker.key_concurrency import slot_id
 from functions.worker.names import LifeState
 from jobctl.job_cancel import CancelOutcome, CancelResult, CancelTarget, cancel_job, withdraw
 from jobctl.job_life import jobs_in_flight
+from jobctl.local.chaos import Chaos, ChaosSettings
 from sqs_jobs.flow_control import KeyConcurrency, key_concurrency_name
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record
@@ -511,3 +512,44 @@ def test_a_cancel_of_a_key_without_a_tenant_never_holds_a_tenants_job(tenanted: 
 
     # Then it runs, under its tenant's key: the cancel was of another job's key
     assert tallied.KEYS == ["mail@acme 9001"]
+
+
+# --- found by the model: a dead letter's message redelivered after its invocation died ------------------------------
+
+PLAIN = QueueSpec(
+    name="plain",
+    max_attempts=3,
+    jobs=(JobSpec(name="tallied_job", handler="tests.functional.sample_jobs.tallied", time_limit_s=5),),
+)
+
+
+@pytest.fixture
+def plain(clients: Any) -> Iterator[Harness]:
+    tallied.reset()
+    yield Harness.provisioned(clients, Catalog(queues=(PLAIN,)))
+
+
+def test_a_dead_lettered_message_redelivered_after_its_invocation_died_is_acknowledged_not_run_again(
+    plain: Harness,
+) -> None:
+    # Given a job that fails permanently, dead-lettered by an environment that dies before its answer
+    message_id = plain.send(envelope("tallied_job", "bad-1"), queue="plain")
+    crashed = plain.mapping("plain", chaos=Chaos(ChaosSettings(crash=1.0))).poll_once(plain.worker("plain").handle)
+    assert crashed is not None and crashed.crashed and crashed.deleted == []
+
+    # When SQS hands the same message out again, its data fixed meanwhile
+    tallied.FIXED.add("bad-1")
+    plain.expire_visibility(crashed, "plain")
+    redelivered = plain.deliver("plain")
+
+    # Then it is acknowledged without a run, and the DLQ holds its one dead letter
+    assert redelivered is not None and redelivered.deleted == [message_id]
+    assert tallied.RUNS[("tallied_job", "bad-1")] == 0
+    [dead] = plain.dead_letters("plain")
+    assert attributes_of(dead)["jobs.attempts"] == "1"
+
+    # And a redrive of that dead letter runs it, as a new life
+    plain.send(dead["Body"], queue="plain")
+    assert (redriven := plain.deliver("plain")) is not None and redriven.failed_ids == []
+    assert tallied.RUNS[("tallied_job", "bad-1")] == 1
+    assert key_record(plain, "tallied_job:bad-1")["status"] == "COMPLETED"
