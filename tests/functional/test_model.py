@@ -22,6 +22,7 @@ randomized, and prints what it ran.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -51,6 +52,9 @@ from functions.worker.runtime import Worker
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, idempotency_record_id
 from functions.worker.time_limit import current_run
 from jobctl.batch_lookup import DEAD_STATE, SUCCEEDED_STATE, look_up_batch
+from jobctl.chain_lookup import SUCCEEDED as CHAIN_SUCCEEDED
+from jobctl.chain_lookup import WAITING as CHAIN_WAITING
+from jobctl.chain_lookup import look_up_chain
 from jobctl.dlq import DeadLetterQueue, Filter
 from jobctl.job_cancel import CancelTarget, cancel_job, withdraw
 from jobctl.job_life import jobs_in_flight
@@ -59,6 +63,7 @@ from jobctl.local.moto_limits import enforce_message_limits
 from jobctl.local.moto_locks import serialize_moto
 from jobctl.local.moto_senders import record_senders
 from sqs_jobs.batches import batch_item_id, callback_key, member_indices
+from sqs_jobs.envelope import Envelope
 from sqs_jobs.flow_control import KeyConcurrency
 from sqs_jobs.resources import Access, Table
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
@@ -71,6 +76,7 @@ pytestmark = [pytest.mark.timeout(900), pytest.mark.model]
 HANDLER = "tests.functional.sample_jobs.modelled"
 MAX_ATTEMPTS = 3
 QUEUE = "life"
+DEBOUNCE_S = 30
 _JOB = {"time_limit_s": 1, "resources": ("effects",), "handler": HANDLER}
 CATALOG = Catalog(
     queues=(
@@ -79,7 +85,8 @@ CATALOG = Catalog(
             max_attempts=MAX_ATTEMPTS,
             function_timeout_s=8,
             jobs=(
-                JobSpec(name="work", publishes=("done",), **_JOB),  # type: ignore[arg-type]
+                # A chain's steps are `work` jobs, and each may publish the next.
+                JobSpec(name="work", publishes=("done", "work"), **_JOB),  # type: ignore[arg-type]
                 JobSpec(
                     name="limited",
                     publishes=("done",),
@@ -87,6 +94,9 @@ CATALOG = Catalog(
                     **_JOB,  # type: ignore[arg-type]
                 ),
                 JobSpec(name="done", **_JOB),  # type: ignore[arg-type]
+                # Longer than any example runs: every publish of a key is in its first window.
+                JobSpec(name="unique", publishes=("done",), unique_for_s=3600, **_JOB),  # type: ignore[arg-type]
+                JobSpec(name="debounced", publishes=("done",), debounce_s=DEBOUNCE_S, **_JOB),  # type: ignore[arg-type]
             ),
         ),
     ),
@@ -98,6 +108,9 @@ OPERATOR = "arn:aws:sts::123456789012:assumed-role/operator/model"
 ENTITIES = ("1", "2", "3", "4")
 MAX_PUBLISHES = 8
 MAX_BATCHES = 2
+MAX_CHAINS = 2
+# Jobs whose publishes of one entity (and tenant) collapse: unique runs the first, debounce the last of a burst.
+FLOW_JOBS = ("unique", "debounced")
 TENANTS = (None, "acme", "globex")
 KEYS = (None, "k")
 # The runtime's own calls a fault may hit: each, when armed, refuses the next such call that is not a job's.
@@ -138,7 +151,7 @@ _FAULT = {
     "seed": st.integers(0, 2**16),
 }
 _WHOSE = {
-    "job": st.sampled_from(["work", "limited"]),
+    "job": st.sampled_from(["work", "limited", *FLOW_JOBS]),
     "entity": st.sampled_from(ENTITIES),
     "tenant": st.sampled_from(TENANTS),
     "key": st.sampled_from(KEYS),
@@ -150,6 +163,10 @@ ACTIONS: dict[str, dict[str, st.SearchStrategy[Any]]] = {
         "members": st.lists(st.sampled_from(ENTITIES), min_size=1, max_size=3, unique=True),
         "on_success": st.booleans(),
     },
+    "publish_chain": {
+        "entities": st.lists(st.sampled_from(ENTITIES), min_size=2, max_size=3),
+        "ends_done": st.booleans(),
+    },
     "deliver": _FAULT,
     "crash_after_side_effects": {},
     "time_passes": {},
@@ -160,6 +177,7 @@ ACTIONS: dict[str, dict[str, st.SearchStrategy[Any]]] = {
 WEIGHTS = {
     "publish": 3,
     "publish_batch": 1,
+    "publish_chain": 1,
     "deliver": 8,
     "crash_after_side_effects": 1,
     "time_passes": 3,
@@ -230,6 +248,12 @@ class JobLives(RuleBasedStateMachine):
         self.keys: set[str] = set()
         self.published = 0
         self.batches: dict[str, bool] = {}  # batch ID -> has on_success
+        self.chains: dict[str, list[str]] = {}  # chain ID -> its steps' keys
+        # Unique and debounced publishes by what collapses them (job, entity, tenant): (serial, idempotency key
+        # if the publisher named one).
+        self.flows: defaultdict[tuple[str, str, str | None], list[tuple[str, str | None]]] = defaultdict(list)
+        # How far ahead of the real clock the worker's is: windows end as time passes.
+        self.ahead_s = 0.0
         self.receipts: list[str] = []
         # What it has seen: the STARTS index and effect count when a key was first seen completed; cancelled keys;
         # dead letters per key (their message IDs), ever.
@@ -248,6 +272,7 @@ class JobLives(RuleBasedStateMachine):
             settings=self.harness.deployment.worker_settings(QUEUE),
             clients=self.harness.worker_clients(QUEUE),
             observability=Observability.create(output=self.harness.output),
+            clock=lambda: time.time() + self.ahead_s,
         )
 
     def teardown(self) -> None:
@@ -273,6 +298,8 @@ class JobLives(RuleBasedStateMachine):
             weighted = [name for name in weighted if name != "publish"]
         if len(self.batches) >= MAX_BATCHES:
             weighted = [name for name in weighted if name != "publish_batch"]
+        if len(self.chains) >= MAX_CHAINS:
+            weighted = [name for name in weighted if name != "publish_chain"]
         return weighted
 
     # --- publishing ---------------------------------------------------------------------------------------------
@@ -284,14 +311,19 @@ class JobLives(RuleBasedStateMachine):
     def publish(self, job: str, entity: str, tenant: str | None, key: str | None, customer: str) -> None:
         # `m` tells this message apart from every other: a message is dead-lettered once per life.
         body: dict[str, Any] = {"job": job, "id": entity, "customer": customer, "m": self.published}
+        if job == "debounced":
+            time.sleep(0.002)  # SQS stamps sends in milliseconds: the last publish is the latest sent
         if tenant is not None:
             body["tenant"] = tenant
         if key is not None:
             body["key"] = key
         self.harness.send(json.dumps(body), queue=QUEUE)
+        if job in FLOW_JOBS:
+            self.flows[(job, entity, tenant)].append((str(self.published), key))
+        else:
+            self.keys.add(scoped_key(job, key or entity, tenant))
         self.published += 1
-        self.keys.add(scoped_key(job, key or entity, tenant))
-        RAN["publish"] += 1
+        RAN[f"publish {job}"] += 1
 
     def publish_batch(self, members: list[str], on_success: bool) -> None:
         number = len(self.batches)
@@ -303,6 +335,16 @@ class JobLives(RuleBasedStateMachine):
         self.batches[batch_id] = on_success
         self.keys.update(scoped_key("work", entity, None) for entity in members)
         RAN["batch"] += 1
+
+    def publish_chain(self, entities: list[str], ends_done: bool) -> None:
+        """A chain of `work` steps (each entity's plan), perhaps ending in `done`; each step's key is its own."""
+        number = len(self.chains)
+        steps = [Envelope(job="work", id=entity, key=f"c{number}s{index}") for index, entity in enumerate(entities)]
+        if ends_done:
+            steps.append(Envelope(job="done", id=f"chain-{number}", key=f"c{number}s{len(steps)}"))
+        chain_id = self.harness.stack_publisher().chain(steps)
+        self.chains[chain_id] = [scoped_key(step.job, step.key or step.id, None) for step in steps]
+        RAN["chain"] += 1
 
     # --- delivering -----------------------------------------------------------------------------------------------
 
@@ -333,8 +375,10 @@ class JobLives(RuleBasedStateMachine):
     def time_passes(self) -> None:
         """Time passes until nothing waits any more: every message handed back or left by a crash is due again,
         and the holds of runs that are over (a crashed environment's key and slot) have ended, as their deadlines
-        would have. No run is in flight between steps, once the threads of runs cut at their limit have ended."""
+        would have, and so have the windows of debounced copies sent before. No run is in flight between steps,
+        once the threads of runs cut at their limit have ended."""
         wait_for_abandoned_runs()
+        self.ahead_s += DEBOUNCE_S + 1
         sqs = self.harness.clients("sqs")
         for receipt in self.receipts:
             with contextlib.suppress(ClientError):  # deleted since, or received again
@@ -436,6 +480,19 @@ class JobLives(RuleBasedStateMachine):
             assert count == 1 or idempotency_record_id(key) in self.faults.refused_items, (
                 f"{key} succeeded {count} times, its completion never refused"
             )
+        started = set(runs)
+        by_key = {record.job_key: record for record in records.values() if record.job_key}
+        for chain_id, keys in self.chains.items():
+            for before, key in itertools.pairwise(keys):
+                previous = by_key.get(before)
+                succeeded = previous is not None and previous.state(now) is KeyState.COMPLETED
+                assert key not in started or succeeded or before in modelled.RETURNED, (
+                    f"chain {chain_id}: {key} ran before {before} succeeded"
+                )
+        for (job, entity, tenant), published in self.flows.items():
+            if job == "unique":
+                ran = {key for serial, key in self._runs_of(published)}
+                assert len(ran) <= 1, f"unique {job}:{entity} ({tenant}) ran under {sorted(ran)}: one window, one run"
 
     # --- settling -----------------------------------------------------------------------------------------------
 
@@ -469,6 +526,8 @@ class JobLives(RuleBasedStateMachine):
                 f"{key} was published and is {state}, with no dead letter: lost"
             )
         self._check_batches()
+        self._check_chains(records)
+        self._check_flows(records)
         self._check_follow_ups()
         self._check_lists(records)
         RAN["examples"] += 1
@@ -493,6 +552,58 @@ class JobLives(RuleBasedStateMachine):
                 "batch show disagrees"
             )
             RAN["batch settled"] += 1
+
+    def _ended(self, key: str, by_key: dict[str, KeyRecord], now: float) -> bool:
+        """Whether a key's life ended: completed or cancelled as its record says, dead-lettered, or it returned."""
+        record = by_key.get(key)
+        final = record is not None and record.state(now) in (KeyState.COMPLETED, KeyState.CANCELLED)
+        return final or key in modelled.RETURNED or key in self.ever_cancelled or bool(self.dead[key])
+
+    def _check_chains(self, records: dict[str, KeyRecord]) -> None:
+        """Each step runs once the step before it succeeded, and only then; `chain show` agrees with the records."""
+        dynamodb, now = self.harness.clients("dynamodb"), time.time()
+        by_key = {record.job_key: record for record in records.values() if record.job_key}
+        started = {key for _, key, _ in modelled.STARTS}
+        for number, (chain_id, keys) in enumerate(self.chains.items()):
+            view = look_up_chain(dynamodb, self.table, chain_id, CATALOG)
+            states = [step.state for step in view.steps]
+            for index, key in enumerate(keys):
+                record = by_key.get(key)
+                if record is not None and record.state(now) is KeyState.COMPLETED:
+                    assert states[index] == CHAIN_SUCCEEDED, f"chain {number}: {key} completed, shown {states}"
+                if index == 0 or states[index - 1] == CHAIN_SUCCEEDED:
+                    assert states[index] != CHAIN_WAITING, f"chain {number}: step {index + 1} never published {states}"
+                    assert self._ended(key, by_key, now), f"chain {number}: {key} published and lost ({states})"
+                else:
+                    assert states[index] == CHAIN_WAITING and key not in started, (
+                        f"chain {number}: step {index + 1} published though the one before it did not succeed {states}"
+                    )
+            RAN["chain settled"] += 1
+
+    def _check_flows(self, records: dict[str, KeyRecord]) -> None:
+        """Of a unique key's publishes, one ran to its end; of a debounced key's, the latest did."""
+        now = time.time()
+        by_key = {record.job_key: record for record in records.values() if record.job_key}
+        for (job, entity, tenant), published in self.flows.items():
+            named = {scoped_key(job, key or entity, tenant) for _, key in published}
+            ran = {key for _, key in self._runs_of(published)}
+            assert any(self._ended(key, by_key, now) for key in named | ran), (
+                f"{job}:{entity} ({tenant}) was published {len(published)} times and nothing of it ended: lost"
+            )
+            if job == "debounced":
+                latest, key = published[-1]
+                ran_latest = any(self._ended(run, by_key, now) for _, run in self._runs_of([(latest, key)]))
+                # A key the publisher named may have completed in an earlier burst: the latest is its duplicate.
+                duplicate = key is not None and self._ended(scoped_key(job, key, tenant), by_key, now)
+                assert ran_latest or duplicate or self.dead_letters_of[latest], (
+                    f"the latest publish of debounced {entity} ({tenant}) never ran to its end"
+                )
+            RAN["flow settled"] += 1
+
+    def _runs_of(self, published: list[tuple[str, str | None]]) -> list[tuple[str, str]]:
+        """(serial, key run under) of every run started by one of these publishes."""
+        serials = {serial for serial, _ in published}
+        return [(serial, key) for serial, key in modelled.MESSAGES if serial in serials]
 
     def _check_follow_ups(self) -> None:
         returned = set(modelled.RETURNED)
@@ -586,7 +697,8 @@ def test_every_promise_holds_where_the_features_meet(monkeypatch: pytest.MonkeyP
     steps = sum(
         count
         for name, count in RAN.items()
-        if name not in ("examples", "batch settled", "follow-up checked") and not name.startswith("fault ")
+        if name not in ("examples", "batch settled", "chain settled", "flow settled", "follow-up checked")
+        and not name.startswith("fault ")
     )
     print(f"model: {RAN['examples']} examples, {steps} steps: {dict(sorted(RAN.items()))}")
     # The budget was spent on the job's life, not on examples that did nothing.

@@ -41,6 +41,8 @@ FIXED: set[str] = set()
 # (sequence, key, run number) of every run's start, in order; the keys of the runs that returned.
 STARTS: list[tuple[int, str, int]] = []
 RETURNED: list[str] = []
+# (the model's serial of the published message, the key it ran under) of every run's start.
+MESSAGES: list[tuple[str, str]] = []
 # Called with (job, ID, tenant, key) by a run whose plan cancels it mid-run: the model's operator.
 CANCEL: list[Callable[[str, str, str | None, str | None], None]] = []
 SLOW_S = 1.6
@@ -52,6 +54,7 @@ def reset() -> None:
         FIXED.clear()
         STARTS.clear()
         RETURNED.clear()
+        MESSAGES.clear()
         CANCEL.clear()
 
 
@@ -59,6 +62,7 @@ def run(envelope: Envelope, context: JobContext) -> None:
     plan = PLANS.get(envelope.id, Plan())
     with _LOCK:
         STARTS.append((next(_SEQUENCE), context.key, context.attempt))
+        MESSAGES.append((str(envelope.extra.get("m", "")), context.key))
         started = sum(1 for _, key, _ in STARTS if key == context.key)
     if plan.slow and started == 1:
         time.sleep(SLOW_S)  # past its time limit: cut, and fenced from what follows
