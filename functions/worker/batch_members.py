@@ -263,7 +263,14 @@ def routed_publisher(routes: Mapping[str, tuple[str, str]], sqs: Any) -> JobPubl
         # SQS: a FIFO queue's name ends in ".fifo".
         fifo_queues=frozenset(queue for queue, url in routes.values() if url.endswith(".fifo")),
     )
-    return JobPublisher(sqs, {queue: url for queue, url in routes.values()}, contract=contract)
+    from functions.worker.provenance import published_identity
+
+    return JobPublisher(
+        sqs,
+        {queue: url for queue, url in routes.values()},
+        contract=contract,
+        message_attributes=lambda envelope: published_identity(envelope.to_json()),
+    )
 
 
 def count_stalled(dynamodb: Any, table: str, index: str, before_s: float, limit: int = 1000) -> int:

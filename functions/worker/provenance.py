@@ -37,8 +37,19 @@ HELD_SINCE = "jobs.held_since"
 # SentTimestamp), so a copy's own SentTimestamp never moves a unique or debounce window (worker/uniqueness.py).
 SENT_AT = "jobs.sent_at"
 # On every fresh copy the runtime sends: the SQS message ID of the message it copies (the first one's, through
-# copies of copies), so the copy is that message to the key's record (docs/key-life.md, "Ending").
+# copies of copies), so the copy is that message to the key's record (docs/key-life.md, "Ending"). On every job
+# the runtime publishes (a follow-up, a batch's callback, a chain's next step): its envelope's digest, so a second
+# send of it (a publish retried after a fault) is the same message too, never a second life of its key.
 ORIGINAL_MESSAGE = "jobs.original_message"
+
+
+def published_identity(body: str) -> dict[str, dict[str, str]]:
+    """The attribute a job the runtime publishes carries: the same for every send of the same envelope."""
+    import hashlib
+
+    digest = hashlib.sha256(body.encode()).hexdigest()[:32]
+    return {ORIGINAL_MESSAGE: {"DataType": "String", "StringValue": f"published:{digest}"}}
+
 
 # Where the producer's packed attributes went when they could not fit a dead letter (functions/worker/
 # attribute_store.py): a reference, in their place.

@@ -186,10 +186,14 @@ class JobPublisher:
         clock: Callable[[], datetime] | None = None,
         contract: JobContract | None = None,
         batches: BatchTable | None = None,
+        message_attributes: Callable[[Envelope], Mapping[str, Any]] | None = None,
     ) -> None:
         """`contract`: the deployed stack's job contract (what from_stack reads); None: the one of `catalog`.
-        `batches`: where `batch` defines its batches (from_stack with a dynamodb_client finds the stack's)."""
+        `batches`: where `batch` defines its batches (from_stack with a dynamodb_client finds the stack's).
+        `message_attributes`: SQS message attributes sent with each envelope (the worker runtime stamps what it
+        sends with its identity; a service needs none)."""
         self._batches = batches
+        self._message_attributes = message_attributes
         self._catalog = catalog
         self._sqs = sqs_client
         self._queue_urls = dict(queue_urls)
@@ -286,6 +290,12 @@ class JobPublisher:
         return envelope
 
     def _send_fields(self, envelope: Envelope, delay_s: int, group: str | None) -> dict[str, Any]:
+        fields = self._delivery_fields(envelope, delay_s, group)
+        if self._message_attributes is not None:
+            fields["MessageAttributes"] = dict(self._message_attributes(envelope))
+        return fields
+
+    def _delivery_fields(self, envelope: Envelope, delay_s: int, group: str | None) -> dict[str, Any]:
         """A FIFO queue needs a message group (default: the entity ID, so one entity's jobs keep their order) and
         takes no per-message delay. On a standard queue the message group is the tenant's, if there is one: SQS's
         fair queues go by it (the SQS Developer Guide, "Amazon SQS fair queues")."""

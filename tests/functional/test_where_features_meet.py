@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from functions.worker.batch_members import routed_publisher
 from functions.worker.key_concurrency import slot_id
 from functions.worker.names import LifeState
 from jobctl.job_cancel import CancelOutcome, CancelResult, CancelTarget, cancel_job, withdraw
 from jobctl.job_life import jobs_in_flight
 from jobctl.local.chaos import Chaos, ChaosSettings
+from sqs_jobs.envelope import Envelope
 from sqs_jobs.flow_control import KeyConcurrency, key_concurrency_name
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record
@@ -553,3 +555,28 @@ def test_a_dead_lettered_message_redelivered_after_its_invocation_died_is_acknow
     assert (redriven := plain.deliver("plain")) is not None and redriven.failed_ids == []
     assert tallied.RUNS[("tallied_job", "bad-1")] == 1
     assert key_record(plain, "tallied_job:bad-1")["status"] == "COMPLETED"
+
+
+def test_a_job_the_runtime_publishes_twice_is_one_message_to_its_keys_dead_letter(plain: Harness) -> None:
+    # Given a job the runtime publishes (a follow-up, a callback, a chain's next step), sent twice as a publish
+    # retried after a fault sends it, with the worker's own credentials
+    publisher = routed_publisher(
+        {"tallied_job": ("plain", plain.deployment.queues["plain"].url)}, plain.worker_clients("plain")("sqs")
+    )
+    job = Envelope(job="tallied_job", id="bad-2")
+    first = publisher.publish_many([job])
+
+    # When the first copy is dead-lettered (it fails permanently), and the second is sent after it
+    assert (dead_lettered := plain.deliver("plain")) is not None and dead_lettered.deleted == first
+    tallied.FIXED.add("bad-2")
+    second = publisher.publish_many([job])
+    assert (duplicate := plain.deliver("plain")) is not None and duplicate.deleted == second
+
+    # Then the second is that message again: acknowledged, not run as the key's second life
+    assert tallied.RUNS[("tallied_job", "bad-2")] == 0
+    assert len(plain.dead_letters("plain")) == 1
+
+    # While a producer's publish of the same job is a new message, and runs
+    plain.send(envelope("tallied_job", "bad-2"), queue="plain")
+    plain.deliver("plain")
+    assert tallied.RUNS[("tallied_job", "bad-2")] == 1
