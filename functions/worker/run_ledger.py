@@ -17,7 +17,8 @@ item Powertools' idempotency already writes for every run, at no extra write:
 - **Failure** (in place of Powertools' delete): status FAILED with the error's type and message, `runs` kept, so
   the next delivery counts on; a run refused by an open breaker is given its run back (`runs - 1`) and
   `held_since` set once. The runtime writes this after it has classified the failure.
-- **Dead-lettered**: the record is deleted after the DLQ has the message, so a redrive starts the count afresh.
+- **Dead-lettered**: after the DLQ has the message the record is ENDING, naming it: its own redelivery is
+  acknowledged, and the key's next other message (a redrive) deletes the record and starts the count afresh.
   If the DLQ refuses it, the failure is written with `pending_dead_letter` set, and the next delivery
   dead-letters it from the record without running it.
 
@@ -785,8 +786,8 @@ class RunLedger(DynamoDBPersistenceLayer):
             self._cancel_dead_lettered(record_id, runs, time_left_s)
 
     def ended(self, entry: LedgerEntry, *, time_left_s: float) -> None:
-        """What followed the key's dead letter has held: its record goes, as after any dead letter (only the ENDING
-        record read, never a newer one)."""
+        """The key's next delivery after its dead letter, what followed that dead letter done: its record goes (only
+        the ENDING record read, never a newer one)."""
         self._client(time_left_s).delete_item(
             TableName=self.table_name,
             Key=self._key(entry.record_id),
