@@ -9,6 +9,11 @@ moto (5.2) is built for tests in one thread. Under the engine's concurrent polle
 - DynamoDB: a conditional PutItem checks, then writes, without a lock, so two writers of the same new key can
   both succeed. The idempotency record relies on exactly that condition: the chaos soak caught two runs of one
   job sending two mails. Measured: 11 of 300 keys had two winners, 4 threads each.
+- DynamoDB: UpdateItem's response handler reads the item for `ReturnValues=ALL_OLD` in a call of its own before
+  the update, so a write between the two returns an "old" item that was never the one updated. DynamoDB returns
+  the item as it was just before this update ("ALL_OLD - Returns all of the attributes of the item, as they
+  appeared before the UpdateItem operation", DynamoDB API Reference, UpdateItem). The model of a job's life caught
+  a run start that read another life's run count this way (a run numbered 4 of 3).
 
 - SQS FIFO: ReceiveMessage notes which message groups have a message in flight once, before its long poll waits,
   and hands out messages by that note when it wakes: a group whose first message another poller received in the
@@ -26,12 +31,12 @@ moto (5.2) is built for tests in one thread. Under the engine's concurrent polle
   again holds its group until it is visible, which keeps the group's order as SQS does; moto still honours the
   change where SQS would refuse it.
 
-On AWS all of these hold. `serialize_moto()` wraps every public operation of the two backends in one process-wide
-lock (re-entrant per thread: operations call each other), released while an SQS long poll waits for messages so
-a waiting ReceiveMessage never holds up the others; a long poll looks at the queue afresh each time it wakes (one
-pass of moto's own receive, then a wait outside the lock); and a message hidden again holds its FIFO group. It is
-idempotent and changes only timing and FIFO groups' order: tests on `mock_aws` in the same process see the same
-behaviour, minus the races.
+On AWS all of these hold. `serialize_moto()` wraps every public operation of the two backends, and DynamoDB's item
+write handlers (read and write as one), in one process-wide lock (re-entrant per thread: operations call each
+other), released while an SQS long poll waits for messages so a waiting ReceiveMessage never holds up the others; a
+long poll looks at the queue afresh each time it wakes (one pass of moto's own receive, then a wait outside the
+lock); and a message hidden again holds its FIFO group. It is idempotent and changes only timing and FIFO groups'
+order: tests on `mock_aws` in the same process see the same behaviour, minus the races.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from collections.abc import Callable
 from typing import Any
 
 from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.responses import DynamoHandler
 from moto.sqs.models import Queue, SQSBackend
 
 _lock = threading.Lock()
@@ -154,6 +160,10 @@ def serialize_moto() -> None:
             if backend is SQSBackend:
                 SQSBackend.receive_message = _fresh_long_poll(SQSBackend.receive_message)  # type: ignore[method-assign]
             setattr(backend, _PATCHED, True)
+        if not getattr(DynamoHandler, _PATCHED, False):
+            for name in ("update_item", "put_item", "delete_item"):
+                setattr(DynamoHandler, name, _serialized(getattr(DynamoHandler, name)))
+            setattr(DynamoHandler, _PATCHED, True)
         if not getattr(Queue, _PATCHED, False):
             Queue.wait_for_messages = _releasing_while_waiting(Queue.wait_for_messages)  # type: ignore[method-assign]
             setattr(Queue, _PATCHED, True)

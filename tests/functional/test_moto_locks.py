@@ -2,7 +2,8 @@
 
 Without jobctl/local/moto_locks.py these fail: SQS loses messages (a send racing a delete), delivers some twice
 and fails deletes (measured: 4 lost, 19 duplicates, 2 failed deletes of 3,000); DynamoDB lets two conditional
-puts of one new key both succeed (11 of 300 keys) - the idempotency record's guarantee; a FIFO long poll hands
+puts of one new key both succeed (11 of 300 keys) - the idempotency record's guarantee - and an update's ALL_OLD
+can be an item read before another write, not the one it updated; a FIFO long poll hands
 out a group's next messages while its first is in flight with another poller, or while its first, made visible by
 a duplicate delivery, waits out the backoff its first receiver gave it.
 """
@@ -126,6 +127,47 @@ def test_a_conditional_put_of_a_new_key_has_exactly_one_winner(engine_switch_int
 
         assert {key: len(found) for key, found in winners.items() if len(found) != 1} == {}
         assert len(winners) == KEYS
+
+
+COUNTS = 300
+
+
+def test_an_update_returns_the_item_as_it_was_just_before_it(engine_switch_interval: None) -> None:
+    # DynamoDB's ALL_OLD is the item as it was before this very update: each of many increments sees the one
+    # before it, so the old counts returned are 0..N-1, each once.
+    serialize_moto()
+    with mock_aws():
+        dynamodb: Any = boto3.client(
+            "dynamodb", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+        )
+        dynamodb.create_table(
+            TableName="counts",
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        seen: list[int] = []
+        lock = threading.Lock()
+
+        def count(times: int) -> None:
+            for _ in range(times):
+                old = dynamodb.update_item(
+                    TableName="counts",
+                    Key={"id": {"S": "one"}},
+                    UpdateExpression="SET n = if_not_exists(n, :zero) + :one",
+                    ExpressionAttributeValues={":zero": {"N": "0"}, ":one": {"N": "1"}},
+                    ReturnValues="ALL_OLD",
+                ).get("Attributes", {})
+                with lock:
+                    seen.append(int(old.get("n", {}).get("N", "0")) if old else 0)
+
+        threads = [threading.Thread(target=count, args=(COUNTS // WRITERS,)) for _ in range(WRITERS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+
+        assert sorted(seen) == list(range(COUNTS))
 
 
 def test_a_fifo_long_poll_never_takes_a_groups_next_message_while_an_earlier_one_is_in_flight() -> None:
