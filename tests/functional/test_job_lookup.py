@@ -97,6 +97,19 @@ def test_a_dead_lettered_job_is_found_in_the_dlq_with_its_evidence(harness: Harn
     assert harness.queue_counts(dead_letter=True) == (1, 0)  # looked at, not consumed
 
 
+def test_a_dead_lettered_job_whose_dead_letter_was_taken_is_still_dead_lettered_by_its_record(
+    harness: Harness,
+) -> None:
+    harness.send(envelope("order_confirmation", "405"))  # no such order: a permanent failure
+    harness.deliver()
+    harness.dead_letters()  # taken (a consumer of the DLQ, a redrive under way): not visible now
+
+    found = _lookup(harness, "order_confirmation", "405")
+
+    assert found.verdict == DEAD_LETTERED and found.dead_letters == []
+    assert "dead-lettered at" in found.explanation() and "not in the DLQ now" in found.explanation()
+
+
 def test_a_dead_letter_is_the_jobs_only_if_its_key_is_too(harness: Harness) -> None:
     # Two updates of one missing order, each its own key: one dead letter per key.
     for key in ("405-u3", "405-u4"):
