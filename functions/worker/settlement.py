@@ -723,6 +723,7 @@ class Settlement:
         if cancelled_run is None and key_record is not None:
             # Kept ENDING, not deleted: if this invocation ends before the message's acknowledgement, its redelivery
             # is acknowledged and never starts a new life (a second dead letter); the key's next message clears it.
+            # Tried twice, as a completion is: only both failing and then the invocation's end can lose it.
             self._write(
                 "ending",
                 lambda time_left_s: self._ledger.ending(
@@ -734,28 +735,31 @@ class Settlement:
                     time_left_s=time_left_s,
                     unless_cancel_requested=True,
                 ),
+                tries=2,
             )
 
     # --- the runtime's own calls ------------------------------------------------------------------------------------
 
-    def _write(self, what: str, write: Callable[[float], None]) -> bool:
-        """One of the runtime's writes to a key's record; a failure is the runtime's fault (alarmed), never the
-        job's, and a write the record refused (another run has taken the key since) changes nothing. True: written.
-        """
+    def _write(self, what: str, write: Callable[[float], None], tries: int = 1) -> bool:
+        """One of the runtime's writes to a key's record, made up to `tries` times while the store fails; a
+        failure is the runtime's fault (alarmed), never the job's, and a write the record refused (another run has
+        taken the key since) changes nothing. True: written."""
         from functions.worker.run_ledger import is_condition_failure
 
-        try:
-            write(self._invocation.call_time_s())
-        except KeyCancelledError:
-            raise
-        except Exception as error:
-            if is_condition_failure(error):
-                self._obs.logger.info(f"key record moved on; {what} not written")
-                return False
-            self._tally.runtime_fault("idempotency_store")
-            self._obs.logger.exception(f"could not write the key's record ({what})")
-            return False
-        return True
+        for _ in range(tries):
+            try:
+                write(self._invocation.call_time_s())
+            except KeyCancelledError:
+                raise
+            except Exception as error:
+                if is_condition_failure(error):
+                    self._obs.logger.info(f"key record moved on; {what} not written")
+                    return False
+                self._tally.runtime_fault("idempotency_store")
+                self._obs.logger.exception(f"could not write the key's record ({what})")
+                continue
+            return True
+        return False
 
     def _refund(self, started: StartedRun, *, held: bool, retry_at: float) -> None:
         self._write(

@@ -580,3 +580,24 @@ def test_a_job_the_runtime_publishes_twice_is_one_message_to_its_keys_dead_lette
     plain.send(envelope("tallied_job", "bad-2"), queue="plain")
     plain.deliver("plain")
     assert tallied.RUNS[("tallied_job", "bad-2")] == 1
+
+
+def test_a_dead_letters_record_write_throttled_once_still_answers_its_redelivery(plain: Harness) -> None:
+    # Given the write that keeps a dead-lettered key's record (ENDING) throttled once
+    refused = throttle_once(
+        plain,
+        "plain",
+        "before-parameter-build.dynamodb.UpdateItem",
+        lambda params: "#ending_message" in params.get("UpdateExpression", ""),
+    )
+    message_id = plain.send(envelope("tallied_job", "bad-3"), queue="plain")
+
+    # When the job is dead-lettered by an environment that dies before its answer
+    crashed = plain.mapping("plain", chaos=Chaos(ChaosSettings(crash=1.0))).poll_once(plain.worker("plain").handle)
+    assert crashed is not None and crashed.crashed and refused == [1]
+    plain.expire_visibility(crashed, "plain")
+    redelivered = plain.deliver("plain")
+
+    # Then its second try kept the record, and the redelivery is acknowledged with no second dead letter
+    assert redelivered is not None and redelivered.deleted == [message_id]
+    assert len(plain.dead_letters("plain")) == 1
