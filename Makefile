@@ -31,7 +31,7 @@ help:
 	@echo "make test    lint (ruff, mypy) and every test: unit, functional, infra, e2e (incl. a 2,000-job chaos soak), the console in a browser, rehearsal"
 	@echo "make check   the fast loop: lint, and unit and functional tests beside mypy (under 2 minutes)"
 	@echo "make rehearse  deploy the stack to LocalStack with the CDK CLI and run jobctl's procedure against it"
-	@echo "make soak    the chaos soak at 10,000 jobs (SOAK_JOBS=n to change), then the model of a job's life at 200 examples: faults injected, every promise checked"
+	@echo "make soak    the chaos soak at 10,000 jobs (SOAK_JOBS=n to change), then the models of a job's life (200 examples) and of a durable job's (100): faults injected, every promise checked"
 	@echo "make schema  write the catalog's job names into docs/envelope.schema.json (after adding or renaming a job)"
 	@echo "make wheel   build the publisher's wheel (sqs_jobs: JobPublisher and the job contract, needs only boto3) into dist/"
 	@echo "make dev     install everything (idempotent): .venv from uv.lock, the CDK CLI from package-lock.json"
@@ -167,9 +167,13 @@ SOAK_JOBS ?= 10000
 # The model of a job's life (tests/functional/test_model.py) runs longer and randomized here than in make test, and
 # prints the examples and steps it ran.
 MODEL_SOAK_EXAMPLES ?= 200
+# The durable model (tests/functional/test_model_durable.py) likewise; its examples cost more (executions run).
+MODEL_DURABLE_SOAK_EXAMPLES ?= 100
 soak: $(VENV)/.synced
 	$(BIN)/python -m example.soak --jobs $(SOAK_JOBS)
 	MODEL_EXAMPLES=$(MODEL_SOAK_EXAMPLES) MODEL_RANDOM=1 $(BIN)/pytest -q -s -p no:cacheprovider tests/functional/test_model.py
+	MODEL_EXAMPLES=$(MODEL_DURABLE_SOAK_EXAMPLES) MODEL_RANDOM=1 $(BIN)/pytest -q -s -p no:cacheprovider \
+		tests/functional/test_model_durable.py
 
 # Options pass through: make local LOCAL_ARGS="--chaos transient=0.1 --standin invoicing_api_url:mode=hang".
 LOCAL_ARGS ?=

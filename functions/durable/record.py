@@ -55,6 +55,9 @@ EXPIRATION = "expiration"
 # The bodies of the batch members' messages that named the key (a string set): each execution's end counts them all,
 # whichever message started it.
 BATCH_MEMBERS = "batch_members"
+# The messages handed to the key's executions (a string set of `<generation>:<message identity>`), each written before
+# its start: a copy of one whose generation has ended (its acknowledgement lost) starts no second life.
+DISPATCHED = "dispatched"
 MAX_TEXT_CHARS = 1024
 
 
@@ -82,6 +85,8 @@ class DurableState:
     beat_at: float | None
     ended_at: float | None
     note: str | None
+    # `<generation>:<message identity>` of each message handed to an execution of the key (DISPATCHED).
+    dispatched: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, key: str, item: Mapping[str, Any] | None) -> DurableState:
@@ -112,10 +117,19 @@ class DurableState:
             beat_at=number(BEAT_AT),
             ended_at=number(ENDED_AT),
             note=text(NOTE),
+            dispatched=frozenset(item.get(DISPATCHED, ())),
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {name: value for name, value in self.__dict__.items() if value is not None}
+        return {name: value for name, value in self.__dict__.items() if value is not None and name != DISPATCHED}
+
+    def ended_for(self, message: str) -> bool:
+        """`message` was handed to an execution of an earlier generation, which has ended: its life is over."""
+        for entry in self.dispatched:
+            generation, _, identity = entry.partition(":")
+            if identity == message and int(generation) < self.generation:
+                return True
+        return False
 
 
 class StaleGenerationError(Exception):
@@ -184,6 +198,20 @@ class DurableRecords:
             ExpressionAttributeNames={"#members": BATCH_MEMBERS, "#expiration": EXPIRATION},
             ExpressionAttributeValues={
                 ":body": {"SS": [body]},
+                ":expiration": {"N": str(int(self._clock()) + self._expiry_s)},
+            },
+        )
+
+    def dispatching(self, key: str, generation: int, message: str) -> None:
+        """`message` is handed to `generation`'s execution (written before its start, so a copy of it redelivered
+        after that execution ended is known: DurableState.ended_for)."""
+        self._client().update_item(
+            TableName=self._table,
+            Key={"id": {"S": durable_record_id(key)}},
+            UpdateExpression="ADD #dispatched :message SET #expiration = :expiration",
+            ExpressionAttributeNames={"#dispatched": DISPATCHED, "#expiration": EXPIRATION},
+            ExpressionAttributeValues={
+                ":message": {"SS": [f"{generation}:{message}"]},
                 ":expiration": {"N": str(int(self._clock()) + self._expiry_s)},
             },
         )
@@ -342,4 +370,6 @@ def _plain(item: Mapping[str, Any] | None) -> dict[str, Any] | None:
             plain[name] = int(number) if number.is_integer() else number
         elif "BOOL" in value:
             plain[name] = value["BOOL"]
+        elif "SS" in value:
+            plain[name] = frozenset(value["SS"])
     return plain

@@ -12,7 +12,9 @@ qualified ARN, named from the job's key and the key's generation (sqs_jobs.durab
   here, acknowledged;
 - a key whose execution succeeded is acknowledged without a call (a duplicate, as for an ordinary job);
 - a key whose execution failed has moved to its next generation (functions/durable/record.py): its redriven dead
-  letter starts a new execution.
+  letter, or a new publish, starts a new execution; a copy of a message an ended generation took (its
+  acknowledgement lost to a crash or a hand-back) is acknowledged, starting no second life (each
+  message is written to the record with its generation before its start).
 A start that fails (throttled, the function missing, access denied) is the deployment's fault, not the job's: the
 record comes back after a backoff without spending an attempt, and the runtime-faults alarm counts it
 (RuntimeFault, reason durable_start).
@@ -91,6 +93,13 @@ class DurableDispatch:
                 self._tally.add(envelope.job, DUPLICATE)
                 self._logger.info("durable job already succeeded; duplicate skipped")
                 return Done(Outcome.DUPLICATE)
+            if state.ended_for(delivery.message_identity):
+                # A copy of a message whose execution ended (its acknowledgement was lost: a crash, a hand-back after
+                # the start): that life's end (its dead letter, its batch members counted) stands; a new publish or a
+                # redrive runs the job again. Not a duplicate of a success: a batch member is not counted again.
+                self._logger.info("durable job's execution for this message already ended; copy acknowledged")
+                return Done(Outcome.DEAD_LETTERED)
+            self._records.dispatching(key, state.generation, delivery.message_identity)
             name = execution_name(key, state.generation)
             start = DurableStart(
                 body=record.body,

@@ -579,3 +579,33 @@ def test_an_execution_the_sdk_failed_before_its_end_is_dead_lettered_by_the_next
     assert (letter.error_type, letter.evidence["jobs.failure"]) == ("ExecutionError", "permanent")
     assert "the execution failed before its end step: the SDK gave up on this execution" in letter.error_message
     assert (run.durables.record("imp-x1").status, run.durables.record("imp-x1").generation) == ("FAILED", 1)
+
+
+def test_a_copy_of_a_message_whose_execution_ended_starts_no_second_life_and_a_redrive_does(durable_run: Any) -> None:
+    from functions.jobs.import_orders import ImportFileError
+    from jobctl.local.chaos import Chaos, ChaosSettings
+
+    def run_job(envelope: Any, context: Any) -> None:
+        context.step("breaks", lambda: (_ for _ in ()).throw(ImportFileError("row 3 is not a number")))
+
+    run = durable_run(run_job)
+    batch_id = run.harness.stack_publisher().batch([(JOB, "imp-l1")], on_complete=("import_report", "b-l1"))
+    # The environment starts the execution and dies before its answer: the message is not acknowledged.
+    mapping = run.harness.mapping(QUEUE, chaos=Chaos(ChaosSettings(crash=1.0)))
+    invocation = mapping.poll_once(run.worker().handle, timeout_s=4)
+    assert invocation is not None and not invocation.deleted
+    assert run.ended("imp-l1") == "FAILED"
+    run.harness.expire_visibility(invocation, QUEUE)
+    assert run.harness.deliver(QUEUE, worker=run.worker()) is not None
+    # Its copy is acknowledged: its life ended in its one dead letter, its member counted dead (and not again).
+    assert run.batch_counts(batch_id) == {"dead": ["0"]}
+    run.harness.deliver(QUEUE, worker=run.worker())  # the completion callback, if the copy's poll left it
+    assert len(run.durables.functions.executions(JOB)) == 1
+    assert run.harness.queue_counts(QUEUE, dead_letter=True) == (1, 0)
+    # A redrive of that dead letter starts the next generation.
+    assert run.dead_letter_queue().move(Filter()).moved == 1
+    assert run.harness.deliver(QUEUE, worker=run.worker()) is not None
+    assert run.newest("imp-l1").start_input.execution_name.endswith("-g1")
+    assert run.ended("imp-l1") == "FAILED"
+    assert run.durables.record("imp-l1").generation == 2
+    assert run.batch_counts(batch_id) == {"dead": ["0"]}
