@@ -796,18 +796,6 @@ class RunLedger(DynamoDBPersistenceLayer):
             ExpressionAttributeValues={":at": {"N": _decimal(entry.dead_lettered_at)}},
         )
 
-    def counted(self, entry: LedgerEntry, *, time_left_s: float) -> None:
-        """The batch count owed after the key's dead letter is made: the record stays ENDING without it (only the
-        ENDING record read)."""
-        self._client(time_left_s).update_item(
-            TableName=self.table_name,
-            Key=self._key(entry.record_id),
-            UpdateExpression="REMOVE #ending_body",
-            ConditionExpression="#dead_lettered_at = :at",
-            ExpressionAttributeNames={"#dead_lettered_at": DEAD_LETTERED_AT, "#ending_body": ENDING_BODY},
-            ExpressionAttributeValues={":at": {"N": _decimal(entry.dead_lettered_at)}},
-        )
-
     def _as_last_seen(self, record_id: str, runs: int | None) -> tuple[dict[str, str], dict[str, Any], str]:
         """The condition of the writes after a dead letter: the record as the runtime last saw it (`runs`), or,
         with `runs` None, any record of the key no live run holds; never a completed or cancelled one."""

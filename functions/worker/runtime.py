@@ -18,7 +18,6 @@ No exception escapes a batch. See docs/failure-semantics.md.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -516,11 +515,10 @@ class Worker:
     def _finish_ending(
         self, envelope: Envelope, delivery: Delivery, entry: LedgerEntry, then_run: Callable[[], Verdict] | None
     ) -> Verdict:
-        """The key's last message is in the DLQ (its record is ENDING): count it if its batch count is still owed
-        (idempotent). That message (redelivered: its invocation ended before its acknowledgement, or the count
-        failed) is then acknowledged, never run again, the record kept; another message of the key (a redrive, a new
-        publish) clears the record and runs now (`then_run`), or, where the record was ENDING again, goes back to
-        run once it is cleared."""
+        """The key's last message is in the DLQ (its record is ENDING): count it if its batch count is still owed,
+        then clear the record. That message (redelivered: its invocation ended before its acknowledgement, or the
+        count failed) is then acknowledged, never run again; another message of the key (a redrive, a new publish)
+        runs now (`then_run`), or, where the record was ENDING again, goes back to run once it is cleared."""
         from functions.worker.run_ledger import is_condition_failure
 
         ended = _envelope_in(entry.ending_body, self._queue.accepted_jobs)
@@ -528,13 +526,6 @@ class Worker:
             counted = self._count_dead(ended, delivery)
             if counted is not None:
                 return counted
-        if delivery.message_identity == entry.ending_message:
-            # The record stays: should this acknowledgement be lost too, the next redelivery is answered the same.
-            if ended is not None:
-                with contextlib.suppress(Exception):  # recounting is idempotent: a failure here costs a recount
-                    self._ledger.counted(entry, time_left_s=self._invocation.call_time_s())
-            self._obs.logger.info("a redelivery of the key's dead-lettered message; acknowledged")
-            return Done(Outcome.DEAD_LETTERED)
         try:
             self._ledger.ended(entry, time_left_s=self._invocation.call_time_s())
         except Exception as error:
@@ -544,6 +535,9 @@ class Worker:
                 return self._settlement.hand_back(
                     delivery, envelope, self._settlement.backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error
                 )
+        if delivery.message_identity == entry.ending_message:
+            self._obs.logger.info("a redelivery of the key's dead-lettered message; acknowledged")
+            return Done(Outcome.DEAD_LETTERED)
         if then_run is not None:
             self._obs.logger.info("an earlier life of the key ended; this message runs now")
             return then_run()
