@@ -320,7 +320,7 @@ class SoakPlan:
     big_attributes: float = 0.01
     big_attributes_broken: float = 0.5
     # Entities whose job is the limited receipt (LIMITED_JOB; taken from the order confirmations' share).
-    limited_share: float = 0.05
+    limited_share: float = 0.02
     # Entities whose job is the durable receipt (DURABLE_JOB; half of them drifting).
     durable_share: float = 0.01
     # Order confirmations and invoices the operator cancels mid-flight, and the share of those it undoes.
@@ -463,6 +463,7 @@ class Observed:
     # finished when its cancel was withdrawn (None when its life had ended: the DLQ had it, or it had completed).
     cancel_outcomes: dict[JobRef, list[str]] = field(default_factory=dict)
     runs_at_undo: dict[JobRef, int | None] = field(default_factory=dict)
+    operator_trace: dict[JobRef, list[str]] = field(default_factory=dict)
     # The limited job's runs: when each started and left its code, by customer (limited.Run).
     limited_runs: list[limited.Run] = field(default_factory=list)
     # Calls in flight at a run's cut that ended after it, by job (CutRunWitness).
@@ -622,16 +623,21 @@ def _job_problems(job: SoakJob, observed: Observed) -> list[str]:
 
 def _durable_problems(job: SoakJob, observed: Observed, dead_letters: int) -> list[str]:
     """A durable execution ends with a final record: SUCCEEDED, or FAILED and moved to its next generation with
-    exactly one dead letter (a duplicate delivery finds the same execution; a replay that no longer matches its
-    checkpoints is ended by the runtime's own steps)."""
+    exactly one dead letter per failed execution (a replay that no longer matches its checkpoints is ended by the
+    runtime's own steps). A copy of the message delivered after an execution failed starts the key's next
+    generation, as a redrive does: the record's generation counts the executions that failed."""
     record = observed.durable_records.get(job.name)
     status, generation = (record.status, record.generation) if record is not None else (None, 0)
-    expected = ("FAILED", 1) if job.permanent else ("SUCCEEDED", 0)
     problems = []
-    if (status, generation) != expected:
-        problems.append(f"{job.name}'s durable record ended {status} at generation {generation}, not {expected}")
-    if job.permanent and dead_letters != 1:
-        problems.append(f"{job.name} ({job.broken}) has {dead_letters} dead letters, not exactly one")
+    if job.permanent and (status != "FAILED" or generation < 1):
+        problems.append(f"{job.name}'s durable record ended {status} at generation {generation}, not FAILED")
+    if not job.permanent and (status, generation) != ("SUCCEEDED", 0):
+        problems.append(f"{job.name}'s durable record ended {status} at generation {generation}, not SUCCEEDED")
+    if job.permanent and dead_letters != generation:
+        problems.append(
+            f"{job.name} ({job.broken}) has {dead_letters} dead letters for {generation} failed execution(s), not "
+            "exactly one each"
+        )
     return problems
 
 
@@ -643,13 +649,17 @@ def _cancel_problems(job: SoakJob, observed: Observed) -> list[str]:
     problems = []
     if len(outcomes) != expected:
         problems.append(f"{job.name}: the operator's {job.cancel} got {outcomes} (expected {expected} answers)")
+    trace = "; ".join(observed.operator_trace.get(job.ref, [])) or outcomes
+    if job.cancel == "undo" and _state(job, observed) is KeyState.CANCELLED:
+        problems.append(f"{job.name} was undone (the operator was answered {outcomes}) and ended cancelled: {trace}")
     runs_then = observed.runs_at_undo.get(job.ref)
     record = observed.records.get(idempotency_record_id(job.name))
     # A completion keeps the run that completed (`runs` back to 0: docs/key-life.md).
     completed_run = record.completed_run or 0 if record is not None else 0
     if runs_then is not None and not job.permanent and completed_run <= runs_then:
         problems.append(
-            f"{job.name} had {runs_then} runs when its cancel was withdrawn, and completed at run {completed_run}"
+            f"{job.name} had {runs_then} runs when its cancel was withdrawn, and completed at run {completed_run}: "
+            f"{trace}"
         )
     return problems
 
@@ -920,6 +930,8 @@ class _Operator:
         self._order = 0
         self.outcomes: dict[JobRef, list[str]] = {}
         self.runs_at_undo: dict[JobRef, int | None] = {}
+        # What the operator did to each key, when, what the key's record said just before, and the answer.
+        self.trace: dict[JobRef, list[str]] = {}
 
     @property
     def idle(self) -> bool:
@@ -952,18 +964,29 @@ class _Operator:
         queue = self._engine.catalog.queue_for_job(job.job)
         return CancelTarget(queue.name, job.job, job.id, job.name, queue.idempotency_expiry_s)
 
+    def _read(self, target: CancelTarget) -> KeyRecord:
+        item = self._dynamodb.get_item(TableName=self._table, Key={"id": {"S": target.record_id}}, ConsistentRead=True)
+        return KeyRecord.from_item(target.record_id, item.get("Item"))
+
+    def _note(self, job: SoakJob, action: str, before: KeyRecord, answer: str) -> None:
+        self.outcomes.setdefault(job.ref, []).append(answer)
+        self.trace.setdefault(job.ref, []).append(
+            f"{time.time():.3f} {action}: {before.state(time.time())}, {before.runs} runs -> {answer}"
+        )
+
     def _cancel(self, job: SoakJob) -> None:
-        result = cancel_job(self._dynamodb, self._table, self._target(job), OPERATOR)
-        self.outcomes.setdefault(job.ref, []).append(result.outcome.value)
+        target = self._target(job)
+        before = self._read(target)
+        result = cancel_job(self._dynamodb, self._table, target, OPERATOR)
+        self._note(job, "cancel", before, result.outcome.value)
         if job.cancel == "undo":
             self._later(self._rng.uniform(*UNDO_AFTER_S), "undo", job)
 
     def _undo(self, job: SoakJob) -> None:
         target = self._target(job)
-        item = self._dynamodb.get_item(TableName=self._table, Key={"id": {"S": target.record_id}}, ConsistentRead=True)
-        before = KeyRecord.from_item(target.record_id, item.get("Item"))
+        before = self._read(target)
         result = withdraw(self._dynamodb, self._table, target)
-        self.outcomes.setdefault(job.ref, []).append(result.outcome.value)
+        self._note(job, "undo", before, result.outcome.value)
         # The runs the key's completion must come after: those it had (but a run still in flight, which may be the
         # one to complete it); none when its life ended (the DLQ has it) or it completed.
         state = before.state(time.time())
@@ -1236,6 +1259,7 @@ def run_soak(plan: SoakPlan, worker_output: TextIO | None = None, progress: Soak
         observed.held, observed.most_hold_share = witness.held, witness.most_hold_share
         observed.completions_unwritten, observed.cut_calls = witness.completions_unwritten, witness.cut_calls
         observed.cancel_outcomes, observed.runs_at_undo = operator.outcomes, operator.runs_at_undo
+        observed.operator_trace = operator.trace
         observed.limited_runs = limited.runs()
         assert engine.chaos is not None
         injected = {**engine.chaos.injected(), **planned_faults(jobs)}

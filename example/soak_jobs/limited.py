@@ -23,7 +23,7 @@ from sqs_jobs.envelope import Envelope
 
 # Each quote call is answered this late (the soak sets the invoicing API's slow mode for the quotes' IDs): three
 # of them outlast the soak's 3 s time limit, and each stays under the jobs' HTTP read timeout (1.5 s).
-PROBE_DELAY_S = 1.3
+PROBE_DELAY_S = 1.1
 PROBE_CALLS = 3
 
 

@@ -467,6 +467,8 @@ def _break_meeting(jobs: list[SoakJob], observed: Observed, fault: str) -> None:
         observed.dead_letters[CANCELLED.ref] = [{ERROR_TYPE: "JobCancelledError", FAILURE: "permanent"}]
     elif fault == "limited runs overlapped":
         observed.limited_runs.append(limited.Run("customer-1", "limited_receipt:0000024", 2, started=10.9, ended=11.4))
+    elif fault == "undone key ended cancelled":
+        observed.records.update([_record(UNDONE, "CANCELLED", 1)])
     elif fault == "drifting execution dead-lettered twice":
         observed.dead_letters[DRIFTED.ref] *= 2
     elif fault == "drifting execution's record left running":
@@ -493,8 +495,9 @@ def _break_meeting(jobs: list[SoakJob], observed: Observed, fault: str) -> None:
         ("cancelled dead letter without evidence", "order_confirmation:0000011 is in the DLQ as cancelled without"),
         ("limited runs overlapped", "two runs of limited_receipt for customer-1 overlapped"),
         ("mail twice after an unwritten completion of another key", "order_confirmation:0000001 had 2 side effects"),
-        ("drifting execution dead-lettered twice", "durable_receipt:0000031 (drifting) has 2 dead letters"),
+        ("drifting execution dead-lettered twice", "durable_receipt:0000031 (drifting) has 2 dead letters for 1"),
         ("drifting execution's record left running", "durable_receipt:0000031's durable record ended RUNNING"),
+        ("undone key ended cancelled", "generate_invoice:0000012 was undone (the operator was answered"),
         ("drifting execution mailed", "durable_receipt:0000031 (drifting data) had 1 side effect"),
         ("durable executions never ended", "the durable executions did not all end"),
     ],
@@ -504,6 +507,13 @@ def test_each_broken_promise_where_the_features_meet_is_named(fault: str, named:
     _break_meeting(jobs, observed, fault)
     problems = check(jobs, observed)
     assert any(named in problem for problem in problems), problems
+
+
+def test_a_durable_key_delivered_again_after_its_execution_failed_has_one_dead_letter_per_execution() -> None:
+    jobs, observed = meeting()
+    observed.durable_records[DRIFTED.name] = _durable(DRIFTED, "FAILED", 2)
+    observed.dead_letters[DRIFTED.ref] *= 2
+    assert check(jobs, observed) == []
 
 
 def test_a_run_whose_completion_went_unwritten_may_repeat_its_side_effect_once() -> None:
