@@ -181,6 +181,9 @@ PERMANENT_ERRORS: Mapping[str, frozenset[str]] = {
     DURABLE_JOB: ORDER_ERRORS | {durable_receipt.DRIFT_ERROR},
 }
 SOAK_FUNCTION_TIMEOUT_S = 8
+# How long the command line gives each job to settle, when that is more than the plan's timeout: a shared 2-core
+# machine runs 11-14 jobs a second, so 10,000 jobs need more than 900 s (one run stopped at 900 s with 5 left).
+SOAK_S_PER_JOB = 0.15
 # Above what a healthy job takes with every record of every queue in flight against one moto process (p99 about
 # 1 s), below a hang: a limit under healthy latency cuts runs whose last call then completes (docs/chaos.md).
 SOAK_TIME_LIMIT_S = 3
@@ -1287,6 +1290,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backlog", type=int, default=SoakPlan.backlog, help="messages unsettled at most")
     parser.add_argument("--chaos", type=ChaosSettings.parse, default=DEFAULT_CHAOS, help="as jobctl local --chaos")
     parser.add_argument("--permanent", type=float, default=DEFAULT_PERMANENT, help="share of jobs with broken data")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds for the jobs to settle (default {SoakPlan.timeout_s:g}, or {SOAK_S_PER_JOB:g} a job if more)",
+    )
     parser.add_argument("--log", type=Path, default=Path(".local-engine/soak-worker.log"), help="worker logs")
     parser.add_argument(
         "--progress",
@@ -1308,6 +1317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         backlog=args.backlog,
         chaos=args.chaos,
         permanent=args.permanent,
+        timeout_s=args.timeout or max(SoakPlan.timeout_s, SOAK_S_PER_JOB * args.jobs),
     )
     args.log.parent.mkdir(parents=True, exist_ok=True)
     print(f"soak: {plan.jobs} jobs, seed {plan.seed}; worker logs in {args.log}", flush=True)
