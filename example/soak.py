@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import logging
 import random
@@ -51,19 +52,27 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from example.soak_jobs import odd_results
+from example.soak_jobs import durable_receipt, limited, odd_results
+from functions.durable.record import DurableRecords, DurableState
 from functions.worker.attribute_store import StoredAttributesError
 from functions.worker.deadletter import ATTEMPTS, ERROR_MESSAGE, ERROR_TYPE, FAILURE
+from functions.worker.errors import JobCancelledError
 from functions.worker.execution import CUT_RUN_CALL_ENDED_MESSAGE
+from functions.worker.key_life import KeyRecord, KeyState
 from functions.worker.names import HELD, HOLD_SHARE, DeadLetterFailure
 from functions.worker.provenance import Attributes, Provenance, value_bytes
+from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, idempotency_record_id
+from functions.worker.settlement import COMPLETION_UNWRITTEN_MESSAGE
 from jobctl.dlq import DeadLetter, DeadLetterQueue
+from jobctl.errors import OperatorError
+from jobctl.job_cancel import CancelTarget, cancel_job, withdraw
 from jobctl.local.chaos import ChaosSettings
 from jobctl.local.engine import WAITING, LocalEngine
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.durable import Durable
 from sqs_jobs.envelope import Envelope
-from sqs_jobs.flow_control import RateLimit
+from sqs_jobs.flow_control import KeyConcurrency, RateLimit
 from sqs_jobs.publisher import BatchTable, JobPublisher
 from sqs_jobs.specs import Catalog, JobSpec
 
@@ -77,6 +86,16 @@ ODD_RESULT_FIFO_JOB = "odd_result_update_receipt"
 # The new team's jobs' own rate limit in the soak (each job its own bucket); the invoicing endpoint keeps the
 # catalog's (10/s, burst 20), below the fake API's own limit, which answers 429 past it.
 ODD_RESULT_RATE_LIMIT = RateLimit(per_second=2, burst=4)
+# A receipt job limited to one run at a time per customer (example/soak_jobs/limited.py): some of its runs are cut at
+# their time limit with a call in flight, and the soak checks no two runs of a customer overlapped.
+LIMITED_JOB = "limited_receipt"
+LIMITED_CONCURRENCY = KeyConcurrency(limit=1, per="customer")
+# Consecutive limited entities share a customer, so their runs meet at the key's slot.
+LIMITED_PER_CUSTOMER = 3
+# A durable receipt job (example/soak_jobs/durable_receipt.py): half its IDs run code outside steps that reads the
+# clock, so a replay no longer matches its checkpoints; each such execution must end in exactly one dead letter.
+DURABLE_JOB = "durable_receipt"
+DRIFTING = "drifting"
 # The soak's own jobs, added to the catalog's queues only for the soak: the runtime never names them.
 SOAK_JOBS: Mapping[str, tuple[JobSpec, ...]] = {
     "orders": (
@@ -88,6 +107,22 @@ SOAK_JOBS: Mapping[str, tuple[JobSpec, ...]] = {
             # Low enough that its bursts are held (flow control under chaos): the soak checks no hold passed its
             # bound and nothing was lost or repeated for it.
             rate_limit=ODD_RESULT_RATE_LIMIT,
+        ),
+        JobSpec(
+            name=LIMITED_JOB,
+            handler="example.soak_jobs.limited",
+            description="Soak only: a receipt mail job limited to one run at a time per customer.",
+            resources=("orders_table", "mail_sender", "invoicing_api_url"),
+            concurrency=LIMITED_CONCURRENCY,
+        ),
+    ),
+    "imports": (
+        JobSpec(
+            name=DURABLE_JOB,
+            handler="example.soak_jobs.durable_receipt",
+            description="Soak only: a durable receipt mail job, half of whose executions are not deterministic.",
+            resources=("orders_table", "mail_sender"),
+            durable=Durable(execution_timeout_s=15 * 60, retention_days=1),
         ),
     ),
     "order_updates": (
@@ -105,12 +140,24 @@ BATCH_MEMBERS = 50
 BATCH_COMPLETE_ID = "batch-complete"
 BATCH_SUCCESS_ID = "batch-success"
 # Jobs that read an order (the others: an invoice).
-ORDER_JOBS = (ORDER_JOB, UPDATE_JOB, ODD_RESULT_JOB, ODD_RESULT_FIFO_JOB)
+ORDER_JOBS = (ORDER_JOB, UPDATE_JOB, ODD_RESULT_JOB, ODD_RESULT_FIFO_JOB, LIMITED_JOB, DURABLE_JOB)
+# The jobs the soak's operator cancels a share of (standard queues, outside the batch), and how it does: a cancel
+# 0-1.5 s after the job's publish (queued, running, or done by then), and for half of them an undo 0.5-3 s after the
+# cancel, then the job published again (as an operator does once the cause is fixed: the key's next copy runs).
+CANCELLED_JOBS = (ORDER_JOB, INVOICE_JOB)
+CANCEL_AFTER_S = (0.0, 1.5)
+# A share of the limited job's slow runs (about 4 s of calls) is cancelled 1-2 s after its publish: mid-run, so the
+# run stops at its next call, dead-lettered as cancelled.
+SLOW_CANCEL_SHARE = 0.25
+SLOW_CANCEL_AFTER_S = (1.0, 2.0)
+UNDO_AFTER_S = (0.5, 3.0)
+OPERATOR = "arn:aws:sts::123456789012:assumed-role/operator/soak"
 # The mix: 10 % of a job's calls fail transiently (a job makes 2-3 calls, so about a fifth of its runs fail, as the
 # issue's 20 %), 1 % crash after the side effect, 5 % duplicate delivery; a few hangs, each cut by the time limit or
 # the HTTP call's deadline; a third of new environments start slowly (past what their first batch can serve), 2 %
 # of the idempotency table's writes answer late (past the runtime's bounded call, often), 2 % of the invoicing API's
-# answers drip (past the HTTP call's deadline).
+# answers drip (past the HTTP call's deadline); 0.5 % of the runtime's own AWS calls are throttled (its record writes,
+# key slots, batch counts, follow-ups, visibility changes, dead letters: before a run and after its success).
 DEFAULT_CHAOS = ChaosSettings(
     transient=0.1,
     hang=0.003,
@@ -119,6 +166,7 @@ DEFAULT_CHAOS = ChaosSettings(
     slow_start=0.3,
     slow_store=0.02,
     drip=0.02,
+    runtime=0.005,
     hang_s=4.0,
     slow_start_s=4.0,
     slow_store_s=3.0,
@@ -130,8 +178,12 @@ ORDER_ERRORS = frozenset({"OrderNotFoundError", "OrderDataError"})
 PERMANENT_ERRORS: Mapping[str, frozenset[str]] = {
     **dict.fromkeys(ORDER_JOBS, ORDER_ERRORS),
     INVOICE_JOB: frozenset({"InvoiceNotFoundError", "InvoiceDataError"}),
+    DURABLE_JOB: ORDER_ERRORS | {durable_receipt.DRIFT_ERROR},
 }
 SOAK_FUNCTION_TIMEOUT_S = 8
+# How long the command line gives each job to settle, when that is more than the plan's timeout: a shared 2-core
+# machine runs 11-14 jobs a second, so 10,000 jobs need more than 900 s (one run stopped at 900 s with 5 left).
+SOAK_S_PER_JOB = 0.15
 # Above what a healthy job takes with every record of every queue in flight against one moto process (p99 about
 # 1 s), below a hang: a limit under healthy latency cuts runs whose last call then completes (docs/chaos.md).
 SOAK_TIME_LIMIT_S = 3
@@ -236,6 +288,11 @@ class SoakJob:
     key: str | None = None
     # Published with big non-ASCII producer attributes (big_attributes(name)).
     big_attributes: bool = False
+    # The envelope's `customer` field: a limited job's key for its KeyConcurrency.
+    customer: str | None = None
+    # What the soak's operator does to its key while it is queued or running: "cancel", or "undo" (cancel, then
+    # withdraw the cancel and publish the job again); None: nothing.
+    cancel: str | None = None
 
     @property
     def permanent(self) -> bool:
@@ -265,6 +322,13 @@ class SoakPlan:
     # can't (so that enough dead letters show the attributes kept).
     big_attributes: float = 0.01
     big_attributes_broken: float = 0.5
+    # Entities whose job is the limited receipt (LIMITED_JOB; taken from the order confirmations' share).
+    limited_share: float = 0.02
+    # Entities whose job is the durable receipt (DURABLE_JOB; half of them drifting).
+    durable_share: float = 0.01
+    # Order confirmations and invoices the operator cancels mid-flight, and the share of those it undoes.
+    cancel_share: float = 0.03
+    undo_share: float = 0.5
     chaos: ChaosSettings = DEFAULT_CHAOS
     # Messages waiting for a poller at most, and unsettled at most: moto's receive cost grows with its backlog.
     window: int = 60
@@ -275,12 +339,13 @@ class SoakPlan:
     def __post_init__(self) -> None:
         if self.jobs < 1 or self.window < 1 or self.backlog < self.window or self.timeout_s <= 0:
             raise ValueError("jobs, window and timeout_s must be positive, and backlog at least window")
-        shares = (self.invoice_share, self.update_share, self.odd_result_share)
-        rates = (*shares, self.permanent, self.big_attributes, self.big_attributes_broken)
+        shares = (self.invoice_share, self.update_share, self.odd_result_share, self.limited_share, self.durable_share)
+        rates = [*shares, self.permanent, self.big_attributes, self.big_attributes_broken]
+        rates += [self.cancel_share, self.undo_share]
         if not all(0 <= rate <= 1 for rate in rates) or sum(shares) > 1:
             raise ValueError(
-                "invoice_share, update_share, odd_result_share, permanent and the big_attributes shares must be "
-                "between 0 and 1, and the job shares at most 1 together"
+                "invoice_share, update_share, odd_result_share, limited_share, durable_share, permanent, the "
+                "big_attributes, cancel and undo shares must be between 0 and 1, and the job shares at most 1 together"
             )
         if self.max_updates < 1:
             raise ValueError(f"max_updates {self.max_updates} must be at least 1")
@@ -291,6 +356,8 @@ class SoakPlan:
         rng = random.Random(self.seed)
         jobs: list[SoakJob] = []
         number = 0
+        limited_jobs = 0
+        shares = (self.invoice_share, self.update_share, self.odd_result_share, self.limited_share, self.durable_share)
         while len(jobs) < self.jobs:
             number += 1
             entity = f"{number:07d}"
@@ -306,9 +373,37 @@ class SoakPlan:
             elif roll < self.invoice_share + self.update_share + self.odd_result_share:
                 job = rng.choice((ODD_RESULT_JOB, ODD_RESULT_FIFO_JOB))
                 jobs.append(SoakJob(job, entity, broken, big_attributes=rng.random() < share))
+            elif roll < sum(shares[:4]):
+                customer = f"customer-{limited_jobs // LIMITED_PER_CUSTOMER}"
+                limited_jobs += 1
+                big = rng.random() < share
+                jobs.append(SoakJob(LIMITED_JOB, entity, broken, big_attributes=big, customer=customer))
+            elif roll < sum(shares):
+                drifting = broken or (DRIFTING if durable_receipt.drifting(entity) else None)
+                jobs.append(SoakJob(DURABLE_JOB, entity, drifting, big_attributes=rng.random() < share))
             else:
                 jobs.append(SoakJob(ORDER_JOB, entity, broken, big_attributes=rng.random() < share))
-        return jobs[: self.jobs]
+        return self._with_cancels(jobs[: self.jobs])
+
+    def _with_cancels(self, jobs: list[SoakJob]) -> list[SoakJob]:
+        """The jobs the operator cancels (and undoes), drawn apart from the rest so the plan is otherwise the same;
+        never the batch's members (their batch counts each as it ends, checked on its own)."""
+        rng = random.Random(f"cancels-{self.seed}")
+        members = set(_batch_members(jobs))
+        drawn = []
+        for planned in jobs:
+            job = planned
+            if planned.job in CANCELLED_JOBS and planned not in members and rng.random() < self.cancel_share:
+                job = replace(planned, cancel="undo" if rng.random() < self.undo_share else "cancel")
+            elif _slow_limited(planned) and rng.random() < SLOW_CANCEL_SHARE * bool(self.cancel_share):
+                job = replace(planned, cancel="cancel")
+            drawn.append(job)
+        return drawn
+
+
+def _slow_limited(job: SoakJob) -> bool:
+    """A limited job whose first run makes the slow calls (about 4 s: cut at its limit with one in flight)."""
+    return job.job == LIMITED_JOB and limited.slow(job.id)
 
 
 def planned_faults(jobs: Sequence[SoakJob]) -> dict[str, int]:
@@ -320,6 +415,14 @@ def planned_faults(jobs: Sequence[SoakJob]) -> dict[str, int]:
             counts[f"result.{odd_results.result_kind(job.id)}"] += 1
         if job.job == UPDATE_JOB:
             counts["fifo.updates"] += 1
+        if job.job == LIMITED_JOB:
+            counts["limited"] += 1
+            counts["limited.slow"] += limited.slow(job.id)
+        if job.cancel is not None:
+            counts[job.cancel] += 1
+        if job.job == DURABLE_JOB:
+            counts["durable"] += 1
+            counts["durable.drifting"] += job.broken == DRIFTING
     counts["fifo.groups"] = len({job.id for job in jobs if job.job == UPDATE_JOB})
     return {name: count for name, count in counts.items() if count}
 
@@ -355,6 +458,22 @@ class Observed:
     most_hold_share: float = 0.0
     api_calls_in_busiest_second: int = 0
     api_refused_over_rate: int = 0
+    # Each job key's record at the end (KeyRecord), by its record's ID (idempotency_record_id of `<job>:<key>`).
+    records: dict[str, KeyRecord] = field(default_factory=dict)
+    # JobRef -> runs whose completion write failed twice, as the runtime reported each: such a key may run again.
+    completions_unwritten: Counter[JobRef] = field(default_factory=Counter)
+    # The operator's cancels and undos: JobRef -> what each answered (CancelOutcome values), and the runs the key had
+    # finished when its cancel was withdrawn (None when its life had ended: the DLQ had it, or it had completed).
+    cancel_outcomes: dict[JobRef, list[str]] = field(default_factory=dict)
+    runs_at_undo: dict[JobRef, int | None] = field(default_factory=dict)
+    operator_trace: dict[JobRef, list[str]] = field(default_factory=dict)
+    # The limited job's runs: when each started and left its code, by customer (limited.Run).
+    limited_runs: list[limited.Run] = field(default_factory=list)
+    # Calls in flight at a run's cut that ended after it, by job (CutRunWitness).
+    cut_calls: Counter[str] = field(default_factory=Counter)
+    # The durable jobs' records at the end, by idempotency key; and whether every execution had ended.
+    durable_records: dict[str, DurableState] = field(default_factory=dict)
+    durable_ended: bool = True
 
 
 def check(jobs: Sequence[SoakJob], observed: Observed) -> list[str]:
@@ -362,6 +481,8 @@ def check(jobs: Sequence[SoakJob], observed: Observed) -> list[str]:
     problems: list[str] = []
     if not observed.drained:
         problems.append("the queues did not drain before the timeout")
+    if not observed.durable_ended:
+        problems.append("the durable executions did not all end before the timeout")
     for job in jobs:
         problems += _job_problems(job, observed)
     problems += _order_problems(jobs, observed)
@@ -373,6 +494,7 @@ def check(jobs: Sequence[SoakJob], observed: Observed) -> list[str]:
     problems += [f"a dead letter's attributes could not be read back: {why}" for why in observed.unreadable_attributes]
     problems += [f"mail nobody asked for: {job}:{key}" for job, key in observed.mails if (job, key) not in known]
     ids = {job.id for job in jobs if job.job == INVOICE_JOB}
+    ids |= {limited.quote_id(job.id) for job in jobs if job.job == LIMITED_JOB}  # its slow calls' quotes
     problems += [f"invoice for unknown ID {invoice!r}" for invoice in observed.invoices_created if invoice not in ids]
     problems += [
         f"{count} message(s) left in queue {queue}" for queue, count in observed.left_in_queues.items() if count
@@ -380,10 +502,44 @@ def check(jobs: Sequence[SoakJob], observed: Observed) -> list[str]:
     in_progress = observed.idempotency_records.get("INPROGRESS", 0) - observed.stale_in_progress
     if in_progress:
         problems.append(f"{in_progress} idempotency record(s) still IN_PROGRESS before their deadline")
-    completed, succeeded = observed.idempotency_records.get("COMPLETED", 0), sum(not job.permanent for job in jobs)
-    if completed != succeeded:
+    # A key cancelled (not undone) ends cancelled or, if its run came first, completed; a run whose completion was
+    # never written (reported) may leave no completed record.
+    completed = observed.idempotency_records.get("COMPLETED", 0)
+    succeeded = sum(
+        not job.permanent
+        and job.job != DURABLE_JOB  # its record is the durable job's own (checked per job)
+        and (job.cancel != "cancel" or _state(job, observed) is KeyState.COMPLETED)
+        for job in jobs
+    )
+    unwritten = sum(observed.completions_unwritten.values())
+    if not succeeded - unwritten <= completed <= succeeded:
         problems.append(f"{completed} completed idempotency records for {succeeded} jobs that can succeed")
     problems += _flow_problems(observed)
+    problems += _limited_problems(observed.limited_runs)
+    return problems
+
+
+def _state(job: SoakJob, observed: Observed) -> KeyState:
+    record = observed.records.get(idempotency_record_id(job.name))
+    return record.state(time.time()) if record is not None else KeyState.NEW
+
+
+def _limited_problems(runs: Sequence[limited.Run]) -> list[str]:
+    """No two runs of one customer's limited job overlapped: each started after the one before it had left its
+    code (a cut run's included, once its call in flight ended), as its limit of one allows."""
+    by_customer: dict[str, list[limited.Run]] = defaultdict(list)
+    for run in runs:
+        by_customer[run.customer].append(run)
+    problems = []
+    for customer, held in sorted(by_customer.items()):
+        held.sort(key=lambda run: run.started)
+        for before, after in itertools.pairwise(held):
+            if after.started < before.ended:
+                problems.append(
+                    f"two runs of {LIMITED_JOB} for {customer} overlapped ({LIMITED_CONCURRENCY.limit} allowed): "
+                    f"{before.key} run {before.attempt} until {before.ended:.3f}, {after.key} run {after.attempt} from "
+                    f"{after.started:.3f}"
+                )
     return problems
 
 
@@ -411,11 +567,33 @@ def _job_problems(job: SoakJob, observed: Observed) -> list[str]:
     effects = observed.invoices_created[job.id] if job.job == INVOICE_JOB else observed.mails[job.ref]
     copies = observed.dead_letters.get(job.ref, [])
     problems: list[str] = []
+    if job.cancel is not None:
+        problems += _cancel_problems(job, observed)
+        # A run stopped by the cancel is dead-lettered as cancelled: its evidence says so, and that is its end.
+        cancelled = [evidence for evidence in copies if evidence.get(ERROR_TYPE) == JobCancelledError.__name__]
+        if any(evidence.get(FAILURE) != DeadLetterFailure.CANCELLED for evidence in cancelled):
+            problems.append(f"{name} is in the DLQ as cancelled without its evidence: {cancelled}")
+        copies = [evidence for evidence in copies if evidence not in cancelled]
+        if job.cancel == "cancel" and _state(job, observed) is not KeyState.COMPLETED:
+            # Settled as cancelled: acknowledged unrun or stopped, never lost, and no side effect but what a cut or
+            # an unwritten completion explains.
+            if _state(job, observed) is not KeyState.CANCELLED and not (job.permanent and copies):
+                problems.append(f"{name} was cancelled and ended {_state(job, observed)}, not cancelled")
+            allowed = observed.cut_in_flight[job.ref] if job.job != INVOICE_JOB else 1
+            if effects > allowed:
+                problems.append(f"{name} was cancelled and had {effects} side effect(s)")
+            return problems + [
+                f"{name} is in the DLQ without its evidence: {evidence}"
+                for evidence in copies
+                if not job.permanent or evidence.get(ERROR_TYPE) not in PERMANENT_ERRORS[job.job]
+            ]
     if job.big_attributes and copies:
         expected = attributes_fingerprint(big_attributes(job.name))
         kept = observed.dead_letter_attributes.get(job.ref, [])
         if len(kept) != len(copies) or any(fingerprint != expected for fingerprint in kept):
             problems.append(f"{name} is in the DLQ without its producer's attributes")
+    if job.job == DURABLE_JOB:
+        problems += _durable_problems(job, observed, len(copies))
     if job.permanent:
         if not copies:
             problems.append(f"{name} ({job.broken} data) is not in the DLQ")
@@ -434,13 +612,58 @@ def _job_problems(job: SoakJob, observed: Observed) -> list[str]:
             f"{name} can succeed but was dead-lettered ({said.get(FAILURE)} after {said.get(ATTEMPTS)} attempts): "
             f"{said.get(ERROR_MESSAGE)!r}"
         )
-    # A repeat is explained only by a side-effect call the runtime reported answered after its run's cut.
+    # A repeat is explained only by a side-effect call the runtime reported answered after its run's cut, or by a
+    # run whose completion it reported unwritten.
     reported = observed.cut_in_flight[job.ref] if job.job != INVOICE_JOB else 0
+    reported += observed.completions_unwritten[job.ref]
     if effects < 1 or effects > 1 + reported:
         because = f" ({reported} sent by runs cut with the call in flight)" if reported else ""
         problems.append(f"{name} had {effects} side effects, not exactly 1{because}")
     if job.job == INVOICE_JOB and job.id not in observed.stored_pdfs:
         problems.append(f"{name} has no PDF in the bucket")
+    return problems
+
+
+def _durable_problems(job: SoakJob, observed: Observed, dead_letters: int) -> list[str]:
+    """A durable execution ends with a final record: SUCCEEDED, or FAILED and moved to its next generation with
+    exactly one dead letter per failed execution (a replay that no longer matches its checkpoints is ended by the
+    runtime's own steps). A copy of the message delivered after an execution failed starts the key's next
+    generation, as a redrive does: the record's generation counts the executions that failed."""
+    record = observed.durable_records.get(job.name)
+    status, generation = (record.status, record.generation) if record is not None else (None, 0)
+    problems = []
+    if job.permanent and (status != "FAILED" or generation < 1):
+        problems.append(f"{job.name}'s durable record ended {status} at generation {generation}, not FAILED")
+    if not job.permanent and (status, generation) != ("SUCCEEDED", 0):
+        problems.append(f"{job.name}'s durable record ended {status} at generation {generation}, not SUCCEEDED")
+    if job.permanent and dead_letters != generation:
+        problems.append(
+            f"{job.name} ({job.broken}) has {dead_letters} dead letters for {generation} failed execution(s), not "
+            "exactly one each"
+        )
+    return problems
+
+
+def _cancel_problems(job: SoakJob, observed: Observed) -> list[str]:
+    """The operator's cancel (and undo) was answered, and an undo kept the key's runs: a key withdrawn with runs and
+    no dead letter, not yet completed, completes at a run after those (an undo never gives a key its runs back)."""
+    outcomes = observed.cancel_outcomes.get(job.ref, [])
+    expected = 2 if job.cancel == "undo" else 1
+    problems = []
+    if len(outcomes) != expected:
+        problems.append(f"{job.name}: the operator's {job.cancel} got {outcomes} (expected {expected} answers)")
+    trace = "; ".join(observed.operator_trace.get(job.ref, [])) or outcomes
+    if job.cancel == "undo" and _state(job, observed) is KeyState.CANCELLED:
+        problems.append(f"{job.name} was undone (the operator was answered {outcomes}) and ended cancelled: {trace}")
+    runs_then = observed.runs_at_undo.get(job.ref)
+    record = observed.records.get(idempotency_record_id(job.name))
+    # A completion keeps the run that completed (`runs` back to 0: docs/key-life.md).
+    completed_run = record.completed_run or 0 if record is not None else 0
+    if runs_then is not None and not job.permanent and completed_run <= runs_then:
+        problems.append(
+            f"{job.name} had {runs_then} runs when its cancel was withdrawn, and completed at run {completed_run}: "
+            f"{trace}"
+        )
     return problems
 
 
@@ -500,6 +723,37 @@ class SoakReport:
         """Dead-lettered jobs published with big attributes: each is checked to have kept them."""
         return sum(1 for job in self.jobs if job.big_attributes and job.ref in self.observed.dead_letters)
 
+    def _intersection_lines(self) -> Iterator[str]:
+        """The runtime's faults after a success, the operator's cancels and undos, the limited job's cut runs."""
+        observed = self.observed
+        runtime = sum(count for name, count in self.injected.items() if name.startswith("runtime."))
+        unwritten = sum(observed.completions_unwritten.values())
+        yield (
+            f"  runtime's own calls throttled: {runtime}"
+            + (f" ({unwritten} completion(s) unwritten after both tries, reported)" if unwritten else "")
+        )
+        said: Counter[str] = Counter()
+        for outcomes in observed.cancel_outcomes.values():
+            for step, outcome in zip(("cancel", "undo"), outcomes, strict=False):
+                said[f"{step} {outcome}"] += 1
+        ended: Counter[str] = Counter(str(_state(job, observed)) for job in self.jobs if job.cancel == "cancel")
+        yield (
+            f"  operator: {', '.join(f'{name} {count}' for name, count in sorted(said.items())) or 'nothing'}; "
+            f"cancelled keys ended {', '.join(f'{name} {count}' for name, count in sorted(ended.items())) or '-'}"
+        )
+        durable = Counter(str(record.status) for record in observed.durable_records.values())
+        drifting = sum(job.broken == DRIFTING for job in self.jobs)
+        yield (
+            f"  {DURABLE_JOB}: {len(observed.durable_records)} executions' records "
+            f"{', '.join(f'{name} {count}' for name, count in sorted(durable.items())) or '-'} "
+            f"({drifting} not deterministic, each ended in one dead letter)"
+        )
+        customers = {run.customer for run in observed.limited_runs}
+        yield (
+            f"  {LIMITED_JOB}: {len(observed.limited_runs)} runs of {len(customers)} customers (limit "
+            f"{LIMITED_CONCURRENCY.limit} each), {observed.cut_calls[LIMITED_JOB]} cut with a call in flight"
+        )
+
     def lines(self) -> Iterator[str]:
         mails, invoices = sum(self.observed.mails.values()), sum(self.observed.invoices_created.values())
         rate = len(self.jobs) / self.elapsed_s
@@ -541,6 +795,7 @@ class SoakReport:
                 else ""
             )
         )
+        yield from self._intersection_lines()
         held = ", ".join(f"{name} {count}" for name, count in sorted(self.observed.held.items())) or "none"
         yield (
             f"  flow control: records held {held}; at most {self.observed.most_hold_share:.0%} of a hold's bound; "
@@ -565,7 +820,7 @@ def _seed(engine: LocalEngine, jobs: Sequence[SoakJob]) -> None:
         if job.job in ORDER_JOBS:
             item = {"order_id": {"S": job.id}, "customer_name": {"S": f"Customer {job.id}"}, "total": {"N": "10.5"}}
             item["status"] = {"S": "shipped"}
-            if job.broken is None:
+            if job.broken in (None, DRIFTING):
                 item["email"] = {"S": f"order-{job.id}@example.com"}
             items[orders][job.id] = item
         else:
@@ -600,7 +855,8 @@ class _Publisher:
     def publish(self, wave: Sequence[SoakJob]) -> None:
         plain: list[Envelope] = []
         for job in wave:
-            envelope = self._jobs.envelope(job.job, job.id, key=job.key)
+            extra = {"customer": job.customer} if job.customer is not None else None
+            envelope = self._jobs.envelope(job.job, job.id, key=job.key, extra=extra)
             if not job.big_attributes:
                 plain.append(envelope)
                 continue
@@ -662,16 +918,101 @@ def _batch_problems(engine: LocalEngine, batch_id: str, members: Sequence[SoakJo
     return problems
 
 
+class _Operator:
+    """The soak's operator: cancels a job's key a moment after its publish (`jobctl job cancel`), and for an undo,
+    withdraws the cancel a moment later (`--undo`) and publishes the job again. Each answer is kept by job."""
+
+    def __init__(self, engine: LocalEngine, publisher: _Publisher, seed: int) -> None:
+        assert engine.deployment is not None
+        self._engine = engine
+        self._dynamodb = engine.clients()("dynamodb")
+        self._table = engine.deployment.idempotency_table
+        self._publisher = publisher
+        self._rng = random.Random(f"operator-{seed}")
+        self._due: list[tuple[float, int, str, SoakJob]] = []
+        self._order = 0
+        self.outcomes: dict[JobRef, list[str]] = {}
+        self.runs_at_undo: dict[JobRef, int | None] = {}
+        # What the operator did to each key, when, what the key's record said just before, and the answer.
+        self.trace: dict[JobRef, list[str]] = {}
+
+    @property
+    def idle(self) -> bool:
+        return not self._due
+
+    def published(self, wave: Sequence[SoakJob]) -> None:
+        for job in wave:
+            if job.cancel is not None and job.ref not in self.outcomes:
+                after = SLOW_CANCEL_AFTER_S if _slow_limited(job) else CANCEL_AFTER_S
+                self._later(self._rng.uniform(*after), "cancel", job)
+
+    def act(self) -> None:
+        """Whatever is due now."""
+        self._due.sort()
+        while self._due and self._due[0][0] <= time.monotonic():
+            _, _, action, job = self._due.pop(0)
+            try:
+                if action == "cancel":
+                    self._cancel(job)
+                else:
+                    self._undo(job)
+            except OperatorError:  # the key kept changing state: nothing written; again in a moment
+                self._later(0.2, action, job)
+
+    def _later(self, delay_s: float, action: str, job: SoakJob) -> None:
+        self._order += 1
+        self._due.append((time.monotonic() + delay_s, self._order, action, job))
+
+    def _target(self, job: SoakJob) -> CancelTarget:
+        queue = self._engine.catalog.queue_for_job(job.job)
+        return CancelTarget(queue.name, job.job, job.id, job.name, queue.idempotency_expiry_s)
+
+    def _read(self, target: CancelTarget) -> KeyRecord:
+        item = self._dynamodb.get_item(TableName=self._table, Key={"id": {"S": target.record_id}}, ConsistentRead=True)
+        return KeyRecord.from_item(target.record_id, item.get("Item"))
+
+    def _note(self, job: SoakJob, action: str, before: KeyRecord, answer: str) -> None:
+        self.outcomes.setdefault(job.ref, []).append(answer)
+        self.trace.setdefault(job.ref, []).append(
+            f"{time.time():.3f} {action}: {before.state(time.time())}, {before.runs} runs -> {answer}"
+        )
+
+    def _cancel(self, job: SoakJob) -> None:
+        target = self._target(job)
+        before = self._read(target)
+        result = cancel_job(self._dynamodb, self._table, target, OPERATOR)
+        self._note(job, "cancel", before, result.outcome.value)
+        if job.cancel == "undo":
+            self._later(self._rng.uniform(*UNDO_AFTER_S), "undo", job)
+
+    def _undo(self, job: SoakJob) -> None:
+        target = self._target(job)
+        before = self._read(target)
+        result = withdraw(self._dynamodb, self._table, target)
+        self._note(job, "undo", before, result.outcome.value)
+        # The runs the key's completion must come after: those it had (but a run still in flight, which may be the
+        # one to complete it); none when its life ended (the DLQ has it) or it completed.
+        state = before.state(time.time())
+        ended = before.dead_lettered_at is not None or state is KeyState.COMPLETED
+        in_flight = state in (KeyState.RUNNING, KeyState.CANCEL_REQUESTED)
+        self.runs_at_undo[job.ref] = None if ended else before.runs - in_flight
+        # Published again whatever the undo found: a key that completed meanwhile answers it as a duplicate.
+        self._publisher.publish([job])
+
+
 def _publish_in_waves(
     engine: LocalEngine,
     jobs: Sequence[SoakJob],
     plan: SoakPlan,
     deadline: float,
     progress: SoakProgress | None = None,
+    operator: _Operator | None = None,
 ) -> bool:
     publisher = _Publisher(engine)
     next_job = 0
     while time.monotonic() < deadline:
+        if operator is not None:
+            operator.act()
         counts = engine.queue_counts()
         unsettled, waiting = _unsettled(counts), sum(queue[WAITING] for queue in counts.values())
         if progress is not None:
@@ -680,12 +1021,25 @@ def _publish_in_waves(
         if next_job < len(jobs) and room > 0:
             wave = jobs[next_job : next_job + room]
             publisher.publish(wave)
+            if operator is not None:
+                operator.published(wave)
             next_job += len(wave)
             continue
-        if next_job >= len(jobs) and unsettled == 0:
+        if next_job >= len(jobs) and unsettled == 0 and (operator is None or operator.idle):
             return True
-        time.sleep(0.3)
+        time.sleep(0.3 if operator is None or operator.idle else 0.1)
     return False
+
+
+def _durables_end(engine: LocalEngine, deadline: float) -> bool:
+    """Wait until every durable execution has ended (the worker only starts them): True once they all have."""
+    while engine.durables is not None:
+        if all(execution.is_complete for execution in engine.durables.executions(DURABLE_JOB)):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+    return True
 
 
 def _drain_dead_letters(engine: LocalEngine, observed: Observed) -> None:
@@ -732,9 +1086,16 @@ def _observe_dead_letter(reader: DeadLetterQueue, letter: DeadLetter, observed: 
     observed.dead_letter_attributes.setdefault(ref, []).append(attributes_fingerprint(attributes) if attributes else "")
 
 
-def _observe(engine: LocalEngine, drained: bool) -> Observed:
+def _observe(engine: LocalEngine, drained: bool, jobs: Sequence[SoakJob] = ()) -> Observed:
     assert engine.deployment is not None
     observed = Observed(drained=drained)
+    dynamodb = engine.clients()("dynamodb")
+    durable = DurableRecords(
+        lambda: dynamodb,
+        engine.deployment.idempotency_table,
+        engine.catalog.queue_for_job(DURABLE_JOB).idempotency_expiry_s,
+    )
+    observed.durable_records = {job.name: durable.read(job.name) for job in jobs if job.job == DURABLE_JOB}
     for mail in engine.sent_mail():
         subject = str(mail["subject"])
         observed.mails[mail_ref(subject)] += 1
@@ -755,9 +1116,13 @@ def _observe(engine: LocalEngine, drained: bool) -> Observed:
         )
     _drain_dead_letters(engine, observed)
     observed.left_in_queues = {name: sum(queue.values()) for name, queue in engine.queue_counts().items()}
-    dynamodb = engine.clients()("dynamodb")
     now_ms = time.time() * 1000
     for page in dynamodb.get_paginator("scan").paginate(TableName=engine.deployment.idempotency_table):
+        observed.records.update(
+            (item["id"]["S"], KeyRecord.from_item(item["id"]["S"], item))
+            for item in page["Items"]
+            if item["id"]["S"].startswith(f"{IDEMPOTENCY_KEY_PREFIX}#")
+        )
         observed.idempotency_records.update(item.get("status", {}).get("S", "?") for item in page["Items"])
         observed.stale_in_progress += sum(
             1
@@ -788,6 +1153,9 @@ class CutRunWitness:
         self.mails: Counter[JobRef] = Counter()
         self.held: Counter[str] = Counter()
         self.most_hold_share = 0.0
+        self.completions_unwritten: Counter[JobRef] = Counter()
+        # Calls in flight at a run's cut and ended after it, by job.
+        self.cut_calls: Counter[str] = Counter()
 
     def write(self, text: str) -> int:
         with self._lock:
@@ -798,6 +1166,8 @@ class CutRunWitness:
                 # The runtime's report of a call in flight at its run's cut, answered after it (docs/chaos.md).
                 if CUT_RUN_CALL_ENDED_MESSAGE in line:
                     self._note(line)
+                elif COMPLETION_UNWRITTEN_MESSAGE in line:
+                    self._note_unwritten(line)
                 elif HELD in line or HOLD_SHARE in line:
                     self._note_flow(line)
         return len(text)
@@ -816,6 +1186,16 @@ class CutRunWitness:
     def flush(self) -> None:
         self._output.flush()
 
+    def _note_unwritten(self, line: str) -> None:
+        """A run that returned and whose completion the runtime could not write (twice): it may run again."""
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return
+        job, key = record.get("job"), str(record.get("idempotency_key", ""))
+        if record.get("message") == COMPLETION_UNWRITTEN_MESSAGE and job:
+            self.completions_unwritten[(job, key.removeprefix(f"{job}:"))] += 1
+
     def _note(self, line: str) -> None:
         try:
             record = json.loads(line)
@@ -823,6 +1203,8 @@ class CutRunWitness:
             return
         answered = str(record.get("outcome", "")).startswith("answered 2")
         job, key = record.get("job"), str(record.get("idempotency_key", ""))
+        if record.get("message") == CUT_RUN_CALL_ENDED_MESSAGE and job:
+            self.cut_calls[str(job)] += 1
         if (
             record.get("message") == CUT_RUN_CALL_ENDED_MESSAGE
             and answered
@@ -851,22 +1233,37 @@ def run_soak(plan: SoakPlan, worker_output: TextIO | None = None, progress: Soak
         worker_output=witness,  # type: ignore[arg-type]  # write() and flush() are all a log stream needs
         http_timeouts_s=SOAK_HTTP_TIMEOUTS_S,
     )
+    limited.reset()
     with engine:
         _seed(engine, [*jobs, SoakJob(ODD_RESULT_JOB, BATCH_SUCCESS_ID)])
+        # The limited job's slow calls: the invoicing API answers its quotes late, and every other call as before.
+        quotes = [limited.quote_id(job.id) for job in jobs if job.job == LIMITED_JOB and limited.slow(job.id)]
+        engine.standins[INVOICING_ENDPOINT].set_mode(  # type: ignore[attr-defined]
+            "slow", delay_s=limited.PROBE_DELAY_S, only_ids=quotes
+        )
         batch_id = _publish_batch(engine, members)
         batched = set(members)
         in_waves = [job for job in planned if job not in batched]
-        drained = _publish_in_waves(engine, in_waves, plan, deadline=started + plan.timeout_s, progress=progress)
+        operator = _Operator(engine, _Publisher(engine), plan.seed)
+        drained = _publish_in_waves(
+            engine, in_waves, plan, deadline=started + plan.timeout_s, progress=progress, operator=operator
+        )
+        durables_ended = _durables_end(engine, deadline=started + plan.timeout_s)
         # Runs cut at their time limit may still be finishing (a hang ends after hang_s, a drip after drip_s, a
         # slow write's answer after slow_store_s): let them, then stop.
         time.sleep(max(chaos.hang_s, chaos.drip_s, chaos.slow_store_s) + 0.5)
         mappings = dict(engine.mappings)  # stop_workers() forgets them; their counts are the report's
         engine.stop_workers()
         elapsed_s = time.monotonic() - started
-        observed = _observe(engine, drained)
+        observed = _observe(engine, drained, jobs)
+        observed.durable_ended = durables_ended
         batch_problems = _batch_problems(engine, batch_id, members)
         observed.cut_in_flight = witness.mails
         observed.held, observed.most_hold_share = witness.held, witness.most_hold_share
+        observed.completions_unwritten, observed.cut_calls = witness.completions_unwritten, witness.cut_calls
+        observed.cancel_outcomes, observed.runs_at_undo = operator.outcomes, operator.runs_at_undo
+        observed.operator_trace = operator.trace
+        observed.limited_runs = limited.runs()
         assert engine.chaos is not None
         injected = {**engine.chaos.injected(), **planned_faults(jobs)}
         stats = {name: mapping.stats.snapshot() for name, mapping in mappings.items()}
@@ -893,6 +1290,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--backlog", type=int, default=SoakPlan.backlog, help="messages unsettled at most")
     parser.add_argument("--chaos", type=ChaosSettings.parse, default=DEFAULT_CHAOS, help="as jobctl local --chaos")
     parser.add_argument("--permanent", type=float, default=DEFAULT_PERMANENT, help="share of jobs with broken data")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds for the jobs to settle (default {SoakPlan.timeout_s:g}, or {SOAK_S_PER_JOB:g} a job if more)",
+    )
     parser.add_argument("--log", type=Path, default=Path(".local-engine/soak-worker.log"), help="worker logs")
     parser.add_argument(
         "--progress",
@@ -903,6 +1306,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    # The durable testing SDK logs every execution that fails, tracebacks and all (the drifting ones by design):
+    # the soak checks each ending itself, and the worker's log has the runtime's account of it.
+    for sdk in ("aws_durable_execution_sdk_python", "aws_durable_execution_sdk_python_testing"):
+        logging.getLogger(sdk).setLevel(logging.CRITICAL)
     plan = SoakPlan(
         jobs=args.jobs,
         seed=args.seed,
@@ -910,6 +1317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         backlog=args.backlog,
         chaos=args.chaos,
         permanent=args.permanent,
+        timeout_s=args.timeout or max(SoakPlan.timeout_s, SOAK_S_PER_JOB * args.jobs),
     )
     args.log.parent.mkdir(parents=True, exist_ok=True)
     print(f"soak: {plan.jobs} jobs, seed {plan.seed}; worker logs in {args.log}", flush=True)

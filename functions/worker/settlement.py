@@ -92,6 +92,13 @@ _RUNTIME_ERRORS = (
     TimeLimitUnservableError,
 )
 
+# Logged when a run returned and neither try of its completion write landed: the one case a key may run again
+# (docs/key-life.md, "No run after a success"); the chaos soak reads it.
+COMPLETION_UNWRITTEN_MESSAGE = (
+    "job done, but its completion could not be written to the idempotency store: acknowledged; a duplicate "
+    "message of this key may run it again once the key's in-progress record expires"
+)
+
 
 class RetryLater(Exception):
     """Raised to the batch processor so it reports the record as a batch item failure; SQS redelivers it."""
@@ -532,8 +539,7 @@ class Settlement:
                 return self._done_without_result(envelope)
         self._tally.runtime_fault("idempotency_store")
         self._obs.logger.error(
-            "job done, but its completion could not be written to the idempotency store: acknowledged; a duplicate "
-            "message of this key may run it again once the key's in-progress record expires",
+            COMPLETION_UNWRITTEN_MESSAGE,
             extra={"error": str(error)[:1024], "error_type": type(error.__cause__ or error).__name__},
         )
         return self._done_without_result(envelope)

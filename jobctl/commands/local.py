@@ -57,7 +57,8 @@ def _chaos_settings(spec: str | None) -> ChaosSettings | None:
     help="Inject faults, e.g. transient=0.1,hang=0.01,crash=0.01,duplicate=0.05[,hang_s=5][,seed=7]: rates per "
     "call a job makes, AWS or HTTP (transient, hang), per record run (crash before the ack), per delivery "
     "(duplicate), per new environment (slow_start, slow_start_s), per idempotency-table write (slow_store, "
-    "slow_store_s), per stand-in answer (drip, drip_s). See docs/chaos.md.",
+    "slow_store_s), per stand-in answer (drip, drip_s), per AWS call of the runtime's own, after a job's success too "
+    "(runtime). See docs/chaos.md.",
 )
 @click.option(
     "--scheduler-speed",

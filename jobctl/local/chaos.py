@@ -16,12 +16,15 @@
     slow_store  a worker's write to the idempotency table is made, and its answer comes `slow_store_s` late, on
                 the socket (the runtime's bounded call may give up first, and the write has landed anyway)
     drip        a stand-in sends its answer (status line, headers, body) a byte at a time, over `drip_s`
+    runtime     one of the worker runtime's own AWS calls (its idempotency record, key slots, rate limits, batch
+                counts, follow-up publishes, visibility changes, dead letters: any call on the worker's clients
+                that is not a job's) answers its service's throttling error, before and after a job's success
 
 Rates are probabilities in [0, 1]: per job call (transient, hang: one draw per AWS or HTTP call a job makes in its
 run, never the runtime's own calls; a stand-in draws again per request it serves), per record that ran
 (crash), per received message (duplicate), per new execution environment (slow_start), per write to the
-idempotency table (slow_store), per request to a stand-in (drip). A seed makes a run repeatable as far as
-thread timing allows.
+idempotency table (slow_store), per request to a stand-in (drip), per AWS call of the runtime's own (runtime). A
+seed makes a run repeatable as far as thread timing allows.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ FAULTS: Mapping[str, str] = {
     "slow_start": "new execution environment",
     "slow_store": "write to the idempotency table",
     "drip": "answer of a stand-in",
+    "runtime": "runtime's own AWS call",
 }
 # How long each slow fault lasts (seconds): the setting's name, the fault's, and its default.
 DURATIONS: Mapping[str, tuple[str, float]] = {
@@ -89,6 +93,7 @@ class ChaosSettings:
     slow_start: float = 0.0
     slow_store: float = 0.0
     drip: float = 0.0
+    runtime: float = 0.0
     hang_s: float = DURATIONS["hang_s"][1]
     slow_start_s: float = DURATIONS["slow_start_s"][1]
     slow_store_s: float = DURATIONS["slow_store_s"][1]
@@ -224,17 +229,25 @@ class Chaos:
         """For one answer of the stand-in `standin`: how long sending it a byte at a time takes (0.0: at once)."""
         return self.settings.drip_s if self._drawn(self.settings.drip, f"drip.{standin}") else 0.0
 
-    # --- a job's AWS calls: botocore's event hooks on the worker's clients -------------------------------------
+    # --- AWS calls on the worker's clients: botocore's event hooks ---------------------------------------------
 
     def register_aws(self, clients: ClientFactory) -> None:
-        """Hook every AWS call of every client `clients` makes (ClientFactory.register): the faults reach a job's
-        calls only (`current_run()`), never the runtime's own on the same clients, nor any other factory's."""
+        """Hook every AWS call of every client `clients` makes (ClientFactory.register): a job's calls meet the
+        job's faults (transient, hang), the runtime's own calls on the same clients the runtime fault; no other
+        factory's calls meet any."""
         clients.register(AWS_CALL_EVENT, self._before_aws_call)
 
     def _before_aws_call(self, event_name: str = "", **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
-        if current_run() is None:
+        parts = event_name.split(".")
+        service = parts[1] if len(parts) >= 3 else "aws"
+        run = current_run()
+        # The runtime's own calls: outside a run, or from a run's thread on the runtime's behalf (a cancel's read,
+        # a rate limit's lease), as functions/worker/downstream.py tells them apart.
+        if run is None or run.runtime_calling:
+            operation = parts[2] if len(parts) >= 3 else "call"
+            if self._drawn(self.settings.runtime, f"runtime.{service}.{operation}"):
+                return _throttled(service, "runtime")
             return None
-        service = event_name.split(".")[1] if event_name.count(".") >= 2 else "aws"
         fault = self.downstream_fault(service)
         if fault == "hang":
             started = time.monotonic()
@@ -243,16 +256,7 @@ class Chaos:
             # is one call's whole timeout.
             raise ReadTimeoutError(endpoint_url=f"{service} ({time.monotonic() - started:.1f}s, injected hang)")
         if fault == "transient":
-            # A real botocore error path: returning a response here skips the HTTP call, and botocore raises
-            # the ClientError it would raise for this answer (its after-call hooks see it, as the breakers do).
-            code, status = THROTTLED.get(service, DEFAULT_THROTTLED)
-            parsed = {
-                "Error": {"Code": code, "Message": f"Rate exceeded (injected {service} throttling)"},
-                "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": {}},
-            }
-            return AWSResponse(url=f"https://{service}.local/", status_code=status, headers=HTTPHeaders(), raw=None), (
-                parsed
-            )
+            return _throttled(service, "job")
         return None
 
     # --- a job's HTTP calls: the hook point of functions/worker/http.py's HttpClient ----------------------------
@@ -269,3 +273,15 @@ class Chaos:
         if fault == "hang":
             self.wait(min(self.settings.hang_s, time_left_s))
             raise TimeoutError(f"timed out (injected hang) for {method} {url}")
+
+
+def _throttled(service: str, whose: str) -> tuple[AWSResponse, dict[str, Any]]:
+    """The service's throttling answer, for botocore's `before-call`: returning a response skips the HTTP call (and
+    botocore's retries), and botocore raises the ClientError it would raise for this answer (its after-call hooks
+    see it, as the breakers do)."""
+    code, status = THROTTLED.get(service, DEFAULT_THROTTLED)
+    parsed = {
+        "Error": {"Code": code, "Message": f"Rate exceeded (injected {service} throttling of a {whose} call)"},
+        "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": {}},
+    }
+    return AWSResponse(url=f"https://{service}.local/", status_code=status, headers=HTTPHeaders(), raw=None), parsed

@@ -30,13 +30,20 @@ moto (5.2) is built for tests in one thread. Under the engine's concurrent polle
   of order this way (the head of each group in a retry's backoff, the next one delivered). Here a message hidden
   again holds its group until it is visible, which keeps the group's order as SQS does; moto still honours the
   change where SQS would refuse it.
+- SQS FIFO: moto notes a group as in flight while any of its received messages is, even one whose visibility ended,
+  and finds that message visible only when its receive reaches it: a group whose later message held it (its
+  receiver's change of visibility failed, so it waited out its timeout while the head was made visible at once)
+  gets that later message handed out alone, before the head it skipped on the stale note. The soak with throttled
+  runtime calls mailed an order's updates as u3, u1, u2 this way. Here a receive first lets go of every message in
+  flight whose visibility has ended.
 
 On AWS all of these hold. `serialize_moto()` wraps every public operation of the two backends, and DynamoDB's item
 write handlers (read and write as one), in one process-wide lock (re-entrant per thread: operations call each
 other), released while an SQS long poll waits for messages so a waiting ReceiveMessage never holds up the others; a
 long poll looks at the queue afresh each time it wakes (one pass of moto's own receive, then a wait outside the
-lock); and a message hidden again holds its FIFO group. It is idempotent and changes only timing and FIFO groups'
-order: tests on `mock_aws` in the same process see the same behaviour, minus the races.
+lock); a message hidden again holds its FIFO group; and a receive first lets go of the messages in flight whose
+visibility has ended. It is idempotent and changes only timing and FIFO groups' order: tests on `mock_aws` in the
+same process see the same behaviour, minus the races.
 """
 
 from __future__ import annotations
@@ -110,11 +117,13 @@ def _fresh_long_poll(receive: Callable[..., Any]) -> Callable[..., Any]:
         visibility_timeout: int,
         message_attribute_names: list[str] | None = None,
     ) -> Any:
+        queue = self.get_queue(queue_name)
         if _depth() > 0:  # called from inside another operation: it can't wait without holding everyone up
+            _release_visible(queue)
             return receive(self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names)
         deadline = time.monotonic() + max(0, int(wait_seconds_timeout or 0))
-        queue = self.get_queue(queue_name)
         while True:
+            _serialized(_release_visible)(queue)
             received = receive(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
             left_s = deadline - time.monotonic()
             if received or left_s <= 0:
@@ -126,6 +135,15 @@ def _fresh_long_poll(receive: Callable[..., Any]) -> Callable[..., Any]:
                 queue.wait_for_messages(min(left_s, 1))  # type: ignore[arg-type]
 
     return wrapper
+
+
+def _release_visible(queue: Queue) -> None:
+    """Messages in flight whose visibility ended are in flight no more, before a receive judges the groups: moto
+    notes the groups in flight once, then finds such a message visible only when it reaches it in the queue's order,
+    so a group's later message that held it (its receiver's change of visibility failed, it waited out its timeout)
+    was handed out alone, before the group's head (skipped on the stale note)."""
+    for message in [message for message in queue.pending_messages if message.visible]:
+        queue.pending_messages.remove(message)
 
 
 def _holding_its_group(change: Callable[..., Any]) -> Callable[..., Any]:

@@ -17,6 +17,7 @@ from example.soak import (
     BATCH_COMPLETE_ID,
     BATCH_SUCCESS_ID,
     DEFAULT_CHAOS,
+    LIMITED_JOB,
     ODD_RESULT_JOB,
     SoakJob,
     SoakPlan,
@@ -109,6 +110,18 @@ def test_chaos_soak_keeps_every_promise() -> None:
     faults += ["crash", "duplicate", "slow_start", "slow_store", "drip.invoicing", "big_attributes", "fifo.groups"]
     for fault in faults:
         assert report.injected.get(fault, 0) > 0, (fault, report.injected)
+    # The runtime's own calls were throttled, DynamoDB's and SQS's
+    for service in ("dynamodb", "sqs"):
+        assert any(name.startswith(f"runtime.{service}.") for name in report.injected), report.injected
+    # The operator cancelled keys and undid some; the limited job's runs were cut with a call in flight
+    assert report.injected["cancel"] > 0 and report.injected["undo"] > 0
+    said = [outcome for outcomes in report.observed.cancel_outcomes.values() for outcome in outcomes]
+    assert "cancelled" in said and "withdrawn" in said, said
+    assert report.observed.cut_calls[LIMITED_JOB] > 0
+    assert len({run.customer for run in report.observed.limited_runs}) < report.injected["limited"]
+    # Durable jobs ran, and those whose code is not deterministic each ended in one dead letter (check())
+    statuses = {record.status for record in report.observed.durable_records.values()}
+    assert report.injected["durable.drifting"] > 0 and statuses == {"SUCCEEDED", "FAILED"}, statuses
     results = {name.removeprefix("result.") for name in report.injected if name.startswith("result.")}
     assert results & odd_results.DROPPED and results - odd_results.DROPPED, results
     # Dead letters of messages with big non-ASCII attributes were read back with them (the check compares them).

@@ -222,3 +222,27 @@ def test_a_fifo_message_hidden_again_after_a_duplicate_delivery_holds_its_group(
         sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=0)
         again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
         assert [message["Body"] for message in again] == ["u1", "u2"]
+
+
+def test_a_fifo_groups_head_comes_first_when_a_later_message_held_its_group_until_now() -> None:
+    serialize_moto()
+    with mock_aws():
+        sqs: Any = boto3.client("sqs", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+        attributes = {"FifoQueue": "true", "ContentBasedDeduplication": "true", "VisibilityTimeout": "60"}
+        url = sqs.create_queue(QueueName="updates.fifo", Attributes=attributes)["QueueUrl"]
+        entries = [{"Id": str(n), "MessageBody": f"u{n}", "MessageGroupId": "order-1"} for n in (1, 2, 3)]
+        sqs.send_message_batch(QueueUrl=url, Entries=entries)
+        received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        assert [message["Body"] for message in received] == ["u1", "u2", "u3"]
+        # Given a receiver that hands the group back: u1 and u2 visible at once, u3 later (its change throttled, it
+        # waits out its visibility timeout: here, a second)
+        for message in received[:2]:
+            sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=received[2]["ReceiptHandle"], VisibilityTimeout=1)
+        # u3 in flight holds the group
+        assert sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", []) == []
+        time.sleep(1.2)
+        # When u3 is visible again, the group goes on from its head, in order (moto handed out u3 alone: the
+        # group's note, taken before u3 was seen visible, held u1 and u2 back)
+        again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        assert [message["Body"] for message in again] == ["u1", "u2", "u3"]

@@ -41,6 +41,16 @@ def test_parse_reads_every_setting() -> None:
     assert "drip_s" not in settings.describe()
 
 
+def test_parse_reads_the_runtime_fault_and_describe_names_it() -> None:
+    settings = ChaosSettings.parse("transient=0.1, runtime=0.005,seed=3")
+    assert settings == ChaosSettings(transient=0.1, runtime=0.005, seed=3)
+    assert "runtime=0.005" in settings.describe()
+    # Off unless asked, and said so
+    assert ChaosSettings().runtime == 0.0 and "runtime=0.0" in ChaosSettings().describe()
+    # Its own share of calls (the runtime's), not the jobs' calls that transient and hang split
+    assert ChaosSettings.parse("transient=0.9,hang=0.1,runtime=1").runtime == 1.0
+
+
 @pytest.mark.parametrize(
     ("spec", "named"),
     [
@@ -57,6 +67,10 @@ def test_parse_reads_every_setting() -> None:
         ("slow_store_s=-1", "slow_store_s=-1.0 must be above 0"),
         ("drip_s=901", "at most 900 seconds"),
         ("crash=0.1,crash=0.2", "given twice"),
+        ("runtime=1.5", "between 0 and 1"),
+        ("runtime=-0.01", "runtime=-0.01"),
+        ("runtime=often", "chaos setting runtime='often' is not a number"),
+        ("runtime_s=1", "bad chaos setting 'runtime_s=1'"),
     ],
 )
 def test_bad_specs_get_one_line_naming_the_problem(spec: str, named: str) -> None:
@@ -161,6 +175,38 @@ def test_the_runtimes_own_calls_on_the_same_clients_are_never_failed(aws: tuple[
     _read(clients.within("dynamodb", 5.0))
     assert len(backend.sent_messages) == 1
     assert chaos.injected() == {}
+
+
+def test_the_runtime_fault_throttles_the_runtimes_own_calls_and_never_a_jobs(
+    aws: tuple[ClientFactory, SESBackend],
+) -> None:
+    clients, backend = aws
+    chaos = Chaos(ChaosSettings(runtime=1.0))
+    chaos.register_aws(clients)
+    # The runtime's own calls: outside a job's run, on bounded clients too, each its service's throttling
+    calls: list[tuple[Callable[[], Any], str]] = [
+        (lambda: _read(clients.within("dynamodb", 5.0)), "ProvisionedThroughputExceededException"),
+        (lambda: clients("sqs").list_queues(), "ThrottlingException"),
+    ]
+    for call, code in calls:
+        with pytest.raises(ClientError) as caught:
+            call()
+        assert caught.value.response["Error"]["Code"] == code
+        assert classify(caught.value).kind is Kind.TRANSIENT
+    # A call the runtime makes from a run's thread on its own behalf (a cancel's read, a rate limit's lease)
+    run = JobRun(key="soak:1", limit_s=10.0, target=lambda: None, args=())
+
+    def on_the_runtimes_behalf() -> None:
+        run.runtime_calling = True
+        _read(clients("dynamodb"))
+
+    run.target = on_the_runtimes_behalf
+    with pytest.raises(ClientError):
+        JobRunner().run(run)
+    # A job's own calls go through
+    in_a_job_run(lambda: _send(clients("ses")))
+    assert len(backend.sent_messages) == 1
+    assert chaos.injected() == {"runtime.dynamodb.GetItem": 2, "runtime.sqs.ListQueues": 1}
 
 
 def test_an_injected_aws_hang_times_out_after_hang_s_and_sends_nothing(aws: tuple[ClientFactory, SESBackend]) -> None:

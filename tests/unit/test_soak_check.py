@@ -10,7 +10,10 @@ import pytest
 
 from example.soak import (
     DEFAULT_CHAOS,
+    DRIFTING,
+    DURABLE_JOB,
     INVOICE_JOB,
+    LIMITED_JOB,
     ODD_RESULT_FIFO_JOB,
     ODD_RESULT_JOB,
     ORDER_JOB,
@@ -21,6 +24,7 @@ from example.soak import (
     Observed,
     SoakJob,
     SoakPlan,
+    _batch_members,
     attributes_fingerprint,
     big_attributes,
     check,
@@ -28,11 +32,15 @@ from example.soak import (
     planned_faults,
     soak_catalog,
 )
-from example.soak_jobs import odd_results
+from example.soak_jobs import limited, odd_results
+from functions.durable.record import DurableState
 from functions.jobs import order_update_mail
 from functions.worker.deadletter import ERROR_TYPE, FAILURE
 from functions.worker.execution import CUT_RUN_CALL_ENDED_MESSAGE
+from functions.worker.key_life import KeyRecord
 from functions.worker.names import DeadLetterFailure
+from functions.worker.settings import idempotency_record_id
+from functions.worker.settlement import COMPLETION_UNWRITTEN_MESSAGE
 from sqs_jobs.catalog import CATALOG
 
 JOBS = [
@@ -274,8 +282,10 @@ def test_the_plan_is_the_same_for_the_same_seed_and_has_what_was_asked() -> None
     assert 0.25 < entities[INVOICE_JOB] / sum(entities.values()) < 0.35
     assert kinds[UPDATE_JOB] > entities[UPDATE_JOB]  # groups of one order's updates
     assert kinds[ODD_RESULT_JOB] > 0 and kinds[ODD_RESULT_FIFO_JOB] > 0
-    broken = [job for job in jobs if job.permanent]
-    assert {job.broken for job in broken} == {"missing", "bad"}
+    # Broken by their data (missing or bad), and durable jobs whose code is not deterministic
+    assert {job.broken for job in jobs if job.permanent} == {"missing", "bad", DRIFTING}
+    assert {job.job for job in jobs if job.broken == DRIFTING} == {DURABLE_JOB}
+    broken = [job for job in jobs if job.broken in ("missing", "bad")]
     # An order's updates come one after another, in their order, all broken alike
     updates = [job for job in jobs if job.job == UPDATE_JOB]
     for order in {job.id for job in updates}:
@@ -286,6 +296,16 @@ def test_the_plan_is_the_same_for_the_same_seed_and_has_what_was_asked() -> None
     assert 0.3 < sum(job.big_attributes for job in broken) / len(broken) < 0.7
     assert sum(job.big_attributes for job in jobs if not job.permanent) < 0.03 * len(jobs)
     assert jobs != SoakPlan(jobs=5000, seed=12).build_jobs()
+    # The limited job's customers each hold a few consecutive entities, so their runs meet at the key's slot
+    customers = Counter(job.customer for job in jobs if job.job == LIMITED_JOB)
+    assert customers and max(customers.values()) == 3 and None not in customers
+    # The operator cancels a share of order confirmations and invoices, never the batch's members, and undoes some;
+    # and a share of the limited job's slow runs, mid-run
+    cancelled = [job for job in jobs if job.cancel is not None]
+    assert {job.job for job in cancelled} == {ORDER_JOB, INVOICE_JOB, LIMITED_JOB}
+    assert all(limited.slow(job.id) for job in cancelled if job.job == LIMITED_JOB)
+    assert {job.cancel for job in cancelled} == {"cancel", "undo"}
+    assert not set(cancelled) & set(_batch_members(jobs))
 
 
 def test_the_plan_counts_what_it_puts_in() -> None:
@@ -367,3 +387,149 @@ def test_the_witness_notes_what_flow_control_held_and_how_near_its_bound() -> No
 
     assert witness.held == Counter({"endpoint:invoicing_api_url": 2})
     assert witness.most_hold_share == 0.4
+
+
+# --- where the features meet: the operator's cancels and undos, the limited job, the runtime's own faults ----------
+
+CANCELLED = SoakJob(ORDER_JOB, "0000011", cancel="cancel")
+DRIFTED = SoakJob(DURABLE_JOB, "0000031", broken=DRIFTING)
+DURABLE = SoakJob(DURABLE_JOB, "0000032")
+UNDONE = SoakJob(INVOICE_JOB, "0000012", cancel="undo")
+LIMITED_RUNS = [
+    limited.Run("customer-0", "limited_receipt:0000021", 1, started=10.0, ended=13.2),
+    limited.Run("customer-0", "limited_receipt:0000022", 1, started=13.3, ended=13.5),
+    limited.Run("customer-1", "limited_receipt:0000023", 1, started=10.0, ended=11.0),
+]
+
+
+def _record(job: SoakJob, status: str, runs: int) -> tuple[str, KeyRecord]:
+    record_id = idempotency_record_id(job.name)
+    item = {"id": {"S": record_id}, "status": {"S": status}, "runs": {"N": str(runs)}, "expiration": {"N": "9e9"}}
+    if status == "COMPLETED":  # as the ledger's completion write leaves it
+        item.update({"runs": {"N": "0"}, "completed_run": {"N": str(runs)}})
+    if status == "CANCELLED":
+        item["cancelled_at"] = {"N": "1"}
+    return record_id, KeyRecord.from_item(record_id, item)
+
+
+def meeting() -> tuple[list[SoakJob], Observed]:
+    """JOBS and a cancelled key that ended cancelled unrun, an undone one that ran once after its undo, and
+    limited runs that never overlapped: what a perfect run leaves."""
+    observed = all_well()
+    observed.records = dict([_record(CANCELLED, "CANCELLED", 0), _record(UNDONE, "COMPLETED", 2)])
+    observed.idempotency_records["COMPLETED"] += 1
+    observed.invoices_created[UNDONE.id] = 1
+    observed.stored_pdfs.add(UNDONE.id)
+    observed.cancel_outcomes = {CANCELLED.ref: ["cancelled"], UNDONE.ref: ["cancelled", "withdrawn"]}
+    observed.runs_at_undo = {UNDONE.ref: 1}
+    observed.limited_runs = list(LIMITED_RUNS)
+    observed.durable_records = {
+        DRIFTED.name: _durable(DRIFTED, "FAILED", 1),
+        DURABLE.name: _durable(DURABLE, "SUCCEEDED", 0),
+    }
+    observed.dead_letters[DRIFTED.ref] = [
+        {ERROR_TYPE: "NonDeterministicExecutionError", FAILURE: DeadLetterFailure.PERMANENT}
+    ]
+    observed.mails[DURABLE.ref] = 1
+    return [*JOBS, CANCELLED, UNDONE, DRIFTED, DURABLE], observed
+
+
+def _durable(job: SoakJob, status: str, generation: int) -> DurableState:
+    return DurableState.of(job.name, {"status": status, "generation": generation})
+
+
+def test_cancels_undos_and_limited_runs_that_kept_their_promises_have_no_problems() -> None:
+    jobs, observed = meeting()
+    assert check(jobs, observed) == []
+    # A run stopped by the cancel is dead-lettered as cancelled: that is the key's end, not a lost job
+    observed.dead_letters[CANCELLED.ref] = [{ERROR_TYPE: "JobCancelledError", FAILURE: DeadLetterFailure.CANCELLED}]
+    assert check(jobs, observed) == []
+    # A cancel that came after the run's success: the success stands
+    observed.records.update([_record(CANCELLED, "COMPLETED", 1)])
+    observed.idempotency_records["COMPLETED"] += 1
+    observed.mails[CANCELLED.ref] = 1
+    del observed.dead_letters[CANCELLED.ref]
+    assert check(jobs, observed) == []
+
+
+def _break_meeting(jobs: list[SoakJob], observed: Observed, fault: str) -> None:
+    if fault == "cancelled key ran":
+        observed.mails[CANCELLED.ref] = 1
+    elif fault == "cancelled key lost":
+        del observed.records[idempotency_record_id(CANCELLED.name)]
+    elif fault == "undone key never ran":
+        observed.invoices_created[UNDONE.id] = 0
+    elif fault == "undo reset the runs":
+        observed.records.update([_record(UNDONE, "COMPLETED", 1)])  # counted from 0 again
+    elif fault == "cancel never answered":
+        del observed.cancel_outcomes[CANCELLED.ref]
+    elif fault == "cancelled dead letter without evidence":
+        observed.dead_letters[CANCELLED.ref] = [{ERROR_TYPE: "JobCancelledError", FAILURE: "permanent"}]
+    elif fault == "limited runs overlapped":
+        observed.limited_runs.append(limited.Run("customer-1", "limited_receipt:0000024", 2, started=10.9, ended=11.4))
+    elif fault == "undone key ended cancelled":
+        observed.records.update([_record(UNDONE, "CANCELLED", 1)])
+    elif fault == "drifting execution dead-lettered twice":
+        observed.dead_letters[DRIFTED.ref] *= 2
+    elif fault == "drifting execution's record left running":
+        observed.durable_records[DRIFTED.name] = _durable(DRIFTED, "RUNNING", 0)
+    elif fault == "drifting execution mailed":
+        observed.mails[DRIFTED.ref] = 1
+    elif fault == "durable executions never ended":
+        observed.durable_ended = False
+    elif fault == "mail twice after an unwritten completion of another key":
+        observed.completions_unwritten[(ORDER_JOB, "0000003")] = 1
+        observed.mails[(ORDER_JOB, "0000001")] = 2
+    else:
+        raise AssertionError(fault)
+
+
+@pytest.mark.parametrize(
+    ("fault", "named"),
+    [
+        ("cancelled key ran", "order_confirmation:0000011 was cancelled and had 1 side effect"),
+        ("cancelled key lost", "order_confirmation:0000011 was cancelled and ended new, not cancelled"),
+        ("undone key never ran", "generate_invoice:0000012 had 0 side effects"),
+        ("undo reset the runs", "generate_invoice:0000012 had 1 runs when its cancel was withdrawn, and completed at"),
+        ("cancel never answered", "order_confirmation:0000011: the operator's cancel got []"),
+        ("cancelled dead letter without evidence", "order_confirmation:0000011 is in the DLQ as cancelled without"),
+        ("limited runs overlapped", "two runs of limited_receipt for customer-1 overlapped"),
+        ("mail twice after an unwritten completion of another key", "order_confirmation:0000001 had 2 side effects"),
+        ("drifting execution dead-lettered twice", "durable_receipt:0000031 (drifting) has 2 dead letters for 1"),
+        ("drifting execution's record left running", "durable_receipt:0000031's durable record ended RUNNING"),
+        ("undone key ended cancelled", "generate_invoice:0000012 was undone (the operator was answered"),
+        ("drifting execution mailed", "durable_receipt:0000031 (drifting data) had 1 side effect"),
+        ("durable executions never ended", "the durable executions did not all end"),
+    ],
+)
+def test_each_broken_promise_where_the_features_meet_is_named(fault: str, named: str) -> None:
+    jobs, observed = meeting()
+    _break_meeting(jobs, observed, fault)
+    problems = check(jobs, observed)
+    assert any(named in problem for problem in problems), problems
+
+
+def test_a_durable_key_delivered_again_after_its_execution_failed_has_one_dead_letter_per_execution() -> None:
+    jobs, observed = meeting()
+    observed.durable_records[DRIFTED.name] = _durable(DRIFTED, "FAILED", 2)
+    observed.dead_letters[DRIFTED.ref] *= 2
+    assert check(jobs, observed) == []
+
+
+def test_a_run_whose_completion_went_unwritten_may_repeat_its_side_effect_once() -> None:
+    observed = all_well()
+    observed.completions_unwritten[(ORDER_JOB, "0000001")] = 1
+    observed.mails[(ORDER_JOB, "0000001")] = 2
+    assert check(JOBS, observed) == []
+    observed.mails[(ORDER_JOB, "0000001")] = 3
+    assert any("had 3 side effects" in problem for problem in check(JOBS, observed))
+
+
+def test_the_witness_notes_completions_unwritten_and_calls_of_cut_runs_by_job() -> None:
+    witness = CutRunWitness(io.StringIO())
+    unwritten = {"message": COMPLETION_UNWRITTEN_MESSAGE, "job": ORDER_JOB, "idempotency_key": "order_confirmation:7"}
+    cut = {"message": CUT_RUN_CALL_ENDED_MESSAGE, "job": "limited_receipt", "call": "POST x", "outcome": "raised"}
+    witness.write(json.dumps(unwritten) + "\n" + json.dumps(cut) + "\n")
+    assert witness.completions_unwritten == Counter({(ORDER_JOB, "7"): 1})
+    assert witness.cut_calls == Counter({"limited_receipt": 1})
+    assert witness.mails == Counter()  # not a mail answered after the cut
