@@ -47,7 +47,6 @@ from functions.worker.clients import ClientFactory, new_session
 from functions.worker.key_life import KeyRecord, KeyState, scoped_key, split_key
 from functions.worker.names import FLOW_SLOT_PREFIX, LifeState
 from functions.worker.observability import Observability
-from functions.worker.provenance import Provenance
 from functions.worker.runtime import Worker
 from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, idempotency_record_id
 from functions.worker.time_limit import current_run
@@ -55,7 +54,6 @@ from jobctl.batch_lookup import DEAD_STATE, SUCCEEDED_STATE, look_up_batch
 from jobctl.chain_lookup import SUCCEEDED as CHAIN_SUCCEEDED
 from jobctl.chain_lookup import WAITING as CHAIN_WAITING
 from jobctl.chain_lookup import look_up_chain
-from jobctl.dlq import DeadLetterQueue, Filter
 from jobctl.job_cancel import CancelTarget, cancel_job, withdraw
 from jobctl.job_life import jobs_in_flight
 from jobctl.local.chaos import Chaos, ChaosSettings
@@ -68,6 +66,7 @@ from sqs_jobs.flow_control import KeyConcurrency
 from sqs_jobs.resources import Access, Table
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.functional.conftest import REGION, Harness
+from tests.functional.model_support import dlq_messages, message_of, redrive_all
 from tests.functional.sample_jobs import modelled
 from tests.functional.test_generate_invoice import wait_for_abandoned_runs
 
@@ -378,7 +377,7 @@ class JobLives(RuleBasedStateMachine):
         invocation = mapping.poll_once(self._new_worker().handle, timeout_s=CRASHED_TIMEOUT_S)
         if invocation is not None:
             self._keep_receipts(invocation)
-            self.crashed_messages.update(_message_of(json.loads(r["body"])) for r in invocation.event["Records"])
+            self.crashed_messages.update(message_of(json.loads(r["body"])) for r in invocation.event["Records"])
             RAN["crash"] += 1
 
     def time_passes(self) -> None:
@@ -443,16 +442,7 @@ class JobLives(RuleBasedStateMachine):
         RAN["fixed"] += 1
 
     def redrive(self) -> None:
-        dlq = DeadLetterQueue(
-            self.harness.clients("sqs"),
-            self.local.dlq_url,
-            self.local.url,
-            Provenance.of([self.local.worker_role_id]),
-            receive_wait_s=0,
-        )
-        for message in self._dlq_messages():
-            self.redriven[_message_of(json.loads(message.body))] += 1
-        RAN["redriven"] += dlq.move(Filter()).moved
+        RAN["redriven"] += redrive_all(self.harness, self.local, self.redriven)
 
     # --- what must always hold --------------------------------------------------------------------------------------
 
@@ -642,7 +632,7 @@ class JobLives(RuleBasedStateMachine):
             body = json.loads(record["body"])
             if "job" in body and "id" in body:
                 key = scoped_key(body["job"], body.get("key") or body["id"], body.get("tenant"))
-                self.delivered_of_key[key].add(_message_of(body))
+                self.delivered_of_key[key].add(message_of(body))
         self.receipts.extend(
             record["receiptHandle"]
             for record in invocation.event["Records"]
@@ -667,7 +657,7 @@ class JobLives(RuleBasedStateMachine):
 
     def _see_dead_letters(self) -> None:
         """Every dead letter now in the DLQ, read without taking it (moto's own state), checked for evidence."""
-        for message in self._dlq_messages():
+        for message in dlq_messages(self.local):
             body = json.loads(message.body)
             key = scoped_key(body["job"], body.get("key") or body["id"], body.get("tenant"))
             attributes = {name: value.get("StringValue") for name, value in message.message_attributes.items()}
@@ -676,7 +666,7 @@ class JobLives(RuleBasedStateMachine):
             )
             assert 1 <= int(attributes["jobs.attempts"]) <= MAX_ATTEMPTS, f"{key}: attempts {attributes}"
             self.dead[key].add(message.id)
-            sent = _message_of(body)
+            sent = message_of(body)
             self.dead_letters_of[sent].add(message.id)
             unwritten_ending = self.faults.refused_endings[idempotency_record_id(key)] >= 2
             # What the key's record can't answer: a message whose acknowledgement was lost twice, or whose
@@ -690,17 +680,6 @@ class JobLives(RuleBasedStateMachine):
                 f"message {sent} of {key} dead-lettered {len(self.dead_letters_of[sent])} times, redriven "
                 f"{self.redriven[sent]}: a second dead letter of one life"
             )
-
-    def _dlq_messages(self) -> list[Any]:
-        from moto.core.models import DEFAULT_ACCOUNT_ID
-        from moto.sqs.models import sqs_backends
-
-        return list(sqs_backends[DEFAULT_ACCOUNT_ID][REGION].queues[self.local.dlq_url.rsplit("/", 1)[-1]]._messages)
-
-
-def _message_of(body: dict[str, Any]) -> str:
-    """Which published message a body is (a redrive sends its body back as it was): its `m`, or its batch field."""
-    return str(body.get("m", body.get("batch", f"{body['job']}:{body['id']}")))
 
 
 def test_every_promise_holds_where_the_features_meet(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -48,11 +48,9 @@ from functions.durable.record import FAILED, RUNNING, STARTING, SUCCEEDED, Durab
 from functions.durable.runtime import DurableRuntime, DurableSettings
 from functions.worker.clients import ClientFactory, new_session
 from functions.worker.observability import Observability
-from functions.worker.provenance import Provenance
 from functions.worker.runtime import Worker
 from functions.worker.settings import idempotency_record_id
 from functions.worker.time_limit import current_run
-from jobctl.dlq import DeadLetterQueue, Filter
 from jobctl.job_cancel import CancelTarget, cancel_job, withdraw
 from jobctl.local.chaos import Chaos, ChaosSettings
 from jobctl.local.durable import LocalDurableFunctions
@@ -65,6 +63,7 @@ from sqs_jobs.durable import Durable, execution_name
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from sqs_jobs.stack_names import durable_function_name
 from tests.functional.conftest import REGION, Harness
+from tests.functional.model_support import dlq_messages, message_of, redrive_all
 from tests.functional.sample_jobs import durable_modelled as modelled
 from tests.functional.test_generate_invoice import wait_for_abandoned_runs
 
@@ -389,16 +388,7 @@ class DurableLives(RuleBasedStateMachine):
         RAN["fixed"] += 1
 
     def redrive(self) -> None:
-        dlq = DeadLetterQueue(
-            self.harness.clients("sqs"),
-            self.local.dlq_url,
-            self.local.url,
-            Provenance.of([self.local.worker_role_id]),
-            receive_wait_s=0,
-        )
-        for message in self._dlq_messages():
-            self.redriven[_message_of(json.loads(message.body))] += 1
-        RAN["redriven"] += dlq.move(Filter()).moved
+        RAN["redriven"] += redrive_all(self.harness, self.local, self.redriven)
 
     # --- what must always hold --------------------------------------------------------------------------------------
 
@@ -447,7 +437,7 @@ class DurableLives(RuleBasedStateMachine):
 
     def _see_dead_letters(self) -> None:
         """Every dead letter now in the DLQ, read without taking it (moto's own state), checked for its evidence."""
-        for message in self._dlq_messages():
+        for message in dlq_messages(self.local):
             body = json.loads(message.body)
             entity = body["id"]
             attributes = {name: value.get("StringValue") for name, value in message.message_attributes.items()}
@@ -460,7 +450,7 @@ class DurableLives(RuleBasedStateMachine):
                 f"{modelled.PLANS[entity]} and what ended it ({sorted(self.ended_by[_key(entity)])}) don't say so"
             )
             self.dead[_key(entity)].add(message.id)
-            sent = _message_of(body)
+            sent = message_of(body)
             self.dead_letters_of[sent].add(message.id)
             assert len(self.dead_letters_of[sent]) <= 1 + self.redriven[sent], (
                 f"message {sent} of {entity} dead-lettered {len(self.dead_letters_of[sent])} times, redriven "
@@ -588,20 +578,9 @@ class DurableLives(RuleBasedStateMachine):
             if record["messageId"] not in invocation.deleted
         )
 
-    def _dlq_messages(self) -> list[Any]:
-        from moto.core.models import DEFAULT_ACCOUNT_ID
-        from moto.sqs.models import sqs_backends
-
-        return list(sqs_backends[DEFAULT_ACCOUNT_ID][REGION].queues[self.local.dlq_url.rsplit("/", 1)[-1]]._messages)
-
 
 def _key(entity: str) -> str:
     return f"{JOB}:{entity}"
-
-
-def _message_of(body: dict[str, Any]) -> str:
-    """Which published message a body is (a redrive sends its body back as it was): its `m`, or its batch field."""
-    return str(body.get("m", body.get("batch", f"{body['job']}:{body['id']}")))
 
 
 def test_every_durable_ending_keeps_its_promises(monkeypatch: pytest.MonkeyPatch) -> None:

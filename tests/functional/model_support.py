@@ -1,0 +1,40 @@
+"""What the two models of a job's life (test_model.py, test_model_durable.py) share: telling published messages
+apart, reading the DLQ without taking from it, and redriving it as an operator does."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from functions.worker.provenance import Provenance
+from jobctl.dlq import DeadLetterQueue, Filter
+from jobctl.local.provision import LocalQueue
+from tests.functional.conftest import REGION, Harness
+
+
+def message_of(body: dict[str, Any]) -> str:
+    """Which published message a body is (a redrive sends its body back as it was): its `m`, or its batch field."""
+    return str(body.get("m", body.get("batch", f"{body['job']}:{body['id']}")))
+
+
+def dlq_messages(local: LocalQueue) -> list[Any]:
+    """Every message in the queue's DLQ, read from moto's own state (nothing received, nothing hidden)."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.sqs.models import sqs_backends
+
+    return list(sqs_backends[DEFAULT_ACCOUNT_ID][REGION].queues[local.dlq_url.rsplit("/", 1)[-1]]._messages)
+
+
+def redrive_all(harness: Harness, local: LocalQueue, redriven: Counter[str]) -> int:
+    """Move every dead letter back to its queue, counting each message's redrives in `redriven`; how many moved."""
+    dlq = DeadLetterQueue(
+        harness.clients("sqs"),
+        local.dlq_url,
+        local.url,
+        Provenance.of([local.worker_role_id]),
+        receive_wait_s=0,
+    )
+    for message in dlq_messages(local):
+        redriven[message_of(json.loads(message.body))] += 1
+    return dlq.move(Filter()).moved
