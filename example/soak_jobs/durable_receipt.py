@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import time
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from example.soak_jobs import odd_results
-from functions.jobs.order_confirmation import OrderDataError, OrderNotFoundError
-from functions.jobs.records import load_item, text_of
 from sqs_jobs.envelope import Envelope
 
 if TYPE_CHECKING:
@@ -33,26 +31,6 @@ def drifting(entity_id: str) -> bool:
 def run(envelope: Envelope, context: DurableJobContext) -> str:
     # Outside any step: a drifting run names its step after the clock, which a replay reads anew.
     read = f"read-{time.time_ns()}" if drifting(envelope.id) else "read"
-    recipient = context.step(read, lambda: _recipient(envelope, context))
+    recipient = context.step(read, lambda: odd_results.receipt_recipient(envelope, context))
     context.wait(1)
-    return context.step("mail", lambda: _mail(envelope, context, recipient))
-
-
-def _recipient(envelope: Envelope, context: Any) -> str:
-    order = load_item(context, "orders_table", "order_id", envelope.id, OrderNotFoundError)
-    recipient = text_of(order, "email")
-    if recipient is None:
-        raise OrderDataError(f"order {envelope.id!r} has no e-mail address to send a receipt to")
-    return recipient
-
-
-def _mail(envelope: Envelope, context: Any, recipient: str) -> str:
-    sent = context.client("ses").send_email(
-        Source=context.resource("mail_sender"),
-        Destination={"ToAddresses": [recipient]},
-        Message={
-            "Subject": {"Data": odd_results.subject(envelope.job, envelope.id), "Charset": "UTF-8"},
-            "Body": {"Text": {"Data": f"Your receipt for order {envelope.id}.\n", "Charset": "UTF-8"}},
-        },
-    )
-    return str(sent["MessageId"])
+    return context.step("mail", lambda: odd_results.mail_receipt(envelope, context, recipient))

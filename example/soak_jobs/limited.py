@@ -16,8 +16,6 @@ import zlib
 from dataclasses import dataclass
 
 from example.soak_jobs import odd_results
-from functions.jobs.order_confirmation import OrderDataError, OrderNotFoundError
-from functions.jobs.records import load_item, text_of
 from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
 
@@ -68,19 +66,7 @@ def run(envelope: Envelope, context: JobContext) -> str:
             quote = {"invoice_id": quote_id(envelope.id), "customer": envelope.id, "amount": "1", "currency": "EUR"}
             for _ in range(PROBE_CALLS):
                 context.http.post(url, json=quote)
-        order = load_item(context, "orders_table", "order_id", envelope.id, OrderNotFoundError)
-        recipient = text_of(order, "email")
-        if recipient is None:
-            raise OrderDataError(f"order {envelope.id!r} has no e-mail address to send a receipt to")
-        sent = context.client("ses").send_email(
-            Source=context.resource("mail_sender"),
-            Destination={"ToAddresses": [recipient]},
-            Message={
-                "Subject": {"Data": odd_results.subject(envelope.job, envelope.id), "Charset": "UTF-8"},
-                "Body": {"Text": {"Data": f"Your receipt for order {envelope.id}.\n", "Charset": "UTF-8"}},
-            },
-        )
-        return str(sent["MessageId"])
+        return odd_results.mail_receipt(envelope, context, odd_results.receipt_recipient(envelope, context))
     finally:
         ended = time.monotonic()
         with _LOCK:

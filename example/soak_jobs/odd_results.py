@@ -59,10 +59,20 @@ def result(kind: str, message_id: str) -> Any:
 
 
 def run(envelope: Envelope, context: JobContext) -> Any:
+    return result(result_kind(envelope.id), mail_receipt(envelope, context, receipt_recipient(envelope, context)))
+
+
+def receipt_recipient(envelope: Envelope, context: Any) -> str:
+    """The order's e-mail address (the soak's receipt jobs all mail the order they name)."""
     order = load_item(context, "orders_table", "order_id", envelope.id, OrderNotFoundError)
     recipient = text_of(order, "email")
     if recipient is None:
         raise OrderDataError(f"order {envelope.id!r} has no e-mail address to send a receipt to")
+    return recipient
+
+
+def mail_receipt(envelope: Envelope, context: Any, recipient: str) -> str:
+    """Mail the receipt, its subject naming the job and ID (what the soak counts mails by); the SES message ID."""
     sent = context.client("ses").send_email(
         Source=context.resource("mail_sender"),
         Destination={"ToAddresses": [recipient]},
@@ -71,4 +81,4 @@ def run(envelope: Envelope, context: JobContext) -> Any:
             "Body": {"Text": {"Data": f"Your receipt for order {envelope.id}.\n", "Charset": "UTF-8"}},
         },
     )
-    return result(result_kind(envelope.id), str(sent["MessageId"]))
+    return str(sent["MessageId"])
