@@ -166,6 +166,13 @@ def withdraw(dynamodb: Any, table: str, target: CancelTarget, now: float | None 
                     CancelOutcome.WITHDRAWN,
                     f"cancel withdrawn: the next copy runs (a redrive too), as run {record.runs + 1} of the key",
                 )
+            if record.dead_lettered_at is not None and record.ending_message is not None:
+                # The DLQ has its message: ENDING, so that message's redelivery never runs it a second time.
+                dynamodb.update_item(**_uncancel(table, target, record, dead_lettered=True))
+                return CancelResult(
+                    CancelOutcome.WITHDRAWN,
+                    "cancel withdrawn: its dead letter stands; the key's next message runs afresh (a redrive too)",
+                )
             dynamodb.delete_item(
                 TableName=table,
                 Key={"id": {"S": target.record_id}},
@@ -189,29 +196,30 @@ def _at(record: KeyRecord) -> dict[str, Any]:
     return {":cancelled_at": {"N": f"{record.cancelled_at:.3f}"}} if record.cancelled_at is not None else {}
 
 
-def _uncancel(table: str, target: CancelTarget, record: KeyRecord) -> dict[str, Any]:
-    """CANCELLED back to FAILED, its runs and last error kept, no longer listed: what it was before the cancel."""
+def _uncancel(table: str, target: CancelTarget, record: KeyRecord, *, dead_lettered: bool = False) -> dict[str, Any]:
+    """CANCELLED back to FAILED, its runs and last error kept, no longer listed: what it was before the cancel
+    (RETRYING; or ENDING, `dead_lettered`, the record still naming the message the DLQ has)."""
+    names = {
+        "#status": "status",
+        "#cancelled_at": CANCELLED_AT,
+        "#cancelled_by": CANCELLED_BY,
+        "#request": CANCEL_REQUESTED_AT,
+        "#life": LIFE,
+        "#life_at": LIFE_AT,
+    }
+    values = {":failed": {"S": RecordStatus.FAILED}, ":cancelled": {"S": RecordStatus.CANCELLED}, **_at(record)}
+    condition = "#status = :cancelled AND " + _same("#cancelled_at", ":cancelled_at", record)
+    if not dead_lettered:
+        names["#runs"] = RUNS
+        values[":runs"] = {"N": str(record.runs)}
+        condition += " AND #runs = :runs"
     return {
         "TableName": table,
         "Key": {"id": {"S": target.record_id}},
         "UpdateExpression": "SET #status = :failed REMOVE #cancelled_at, #cancelled_by, #request, #life, #life_at",
-        "ConditionExpression": "#status = :cancelled AND #runs = :runs AND "
-        + _same("#cancelled_at", ":cancelled_at", record),
-        "ExpressionAttributeNames": {
-            "#status": "status",
-            "#runs": RUNS,
-            "#cancelled_at": CANCELLED_AT,
-            "#cancelled_by": CANCELLED_BY,
-            "#request": CANCEL_REQUESTED_AT,
-            "#life": LIFE,
-            "#life_at": LIFE_AT,
-        },
-        "ExpressionAttributeValues": {
-            ":failed": {"S": RecordStatus.FAILED},
-            ":cancelled": {"S": RecordStatus.CANCELLED},
-            ":runs": {"N": str(record.runs)},
-            **_at(record),
-        },
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
     }
 
 

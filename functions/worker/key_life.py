@@ -135,6 +135,7 @@ TRANSITIONS: tuple[tuple[KeyState, KeyState, Writer], ...] = (
     (KeyState.RUNNING, KeyState.CANCEL_REQUESTED, Writer.CANCEL),
     (KeyState.CANCELLED, KeyState.NEW, Writer.UNDO),
     (KeyState.CANCELLED, KeyState.RETRYING, Writer.UNDO),
+    (KeyState.CANCELLED, KeyState.ENDING, Writer.UNDO),
     (KeyState.CANCEL_REQUESTED, KeyState.RUNNING, Writer.UNDO),
     (KeyState.RUNNING, KeyState.RUNNING, Writer.PROGRESS),
     (KeyState.COMPLETED, KeyState.NEW, Writer.EXPIRY),

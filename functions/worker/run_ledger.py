@@ -170,6 +170,27 @@ class Failure:
     traceback: str = ""
 
 
+@dataclass(frozen=True)
+class DeadLettered:
+    """The message the DLQ has of a key (its identity, `Delivery.message_identity`) and, for a batch member whose
+    count may still be owed, its body: what an ENDING record names, and so does a cancelled one whose message was
+    dead-lettered, so that its redelivery never runs again, even after an undo."""
+
+    message_id: str
+    body: str | None = None
+
+    def assignments(self, at: str, names: dict[str, str], values: dict[str, Any]) -> list[str]:
+        """The SET clauses naming it (`at`: the placeholder of the dead letter's time)."""
+        names.update({"#dead_lettered_at": DEAD_LETTERED_AT, "#ending_message": ENDING_MESSAGE})
+        values[":ending_message"] = {"S": self.message_id}
+        clauses = [f"#dead_lettered_at = {at}", "#ending_message = :ending_message"]
+        if self.body is not None:
+            names["#ending_body"] = ENDING_BODY
+            values[":ending_body"] = {"S": self.body}
+            clauses.append("#ending_body = :ending_body")
+        return clauses
+
+
 class KeyCancelledError(Exception):
     """No run may start: an operator cancelled the key (`jobctl job cancel`). Its copies are acknowledged unrun."""
 
@@ -601,29 +622,45 @@ class RunLedger(DynamoDBPersistenceLayer):
         failure: Failure | None,
     ) -> None:
         """`_release`, only while no cancel was asked of the run; if one was, the key is cancelled instead (the
-        failure kept) and KeyCancelledError says so."""
+        failure kept) and KeyCancelledError says so. A request withdrawn between the two writes (an undo) leaves
+        the release to be written after all."""
         names = {**names, "#cancel_requested_at": CANCEL_REQUESTED_AT}
-        try:
-            self._release(
-                run, assignments, names, values, time_left_s, also="attribute_not_exists(#cancel_requested_at)"
-            )
-        except ClientError as error:
-            old = _refused_item(error)
-            if old is None or CANCEL_REQUESTED_AT not in old:
-                raise
-            entry = LedgerEntry.from_item(run.before.record_id, old)
-            if entry.status != INPROGRESS or entry.runs != run.number:
-                raise
-            self.cancelled(run, time_left_s=time_left_s, failure=failure)
-            raise KeyCancelledError(entry) from error
+        for _ in range(2):
+            try:
+                self._release(
+                    run, assignments, names, values, time_left_s, also="attribute_not_exists(#cancel_requested_at)"
+                )
+                return
+            except ClientError as error:
+                old = _refused_item(error)
+                if old is None or CANCEL_REQUESTED_AT not in old:
+                    raise
+                entry = LedgerEntry.from_item(run.before.record_id, old)
+                if entry.status != INPROGRESS or entry.runs != run.number:
+                    raise
+                try:
+                    self.cancelled(run, time_left_s=time_left_s, failure=failure)
+                except ClientError as refused:
+                    if not is_condition_failure(refused):
+                        raise
+                    continue  # the request was withdrawn meanwhile (or the run overtaken: the release says which)
+                raise KeyCancelledError(entry) from error
+        self._release(run, assignments, names, values, time_left_s, also="attribute_not_exists(#cancel_requested_at)")
 
     def cancelled(
-        self, run: StartedRun, *, time_left_s: float, failure: Failure | None = None, dead_lettered: bool = False
+        self,
+        run: StartedRun,
+        *,
+        time_left_s: float,
+        failure: Failure | None = None,
+        dead_lettered: DeadLettered | None = None,
     ) -> None:
         """The run stopped because an operator cancelled its key (or failed after a cancel was asked): CANCELLED,
         its runs kept, so no copy of the key runs again until the record expires (a redrive included; `jobctl job
-        cancel --undo` withdraws it). `failure`: what the run's own failure was; `dead_lettered`: the DLQ has its
-        message (an undo then clears the record, as a dead letter does, so a redrive starts afresh)."""
+        cancel --undo` withdraws it). Only while the request holds: one withdrawn first (an undo answered before
+        this write landed) refuses it, and the key is not cancelled behind the operator's back. `failure`: what the
+        run's own failure was; `dead_lettered`: the DLQ has its message, which the record names as ENDING does (an
+        undo leaves it ENDING: that message's redelivery is acknowledged, the key's next message runs afresh)."""
         now = time.time()
         names = {"#expiry": self.expiry_attr, "#cancelled_at": CANCELLED_AT, "#next_retry_at": NEXT_RETRY_AT}
         values: dict[str, Any] = {
@@ -636,11 +673,19 @@ class RunLedger(DynamoDBPersistenceLayer):
             assignments += [clause for clause in self._failure(failure, names, values) if clause.startswith("#last")]
             assignments.append("#first_failed_at = if_not_exists(#first_failed_at, :now)")
             del values[":failed"]
-        if dead_lettered:
-            names["#dead_lettered_at"] = DEAD_LETTERED_AT
-            assignments.append("#dead_lettered_at = :at")
+        if dead_lettered is not None:
+            assignments += dead_lettered.assignments(":at", names, values)
         assignments += _listed(run.identity.queue, LifeState.CANCELLED, run.before.record_id, ":at", names, values)
-        self._release(run, assignments, names, values, time_left_s, remove=["#next_retry_at"])
+        names["#cancel_requested_at"] = CANCEL_REQUESTED_AT
+        self._release(
+            run,
+            assignments,
+            names,
+            values,
+            time_left_s,
+            remove=["#next_retry_at"],
+            also="attribute_exists(#cancel_requested_at)",
+        )
 
     def _release(
         self,
@@ -687,11 +732,14 @@ class RunLedger(DynamoDBPersistenceLayer):
         except ClientError as error:
             if not is_condition_failure(error):
                 raise
-            self._cancel_dead_lettered(record_id, runs, time_left_s)
+            self._cancel_dead_lettered(record_id, runs, None, time_left_s)
 
-    def _cancel_dead_lettered(self, record_id: str, runs: int | None, time_left_s: float) -> None:
-        """A key whose dead letter was sent while a cancel was asked of it: CANCELLED, as the operator left it
-        (a redrive is acknowledged unrun until the cancel is undone)."""
+    def _cancel_dead_lettered(
+        self, record_id: str, runs: int | None, dead_lettered: DeadLettered | None, time_left_s: float
+    ) -> None:
+        """A key whose dead letter was sent (or, `dead_lettered` None, whose record was to be forgotten) while a
+        cancel was asked of it: CANCELLED, as the operator left it (a redrive is acknowledged unrun until the cancel
+        is undone), naming the dead-lettered message so that an undo leaves it ENDING."""
         names, values, condition = self._as_last_seen(record_id, runs)
         now = time.time()
         names.update(
@@ -705,11 +753,14 @@ class RunLedger(DynamoDBPersistenceLayer):
             }
         )
         values.update({":at": {"N": f"{now:.3f}"}})
+        ending = ["#dead_lettered_at = :at"]
+        if dead_lettered is not None:
+            ending = dead_lettered.assignments(":at", names, values)
         self._client(time_left_s).update_item(
             TableName=self.table_name,
             Key=self._key(record_id),
             UpdateExpression=(
-                "SET #status = :cancelled, #cancelled_at = :at, #dead_lettered_at = :at "
+                f"SET #status = :cancelled, #cancelled_at = :at, {', '.join(ending)} "
                 "REMOVE #next_retry_at, #in_progress_expiry, #life"
             ),
             ConditionExpression=f"{condition} AND attribute_exists(#cancel_requested_at)",
@@ -783,7 +834,7 @@ class RunLedger(DynamoDBPersistenceLayer):
         except ClientError as error:
             if not (unless_cancel_requested and is_condition_failure(error)):
                 raise
-            self._cancel_dead_lettered(record_id, runs, time_left_s)
+            self._cancel_dead_lettered(record_id, runs, DeadLettered(message_id, body), time_left_s)
 
     def ended(self, entry: LedgerEntry, *, time_left_s: float) -> None:
         """The key's next delivery after its dead letter, what followed that dead letter done: its record goes (only

@@ -687,14 +687,21 @@ class Settlement:
         clears, so a redrive starts afresh; or kept cancelled), and a batch member's end counted. The dead letter
         stands whatever happens here; a count that fails hands the message back, its record kept ENDING with the
         member's body so that its redelivery counts it and nothing more (docs/key-life.md), and raises RetryLater."""
+        from functions.worker.run_ledger import DeadLettered
+
         key_record = verdict.key_record
+        envelope = verdict.envelope
         cancelled_run = verdict.run if verdict.failure is DeadLetterFailure.CANCELLED else None
+        # A member's body is kept, so that whoever finishes the record after an undo counts it if this doesn't.
+        member_body = delivery.record.body if envelope is not None and envelope.batch is not None else None
+        dead_lettered = DeadLettered(delivery.message_identity, member_body)
         kept_cancelled = cancelled_run is not None and self._write(
             "cancelled",
             # The key stays cancelled: no other copy of it runs, a redrive of this one neither, until it expires.
-            lambda time_left_s: self._ledger.cancelled(cancelled_run, time_left_s=time_left_s, dead_lettered=True),
+            lambda time_left_s: self._ledger.cancelled(
+                cancelled_run, time_left_s=time_left_s, dead_lettered=dead_lettered
+            ),
         )
-        envelope = verdict.envelope
         if envelope is not None and envelope.batch is not None and self._on_dead_lettered is not None:
             try:
                 self._on_dead_lettered(envelope)
@@ -703,8 +710,7 @@ class Settlement:
                 # Its redelivery must count it, and never run it again nor send a second dead letter: its record
                 # must say so (cancelled, or ENDING) before it goes back.
                 remembered = kept_cancelled or (
-                    cancelled_run is None
-                    and key_record is not None
+                    key_record is not None
                     and self._write(
                         "ending",
                         lambda time_left_s: self._ledger.ending(
@@ -726,7 +732,8 @@ class Settlement:
                     "stays open (the stalled-batches alarm); see the runbook"
                 )
                 return
-        if cancelled_run is None and key_record is not None:
+        if not kept_cancelled and key_record is not None:
+            # (A cancelled run's key whose request was withdrawn meanwhile ends as any dead letter's does.)
             # Kept ENDING, not deleted: if this invocation ends before the message's acknowledgement, its redelivery
             # is acknowledged and never starts a new life (a second dead letter); the key's next message clears it.
             # Tried twice, as a completion is: only both failing and then the invocation's end can lose it.

@@ -265,6 +265,36 @@ def test_a_cancel_asked_of_a_run_that_then_fails_holds_is_listed_and_can_be_undo
     assert key_record(steps, "stepwise:f-1")["completed_run"] == 2
 
 
+def test_an_undo_answered_before_the_runs_cancelled_write_lands_leaves_the_key_to_run(steps: Harness) -> None:
+    # Given a run asked to stop that fails on its own before it sees the request, and the operator's undo answered
+    # just before the worker's write that cancels the key lands (a slow write, seen in the 10,000-job soak)
+    undone: list[CancelResult] = []
+
+    def undo_first(params: dict[str, Any], **_: Any) -> None:
+        if params.get("UpdateExpression", "").startswith("SET #status = :cancelled") and not undone:
+            undone.append(_undo(steps, "w-1"))
+
+    def cancel_then_fail(job_id: str, step: int) -> None:
+        _cancel(steps, job_id)
+        raise stepwise.StepFailedError("the downstream refused step 1")
+
+    steps.worker_clients("steps").register("before-parameter-build.dynamodb.UpdateItem", undo_first)
+    stepwise.BETWEEN.append(cancel_then_fail)
+    steps.send(envelope("stepwise", "w-1"), queue="steps")
+    first = steps.deliver("steps")
+    stepwise.BETWEEN.clear()
+
+    # Then the key is not cancelled behind the operator's back: its run's failure is written, and it retries
+    assert [result.outcome for result in undone] == [CancelOutcome.WITHDRAWN]
+    assert first is not None and len(first.failed_ids) == 1
+    record = key_record(steps, "stepwise:w-1")
+    assert (record["status"], record["runs"], record["last_error_type"]) == ("FAILED", 1, "StepFailedError")
+    assert "cancel_requested_at" not in record
+    steps.expire_visibility(first, "steps")
+    assert (second := steps.deliver("steps")) is not None and second.failed_ids == []
+    assert key_record(steps, "stepwise:w-1")["completed_run"] == 2
+
+
 def test_cancel_then_undo_keeps_the_runs_a_key_has_used(steps: Harness) -> None:
     # Given a job that failed twice of its 3 attempts, its copy waiting for its next try
     stepwise.FAIL_IDS.add("r-1")
@@ -287,6 +317,34 @@ def test_cancel_then_undo_keeps_the_runs_a_key_has_used(steps: Harness) -> None:
     evidence = attributes_of(dead)
     assert (evidence["jobs.failure"], evidence["jobs.attempts"]) == ("retries_exhausted", "3")
     assert steps.deliver("steps") is None
+
+
+def test_a_cancelled_runs_message_redelivered_after_an_undo_is_acknowledged_not_run_again(steps: Harness) -> None:
+    # Given a run cancelled mid-way, dead-lettered as JobCancelledError by an environment that dies before its answer
+    stepwise.BETWEEN.append(lambda job_id, step: _cancel(steps, job_id) and None)
+    message_id = steps.send(envelope("stepwise", "u-1"), queue="steps")
+    crashed = steps.mapping("steps", chaos=Chaos(ChaosSettings(crash=1.0))).poll_once(steps.worker("steps").handle)
+    stepwise.BETWEEN.clear()
+    assert crashed is not None and crashed.crashed and crashed.deleted == []
+    [dead] = steps.dead_letters("steps")
+    assert attributes_of(dead)["jobs.error_type"] == "JobCancelledError"
+
+    # When the operator undoes the cancel, and SQS hands the same message out again
+    assert _undo(steps, "u-1").outcome is CancelOutcome.WITHDRAWN
+    assert key_record(steps, "stepwise:u-1")["status"] == "FAILED"
+    steps.expire_visibility(crashed, "steps")
+    redelivered = steps.deliver("steps")
+
+    # Then it is acknowledged without a run: its life ended with its one dead letter
+    assert redelivered is not None and redelivered.deleted == [message_id]
+    assert stepwise.STEPS["u-1"] == [1]
+    assert steps.queue_counts("steps", dead_letter=True) == (0, 1)  # the one dead letter, read above
+
+    # And a redrive of that dead letter runs it afresh, to its end
+    steps.send(dead["Body"], queue="steps")
+    assert steps.deliver("steps") is not None
+    assert stepwise.STEPS["u-1"] == [1, 1, 2, 3]
+    assert key_record(steps, "stepwise:u-1")["status"] == "COMPLETED"
 
 
 # --- 5. what follows a batch member's dead letter holds -----------------------------------------------------------
