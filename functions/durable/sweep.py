@@ -52,7 +52,8 @@ SWEPT_AT = "swept_at"
 SLACK_S = 15 * MINUTE
 # How long a sweep's claim on ending one execution holds (its dead letter and record write take seconds).
 CLAIM_S = 5 * MINUTE
-# A sweep stops (and the next goes on) when its invocation has less than this left.
+# A sweep stops (and the next goes on) when its invocation has less than this left, or, on a worker whose whole
+# invocation is shorter than three times as much, a third of its timeout: an 8 s worker still sweeps.
 MIN_TIME_LEFT_S = 10.0
 # The evidence of an execution that ended with no outcome of the job's: how it ended.
 TIMED_OUT_ERROR = "DurableExecutionTimedOut"
@@ -92,6 +93,7 @@ class DurableSweep:
         self._obs = observability
         self._tally = tally
         self._time_left = time_left
+        self._stop_at_s = min(MIN_TIME_LEFT_S, self._queue.function_timeout_s / 3)
         self._clock = clock
         self._records = DurableRecords(
             lambda: client("dynamodb"), worker.idempotency_table, self._queue.idempotency_expiry_s, clock
@@ -121,7 +123,7 @@ class DurableSweep:
         for execution in self._executions.ended(job.name, started_after):
             if execution.ended_at is not None and execution.ended_at < since:
                 continue
-            if self._time_left() < MIN_TIME_LEFT_S:
+            if self._time_left() < self._stop_at_s:
                 finished = False
                 break
             try:

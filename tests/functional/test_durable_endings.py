@@ -381,6 +381,30 @@ def test_a_timed_out_execution_is_dead_lettered_by_the_next_heartbeat_and_runs_a
     assert run.durables.record("imp-t1").status == "SUCCEEDED"
 
 
+def test_a_worker_with_a_short_timeout_still_sweeps(durable_run: Any) -> None:
+    # Given a queue whose worker's whole invocation is 8 s (under the sweep's usual 10 s margin), and an execution
+    # that timed out
+    release = threading.Event()
+
+    def run_job(envelope: Any, context: Any) -> int:
+        return int(context.step("slow", lambda: release.wait(30) and 2))
+
+    short = with_durable(IMPORTS, execution_timeout_s=2)
+    short = replace(short, queues=(replace(short.queue(QUEUE), function_timeout_s=8),))
+    run = durable_run(run_job, short)
+    run.publish("imp-s1")
+    assert run.ended("imp-s1") == "TIMED_OUT"
+
+    # When the heartbeat comes
+    run.heartbeat()
+    release.set()
+
+    # Then its sweep ended it: one dead letter, the record FAILED
+    [letter] = run.dead_letter_queue().peek()
+    assert letter.error_type == "DurableExecutionTimedOut"
+    assert run.durables.record("imp-s1").status == "FAILED"
+
+
 def test_a_stopped_batch_member_is_dead_lettered_counted_dead_and_runs_again_when_redriven(durable_run: Any) -> None:
     release = threading.Event()
     stuck = threading.Event()
