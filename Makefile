@@ -29,7 +29,7 @@ export REHEARSAL_CDK_ARGS
 help:
 	@echo "make demo    run the order-confirmation job, then a batch of durable imports, end to end on the embedded local engine"
 	@echo "make test    lint (ruff, mypy) and every test: unit, functional, infra, e2e (incl. a 2,000-job chaos soak), the console in a browser, rehearsal"
-	@echo "make check   the fast loop: lint, and unit and functional tests beside mypy (under 2 minutes)"
+	@echo "make check   the fast loop: lint, and unit and functional tests beside mypy, less those marked slow (under 2 minutes)"
 	@echo "make rehearse  deploy the stack to LocalStack with the CDK CLI and run jobctl's procedure against it"
 	@echo "make soak    the chaos soak at 10,000 jobs (SOAK_JOBS=n to change), then the models of a job's life (200 examples) and of a durable job's (100): faults injected, every promise checked"
 	@echo "make schema  write the catalog's job names into docs/envelope.schema.json (after adding or renaming a job)"
@@ -105,7 +105,8 @@ lint: $(VENV)/.synced
 	$(BIN)/mypy .
 
 # The fast loop while working: everything that needs no CDK synth, local engine, browser or LocalStack, nor the
-# model of a job's life (minutes; make test runs it). mypy
+# model of a job's life (minutes), nor the tests marked slow (about 40 of 2,000 that wait seconds on the clock by
+# design, a third of the loop's time): make test runs them all. mypy
 # (its cache warm, it rechecks what changed) runs beside the tests; its report follows theirs. The layer (bundle, a
 # no-op while uv.lock is unchanged) is what tests/unit/test_deployed_imports.py checks the jobs' imports against,
 # and the cold-start benchmark's unit tests read.
@@ -114,7 +115,7 @@ check: $(VENV)/.synced bundle
 	$(BIN)/ruff format --check .
 	@mypy_log=$$(mktemp); \
 	$(BIN)/mypy . >"$$mypy_log" 2>&1 & typing=$$!; \
-	$(BIN)/pytest -n 3 --dist worksteal -m "not model" tests/unit tests/functional; tests=$$?; \
+	$(BIN)/pytest -n 3 --dist worksteal -m "not model and not slow" tests/unit tests/functional; tests=$$?; \
 	wait $$typing; typed=$$?; cat "$$mypy_log"; rm -f "$$mypy_log"; \
 	[ $$tests -eq 0 ] && [ $$typed -eq 0 ]
 

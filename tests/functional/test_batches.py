@@ -78,6 +78,7 @@ def callback_keys() -> list[str]:
     return [key for key in tallied.KEYS if key.startswith("batch_done:")]
 
 
+@pytest.mark.slow
 def test_every_member_succeeding_publishes_both_callbacks_once(harness: Harness) -> None:
     # Given a batch of five members with both callbacks
     batch_id = harness.stack_publisher().batch(

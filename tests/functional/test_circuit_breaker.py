@@ -154,6 +154,7 @@ def test_a_failing_api_opens_its_breaker_and_the_records_after_it_wait_without_c
             assert record["runs"] == 1 and "held_since" not in record
 
 
+@pytest.mark.slow
 def test_one_probe_finds_the_api_back_and_every_job_then_runs_once(guarded: Harness, api: FakeInvoicingApi) -> None:
     invoice_ids, worker = six_invoices_while_the_api_is_down(guarded, api)
     first = guarded.deliver("invoices", worker=worker)
@@ -390,6 +391,7 @@ def test_a_call_botocore_retries_after_the_run_was_cut_never_sends_its_retry(cli
     assert ("ses.SendEmail", "refused") in refused
 
 
+@pytest.mark.slow
 def test_a_refused_api_key_is_the_deployments_fault_every_job_waits_unspent_and_runs_once_the_key_works(
     guarded: Harness, api: FakeInvoicingApi
 ) -> None:

@@ -46,6 +46,7 @@ def limit(clients: ClientFactory) -> Iterator[Harness]:
     yield Harness.provisioned(clients, CATALOG)
 
 
+@pytest.mark.slow
 def test_a_slow_cold_start_never_dead_letters_a_good_job_as_unservable(
     limit: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,6 +141,7 @@ def slowly(operation: Any) -> Any:
     return slow
 
 
+@pytest.mark.slow
 def test_with_a_slow_idempotency_store_the_invocation_still_answers_before_its_deadline(
     moto_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -172,6 +172,7 @@ def test_a_start_answered_after_the_execution_succeeded_leaves_its_record_succee
     assert len(run.durables.functions.executions(JOB)) == 1
 
 
+@pytest.mark.slow
 def test_a_cut_steps_late_progress_does_not_undo_its_executions_success(durable_run: Any) -> None:
     woke = threading.Event()
     attempts: list[int] = []
@@ -344,6 +345,7 @@ def test_a_failed_record_write_after_the_dead_letter_sends_no_second_one(durable
     assert run.runtime_faults() == {"durable_end": 3}
 
 
+@pytest.mark.slow
 def test_a_timed_out_execution_is_dead_lettered_by_the_next_heartbeat_and_runs_again_when_published(
     durable_run: Any,
 ) -> None:
@@ -381,6 +383,7 @@ def test_a_timed_out_execution_is_dead_lettered_by_the_next_heartbeat_and_runs_a
     assert run.durables.record("imp-t1").status == "SUCCEEDED"
 
 
+@pytest.mark.slow
 def test_a_worker_with_a_short_timeout_still_sweeps(durable_run: Any) -> None:
     # Given a queue whose worker's whole invocation is 8 s (under the sweep's usual 10 s margin), and an execution
     # that timed out
@@ -444,6 +447,7 @@ def test_a_stopped_batch_member_is_dead_lettered_counted_dead_and_runs_again_whe
     assert run.ended("imp-p1") == "SUCCEEDED"
 
 
+@pytest.mark.slow
 def test_a_success_whose_follow_up_could_not_be_published_before_its_timeout_is_finished_by_the_sweep(
     durable_run: Any,
 ) -> None:
@@ -464,6 +468,7 @@ def test_a_success_whose_follow_up_could_not_be_published_before_its_timeout_is_
     assert run.harness.queue_counts(QUEUE, dead_letter=True) == (0, 0)
 
 
+@pytest.mark.slow
 def test_a_failure_whose_record_could_not_be_written_before_its_timeout_gets_no_second_dead_letter(
     durable_run: Any,
 ) -> None:
@@ -517,6 +522,7 @@ def test_a_queue_without_durable_jobs_makes_no_call_for_them_on_its_heartbeat(cl
     assert calls == ["Query"] * len(calls) and calls  # the stalled batches' count, and nothing else
 
 
+@pytest.mark.slow
 def test_an_outcome_the_history_truncated_is_never_guessed_at(durable_run: Any) -> None:
     from dataclasses import replace as replaced
 

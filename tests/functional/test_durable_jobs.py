@@ -102,6 +102,7 @@ def durables(clients: ClientFactory) -> Iterator[Durables]:
     found.functions.close()
 
 
+@pytest.mark.slow
 def test_the_worker_starts_the_execution_and_acknowledges_the_record(durables: Durables) -> None:
     durables.put_csv("imp-1", rows=2_500)
     invocation = durables.publish("imp-1")
@@ -135,6 +136,7 @@ def test_a_second_publish_of_the_key_starts_nothing(durables: Durables) -> None:
     assert len(durables.functions.executions(JOB)) == 1
 
 
+@pytest.mark.slow
 def test_a_permanent_failure_is_dead_lettered_with_evidence_and_a_redrive_starts_anew(durables: Durables) -> None:
     durables.put_csv("imp-3", rows=1_500, bad_row=1_200)
     durables.publish("imp-3")
@@ -254,6 +256,7 @@ def test_jobctl_refuses_to_cancel_a_durable_job_and_says_how_to_stop_its_executi
     assert "stop-durable-execution" in result.output
 
 
+@pytest.mark.slow
 def test_an_execution_left_running_resumes_from_its_last_checkpoint_in_a_new_engine(
     durables: Durables, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:

@@ -236,6 +236,7 @@ def test_ten_producer_attributes_and_the_runs_so_far_travel_packed_within_sqss_t
     assert MessageAttributes.split(sent, sent_by_runtime=True).producer == producer
 
 
+@pytest.mark.slow
 def test_a_dead_letter_too_big_for_its_dlq_stores_the_producers_attributes_and_a_redrive_restores_them(
     harness: Harness,
 ) -> None:

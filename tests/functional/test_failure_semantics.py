@@ -199,6 +199,7 @@ def test_a_job_that_catches_exception_cannot_swallow_its_time_limit(testing: Har
     assert ended["outcome"] == "TimeLimitInterrupt"
 
 
+@pytest.mark.slow
 def test_a_job_that_catches_the_interruption_and_keeps_going_is_interrupted_again(testing: Harness) -> None:
     testing.send(envelope("stubborn", "catch-then-hang"), queue="testing")
     invocation, _, elapsed_s = deliver_and_let_cut_runs_end(testing, "testing")
@@ -232,6 +233,7 @@ def test_a_run_that_returned_in_time_is_never_reported_as_timed_out(testing: Har
     assert worker._runner.cut_runs() == []
 
 
+@pytest.mark.slow
 def test_records_the_invocation_has_no_time_left_for_are_handed_back_at_once_and_not_counted(testing: Harness) -> None:
     # A nap uses up the invocation: the records after it can't fit their 3 s limit plus the settle margin.
     testing.send(envelope("nap", NAP_S), queue="tight")
@@ -252,6 +254,7 @@ def test_records_the_invocation_has_no_time_left_for_are_handed_back_at_once_and
     assert flaky.ATTEMPTS_SEEN == [1, 1, 1]
 
 
+@pytest.mark.slow
 def test_records_run_side_by_side_do_not_wait_behind_a_long_one(testing: Harness) -> None:
     testing.send(envelope("p_nap", NAP_S), queue="tight_parallel")
     for entity_id in ("1", "2", "3"):
@@ -264,6 +267,7 @@ def test_records_run_side_by_side_do_not_wait_behind_a_long_one(testing: Harness
     assert testing.queue_counts("tight_parallel") == (0, 0)
 
 
+@pytest.mark.slow
 def test_a_record_handed_back_for_lack_of_time_keeps_its_run_count(testing: Harness) -> None:
     nap.FAILURES[NAP_S] = 1
     flaky.FAILURES["1"] = 1
@@ -411,6 +415,7 @@ def test_defaults_allow_a_long_outage_before_dead_lettering() -> None:
     assert replace(BASE, backoff_cap_s=BASE.backoff_base_s).problems() == []
 
 
+@pytest.mark.slow
 def test_a_producers_binary_attribute_survives_a_hand_back_a_dead_letter_and_a_redrive(testing: Harness) -> None:
     payload = bytes(range(256))
     testing.send(envelope("nap", NAP_S), queue="tight")

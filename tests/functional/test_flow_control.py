@@ -294,6 +294,7 @@ def test_a_limit_per_tenant_keys_on_the_envelopes_tenant(clients: ClientFactory)
     assert "t2" in started and len(started) == 2  # globex's own, and one of acme's
 
 
+@pytest.mark.slow
 def test_a_run_cut_at_its_limit_keeps_its_keys_slot_until_its_thread_ends(clients: ClientFactory) -> None:
     from tests.functional.sample_jobs import nap
 

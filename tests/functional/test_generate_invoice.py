@@ -266,6 +266,7 @@ def test_a_success_that_is_not_a_pdf_is_dead_lettered(clients: ClientFactory, no
 # --- transient failures: retried with backoff, created once -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_outage_is_retried_and_the_api_creates_the_invoice_once(invoicing: Harness, api: FakeInvoicingApi) -> None:
     put_invoice(invoicing, "INV-1")
     api.set_mode("503")  # with Retry-After: 1
@@ -338,6 +339,7 @@ def test_a_lost_answer_is_retried_with_the_same_key_and_creates_nothing_new(
 # --- the incident: one hanging call ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_one_hanging_invoice_is_cut_at_its_time_limit_while_the_rest_of_the_batch_succeeds(
     clients: ClientFactory, api: FakeInvoicingApi
 ) -> None:
@@ -388,6 +390,7 @@ def test_one_hanging_invoice_is_cut_at_its_time_limit_while_the_rest_of_the_batc
     assert harness.queue_counts(QUEUE) == (0, 0)
 
 
+@pytest.mark.slow
 def test_a_retry_in_the_same_worker_runs_beside_its_fenced_cut_run_and_the_key_keeps_one_invoice(
     clients: ClientFactory, api: FakeInvoicingApi
 ) -> None:

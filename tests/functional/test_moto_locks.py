@@ -37,6 +37,7 @@ def engine_switch_interval() -> Iterator[None]:
     sys.setswitchinterval(previous)
 
 
+@pytest.mark.slow
 def test_concurrent_send_receive_delete_lose_and_repeat_nothing(engine_switch_interval: None) -> None:
     serialize_moto()
     serialize_moto()  # idempotent
@@ -91,6 +92,7 @@ KEYS = 200
 WRITERS = 4
 
 
+@pytest.mark.slow
 def test_a_conditional_put_of_a_new_key_has_exactly_one_winner(engine_switch_interval: None) -> None:
     serialize_moto()
     with mock_aws():

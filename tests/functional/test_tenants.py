@@ -166,6 +166,7 @@ def test_a_fresh_copy_keeps_its_tenants_message_group(orders: Harness, body: str
     assert copy["Attributes"].get("MessageGroupId") == group
 
 
+@pytest.mark.slow
 def test_a_redriven_dead_letter_goes_back_with_its_tenants_message_group(orders: Harness) -> None:
     queue = orders.deployment.queues["orders"]
     orders.send(_body("no_such_job", "1"), MessageGroupId=TENANT)  # a group on the record: kept in the DLQ
@@ -205,6 +206,7 @@ def _dead_letters_of_three_tenants(harness: Harness) -> None:
     assert harness.queue_counts(dead_letter=True) == (4, 0)
 
 
+@pytest.mark.slow
 def test_dlq_list_groups_and_filters_by_tenant(harness: Harness) -> None:
     _dead_letters_of_three_tenants(harness)
 
@@ -222,6 +224,7 @@ def test_dlq_list_groups_and_filters_by_tenant(harness: Harness) -> None:
     assert "(no tenant)" in table.output
 
 
+@pytest.mark.slow
 def test_dlq_show_names_the_tenant_and_redrive_takes_only_the_tenants_asked_for(harness: Harness) -> None:
     _dead_letters_of_three_tenants(harness)
     listed = json.loads(

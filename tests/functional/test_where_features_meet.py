@@ -167,6 +167,7 @@ CALLING = QueueSpec(
 )
 
 
+@pytest.mark.slow
 def test_a_keys_slot_is_held_while_a_cut_runs_call_is_in_flight_past_its_invocation(clients: Any) -> None:
     harness = Harness.provisioned(clients, Catalog(queues=(CALLING,)))
     server = _SlowServer(delay_s=7.0)
@@ -321,7 +322,10 @@ def test_cancel_then_undo_keeps_the_runs_a_key_has_used(steps: Harness) -> None:
 
 def test_a_cancelled_runs_message_redelivered_after_an_undo_is_acknowledged_not_run_again(steps: Harness) -> None:
     # Given a run cancelled mid-way, dead-lettered as JobCancelledError by an environment that dies before its answer
-    stepwise.BETWEEN.append(lambda job_id, step: _cancel(steps, job_id) and None)
+    def cancel_mid_run(job_id: str, step: int) -> None:
+        _cancel(steps, job_id)
+
+    stepwise.BETWEEN.append(cancel_mid_run)
     message_id = steps.send(envelope("stepwise", "u-1"), queue="steps")
     crashed = steps.mapping("steps", chaos=Chaos(ChaosSettings(crash=1.0))).poll_once(steps.worker("steps").handle)
     stepwise.BETWEEN.clear()

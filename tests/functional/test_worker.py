@@ -330,6 +330,7 @@ def test_publisher_key_overrides_the_default(testing: Harness) -> None:
     assert sum(flaky.SIDE_EFFECTS.values()) == 1
 
 
+@pytest.mark.slow
 def test_job_in_progress_elsewhere_is_handed_back_for_later_not_run_and_not_counted(testing: Harness) -> None:
     # Given another worker holds the in-progress record of the same business key
     persistence = DynamoDBPersistenceLayer(
@@ -504,6 +505,7 @@ def test_each_run_records_its_duration(harness: Harness) -> None:
     assert units["JobDuration"] == "Milliseconds"
 
 
+@pytest.mark.slow
 def test_a_large_batch_emits_every_duration_without_overflowing_emf(harness: Harness) -> None:
     # CloudWatch EMF (and Powertools) take under 100 values per metric in one document; a batch of 150 runs
     # must still be counted whole, and nothing may escape the handler.

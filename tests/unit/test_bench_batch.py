@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench import batch
 
 
+@pytest.mark.slow
 def test_a_small_batch_under_chaos_calls_back_exactly_once() -> None:
     result = batch.run(members=50)
     assert (result.permanent, result.dead_lettered, result.redriven) == (1, 1, 1)

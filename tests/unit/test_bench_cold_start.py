@@ -13,6 +13,7 @@ def layouts(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, list[Pa
     return cold_start._layouts(tmp_path_factory.mktemp("layouts"))
 
 
+@pytest.mark.slow
 def test_only_the_shipped_layout_carries_bytecode(layouts: tuple[dict[str, list[Path]], int]) -> None:
     by_name, shipped = layouts
     with_pyc, without_pyc = by_name["with bytecode"], by_name["without bytecode"]

@@ -120,6 +120,7 @@ def run(*args: str) -> Result:
     return CliRunner().invoke(jobctl, list(args), prog_name="jobctl", env={"COLUMNS": "200"})
 
 
+@pytest.mark.slow
 def test_forced_progress_goes_to_stderr_and_stdout_stays_json(deployment: LocalDeployment) -> None:
     _dead_letters(deployment, 12)
     listed = run("dlq", "list", "orders", "--output", "json", "--progress")
@@ -138,6 +139,7 @@ def test_forced_progress_goes_to_stderr_and_stdout_stays_json(deployment: LocalD
     assert "moving to orders" in redriven.stderr
 
 
+@pytest.mark.slow
 def test_progress_is_hidden_when_stderr_is_not_a_terminal(deployment: LocalDeployment) -> None:
     _dead_letters(deployment, 3)
     listed = run("dlq", "list", "orders", "--output", "json")
@@ -146,6 +148,7 @@ def test_progress_is_hidden_when_stderr_is_not_a_terminal(deployment: LocalDeplo
     assert json.loads(listed.stdout)["total"] == 3
 
 
+@pytest.mark.slow
 def test_text_output_of_a_dlq_listing(deployment: LocalDeployment) -> None:
     _dead_letters(deployment, 2)
     result = run("dlq", "list", "orders", "--group-by", "job", "--output", "text")
@@ -156,6 +159,7 @@ def test_text_output_of_a_dlq_listing(deployment: LocalDeployment) -> None:
     assert lines[2] == ["JOBS", "order_confirmation"]
 
 
+@pytest.mark.slow
 def test_query_on_a_real_command(deployment: LocalDeployment) -> None:
     _dead_letters(deployment, 2)
     result = run("dlq", "list", "orders", "--query", "groups[0].count", "--output", "text")

@@ -12,6 +12,7 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -124,6 +125,7 @@ def valid_envelopes(draw: st.DrawFn) -> Envelope:
 
 @FUZZ
 @given(bodies)
+@pytest.mark.slow
 def test_any_body_gives_an_envelope_or_an_envelope_error(body: str | bytes) -> None:
     try:
         result = parse_envelope(body, ACCEPTED)

@@ -234,6 +234,7 @@ def test_a_dripping_answer_is_cut_at_the_whole_call_timeout(server: Server, phas
     assert_cut_at_deadline(error, elapsed_s)
 
 
+@pytest.mark.slow
 def test_the_issues_example_ends_at_connect_plus_read(raw_server: Callable[..., int]) -> None:
     # A byte every 0.5 s held a call with 1 s + 1 s timeouts for 8 s.
     def handle(connection: socket.socket) -> None:

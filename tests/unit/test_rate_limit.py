@@ -96,6 +96,7 @@ def _simulate(
         (10, 20, 5, 0.35, 6),
     ],
 )
+@pytest.mark.slow
 def test_any_number_of_workers_stay_within_the_rate_plus_burst_in_every_window_and_keep_it_busy(
     dynamodb: Any, per_second: float, burst: int, workers: int, demand: float, seed: int
 ) -> None:
