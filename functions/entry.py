@@ -1,6 +1,7 @@
 """The Lambda entry point of every queue's worker (handler `functions.entry.handler`).
 
-Which queue a function drains comes from its environment (JOBS_QUEUE_NAME), read on the first invocation.
+Which catalog it runs (JOBS_CATALOG) and which of its queues it drains (JOBS_QUEUE_NAME) come from its environment,
+read on the first invocation.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from infra.naming import (
 )
 from infra.resource_providers import MissingResourceError, ProvidedResource
 from infra.worker_code import ARCHITECTURE, HANDLER, RUNTIME
+from sqs_jobs.catalog_ref import DEFAULT_CATALOG_REF, ENV_CATALOG
 from sqs_jobs.specs import QueueSpec
 from sqs_jobs.stack_names import contract_parameter_name
 
@@ -70,6 +71,7 @@ class JobQueue(Construct):
         resources: Mapping[str, ProvidedResource],
         schedules: JobSchedules,
         retain_logs: bool,
+        catalog_ref: str = DEFAULT_CATALOG_REF,
     ) -> None:
         super().__init__(scope, construct_id)
         self.spec = spec
@@ -138,6 +140,8 @@ class JobQueue(Construct):
         self.log_group = log_group
 
         environment = {
+            # The catalog the worker loads (sqs_jobs.catalog_ref): the one this stack was synthesized with.
+            ENV_CATALOG: catalog_ref,
             ENV_QUEUE_NAME: spec.name,
             ENV_QUEUE_URL: self.queue.queue_url,
             ENV_DLQ_URL: self.dead_letter_queue.queue_url,

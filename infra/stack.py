@@ -16,7 +16,7 @@ from infra import monitoring, nag_suppressions
 from infra.alarm_topic import AlarmTopic, NewAlarmTopic
 from infra.asset_staging import CODE_DIRS, LAYER_DIR, REPO_ROOT
 from infra.batch_workflows import BatchWorkflows
-from infra.context import StackContext
+from infra.context import ContextError, StackContext
 from infra.dependencies_layer import DependenciesLayer
 from infra.durable_function import DurableJobFunction
 from infra.heartbeat_canary import HeartbeatCanary
@@ -36,6 +36,7 @@ from infra.queue_endpoints import QueueEndpoints
 from infra.secure_table import SecureTable
 from infra.worker_code import worker_code
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.catalog_ref import DEFAULT_CATALOG_REF, CatalogRefError, load_catalog
 from sqs_jobs.contract import JobContract
 from sqs_jobs.specs import Catalog
 from sqs_jobs.stack_names import contract_parameter_name
@@ -47,6 +48,8 @@ IDEMPOTENCY_TTL_ATTRIBUTE = "expiration"
 CONTRACT_STANDARD_BYTES = 4096
 # Context flag (not a stack setting): `make synth CDK_ARGS="-c nag=true"` runs cdk-nag during synth.
 NAG_CONTEXT_KEY = "nag"
+# `-c catalog=package.module:NAME`: the catalog the stack is built from and its functions load.
+CATALOG_CONTEXT_KEY = "catalog"
 
 
 class JobsStack(Stack):
@@ -60,9 +63,12 @@ class JobsStack(Stack):
         *,
         context: StackContext,
         catalog: Catalog = CATALOG,
+        catalog_ref: str = DEFAULT_CATALOG_REF,
         code_dirs: tuple[Path, ...] = CODE_DIRS,
         layer_dir: Path = LAYER_DIR,
     ) -> None:
+        """`catalog_ref` names `catalog` as `package.module:NAME` (sqs_jobs.catalog_ref): what every function it
+        deploys loads, so it must be importable from the functions' code."""
         # No env=: environment-agnostic, so synth needs no account lookup and no credentials.
         super().__init__(
             scope,
@@ -134,6 +140,7 @@ class JobsStack(Stack):
                 resources=self.resources.provided,
                 schedules=self.schedules,
                 retain_logs=retain,
+                catalog_ref=catalog_ref,
             )
             self.resources.dead_letter_queues.add(spec.name, job_queue.dead_letter_queue, job_queue.role)
             self.alarms[spec.name] = QueueAlarms(
@@ -252,17 +259,25 @@ class JobsStack(Stack):
 def build_app(
     context: Mapping[str, Any] | None = None,
     *,
-    catalog: Catalog = CATALOG,
+    catalog: Catalog | None = None,
     code_dirs: tuple[Path, ...] = CODE_DIRS,
     layer_dir: Path = LAYER_DIR,
 ) -> tuple[App, JobsStack]:
-    """The app and its one stack. `context` adds to what the CDK CLI passes (cdk.json, `-c key=value`)."""
+    """The app and its one stack. `context` adds to what the CDK CLI passes (cdk.json, `-c key=value`); its
+    `catalog` (`package.module:NAME`, default this repository's) names the catalog, unless `catalog` gives one."""
     app = App(context=dict(context) if context else None)
+    catalog_ref = str(app.node.try_get_context(CATALOG_CONTEXT_KEY) or DEFAULT_CATALOG_REF)
+    if catalog is None:
+        try:
+            catalog = load_catalog(catalog_ref)
+        except CatalogRefError as error:
+            raise ContextError(f"-c {CATALOG_CONTEXT_KEY}: {error}") from error
     settings = StackContext.parse(app.node.try_get_context, catalog)
     stack = JobsStack(
         app,
         context=settings,
         catalog=catalog,
+        catalog_ref=catalog_ref,
         code_dirs=code_dirs,
         layer_dir=layer_dir,
     )

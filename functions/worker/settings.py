@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from functions.worker.errors import WorkerConfigError
-from sqs_jobs.catalog import CATALOG
+from sqs_jobs.catalog_ref import DEFAULT_CATALOG_REF, ENV_CATALOG, CatalogRefError, load_catalog
 from sqs_jobs.flow_control import RateLimit
 from sqs_jobs.resources import Endpoint, MailSender
 from sqs_jobs.specs import Catalog, QueueSpec, UnknownQueueError
@@ -82,14 +82,24 @@ class WorkerSettings:
     routes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # Per durable job of the queue, the qualified ARN of its durable function (sqs_jobs.durable).
     durable_functions: Mapping[str, str] = field(default_factory=dict)
+    # The catalog it was loaded from (`package.module:NAME`, sqs_jobs.catalog_ref); None: given as an object.
+    catalog_ref: str | None = None
 
     @classmethod
     def from_environ(
-        cls, environ: Mapping[str, str], catalog: Catalog = CATALOG, *, with_durable_functions: bool = True
+        cls, environ: Mapping[str, str], catalog: Catalog | None = None, *, with_durable_functions: bool = True
     ) -> WorkerSettings:
         """Build from the Lambda environment; one WorkerConfigError lists every missing or bad variable.
-        `with_durable_functions`: the queue's durable jobs' functions must be named (the worker's, not a durable
-        function's own settings: it never starts an execution)."""
+        `catalog`: the one to read the queue from; None: the one `JOBS_CATALOG` names (a stack deployed before it
+        existed sets none: `DEFAULT_CATALOG_REF`). `with_durable_functions`: the queue's durable jobs' functions
+        must be named (the worker's, not a durable function's own settings: it never starts an execution)."""
+        catalog_ref = None
+        if catalog is None:
+            catalog_ref = environ.get(ENV_CATALOG, "").strip() or DEFAULT_CATALOG_REF
+            try:
+                catalog = load_catalog(catalog_ref)
+            except CatalogRefError as error:
+                raise WorkerConfigError(f"worker environment is incomplete: {ENV_CATALOG}: {error}") from error
         problems: list[str] = []
         required = (ENV_QUEUE_NAME, ENV_QUEUE_URL, ENV_DLQ_URL, ENV_IDEMPOTENCY_TABLE, ENV_RUNTIME_ROLE_ID)
         values = {name: environ.get(name, "").strip() for name in required}
@@ -129,6 +139,7 @@ class WorkerSettings:
             endpoint_limits=endpoint_rate_limits(catalog, queue),
             routes=routes,
             durable_functions=durable_functions,
+            catalog_ref=catalog_ref,
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -145,6 +156,8 @@ class WorkerSettings:
             routes = {job: list(route) for job, route in self.routes.items()}
             environ[ENV_ROUTES] = json.dumps(routes, separators=(",", ":"), sort_keys=True)
         environ.update({durable_function_env_name(job): arn for job, arn in self.durable_functions.items()})
+        if self.catalog_ref is not None:
+            environ[ENV_CATALOG] = self.catalog_ref
         return environ
 
 

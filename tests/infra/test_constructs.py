@@ -19,6 +19,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 
 from infra.alarm_topic import AlarmTopic, NewAlarmTopic
+from infra.context import ContextError
 from infra.dependencies_layer import DependenciesLayer, LayerMissingError
 from infra.job_queue import JobQueue
 from infra.job_resources import JobResources, UnsupportedResourceError
@@ -120,6 +121,15 @@ def test_a_missing_layer_says_to_run_make_bundle(tmp_path: Path) -> None:
         DependenciesLayer(_stack(), "Deps", directory=tmp_path / "layer", display_name="build/layer")
 
     assert str(raised.value) == "build/layer is missing: run `make bundle`"
+
+
+def test_a_catalog_reference_that_cant_be_loaded_fails_synth_in_one_line(cdk_context: dict[str, Any]) -> None:
+    with pytest.raises(ContextError) as raised:
+        build_app({**cdk_context, "catalog": "no_such_package.catalog:CATALOG"})
+
+    message = str(raised.value)
+    assert message.startswith("-c catalog: catalog reference 'no_such_package.catalog:CATALOG': module")
+    assert "accepted: 'package.module:NAME'" in message and "\n" not in message
 
 
 def test_build_app_checks_the_layer_first(cdk_context: dict[str, Any], tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from functions.worker.settings import (
 )
 from sqs_jobs.batches import OPEN_LIFE_PREFIX
 from sqs_jobs.catalog import CATALOG
+from sqs_jobs.catalog_ref import DEFAULT_CATALOG_REF, ENV_CATALOG
 from sqs_jobs.resources import AlarmTopic, DeadLetterQueues
 from sqs_jobs.specs import JobSpec, QueueSpec
 from tests.infra.cfn import (
@@ -125,6 +126,8 @@ def test_worker_environment_names_its_queue_dlq_table_and_resources(synth: Synth
         }
 
     assert variables == {
+        # The catalog it was synthesized with, which its worker loads (sqs_jobs.catalog_ref).
+        ENV_CATALOG: DEFAULT_CATALOG_REF,
         ENV_QUEUE_NAME: spec.name,
         ENV_QUEUE_URL: {"Ref": queue_id(synth.resources, stack_name, spec)},
         ENV_DLQ_URL: {"Ref": queue_id(synth.resources, stack_name, spec, dlq=True)},

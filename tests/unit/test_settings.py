@@ -17,6 +17,7 @@ from functions.worker.settings import (
 )
 from sqs_jobs.catalog import CATALOG
 from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.catalog_ref import DEFAULT_CATALOG_REF, ENV_CATALOG, CatalogRefError, load_catalog
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 
 QUEUE_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
@@ -27,6 +28,7 @@ REQUIRED = (ENV_QUEUE_NAME, ENV_QUEUE_URL, ENV_DLQ_URL, ENV_IDEMPOTENCY_TABLE, E
 def orders_environ() -> dict[str, str]:
     """A complete environment for the shipped catalog's `orders` queue."""
     return {
+        ENV_CATALOG: DEFAULT_CATALOG_REF,
         ENV_QUEUE_NAME: "orders",
         ENV_QUEUE_URL: QUEUE_URL,
         ENV_DLQ_URL: DLQ_URL,
@@ -37,24 +39,76 @@ def orders_environ() -> dict[str, str]:
     }
 
 
-def config_error(environ: dict[str, str], catalog: Catalog = CATALOG) -> str:
+def config_error(environ: dict[str, str], catalog: Catalog | None = CATALOG) -> str:
     with pytest.raises(WorkerConfigError) as caught:
         WorkerSettings.from_environ(environ, catalog)
     return str(caught.value)
 
 
+# Another project's catalog, importable by reference (`tests.unit.test_settings:TWO_QUEUES`).
+TWO_QUEUES = Catalog(
+    resources=APP_RESOURCES,
+    queues=(
+        QueueSpec(name="mail", jobs=(JobSpec(name="send_mail", handler="functions.jobs.send_mail"),)),
+        QueueSpec(
+            name="images",
+            jobs=(JobSpec(name="resize", handler="functions.jobs.resize", resources=("orders_table",)),),
+        ),
+    ),
+)
+NOT_A_CATALOG = {"queues": ()}
+
+
 @pytest.fixture
 def two_queues() -> Catalog:
-    return Catalog(
-        resources=APP_RESOURCES,
-        queues=(
-            QueueSpec(name="mail", jobs=(JobSpec(name="send_mail", handler="functions.jobs.send_mail"),)),
-            QueueSpec(
-                name="images",
-                jobs=(JobSpec(name="resize", handler="functions.jobs.resize", resources=("orders_table",)),),
-            ),
-        ),
-    )
+    return TWO_QUEUES
+
+
+def test_the_worker_loads_the_catalog_its_function_names() -> None:
+    environ = {
+        ENV_CATALOG: "tests.unit.test_settings:TWO_QUEUES",
+        ENV_QUEUE_NAME: "images",
+        ENV_QUEUE_URL: QUEUE_URL,
+        ENV_DLQ_URL: DLQ_URL,
+        ENV_IDEMPOTENCY_TABLE: "idem",
+        ENV_RUNTIME_ROLE_ID: "AROAEXAMPLE",
+        "JOBS_RESOURCE_ORDERS_TABLE": "orders",
+    }
+
+    settings = WorkerSettings.from_environ(environ)
+
+    assert settings.queue is TWO_QUEUES.queue("images")
+    assert settings.catalog_ref == "tests.unit.test_settings:TWO_QUEUES"
+    assert WorkerSettings.from_environ(settings.to_environ()) == settings
+
+
+def test_a_function_deployed_before_the_catalog_was_named_loads_the_one_it_was_built_with() -> None:
+    environ = {name: value for name, value in orders_environ().items() if name != ENV_CATALOG}
+
+    settings = WorkerSettings.from_environ(environ)
+
+    assert settings.queue is CATALOG.queue("orders") and settings.catalog_ref == DEFAULT_CATALOG_REF
+
+
+@pytest.mark.parametrize(
+    ("ref", "says"),
+    [
+        ("functions.catalog", "is malformed"),
+        ("functions catalog:CATALOG", "is malformed"),
+        ("no_such_package.catalog:CATALOG", "module 'no_such_package.catalog' can't be imported"),
+        ("tests.unit.test_settings:MISSING", "is nothing of that name"),
+        ("tests.unit.test_settings:NOT_A_CATALOG", "is a dict"),
+    ],
+)
+def test_a_catalog_reference_that_cant_be_loaded_is_one_line_naming_what_is_accepted(ref: str, says: str) -> None:
+    with pytest.raises(CatalogRefError) as caught:
+        load_catalog(ref)
+    message = str(caught.value)
+    assert says in message and "accepted: 'package.module:NAME'" in message and "\n" not in message
+
+    error = config_error({**orders_environ(), ENV_CATALOG: ref}, catalog=None)
+    assert error.startswith("worker environment is incomplete: JOBS_CATALOG: catalog reference")
+    assert says in error
 
 
 def test_resource_env_name() -> None:
