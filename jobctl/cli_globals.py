@@ -11,13 +11,25 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.shell_completion import CompletionItem
 
-from jobctl.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, OperatorUnreachableError
+from jobctl.errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    OperatorUnreachableError,
+    OperatorUsageError,
+)
+from sqs_jobs.catalog_ref import DEFAULT_CATALOG_REF, ENV_CATALOG
 from sqs_jobs.stack_names import DEFAULT_STACK_NAME
+
+if TYPE_CHECKING:
+    from sqs_jobs.specs import Catalog
 
 OUTPUTS = ("table", "json", "text")
 DEFAULT_OUTPUT = "table"
@@ -52,6 +64,8 @@ class Options:
     debug: bool = False
     # Said once, when a command runs: set by an AWS_DEFAULT_OUTPUT jobctl lacks, cleared by an explicit --output.
     output_warning: str | None = None
+    # The project's catalog as `package.module:NAME` (--catalog, $JOBS_CATALOG); None: the project's setting.
+    catalog_ref: str | None = None
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Options:
@@ -60,6 +74,7 @@ class Options:
             profile=env.get("AWS_PROFILE") or None,
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
             endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
+            catalog_ref=env.get(ENV_CATALOG, "").strip() or None,
         )
         output = env.get("AWS_DEFAULT_OUTPUT", "").strip()
         if output in OUTPUTS:
@@ -71,6 +86,21 @@ class Options:
                 f"using {DEFAULT_OUTPUT}"
             )
         return options
+
+    def catalog(self) -> Catalog:
+        """The project's catalog: --catalog, else $JOBS_CATALOG, else `[tool.sqs-jobs] catalog` in the nearest
+        pyproject.toml above the working directory, else this repository's (`sqs_jobs.catalog:CATALOG`). One that
+        can't be loaded is a usage error naming what is accepted."""
+        from sqs_jobs.catalog_ref import CatalogRefError, load_catalog
+
+        try:
+            return load_catalog(self.resolved_catalog_ref())
+        except CatalogRefError as error:
+            raise CatalogOptionError(f"--catalog: {error}") from None
+
+    def resolved_catalog_ref(self) -> str:
+        """Which catalog `catalog()` loads, as `package.module:NAME`."""
+        return self.catalog_ref or project_catalog_ref(Path.cwd()) or DEFAULT_CATALOG_REF
 
     @property
     def show_progress(self) -> bool:
@@ -93,6 +123,28 @@ class Options:
 
 class EndpointError(OperatorUnreachableError):
     """The endpoint URL can't be used."""
+
+
+class CatalogOptionError(OperatorUsageError):
+    """The project's catalog can't be loaded (--catalog, $JOBS_CATALOG, or its pyproject.toml's setting)."""
+
+
+def project_catalog_ref(start: Path) -> str | None:
+    """`[tool.sqs-jobs] catalog` of the nearest pyproject.toml at or above `start` that has a `[tool.sqs-jobs]`
+    table; None if none does. A project names its catalog once, there."""
+    import tomllib
+
+    for directory in (start, *start.parents):
+        candidate = directory / "pyproject.toml"
+        if not candidate.is_file():
+            continue
+        try:
+            settings = tomllib.loads(candidate.read_text(encoding="utf-8")).get("tool", {}).get("sqs-jobs")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue
+        if isinstance(settings, dict) and isinstance(settings.get("catalog"), str):
+            return str(settings["catalog"])
+    return None
 
 
 def root_options(ctx: click.Context) -> Options:
@@ -178,6 +230,15 @@ def global_params() -> list[click.Parameter]:
             },
         ),
         (["--stack"], {"metavar": "NAME", "help": f"Stack whose queues to use. [default: {DEFAULT_STACK}]"}),
+        (
+            ["--catalog"],
+            {
+                "metavar": "MODULE:NAME",
+                "callback": _store("catalog_ref"),
+                "help": "The project's catalog, e.g. functions.catalog:CATALOG. [default: $JOBS_CATALOG, else "
+                "[tool.sqs-jobs] catalog in pyproject.toml, else this repository's]",
+            },
+        ),
         (
             ["--output"],
             {
@@ -326,20 +387,29 @@ class LazyGroup(JobctlGroup):
             ) from error.__cause__
 
 
-def complete_queue(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
-    from sqs_jobs.catalog import CATALOG  # boto3-free and cheap
+def _completion_catalog(ctx: click.Context) -> Catalog | None:
+    try:
+        return root_options(ctx).catalog()
+    except CatalogOptionError:
+        return None  # a completion never fails: it offers nothing
 
-    return [CompletionItem(name) for name in CATALOG.queue_names if name.startswith(incomplete)]
+
+def complete_queue(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    catalog = _completion_catalog(ctx)  # boto3-free and cheap
+    names = catalog.queue_names if catalog is not None else ()
+    return [CompletionItem(name) for name in names if name.startswith(incomplete)]
 
 
 def complete_job(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """The jobs of the queue already on the line, else every job."""
-    from sqs_jobs.catalog import CATALOG
     from sqs_jobs.specs import UnknownQueueError
 
+    catalog = _completion_catalog(ctx)
+    if catalog is None:
+        return []
     queue = ctx.params.get("queue")
     try:
-        names = CATALOG.queue(queue).job_names if queue else CATALOG.job_names
+        names = catalog.queue(queue).job_names if queue else catalog.job_names
     except UnknownQueueError:
-        names = CATALOG.job_names
+        names = catalog.job_names
     return [CompletionItem(name) for name in names if name.startswith(incomplete)]

@@ -17,7 +17,6 @@ from jobctl.cli_output import emit, progress_bar
 from jobctl.discovery import QueueLocation, find_queues
 from jobctl.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, OperatorError
 from jobctl.shown import shown
-from sqs_jobs.catalog import CATALOG
 from sqs_jobs.errors import EnvelopeError
 from sqs_jobs.publisher import InvalidDelayError, PublishError, QueueNotConfiguredError
 from sqs_jobs.specs import QueueSpec, UnknownQueueError
@@ -112,6 +111,7 @@ def confirm(question: str, yes: bool) -> None:
 
 def queues_of(options: Options, queue: str | None = None) -> list[tuple[QueueSpec, QueueLocation]]:
     """The catalog queue(s) asked for, with where the stack put them."""
-    specs = [CATALOG.queue(queue)] if queue else list(CATALOG)
-    locations = find_queues(options.client("ssm"), options.stack)
+    catalog = options.catalog()
+    specs = [catalog.queue(queue)] if queue else list(catalog)
+    locations = find_queues(options.client("ssm"), options.stack, catalog)
     return [(spec, locations[spec.name]) for spec in specs]

@@ -28,7 +28,7 @@ def show(options: Options, chain_id: str) -> None:
 
     with operator_errors():
         table = batch_table(options.client("ssm"), options.stack)
-        found = look_up_chain(options.client("dynamodb"), table, chain_id)
+        found = look_up_chain(options.client("dynamodb"), table, chain_id, options.catalog())
 
     def text() -> None:
         click.echo(shown(f"chain {found.chain_id}: {found.verdict}"))

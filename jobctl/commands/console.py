@@ -36,7 +36,9 @@ def console(options: Options, port: int, host: str, allow_hosts: tuple[str, ...]
     """Serve the operator console: queues, dead letters, redrive, discard, pause, in the browser."""
     with operator_errors():
         try:
-            server = ConsoleServer(options.client, options.stack, host, port, allow_hosts, archive_dir)
+            server = ConsoleServer(
+                options.client, options.stack, host, port, allow_hosts, archive_dir, catalog=options.catalog()
+            )
         except OSError as error:
             fail(f"cannot listen on {host}:{port}: {error.strerror}", EXIT_FAILED)
     click.echo(f"jobctl console for stack {options.stack}: {server.url}", err=True)

@@ -195,9 +195,9 @@ def show(options: Options, queue: str, message_id: str) -> None:
     emit(options, details, text)
 
 
-def _check_idempotent(letters: list[DeadLetter], allow: bool) -> None:
+def _check_idempotent(options: Options, letters: list[DeadLetter], allow: bool) -> None:
     """Refuse to bulk-redrive jobs that are not safe to run twice, unless explicitly allowed."""
-    unsafe = not_idempotent(letters)
+    unsafe = not_idempotent(letters, options.catalog())
     if unsafe and not allow:
         raise click.UsageError(
             f"not known to be idempotent: {shown(', '.join(unsafe))}; a redrive may run them twice. "
@@ -282,7 +282,7 @@ def redrive(
         if limit is not None:
             matching = matching[:limit]
         if not dry_run:  # a preview moves nothing: it shows what the real redrive would refuse instead
-            _check_idempotent(matching, allow_non_idempotent)
+            _check_idempotent(options, matching, allow_non_idempotent)
         if dry_run or not matching:
             _report_redrive(options, queue, matching, None, None, dry_run=dry_run, method="none")
             return
@@ -358,7 +358,7 @@ def _report_redrive(
     }
     if dry_run:
         payload["would_move"] = [{"message_id": m.message_id, "job": m.job, "id": m.entity_id} for m in matching]
-        payload["not_idempotent"] = not_idempotent(matching)
+        payload["not_idempotent"] = not_idempotent(matching, options.catalog())
 
     def text() -> None:
         if dry_run:

@@ -10,7 +10,6 @@ import click
 
 from jobctl.cli_globals import JobctlCommand, complete_job, complete_queue
 from jobctl.cli_support import Options, emit, operator_errors
-from sqs_jobs.catalog import CATALOG
 from sqs_jobs.publisher import MAX_DELAY_S, JobPublisher
 from sqs_jobs.stack_names import ONE_TIME_PREFIX
 
@@ -76,7 +75,7 @@ def enqueue(
     later = parse_duration(in_) if in_ is not None else None
     moment = parse_time(at) if at is not None else None
     with operator_errors():
-        spec = CATALOG.queue(queue)
+        spec = options.catalog().queue(queue)
         if job not in spec.job_names:
             raise click.BadParameter(f"job {job!r} is not on queue {queue!r}; accepted: {', '.join(spec.job_names)}")
         # The scheduler's parameters are read only when the job is due beyond SQS's delay.

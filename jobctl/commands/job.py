@@ -14,7 +14,6 @@ from jobctl.durable_shown import durable_lines
 from jobctl.errors import EXIT_FAILED, EXIT_USAGE
 from jobctl.job_lookup import JobLookup, idempotency_table, lookup
 from jobctl.shown import cell, console, shown
-from sqs_jobs.catalog import CATALOG
 
 
 @click.group(cls=JobctlGroup)
@@ -22,11 +21,12 @@ def job() -> None:
     """Look up one job, list the jobs in flight, cancel one."""
 
 
-def _queue_of(name: str) -> str:
+def _queue_of(options: Options, name: str) -> str:
+    catalog = options.catalog()
     try:
-        return CATALOG.queue_for_job(name).name
+        return catalog.queue_for_job(name).name
     except KeyError:
-        fail(f"unknown job {name!r}; accepted: {', '.join(CATALOG.job_names)}", EXIT_USAGE)
+        fail(f"unknown job {name!r}; accepted: {', '.join(catalog.job_names)}", EXIT_USAGE)
 
 
 @job.command()
@@ -46,7 +46,7 @@ def show(
     """Whether JOB ID completed (when, and until when a redelivery is skipped), is running, or sits in the DLQ; for a
     unique or debounced job, also its window and which publish holds it; for a job with a concurrency limit per key,
     who holds that key's slots."""
-    queue = _queue_of(name)
+    queue = _queue_of(options, name)
     with operator_errors():
         [(spec, where)] = queues_of(options, queue)
         found = lookup(options.client, spec, where, name, entity_id, key, limit_key=limit_key, tenant=tenant)
@@ -118,7 +118,7 @@ def list_(
     from jobctl.job_life import jobs_in_flight
 
     if job_name is not None:
-        queue = queue or _queue_of(job_name)
+        queue = queue or _queue_of(options, job_name)
     with operator_errors():
         located = queues_of(options, queue)
         table = idempotency_table(options.client("lambda"), located[0][1].arn)
@@ -189,8 +189,8 @@ def cancel(
     expiry."""
     from jobctl.job_cancel import CancelOutcome, cancel_job, operator_identity, target_for, withdraw
 
-    queue = _queue_of(name)
-    if CATALOG.queue_for_job(name).job(name).durable is not None and not undo:
+    queue = _queue_of(options, name)
+    if options.catalog().queue_for_job(name).job(name).durable is not None and not undo:
         # Its execution runs in its own function, which does not read the cancel between steps (yet): saying
         # "cancelled" would be a lie while its steps go on.
         fail(

@@ -91,6 +91,7 @@ def local(
     try:
         engine = LocalEngine(
             port=port,
+            catalog=options.catalog(),
             stack_name=options.stack,
             concurrency=concurrency,
             standin_options=standins,

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import click
 
-from jobctl.cli_globals import JobctlGroup, complete_queue
+from jobctl.cli_globals import JobctlGroup, Options, complete_queue
 from jobctl.cli_support import fail
 from jobctl.errors import EXIT_USAGE
 from jobctl.scaffold import ScaffoldError, scaffold_job
-from sqs_jobs.catalog import CATALOG
 from sqs_jobs.specs import UnknownQueueError
 
 
@@ -26,12 +25,15 @@ def new() -> None:
 @click.option("--tests", default="tests/functional", show_default=True, help="Where its test goes.")
 @click.option("--description", default="", help="One sentence: what the job does.")
 @click.option("--new-queue", is_flag=True, help="QUEUE is not in the catalog yet: print a QueueSpec holding the job.")
-def job(name: str, queue: str, package: str, tests: str, description: str, new_queue: bool) -> None:
+@click.pass_obj
+def job(options: Options, name: str, queue: str, package: str, tests: str, description: str, new_queue: bool) -> None:
     """Write <package>/NAME.py and <tests>/test_NAME.py (never over a file), then print the JobSpec to add to the
     queue's jobs in the catalog (with --new-queue, the QueueSpec to add to its queues)."""
+    catalog = options.catalog()
+    where = _catalog_file(options.resolved_catalog_ref())
     try:
         made = scaffold_job(
-            CATALOG,
+            catalog,
             name,
             queue,
             root=Path.cwd(),
@@ -47,8 +49,21 @@ def job(name: str, queue: str, package: str, tests: str, description: str, new_q
     click.echo(f"wrote {made.module.relative_to(Path.cwd())}")
     click.echo(f"wrote {made.test.relative_to(Path.cwd())}")
     if made.new_queue:
-        click.echo("add to CATALOG.queues in lib/sqs_jobs/catalog.py (its settings default as docs/catalog.md says):")
+        click.echo(f"add to the catalog's queues in {where} (its settings default as docs/catalog.md says):")
     else:
-        click.echo(f"add to the jobs of queue {queue!r} in lib/sqs_jobs/catalog.py:")
+        click.echo(f"add to the jobs of queue {queue!r} in {where}:")
     click.echo(made.catalog_entry)
     click.echo("then: make schema, and run the test (it fails until the job is written).")
+
+
+def _catalog_file(ref: str) -> str:
+    """The catalog's file, relative to here where it can be; else its reference."""
+    import importlib.util
+
+    module, _, name = ref.partition(":")
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        return ref
+    origin = Path(spec.origin)
+    shown = origin.relative_to(Path.cwd()) if origin.is_relative_to(Path.cwd()) else origin
+    return f"{shown} ({name})"

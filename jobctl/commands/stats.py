@@ -9,7 +9,6 @@ import click
 from jobctl.cli_globals import JobctlCommand, complete_queue
 from jobctl.cli_support import Options, emit, operator_errors
 from jobctl.shown import cell, console
-from sqs_jobs.catalog import CATALOG
 
 
 @click.command(cls=JobctlCommand)
@@ -24,7 +23,8 @@ def stats(options: Options, queue: str | None, hours: int, period: int) -> None:
     # To the end of the current minute: this minute's runs count too.
     end = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
     start = end - timedelta(hours=hours)
-    specs = [CATALOG.queue(queue)] if queue else list(CATALOG)
+    catalog = options.catalog()
+    specs = [catalog.queue(queue)] if queue else list(catalog)
     with operator_errors():
         found = job_counts(options.client("cloudwatch"), specs, start, end, period * 60)
     payload = {"start": start, "end": end, "period_s": period * 60, "queues": [counts.to_dict() for counts in found]}

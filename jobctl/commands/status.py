@@ -17,7 +17,6 @@ from jobctl.errors import EXIT_FAILED
 from jobctl.shown import cell
 from jobctl.shown import console as plain_console
 from jobctl.status import DEFAULT_WINDOW_S, QueueStatus, queue_status
-from sqs_jobs.catalog import CATALOG
 
 
 def _table(statuses: list[QueueStatus], now: datetime) -> Table:
@@ -99,7 +98,8 @@ def status(options: Options, queue: str | None, watch: bool, interval: int, wind
     with operator_errors():
         targets = queues_of(options, queue)
         sqs, cloudwatch, lambda_client = options.client("sqs"), options.client("cloudwatch"), options.client("lambda")
-        limits = {spec.name: CATALOG.flow_limits(spec.name) for spec, _ in targets}
+        catalog = options.catalog()
+        limits = {spec.name: catalog.flow_limits(spec.name) for spec, _ in targets}
         # Only a queue with limits reads the table (an unkeyed rate limit's bucket).
         dynamodb = options.client("dynamodb") if any(limits.values()) else None
         while True:

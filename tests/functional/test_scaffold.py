@@ -146,7 +146,7 @@ def test_a_job_on_a_queue_not_yet_declared_gets_the_queue_entry_which_builds_a_v
     )
 
     assert done.exit_code == 0, done.output
-    assert "add to CATALOG.queues in lib/sqs_jobs/catalog.py" in done.output
+    assert "add to the catalog's queues in " in done.output and "lib/sqs_jobs/catalog.py (CATALOG)" in done.output
     entry = done.output[done.output.index("QueueSpec(") : done.output.index("then: make schema")]
     queue = _queue_spec(entry)
     catalog = replace(CATALOG, queues=(*CATALOG.queues, queue))

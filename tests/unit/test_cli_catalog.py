@@ -1,0 +1,93 @@
+"""jobctl runs the project's catalog: --catalog, else $JOBS_CATALOG, else `[tool.sqs-jobs] catalog` in the nearest
+pyproject.toml, else this repository's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from jobctl.cli import main as jobctl
+from jobctl.cli_globals import project_catalog_ref
+from sqs_jobs.catalog import CATALOG
+from sqs_jobs.catalog_ref import ENV_CATALOG
+
+OTHER = "tests.unit.test_settings:TWO_QUEUES"
+# An unknown job's usage error lists the catalog's jobs: which catalog jobctl read, before any AWS call.
+SHOW_UNKNOWN = ["job", "show", "no_such_job", "1"]
+
+
+def _accepted(output: str) -> list[str]:
+    [line] = [line for line in output.splitlines() if "unknown job" in line]
+    return line.split("accepted: ", 1)[1].split(", ")
+
+
+@pytest.fixture(autouse=True)
+def _no_catalog_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(ENV_CATALOG, raising=False)
+    monkeypatch.chdir(tmp_path)  # no pyproject.toml at or above a pytest temporary directory
+
+
+def test_without_a_setting_jobctl_runs_this_repositorys_catalog() -> None:
+    result = CliRunner().invoke(jobctl, SHOW_UNKNOWN, prog_name="jobctl")
+
+    assert result.exit_code == 2
+    assert _accepted(result.output) == list(CATALOG.job_names)
+
+
+def test_the_catalog_option_names_another_projects_catalog() -> None:
+    result = CliRunner().invoke(jobctl, [*SHOW_UNKNOWN, "--catalog", OTHER], prog_name="jobctl")
+
+    assert result.exit_code == 2
+    assert _accepted(result.output) == ["send_mail", "resize"]
+
+
+def test_the_environment_names_it_and_the_option_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_CATALOG, OTHER)
+    assert _accepted(CliRunner().invoke(jobctl, SHOW_UNKNOWN, prog_name="jobctl").output) == ["send_mail", "resize"]
+
+    shipped = "sqs_jobs.catalog:CATALOG"
+    result = CliRunner().invoke(jobctl, ["--catalog", shipped, *SHOW_UNKNOWN], prog_name="jobctl")
+    assert _accepted(result.output) == list(CATALOG.job_names)
+
+
+def test_a_project_names_it_once_in_its_pyproject(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "shop"\n\n[tool.sqs-jobs]\ncatalog = "{OTHER}"\n')
+    inside = tmp_path / "services" / "checkout"
+    inside.mkdir(parents=True)
+    monkeypatch.chdir(inside)
+
+    result = CliRunner().invoke(jobctl, SHOW_UNKNOWN, prog_name="jobctl")
+
+    assert project_catalog_ref(inside) == OTHER
+    assert _accepted(result.output) == ["send_mail", "resize"]
+
+
+def test_a_pyproject_without_the_setting_or_unreadable_is_passed_over(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(f'[tool.sqs-jobs]\ncatalog = "{OTHER}"\n')
+    nested = tmp_path / "broken"
+    nested.mkdir()
+    (nested / "pyproject.toml").write_text("[tool.sqs-jobs\n")  # not TOML
+    deeper = nested / "plain"
+    deeper.mkdir()
+    (deeper / "pyproject.toml").write_text('[project]\nname = "other"\n')
+
+    assert project_catalog_ref(deeper) == OTHER
+
+
+@pytest.mark.parametrize(
+    ("ref", "says"),
+    [
+        ("functions.catalog", "is malformed"),
+        ("no_such_package.catalog:CATALOG", "module 'no_such_package.catalog' can't be imported"),
+        ("tests.unit.test_settings:NOT_A_CATALOG", "is a dict"),
+    ],
+)
+def test_a_catalog_that_cant_be_loaded_is_a_one_line_usage_error(ref: str, says: str) -> None:
+    result = CliRunner().invoke(jobctl, [*SHOW_UNKNOWN, "--catalog", ref], prog_name="jobctl")
+
+    assert result.exit_code == 2
+    [line] = [line for line in result.output.splitlines() if line.strip()]
+    assert line.startswith("jobctl: error: --catalog: catalog reference") and says in line
+    assert "accepted: 'package.module:NAME'" in line
