@@ -36,7 +36,7 @@ from infra.queue_endpoints import QueueEndpoints
 from infra.secure_table import SecureTable
 from infra.worker_code import worker_code
 from sqs_jobs.catalog import CATALOG
-from sqs_jobs.catalog_ref import DEFAULT_CATALOG_REF, CatalogRefError, load_catalog
+from sqs_jobs.catalog_ref import DEFAULT_CATALOG_REF, CatalogRefError, load_catalog, project_catalog_ref
 from sqs_jobs.contract import JobContract
 from sqs_jobs.specs import Catalog
 from sqs_jobs.stack_names import contract_parameter_name
@@ -264,14 +264,19 @@ def build_app(
     layer_dir: Path = LAYER_DIR,
 ) -> tuple[App, JobsStack]:
     """The app and its one stack. `context` adds to what the CDK CLI passes (cdk.json, `-c key=value`); its
-    `catalog` (`package.module:NAME`, default this repository's) names the catalog, unless `catalog` gives one."""
+    `catalog` (`package.module:NAME`), else the project's pyproject.toml (`[tool.sqs-jobs] catalog`), else this
+    repository's, names the catalog, unless `catalog` gives one."""
     app = App(context=dict(context) if context else None)
-    catalog_ref = str(app.node.try_get_context(CATALOG_CONTEXT_KEY) or DEFAULT_CATALOG_REF)
+    # Named once by the project (`[tool.sqs-jobs] catalog` in its pyproject.toml), or by context for this synth.
+    given = app.node.try_get_context(CATALOG_CONTEXT_KEY)
+    project = None if given else project_catalog_ref(Path.cwd())
+    catalog_ref = str(given or project or DEFAULT_CATALOG_REF)
     if catalog is None:
         try:
             catalog = load_catalog(catalog_ref)
         except CatalogRefError as error:
-            raise ContextError(f"-c {CATALOG_CONTEXT_KEY}: {error}") from error
+            source = f"-c {CATALOG_CONTEXT_KEY}" if given else "[tool.sqs-jobs] catalog in pyproject.toml"
+            raise ContextError(f"{source}: {error}") from error
     settings = StackContext.parse(app.node.try_get_context, catalog)
     stack = JobsStack(
         app,

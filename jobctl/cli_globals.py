@@ -25,7 +25,7 @@ from jobctl.errors import (
     OperatorUnreachableError,
     OperatorUsageError,
 )
-from sqs_jobs.catalog_ref import DEFAULT_CATALOG_REF, ENV_CATALOG
+from sqs_jobs.catalog_ref import DEFAULT_CATALOG_REF, ENV_CATALOG, project_catalog_ref
 from sqs_jobs.stack_names import DEFAULT_STACK_NAME
 
 if TYPE_CHECKING:
@@ -127,24 +127,6 @@ class EndpointError(OperatorUnreachableError):
 
 class CatalogOptionError(OperatorUsageError):
     """The project's catalog can't be loaded (--catalog, $JOBS_CATALOG, or its pyproject.toml's setting)."""
-
-
-def project_catalog_ref(start: Path) -> str | None:
-    """`[tool.sqs-jobs] catalog` of the nearest pyproject.toml at or above `start` that has a `[tool.sqs-jobs]`
-    table; None if none does. A project names its catalog once, there."""
-    import tomllib
-
-    for directory in (start, *start.parents):
-        candidate = directory / "pyproject.toml"
-        if not candidate.is_file():
-            continue
-        try:
-            settings = tomllib.loads(candidate.read_text(encoding="utf-8")).get("tool", {}).get("sqs-jobs")
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            continue
-        if isinstance(settings, dict) and isinstance(settings.get("catalog"), str):
-            return str(settings["catalog"])
-    return None
 
 
 def root_options(ctx: click.Context) -> Options:

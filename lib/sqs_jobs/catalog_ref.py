@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -52,3 +53,21 @@ def load_catalog(ref: str) -> Catalog:
         what = "nothing of that name" if catalog is None else f"a {type(catalog).__name__}"
         raise CatalogRefError(f"catalog reference {ref!r}: {module_name}.{attribute} is {what}; {_ACCEPTED}")
     return catalog
+
+
+def project_catalog_ref(start: Path) -> str | None:
+    """`[tool.sqs-jobs] catalog` of the nearest pyproject.toml at or above `start` that has a `[tool.sqs-jobs]`
+    table; None if none does. A project names its catalog once, there."""
+    import tomllib
+
+    for directory in (start, *start.parents):
+        candidate = directory / "pyproject.toml"
+        if not candidate.is_file():
+            continue
+        try:
+            settings = tomllib.loads(candidate.read_text(encoding="utf-8")).get("tool", {}).get("sqs-jobs")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue
+        if isinstance(settings, dict) and isinstance(settings.get("catalog"), str):
+            return str(settings["catalog"])
+    return None

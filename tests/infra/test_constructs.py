@@ -132,6 +132,18 @@ def test_a_catalog_reference_that_cant_be_loaded_fails_synth_in_one_line(cdk_con
     assert "accepted: 'package.module:NAME'" in message and "\n" not in message
 
 
+def test_a_projects_pyproject_names_the_catalog_the_app_builds(
+    cdk_context: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.sqs-jobs]\ncatalog = "no_such_package.catalog:CATALOG"\n')
+    monkeypatch.chdir(tmp_path)
+
+    with pytest.raises(ContextError) as raised:
+        build_app(cdk_context)
+
+    assert str(raised.value).startswith("[tool.sqs-jobs] catalog in pyproject.toml: catalog reference")
+
+
 def test_build_app_checks_the_layer_first(cdk_context: dict[str, Any], tmp_path: Path) -> None:
     with pytest.raises(LayerMissingError, match="is missing: run `make bundle`"):
         build_app(cdk_context, layer_dir=tmp_path / "layer")

@@ -9,9 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from jobctl.cli import main as jobctl
-from jobctl.cli_globals import project_catalog_ref
 from sqs_jobs.catalog import CATALOG
-from sqs_jobs.catalog_ref import ENV_CATALOG
+from sqs_jobs.catalog_ref import ENV_CATALOG, project_catalog_ref
 
 OTHER = "tests.unit.test_settings:TWO_QUEUES"
 # An unknown job's usage error lists the catalog's jobs: which catalog jobctl read, before any AWS call.
