@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,9 @@ class Options:
     output_warning: str | None = None
     # The project's catalog as `package.module:NAME` (--catalog, $JOBS_CATALOG); None: the project's setting.
     catalog_ref: str | None = None
+    # The catalog loaded, with the reference it was loaded for: a command asks for it several times, and finding
+    # the project's setting reads pyproject.toml files.
+    _loaded: tuple[str | None, Catalog] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Options:
@@ -93,10 +96,14 @@ class Options:
         can't be loaded is a usage error naming what is accepted."""
         from sqs_jobs.catalog_ref import CatalogRefError, load_catalog
 
+        if self._loaded is not None and self._loaded[0] == self.catalog_ref:
+            return self._loaded[1]
         try:
-            return load_catalog(self.resolved_catalog_ref())
+            catalog = load_catalog(self.resolved_catalog_ref())
         except CatalogRefError as error:
             raise CatalogOptionError(f"--catalog: {error}") from None
+        self._loaded = (self.catalog_ref, catalog)
+        return catalog
 
     def resolved_catalog_ref(self) -> str:
         """Which catalog `catalog()` loads, as `package.module:NAME`."""

@@ -784,12 +784,10 @@ class RunLedger(DynamoDBPersistenceLayer):
         letter failed) finishes it, running and sending nothing; any other message of the key finishes it first,
         then runs. `body`: a batch member's, counted dead by whoever finishes it. Conditioned as `forget` is; with
         `unless_cancel_requested`, a key an operator asked to stop is left CANCELLED instead, as `forget` leaves it."""
+        dead_lettered = DeadLettered(message_id, body)
         names, values, condition = self._as_last_seen(record_id, runs)
         names.update(
             {
-                "#dead_lettered_at": DEAD_LETTERED_AT,
-                "#ending_message": ENDING_MESSAGE,
-                "#ending_body": ENDING_BODY,
                 "#pending": PENDING_DEAD_LETTER,
                 "#in_progress_expiry": self.in_progress_expiry_attr,
                 "#life": LIFE,
@@ -800,7 +798,6 @@ class RunLedger(DynamoDBPersistenceLayer):
         values.update(
             {
                 ":at": {"N": f"{time.time():.3f}"},
-                ":message": {"S": message_id},
                 ":failed": {"S": FAILED},
                 ":expiry": {"N": str(self._get_expiry_timestamp())},
                 ":tenant": {"S": tenant},
@@ -808,16 +805,13 @@ class RunLedger(DynamoDBPersistenceLayer):
         )
         assignments = [
             "#status = :failed",
-            "#dead_lettered_at = :at",
-            "#ending_message = :message",
+            *dead_lettered.assignments(":at", names, values),
             "#expiry = if_not_exists(#expiry, :expiry)",
             "#tenant = if_not_exists(#tenant, :tenant)",
         ]
         removed = ["#pending", "#in_progress_expiry", "#life"]
-        if body is not None:
-            assignments.append("#ending_body = :body")
-            values[":body"] = {"S": body}
-        else:
+        if body is None:
+            names["#ending_body"] = ENDING_BODY
             removed.append("#ending_body")
         if unless_cancel_requested:
             names["#cancel_requested_at"] = CANCEL_REQUESTED_AT
@@ -834,7 +828,7 @@ class RunLedger(DynamoDBPersistenceLayer):
         except ClientError as error:
             if not (unless_cancel_requested and is_condition_failure(error)):
                 raise
-            self._cancel_dead_lettered(record_id, runs, DeadLettered(message_id, body), time_left_s)
+            self._cancel_dead_lettered(record_id, runs, dead_lettered, time_left_s)
 
     def ended(self, entry: LedgerEntry, *, time_left_s: float) -> None:
         """The key's next delivery after its dead letter, what followed that dead letter done: its record goes (only
