@@ -28,7 +28,7 @@ REHEARSAL_VENV := .venv-rehearsal
 REHEARSAL_CDK_ARGS ?=
 export REHEARSAL_CDK_ARGS
 
-.PHONY: help dev bundle wheel screenshots schema lint check test rehearse demo synth deploy diff destroy local clean bench soak
+.PHONY: help dev bundle dist screenshots schema lint check test rehearse demo synth deploy diff destroy local clean bench soak
 
 help:
 	@echo "make demo    run the order-confirmation job, then a batch of durable imports, end to end on the embedded local engine"
@@ -37,7 +37,7 @@ help:
 	@echo "make rehearse  deploy the stack to LocalStack with the CDK CLI and run jobctl's procedure against it"
 	@echo "make soak    the chaos soak at 10,000 jobs (SOAK_JOBS=n to change), then the models of a job's life (200 examples) and of a durable job's (100): faults injected, every promise checked"
 	@echo "make schema  write the catalog's job names into docs/envelope.schema.json (after adding or renaming a job)"
-	@echo "make wheel   build the publisher's wheel (sqs_jobs: JobPublisher and the job contract, needs only boto3) into dist/"
+	@echo "make dist    build the framework's distribution, sqs-jobs (wheel and sdist), into dist/: pip install 'sqs-jobs[worker,cdk,cli,testing]'"
 	@echo "make dev     install everything (idempotent): .venv from uv.lock, the CDK CLI from package-lock.json"
 	@echo "make local   start the local engine (moto server + Lambda SQS emulator) until Ctrl-C"
 	@echo "make synth   synthesize the CloudFormation template offline into cdk.out/"
@@ -84,11 +84,10 @@ $(POSTGRES):
 
 dev: $(VENV)/.synced node_modules/.installed $(CHROMIUM) $(POSTGRES)
 
-# The worker's dependencies (Powertools) vendored for Lambda from uv.lock, without Docker, compiled to bytecode.
-bundle: build/layer/.built
-build/layer/.built: uv.lock scripts/bundle_layer.sh | $(VENV)/.synced
-	bash scripts/bundle_layer.sh $(UV) $(BIN)/python build/layer
-	touch $@
+# The workers' layer: the framework's worker (lib/sqs_jobs) and the `lambda` group of uv.lock (Powertools, the
+# durable SDK), vendored for Lambda without Docker, compiled to bytecode. A no-op when nothing changed (its stamp).
+bundle: $(VENV)/.synced
+	$(BIN)/jobctl bundle build/layer --uv $(UV)
 
 # The console's README screenshots (docs/images/), rendered by the browser tests' chromium on the local engine.
 screenshots: $(VENV)/.synced $(CHROMIUM)
@@ -98,9 +97,9 @@ screenshots: $(VENV)/.synced $(CHROMIUM)
 schema: $(VENV)/.synced
 	$(BIN)/python -m scripts.envelope_schema
 
-# The publisher's distribution (lib/: sqs_jobs, needs only boto3), for services to install.
-wheel: | $(UV)
-	$(UV) build --package sqs-jobs --wheel --out-dir dist --quiet --python $(PYTHON) --no-python-downloads
+# The framework's distribution (lib/): the wheel and sdist of sqs-jobs, its extras selecting what a project needs.
+dist: | $(UV)
+	$(UV) build --package sqs-jobs --out-dir dist --quiet --python $(PYTHON) --no-python-downloads
 	@ls dist/sqs_jobs-*.whl
 
 lint: $(VENV)/.synced

@@ -1,4 +1,4 @@
-"""CDK entry point (`cdk synth`, run by the CLI through cdk.json): one stack built from the catalog.
+"""CDK entry point (`cdk synth`, run by the CLI through cdk.json): the example's one stack (infra/stack.py).
 
 Settings come from CDK context only (defaults in cdk.json); no AWS calls, no git, no environment reading.
 """
@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import sys
 
-from infra.context import ContextError
-from infra.dependencies_layer import LayerMissingError
-from infra.monitoring import MonitoringError
-from infra.resource_providers import MissingResourceError
-from infra.stack import build_app
+from infra.stack import build
+from sqs_jobs.cdk.errors import SYNTH_ERRORS
 
 
 def main() -> None:
     try:
-        app, _ = build_app()
-    except (ContextError, LayerMissingError, MissingResourceError, MonitoringError) as exc:
+        app, _ = build()
+    except SYNTH_ERRORS as exc:
         # One line that says what to do, not a jsii traceback.
         sys.exit(f"error: {exc}")
     app.synth()

@@ -2,7 +2,7 @@
 
 `python -m bench.batch --help`. Under moto's `mock_aws` (no AWS), the local engine's parts run the real workers:
 `provision()` makes the two queues and the idempotency table, its event source emulator delivers real SQS event
-JSON to the real `Worker`, and its chaos (`jobctl/local/chaos.py`) fails 10 % of the jobs' AWS calls with their
+JSON to the real `Worker`, and its chaos (`sqs_jobs.local.chaos`) fails 10 % of the jobs' AWS calls with their
 service's throttling error (transient: retried after a backoff) and, with `--duplicate`, delivers messages twice.
 2 % of the members fail permanently (their entity "can't be processed"): dead-lettered at their first run.
 
@@ -83,12 +83,12 @@ class Result:
 def run(members: int = MEMBERS, duplicate: float = 0.0) -> Result:
     from moto import mock_aws
 
-    from functions.worker.clients import ClientFactory, new_session
-    from jobctl.batch_lookup import look_up_batch
-    from jobctl.local.chaos import Chaos, ChaosSettings
-    from jobctl.local.moto_locks import serialize_moto
-    from jobctl.local.provision import provision
+    from sqs_jobs.cli.batch_lookup import look_up_batch
+    from sqs_jobs.local.chaos import Chaos, ChaosSettings
+    from sqs_jobs.local.moto_locks import serialize_moto
+    from sqs_jobs.local.provision import provision
     from sqs_jobs.publisher import BatchTable, JobPublisher
+    from sqs_jobs.worker.clients import ClientFactory, new_session
 
     for collected in (batch_member.RUNS, batch_member.CALLBACK_AT, batch_member.FIXED):
         collected.clear()
@@ -150,10 +150,10 @@ class _Engine:
     the chaos hooked on their clients."""
 
     def __init__(self, clients: Any, deployment: Any, chaos: Any) -> None:
-        from functions.worker.clients import ClientFactory
-        from functions.worker.observability import Observability
-        from functions.worker.runtime import Worker
-        from jobctl.local.emulator import EventSourceMapping
+        from sqs_jobs.local.emulator import EventSourceMapping
+        from sqs_jobs.worker.clients import ClientFactory
+        from sqs_jobs.worker.observability import Observability
+        from sqs_jobs.worker.runtime import Worker
 
         self.deployment = deployment
         self.sqs = clients("sqs")
@@ -195,8 +195,8 @@ class _Engine:
                         )
 
     def redrive(self, queue: str) -> int:
-        from functions.worker.provenance import Provenance
-        from jobctl.dlq import DeadLetterQueue, Filter
+        from sqs_jobs.cli.dlq import DeadLetterQueue, Filter
+        from sqs_jobs.worker.provenance import Provenance
 
         local = self.deployment.queues[queue]
         dead_letters = DeadLetterQueue(

@@ -7,9 +7,9 @@ import threading
 import time
 from collections import Counter
 
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.errors import PermanentError
+from sqs_jobs.worker.jobs import JobContext
 
 _LOCK = threading.Lock()
 RUNS: Counter[str] = Counter()

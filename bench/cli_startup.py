@@ -4,7 +4,7 @@ Each run is a fresh interpreter, timed from outside (wall time of the whole proc
 `python -m jobctl --help`, the installed `jobctl --help` script when there is one, `python -c "import boto3"` and
 `python -c pass`. The commands alternate, after one untimed run each (files in the page cache, bytecode
 written). The goal: help well under the time of `import boto3`, which it no longer performs (subcommands are
-loaded only when they run, jobctl/cli_globals.py).
+loaded only when they run, sqs_jobs.cli.cli_globals).
 
     python -m bench.cli_startup [--runs N] [--json]
 """
@@ -29,7 +29,7 @@ def commands() -> dict[str, list[str]]:
     timed = {
         "python -c pass": [sys.executable, "-c", "pass"],
         f'python -c "{BASELINE}"': [sys.executable, "-c", BASELINE],
-        SUBJECT: [sys.executable, "-m", "jobctl", "--help"],
+        SUBJECT: [sys.executable, "-m", "sqs_jobs.cli", "--help"],
     }
     if SCRIPT.is_file():
         timed["jobctl --help (installed script)"] = [str(SCRIPT), "--help"]

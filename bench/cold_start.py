@@ -4,7 +4,7 @@ Lays out what Lambda runs, twice: the worker's code asset (staged by the same fu
 dependencies layer (build/layer, from `make bundle`), once as shipped (with `.pyc`) and once with every `.pyc`
 removed. Below both sits a stand-in for the Lambda runtime's own boto3, compiled, shared by the two layouts, as
 the runtime's is. Each run is a fresh interpreter that writes no bytecode (-B: Lambda's code directory is
-read-only), has no site-packages (-S) and imports the handler's module `functions.entry` from
+read-only), has no site-packages (-S) and imports the handler's module `sqs_jobs.worker.entry` from
 code, layer, runtime in Lambda's order; the figure is the import's wall time. The two layouts alternate.
 
     python -m bench.cold_start [--runs N] [--json]
@@ -22,10 +22,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from infra.asset_staging import CODE_DIRS, EXCLUDED, LAYER_DIR, RUNTIME_MODULES, check_interpreter, stage
+from infra.project import LAYER_DIR, code_dirs
+from sqs_jobs.cdk.asset_staging import EXCLUDED, RUNTIME_MODULES, check_interpreter, stage
 
 LAYER = LAYER_DIR / "python"
-HANDLER_MODULE = "functions.entry"
+HANDLER_MODULE = "sqs_jobs.worker.entry"
+# The first invocation loads the catalog its function names (JOBS_CATALOG): part of every cold start.
+CATALOG_MODULE = "functions.catalog"
 
 # Times the import, then checks that the worker, Powertools and boto3 came from the layout's code, layer and
 # runtime directories, so a stray path can't flatter either figure.
@@ -34,9 +37,10 @@ PROBE = (
     "task, layer, runtime = sys.argv[1:4]\n"
     "sys.path[:0] = [task, layer, runtime]\n"
     "t = time.perf_counter()\n"
-    f"import {HANDLER_MODULE}\n"
+    f"import {HANDLER_MODULE}, {CATALOG_MODULE}\n"
     "elapsed = (time.perf_counter() - t) * 1000\n"
-    "for module, where in (('functions', task), ('aws_lambda_powertools', layer), ('boto3', runtime)):\n"
+    "for module, where in (('functions', task), ('sqs_jobs', layer), ('aws_lambda_powertools', layer),"
+    " ('boto3', runtime)):\n"
     "    assert sys.modules[module].__file__.startswith(where), (module, sys.modules[module].__file__)\n"
     "print(elapsed)\n"
 )
@@ -67,7 +71,7 @@ def _layouts(workdir: Path) -> tuple[dict[str, list[Path]], int]:
     layouts: dict[str, list[Path]] = {}
     for name, bytecode in (("with bytecode", True), ("without bytecode", False)):
         base = workdir / name.replace(" ", "-")
-        stage(CODE_DIRS, base / "task", bytecode=bytecode)
+        stage(code_dirs(), base / "task", bytecode=bytecode)
         layer_ignore = None if bytecode else shutil.ignore_patterns("__pycache__", "*.pyc")
         shutil.copytree(LAYER, base / "opt" / "python", ignore=layer_ignore)
         layouts[name] = [base / "task", base / "opt" / "python", runtime]

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from infra.naming import QUEUE_SIGNALS, queue_signals
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cdk.naming import QUEUE_SIGNALS, queue_signals
 from sqs_jobs.specs import Catalog, QueueSpec
 
 PRICES_AS_OF = "2026-11-29"

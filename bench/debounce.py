@@ -120,13 +120,13 @@ def measure(publishes: int = 100, window_s: int = 5) -> Result:
     from moto import mock_aws
 
     from bench import debounced_job
-    from functions.worker.clients import ClientFactory, new_session
-    from functions.worker.observability import Observability
-    from functions.worker.runtime import Worker
-    from jobctl.local.emulator import EventSourceMapping
-    from jobctl.local.moto_locks import serialize_moto
-    from jobctl.local.provision import provision
+    from sqs_jobs.local.emulator import EventSourceMapping
+    from sqs_jobs.local.moto_locks import serialize_moto
+    from sqs_jobs.local.provision import provision
     from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+    from sqs_jobs.worker.clients import ClientFactory, new_session
+    from sqs_jobs.worker.observability import Observability
+    from sqs_jobs.worker.runtime import Worker
 
     # A batch's records register side by side: their conditional writes must be atomic, as DynamoDB's are (moto's
     # are not; the local engine and the functional tests serialize them the same way).

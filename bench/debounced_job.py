@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.jobs import JobContext
 
 RUNS: list[tuple[float, str]] = []
 _LOCK = threading.Lock()

@@ -4,7 +4,8 @@
 
 The local engine (this process) serves S3 and DynamoDB with the stack's resources; `import_orders` runs as a
 durable execution in a child process: the job's durable function under AWS's durable execution testing SDK, its
-checkpoints in a SQLite store on disk (jobctl/local/durable.py). The child starts the execution with the payload the
+checkpoints in a SQLite store on disk (sqs_jobs.local.durable). The child starts the execution with the payload
+the
 imports queue's worker would give it. Once the child has begun the chunk step `--kill-at-chunk` and half a chunk's
 usual time has passed, it is killed (SIGKILL: no cleanup, no last checkpoint). A new child on the same store
 resumes the execution; it runs to its end.
@@ -34,6 +35,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from functions.catalog import CATALOG
+
 JOB = "import_orders"
 QUEUE = "imports"
 IMPORT_ID = "bench-100k"
@@ -50,14 +53,14 @@ def child(endpoint: str, environ: dict[str, str], state_dir: Path, progress: Pat
     `progress` (flushed at once, so the parent sees it before a kill)."""
     from botocore.config import Config
 
-    from functions.durable.payload import DurableStart
-    from functions.durable.runtime import DurableRuntime, DurableSettings
     from functions.jobs import import_orders
-    from functions.worker.clients import ClientFactory, new_session
-    from functions.worker.observability import Observability
-    from jobctl.local.durable import LocalDurableFunctions
     from sqs_jobs.durable import execution_name
+    from sqs_jobs.durable.payload import DurableStart
+    from sqs_jobs.durable.runtime import DurableRuntime, DurableSettings
+    from sqs_jobs.local.durable import LocalDurableFunctions
     from sqs_jobs.stack_names import durable_function_name
+    from sqs_jobs.worker.clients import ClientFactory, new_session
+    from sqs_jobs.worker.observability import Observability
 
     log = progress.open("a", encoding="utf-8")
 
@@ -190,8 +193,8 @@ def checks(figures: dict[str, Any], chunks: int, kill_at_chunk: int) -> dict[str
 def run(rows: int, kill_at_chunk: int) -> dict[str, Any]:
     from example.orders_csv import orders_csv
     from functions.jobs.import_orders import CHUNK_ROWS, csv_key
-    from functions.worker.settings import ENV_DURABLE_JOB
-    from jobctl.local.engine import LocalEngine
+    from sqs_jobs.local.engine import LocalEngine
+    from sqs_jobs.worker.settings import ENV_DURABLE_JOB
 
     chunks = -(-rows // CHUNK_ROWS)
     if not 0 < kill_at_chunk < chunks:
@@ -199,7 +202,7 @@ def run(rows: int, kill_at_chunk: int) -> dict[str, Any]:
     figures: dict[str, Any] = {"rows": rows, "chunks": chunks, "kill_at_chunk": kill_at_chunk}
     with (
         tempfile.TemporaryDirectory(prefix="bench-durable-") as tmp,
-        LocalEngine(port=0, run_workers=False, worker_output=open(os.devnull, "w")) as engine,
+        LocalEngine(port=0, run_workers=False, worker_output=open(os.devnull, "w"), catalog=CATALOG) as engine,
     ):
         assert engine.deployment is not None
         deployment = engine.deployment

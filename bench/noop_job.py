@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.jobs import JobContext
 
 
 def run(envelope: Envelope, context: JobContext) -> None:

@@ -7,10 +7,10 @@ policy when the message becomes visible again:
 - immediate retry: visibility 0 after a failure, the retry storm the article warns of (rule 3);
 - fixed visibility: nothing changes the visibility, so the message reappears a visibility timeout after it was
   received (what an SQS + Lambda consumer does by default): SQS's 30 s default, and the stack's default timeout;
-- this runtime: `functions.worker.backoff.backoff_delay_s` with the catalog's `QueueSpec` defaults, clamped as
-  `functions.worker.settlement` clamps it;
+- this runtime: `sqs_jobs.worker.backoff.backoff_delay_s` with the catalog's `QueueSpec` defaults, clamped as
+  `sqs_jobs.worker.settlement` clamps it;
 - this runtime with its circuit breakers: the same backoff, and before each call the worker's own
-  `functions.worker.breaker.Breakers` (the real code, on the virtual clock) admits the call or refuses it; a
+  `sqs_jobs.worker.breaker.Breakers` (the real code, on the virtual clock) admits the call or refuses it; a
   refused record is handed back unrun (the message visible again after `hold_delay_s`, no run spent: runs are
   counted apart from receives, as the runtime counts them in the key's record) for up to `max_hold_s` from its
   first hand-back, after which a refusal is a failed attempt.
@@ -38,11 +38,11 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
-from functions.worker.backoff import backoff_delay_s
-from functions.worker.breaker import Breakers, Ticket, hold_delay_s
-from functions.worker.errors import CircuitOpenError
 from sqs_jobs.limits import HAND_BACK_RECEIVES, SQS_MAX_VISIBILITY_S
 from sqs_jobs.specs import CircuitBreakerSpec, QueueSpec
+from sqs_jobs.worker.backoff import backoff_delay_s
+from sqs_jobs.worker.breaker import Breakers, Ticket, hold_delay_s
+from sqs_jobs.worker.errors import CircuitOpenError
 
 # The catalog's defaults, as every queue that sets nothing gets them (the shipped `orders` queue does).
 DEFAULTS = QueueSpec(name="outage_bench", jobs=())
@@ -100,7 +100,7 @@ class Policy:
         self, received_s: float, failed_s: float, attempt: int, rng: random.Random, floor_s: float | None = None
     ) -> float:
         """`floor_s`: the error's retry-after, which the runtime's backoff never goes below (a refusal's time
-        until the breaker lets a probe through, `functions.worker.classify`)."""
+        until the breaker lets a probe through, `sqs_jobs.worker.classify`)."""
         if self.kind is Kind.IMMEDIATE:
             return failed_s
         if self.kind is Kind.FIXED:

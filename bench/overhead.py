@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from functions.catalog import RESOURCES as APP_RESOURCES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REGION = "us-east-1"
@@ -99,12 +99,12 @@ def per_record_us(records: int, rounds: int) -> dict[str, list[float]]:
     from moto import mock_aws
 
     from bench import bare_handler
-    from functions.worker.clients import ClientFactory, new_session
-    from functions.worker.observability import Observability
-    from functions.worker.runtime import Worker
-    from jobctl.local.lambda_events import LocalLambdaContext
-    from jobctl.local.provision import provision
+    from sqs_jobs.local.lambda_events import LocalLambdaContext
+    from sqs_jobs.local.provision import provision
     from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+    from sqs_jobs.worker.clients import ClientFactory, new_session
+    from sqs_jobs.worker.observability import Observability
+    from sqs_jobs.worker.runtime import Worker
 
     # One record at a time, as the bare handler runs them: what the runtime adds per record, not what running
     # records side by side changes (bench.parallel measures that).
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
     imports = {
         "bare Powertools (bench.bare_handler)": cold_import_ms("bench.bare_handler", args.imports),
-        "this runtime (functions.entry)": cold_import_ms("functions.entry", args.imports),
+        "this runtime (sqs_jobs.worker.entry)": cold_import_ms("sqs_jobs.worker.entry", args.imports),
     }
     records = per_record_us(args.records, args.rounds)
     bare_import, ours_import = (statistics.median(v) for v in imports.values())

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from functions.catalog import RESOURCES as APP_RESOURCES
 
 REGION = "us-east-1"
 QUEUE = "invoices"
@@ -65,13 +65,13 @@ def run_cases(delay_s: float, batch: int, rounds: int) -> dict[str, list[float]]
     from moto import mock_aws
 
     from example.standins.invoicing import FakeInvoicingApi
-    from functions.worker.clients import ClientFactory, new_session
-    from functions.worker.observability import Observability
-    from functions.worker.runtime import Worker
-    from jobctl.local.emulator import EventSourceMapping
-    from jobctl.local.provision import provision
-    from sqs_jobs.catalog import CATALOG
+    from functions.catalog import CATALOG
+    from sqs_jobs.local.emulator import EventSourceMapping
+    from sqs_jobs.local.provision import provision
     from sqs_jobs.specs import Catalog
+    from sqs_jobs.worker.clients import ClientFactory, new_session
+    from sqs_jobs.worker.observability import Observability
+    from sqs_jobs.worker.runtime import Worker
 
     timings: dict[str, list[float]] = {case.label: [] for case in cases(batch)}
     shipped = CATALOG.queue(QUEUE)

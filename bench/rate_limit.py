@@ -51,7 +51,7 @@ class StoreCounter:
         self._lock = threading.Lock()
 
     def install(self) -> None:
-        from functions.worker.rate_limit import TokenBucketStore
+        from sqs_jobs.worker.rate_limit import TokenBucketStore
 
         counter = self
         count_write, read = TokenBucketStore._count, TokenBucketStore._read
@@ -71,7 +71,7 @@ class StoreCounter:
 
 
 def measure(jobs: int) -> dict[str, Any]:
-    from sqs_jobs.catalog import CATALOG
+    from functions.catalog import CATALOG
 
     endpoint = CATALOG.resource(ENDPOINT)
     limit = getattr(endpoint, "rate_limit", None)

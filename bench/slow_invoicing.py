@@ -36,7 +36,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from bench.throughput import DEFAULT_BACKLOGS, REQUESTS, RunResult, run_engine, table, without_rate_limits
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from functions.catalog import RESOURCES as APP_RESOURCES
 
 if TYPE_CHECKING:
     from sqs_jobs.specs import Catalog
@@ -75,7 +75,7 @@ def one_at_a_time(catalog: Catalog, queue: str = QUEUE) -> Catalog:
 
 def runs() -> list[tuple[str, Catalog]]:
     """(label, catalog): before, then after."""
-    from sqs_jobs.catalog import CATALOG
+    from functions.catalog import CATALOG
 
     return [("before", one_at_a_time(CATALOG)), ("after", CATALOG)]
 

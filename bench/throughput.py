@@ -51,6 +51,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from functions.catalog import CATALOG
+
 if TYPE_CHECKING:
     from sqs_jobs.specs import Catalog
 
@@ -432,7 +434,6 @@ def _side_effects(engine: Any, job: str) -> Callable[[], int]:
 
 
 def _queue_of(job: str) -> str:
-    from sqs_jobs.catalog import CATALOG
 
     return CATALOG.queue_for_job(job).name
 
@@ -466,8 +467,7 @@ def run_engine(
     engine after the entities are seeded and the first heartbeats consumed, before the clock starts (e.g. to slow
     the fake invoicing API). Without a catalog, the shipped one runs without its rate limits, against an invoicing
     API without its own: this benchmark measures the runtime, not the API's limit (bench.rate_limit does)."""
-    from jobctl.local.engine import LocalEngine
-    from sqs_jobs.catalog import CATALOG
+    from sqs_jobs.local.engine import LocalEngine
     from sqs_jobs.publisher import JobPublisher
 
     if catalog is None:
@@ -494,7 +494,9 @@ def run_engine(
             result.problems.append("the engine was not idle before the run")
         if setup is not None:
             setup(engine)
-        publisher = JobPublisher(engine.clients()("sqs"), {queue_name: engine.deployment.queues[queue_name].url})
+        publisher = JobPublisher(
+            engine.clients()("sqs"), {queue_name: engine.deployment.queues[queue_name].url}, catalog=CATALOG
+        )
         envelopes = {envelope.to_json(): envelope for envelope in (publisher.envelope(job, i) for i in ids)}
         before = mapping.stats.snapshot()
 
@@ -607,16 +609,17 @@ class RawConsumer:
 
 def run_raw(job: str, jobs: int, backlog: int, pollers: int, stall_s: float) -> RunResult:
     """The same messages through moto alone: send, receive, delete; no worker."""
-    from jobctl.local.engine import LocalEngine
-    from jobctl.local.provision import dlq_attributes, queue_attributes
-    from sqs_jobs.catalog import CATALOG
+    from sqs_jobs.local.engine import LocalEngine
+    from sqs_jobs.local.provision import dlq_attributes, queue_attributes
     from sqs_jobs.publisher import JobPublisher
 
     spec = CATALOG.queue_for_job(job)
     ids = _entity_ids(job, jobs)
     result = RunResult("raw moto", job, jobs, backlog, pollers)
     # The engine's own moto server (the same request handling), with no worker running.
-    with LocalEngine(port=0, run_workers=False, worker_output=DISCARD, heartbeat_interval_s=HEARTBEAT_OFF_S) as engine:
+    with LocalEngine(
+        port=0, run_workers=False, worker_output=DISCARD, heartbeat_interval_s=HEARTBEAT_OFF_S, catalog=CATALOG
+    ) as engine:
         sqs = engine.clients()("sqs")
         # A queue of its own with the catalog queue's settings (visibility timeout, redrive policy to a DLQ, SSE).
         dlq_url = sqs.create_queue(QueueName="bench-raw-dlq")["QueueUrl"]
@@ -625,7 +628,7 @@ def run_raw(job: str, jobs: int, backlog: int, pollers: int, stall_s: float) -> 
         arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         sqs.set_queue_attributes(QueueUrl=dlq_url, Attributes=dlq_attributes(spec, arn))
         sqs.set_queue_attributes(QueueUrl=url, Attributes=queue_attributes(spec, dlq_arn))
-        publisher = JobPublisher(sqs, {spec.name: url})
+        publisher = JobPublisher(sqs, {spec.name: url}, catalog=CATALOG)
         envelopes = {envelope.to_json(): envelope for envelope in (publisher.envelope(job, i) for i in ids)}
         # One client for all pollers, as the emulator has.
         consumer = RawConsumer(engine.clients()("sqs"), url, pollers, backlog, jobs)

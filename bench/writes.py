@@ -38,7 +38,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from unittest import mock
 
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from functions.catalog import CATALOG
+from functions.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.specs import CircuitBreakerSpec
 
 WRITE_OPERATIONS = frozenset(
@@ -194,10 +195,10 @@ def run(jobs: int = 100) -> list[PhaseResult]:
     """Run `jobs` new order confirmations, as many duplicates, retried jobs and hand-backs, on the real worker."""
     from moto import mock_aws
 
-    from functions.worker.clients import ClientFactory, new_session
-    from jobctl.local.provision import provision
-    from sqs_jobs.catalog import CATALOG
+    from functions.catalog import CATALOG
+    from sqs_jobs.local.provision import provision
     from sqs_jobs.specs import Catalog
+    from sqs_jobs.worker.clients import ClientFactory, new_session
 
     # The orders queue with its breakers off (the retry phase's failures would open SES's) and short backoffs.
     spec = replace(
@@ -223,10 +224,10 @@ class _Bench:
     """The worker of the orders queue on moto, its DynamoDB calls counted, run phase by phase."""
 
     def __init__(self, clients: Any, deployment: Any, jobs: int) -> None:
-        from functions.worker.observability import Observability
-        from functions.worker.runtime import Worker
-        from jobctl.local.emulator import EventSourceMapping
         from sqs_jobs.limits import SETTLE_MARGIN_S
+        from sqs_jobs.local.emulator import EventSourceMapping
+        from sqs_jobs.worker.observability import Observability
+        from sqs_jobs.worker.runtime import Worker
 
         self.jobs = jobs
         self.deployment = deployment
@@ -292,7 +293,9 @@ class _Bench:
     def _publish_batch(self, prefix: str) -> str:
         from sqs_jobs.publisher import BatchTable, JobPublisher
 
-        publisher = JobPublisher(self.sqs, {QUEUE: self.url}, batches=BatchTable(self.dynamodb, self.idempotency_table))
+        publisher = JobPublisher(
+            self.sqs, {QUEUE: self.url}, batches=BatchTable(self.dynamodb, self.idempotency_table), catalog=CATALOG
+        )
         return publisher.batch([(JOB, f"{prefix}-{n}") for n in range(self.jobs)], description="bench (c)")
 
     def _members_item_bytes(self, batch_id: str) -> int:

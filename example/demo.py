@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from example.demo_import import run_import
-from functions.worker.errors import EnvelopeError
-from jobctl.local.engine import LocalEngine
+from functions.catalog import CATALOG
+from sqs_jobs.local.engine import LocalEngine
 from sqs_jobs.publisher import JobPublisher
+from sqs_jobs.worker.errors import EnvelopeError
 
 ORDERS = {
     "1001": {"email": "aiko@example.com", "customer_name": "Aiko", "total": "42.00", "currency": "EUR"},
@@ -68,7 +69,9 @@ def run_demo(engine: LocalEngine) -> DemoResult:
     clients = engine.clients()
     orders = deployment.queues["orders"]
     _seed_orders(clients("dynamodb"), deployment.resources["orders_table"])
-    publisher = JobPublisher(clients("sqs"), {name: queue.url for name, queue in deployment.queues.items()})
+    publisher = JobPublisher(
+        clients("sqs"), {name: queue.url for name, queue in deployment.queues.items()}, catalog=CATALOG
+    )
     result = DemoResult()
 
     print("publishing: orders 1001, 1002, 1003, order 1001 again (duplicate), missing order 9999")
@@ -130,7 +133,10 @@ def main() -> int:
         logging.getLogger(sdk).setLevel(logging.CRITICAL)
     print("starting the local engine (embedded moto server + Lambda SQS emulator)...")
     WORKER_LOG.parent.mkdir(parents=True, exist_ok=True)
-    with WORKER_LOG.open("w", encoding="utf-8") as worker_log, LocalEngine(port=0, worker_output=worker_log) as engine:
+    with (
+        WORKER_LOG.open("w", encoding="utf-8") as worker_log,
+        LocalEngine(port=0, worker_output=worker_log, catalog=CATALOG) as engine,
+    ):
         print(f"local engine at {engine.endpoint_url}; worker logs and EMF metrics in {WORKER_LOG}")
         result = run_demo(engine)
     passed = sum(1 for _, ok in result.checks if ok)

@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from example.orders_csv import order_id, orders_csv, row_amount
-from functions.durable.record import DurableRecords
 from functions.jobs.import_orders import csv_key
 from sqs_jobs.durable import execution_name
+from sqs_jobs.durable.record import DurableRecords
 from sqs_jobs.publisher import JobPublisher
 
 if TYPE_CHECKING:
     from example.demo import DemoResult
-    from jobctl.local.engine import LocalEngine
+    from sqs_jobs.local.engine import LocalEngine
 
 IMPORT_ID = "demo-2026-12"
 ROWS = 2_500

@@ -5,7 +5,7 @@ of one order's updates) and, beside them, jobs written the way a new team writes
 job whose result is a datetime, a plain string, an object with no JSON form, too big to keep, ...), on the standard
 and the FIFO queue. Some messages carry big non-ASCII producer attributes (emoji, CJK, a binary value).
 
-Faults (jobctl/local/chaos.py): transient failures and hangs of every call a job makes (any AWS service through
+Faults (sqs_jobs.local.chaos): transient failures and hangs of every call a job makes (any AWS service through
 `context.client`, any HTTP call through `context.http`), the invoicing API's own 503s, late and dripping answers,
 crashes after the side effects before the ack, duplicate deliveries, slow cold starts, a slow idempotency store;
 and permanent failures from the data (an order or invoice that doesn't exist, or lacks what the job needs).
@@ -53,28 +53,28 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from example.soak_jobs import durable_receipt, limited, odd_results
-from functions.durable.record import DurableRecords, DurableState
-from functions.worker.attribute_store import StoredAttributesError
-from functions.worker.deadletter import ATTEMPTS, ERROR_MESSAGE, ERROR_TYPE, FAILURE
-from functions.worker.errors import JobCancelledError
-from functions.worker.execution import CUT_RUN_CALL_ENDED_MESSAGE
-from functions.worker.key_life import KeyRecord, KeyState
-from functions.worker.names import HELD, HOLD_SHARE, DeadLetterFailure
-from functions.worker.provenance import Attributes, Provenance, value_bytes
-from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, idempotency_record_id
-from functions.worker.settlement import COMPLETION_UNWRITTEN_MESSAGE
-from jobctl.dlq import DeadLetter, DeadLetterQueue
-from jobctl.errors import OperatorError
-from jobctl.job_cancel import CancelTarget, cancel_job, withdraw
-from jobctl.local.chaos import ChaosSettings
-from jobctl.local.engine import WAITING, LocalEngine
-from sqs_jobs.catalog import CATALOG
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from functions.catalog import CATALOG
+from functions.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.cli.dlq import DeadLetter, DeadLetterQueue
+from sqs_jobs.cli.errors import OperatorError
+from sqs_jobs.cli.job_cancel import CancelTarget, cancel_job, withdraw
 from sqs_jobs.durable import Durable
+from sqs_jobs.durable.record import DurableRecords, DurableState
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.flow_control import KeyConcurrency, RateLimit
+from sqs_jobs.local.chaos import ChaosSettings
+from sqs_jobs.local.engine import WAITING, LocalEngine
 from sqs_jobs.publisher import BatchTable, JobPublisher
 from sqs_jobs.specs import Catalog, JobSpec
+from sqs_jobs.worker.attribute_store import StoredAttributesError
+from sqs_jobs.worker.deadletter import ATTEMPTS, ERROR_MESSAGE, ERROR_TYPE, FAILURE
+from sqs_jobs.worker.errors import JobCancelledError
+from sqs_jobs.worker.execution import CUT_RUN_CALL_ENDED_MESSAGE
+from sqs_jobs.worker.key_life import KeyRecord, KeyState
+from sqs_jobs.worker.names import HELD, HOLD_SHARE, DeadLetterFailure
+from sqs_jobs.worker.provenance import Attributes, Provenance, value_bytes
+from sqs_jobs.worker.settings import IDEMPOTENCY_KEY_PREFIX, idempotency_record_id
+from sqs_jobs.worker.settlement import COMPLETION_UNWRITTEN_MESSAGE
 
 ORDER_JOB = "order_confirmation"
 INVOICE_JOB = "generate_invoice"
@@ -901,7 +901,7 @@ def _publish_batch(engine: LocalEngine, members: Sequence[SoakJob]) -> str:
 def _batch_problems(engine: LocalEngine, batch_id: str, members: Sequence[SoakJob]) -> list[str]:
     """The batch counted every member as it ended (the broken ones dead), and marked its callbacks published: the
     complete one, and the success one exactly when no member was broken. (That each ran once is its mail's check.)"""
-    from jobctl.batch_lookup import look_up_batch
+    from sqs_jobs.cli.batch_lookup import look_up_batch
 
     assert engine.deployment is not None
     view = look_up_batch(engine.clients()("dynamodb"), engine.deployment.idempotency_table, batch_id)
@@ -1335,7 +1335,7 @@ def _progress(show: bool, total: int) -> Iterator[SoakProgress | None]:
     if not show:
         yield None
         return
-    from jobctl.cli_output import live_progress
+    from sqs_jobs.cli.cli_output import live_progress
 
     with live_progress(force=True) as display:
         task = display.add_task("soak: jobs settled", total=total)

@@ -15,10 +15,10 @@ from playwright.sync_api import sync_playwright
 
 from example.records import invoice_item
 from example.standins.invoicing import FakeInvoicingApi
-from jobctl.console.server import ConsoleServer
-from jobctl.job_cancel import cancel_job, target_for
-from jobctl.local.engine import LocalEngine
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cli.console.server import ConsoleServer
+from sqs_jobs.cli.job_cancel import cancel_job, target_for
+from sqs_jobs.local.engine import LocalEngine
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "images"
@@ -61,7 +61,10 @@ def _jobs_in_flight(engine: LocalEngine) -> None:
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    with LocalEngine(port=0, worker_output=io.StringIO()) as engine, tempfile.TemporaryDirectory() as scratch:
+    with (
+        LocalEngine(port=0, worker_output=io.StringIO(), catalog=CATALOG) as engine,
+        tempfile.TemporaryDirectory() as scratch,
+    ):
         assert engine.deployment is not None
         sqs, dynamodb = engine.clients()("sqs"), engine.clients()("dynamodb")
         orders = engine.deployment.queues["orders"]
@@ -80,7 +83,7 @@ def main() -> int:
         engine.wait_until_idle(timeout_s=60)
         _jobs_in_flight(engine)
         time.sleep(6)  # one more sample of the queues for the charts
-        console = ConsoleServer(engine.clients(), engine.stack_name, port=0, archive_dir=Path(scratch))
+        console = ConsoleServer(engine.clients(), engine.stack_name, port=0, archive_dir=Path(scratch), catalog=CATALOG)
         with console, sync_playwright() as driver:
             context = driver.chromium.launch_persistent_context(
                 str(Path(scratch) / "profile"),

@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
 from sqs_jobs.visible import hidden_ranges
 
 SCHEMA = Path(__file__).resolve().parent.parent / "docs" / "envelope.schema.json"

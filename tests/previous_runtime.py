@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 
-from functions.worker.provenance import Attributes
+from sqs_jobs.worker.provenance import Attributes
 
 
 def legacy_packing(attributes: Attributes) -> str:

@@ -17,7 +17,7 @@ from example.soak_jobs import odd_results
 from sqs_jobs.envelope import Envelope
 
 if TYPE_CHECKING:
-    from functions.durable.context import DurableJobContext
+    from sqs_jobs.durable.context import DurableJobContext
 
 # The error a drifting execution's dead letter names.
 DRIFT_ERROR = "NonDeterministicExecutionError"

@@ -16,8 +16,8 @@ import zlib
 from dataclasses import dataclass
 
 from example.soak_jobs import odd_results
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.jobs import JobContext
 
 # Each quote call is answered this late (the soak sets the invoicing API's slow mode for the quotes' IDs): three
 # of them outlast the soak's 3 s time limit, and each stays under the jobs' HTTP read timeout (1.5 s).

@@ -3,7 +3,7 @@ code happens to return. The issue's examples are among them: `{"sent_at": dateti
 for a DynamoDB item, a plain string (the SES message ID), an object with no JSON form.
 
 Which result a run returns is chosen by the order's ID (`result_kind`), so the soak knows what each job returned.
-The runtime keeps each by one rule (functions/worker/results.py): converted to JSON, or dropped with a warning and
+The runtime keeps each by one rule (sqs_jobs.worker.results): converted to JSON, or dropped with a warning and
 a `ResultDropped` metric; whichever, the run is completed once and its mail is never sent again.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 from functions.jobs.order_confirmation import OrderDataError, OrderNotFoundError
 from functions.jobs.records import load_item, text_of
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.jobs import JobContext
 
 # What a run returns, by kind; those the runtime can't keep are DROPPED (no JSON form, or over 64 KiB of JSON).
 RESULT_KINDS = ("datetime", "object", "too_large", "nan", "text", "list", "none")

@@ -27,7 +27,7 @@ arrival time is kept (`arrivals()`), for the benchmark's calls per second.
 Slow and hung requests wait on a condition that every mode change and `stop()` wake, so a stop is prompt even
 with requests stuck in `hang`: they are answered 503 and the server closes.
 
-With chaos (jobctl/local/chaos.py) it also fails some requests by itself (503, or a late answer after creating the
+With chaos (sqs_jobs.local.chaos) it also fails some requests by itself (503, or a late answer after creating the
 invoice) and drips some answers: the status line, headers and body a byte at a time over `drip_s`, so a client
 whose timeouts are per socket read never times out (the jobs' HTTP client bounds the whole call).
 """
@@ -45,7 +45,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from jobctl.local.chaos import Chaos
+    from sqs_jobs.local.chaos import Chaos
 
 MODES = ("ok", "slow", "hang", "503", "429", "422", "401")
 IDEMPOTENCY_HEADER = "Idempotency-Key"

@@ -12,11 +12,11 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from functions.catalog import INVOICES_PREFIX
 from functions.jobs.records import load_item
-from functions.worker.errors import PermanentError, RecordNotFoundError
-from functions.worker.jobs import JobContext
-from sqs_jobs.catalog import INVOICES_PREFIX
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.errors import PermanentError, RecordNotFoundError
+from sqs_jobs.worker.jobs import JobContext
 
 PDF_MAGIC = b"%PDF"
 PDF_CONTENT_TYPE = "application/pdf"

@@ -20,12 +20,12 @@ from decimal import Decimal, InvalidOperation
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from functions.worker.errors import PermanentError
-from sqs_jobs.catalog import IMPORTS_PREFIX
+from functions.catalog import IMPORTS_PREFIX
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.errors import PermanentError
 
 if TYPE_CHECKING:
-    from functions.durable.context import DurableJobContext
+    from sqs_jobs.durable.context import DurableJobContext
 
 CHUNK_ROWS = 1000
 COLUMNS = ("order_id", "customer", "amount")

@@ -7,9 +7,9 @@ it once every import of the batch has ended (succeeded or dead-lettered); it rea
 
 from __future__ import annotations
 
-from functions.worker.errors import PermanentError
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.errors import PermanentError
+from sqs_jobs.worker.jobs import JobContext
 
 
 class NotABatchCallbackError(PermanentError):

@@ -10,9 +10,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from functions.jobs.records import load_item, text_of
-from functions.worker.errors import PermanentError, RecordNotFoundError
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.errors import PermanentError, RecordNotFoundError
+from sqs_jobs.worker.jobs import JobContext
 
 
 class OrderNotFoundError(RecordNotFoundError):

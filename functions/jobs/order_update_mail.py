@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from functions.jobs.order_confirmation import OrderDataError, OrderNotFoundError
 from functions.jobs.records import load_item, text_of
-from functions.worker.errors import PermanentError
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.errors import PermanentError
+from sqs_jobs.worker.jobs import JobContext
 
 
 class UpdateKeyError(PermanentError):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from functions.worker.errors import RecordNotFoundError
-from functions.worker.jobs import JobContext
+from sqs_jobs.worker.errors import RecordNotFoundError
+from sqs_jobs.worker.jobs import JobContext
 
 
 def load_item(

@@ -238,7 +238,7 @@ def definition_items(
         COMPLETE_PUBLISHED_AT: {"N": "0"},
         CREATED_AT: {"N": str(now_s)},
         EXPIRATION: {"N": str(now_s + OPEN_BATCH_TTL_S)},
-        # functions/worker/names.py's LIFE and LIFE_AT (this package imports nothing of the worker's).
+        # sqs_jobs.worker.names's LIFE and LIFE_AT (this package imports nothing of the worker's).
         "life": {"S": open_life(batch_id)},
         "life_at": {"N": str(now_s)},
     }

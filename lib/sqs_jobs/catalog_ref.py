@@ -2,8 +2,8 @@
 
 The framework never imports an app's catalog by itself: the CDK app is given one reference (context `catalog`),
 synthesizes with the catalog it names and passes the same reference to every function it deploys
-(`JOBS_CATALOG`), whose worker loads it on its first invocation. A stack deployed before the reference existed
-has no `JOBS_CATALOG`: its functions load `DEFAULT_CATALOG_REF`, the catalog they were built with.
+(`JOBS_CATALOG`), whose worker loads it on its first invocation. jobctl and the local engine find it the same way:
+`--catalog`, `$JOBS_CATALOG`, else the project's pyproject.toml.
 
 Standard library only: services install this distribution.
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,8 +22,8 @@ if TYPE_CHECKING:
 
 # The environment variable a deployed function reads its catalog's reference from.
 ENV_CATALOG = "JOBS_CATALOG"
-# The catalog of this repository's deployment: what a stack without a reference runs.
-DEFAULT_CATALOG_REF = "sqs_jobs.catalog:CATALOG"
+# Where a project names its catalog: `[tool.sqs-jobs] catalog = "package.module:NAME"` in its pyproject.toml.
+PROJECT_SETTING = "[tool.sqs-jobs] catalog"
 
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 _REF = re.compile(rf"({_DOTTED}):([A-Za-z_][A-Za-z0-9_]*)")
@@ -33,10 +35,30 @@ class CatalogRefError(ValueError):
     message is one line saying which, and what is accepted."""
 
 
-def load_catalog(ref: str) -> Catalog:
+class NoCatalogError(CatalogRefError):
+    """Nothing names the project's catalog: no --catalog, no $JOBS_CATALOG, no pyproject.toml setting."""
+
+
+@dataclass(frozen=True)
+class Project:
+    """A deployment project: the directory of its pyproject.toml, and the catalog it names there."""
+
+    root: Path
+    catalog_ref: str
+
+    def top_package(self) -> str:
+        """The import package the catalog is in (`functions` for `functions.catalog:CATALOG`)."""
+        return self.catalog_ref.split(":", 1)[0].split(".", 1)[0]
+
+
+def load_catalog(ref: str, search_path: Path | None = None) -> Catalog:
     """The Catalog `ref` names, imported; CatalogRefError when it can't be. Its module is imported (and cached by
-    Python) like any other: a catalog's own rules run as it is built."""
+    Python) like any other: a catalog's own rules run as it is built. `search_path`: the project's root, put on
+    `sys.path` when it is not there (a console script's path starts at its own directory, not the project's)."""
     from sqs_jobs.specs import Catalog
+
+    if search_path is not None and str(search_path) not in sys.path:
+        sys.path.insert(0, str(search_path))
 
     found = _REF.fullmatch(ref.strip())
     if found is None:
@@ -58,6 +80,12 @@ def load_catalog(ref: str) -> Catalog:
 def project_catalog_ref(start: Path) -> str | None:
     """`[tool.sqs-jobs] catalog` of the nearest pyproject.toml at or above `start` that has a `[tool.sqs-jobs]`
     table; None if none does. A project names its catalog once, there."""
+    project = find_project(start)
+    return project.catalog_ref if project is not None else None
+
+
+def find_project(start: Path) -> Project | None:
+    """The nearest project at or above `start` whose pyproject.toml names a catalog (`[tool.sqs-jobs] catalog`)."""
     import tomllib
 
     for directory in (start, *start.parents):
@@ -69,5 +97,5 @@ def project_catalog_ref(start: Path) -> str | None:
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
             continue
         if isinstance(settings, dict) and isinstance(settings.get("catalog"), str):
-            return str(settings["catalog"])
+            return Project(root=directory.resolve(), catalog_ref=str(settings["catalog"]).strip())
     return None

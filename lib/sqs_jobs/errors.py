@@ -1,5 +1,5 @@
 """The error types of the job contract, shared by publishers and the worker. Behaviour follows the type, never
-the message text. The worker's own types build on these (functions/worker/errors.py)."""
+the message text. The worker's own types build on these (sqs_jobs.worker.errors)."""
 
 from __future__ import annotations
 

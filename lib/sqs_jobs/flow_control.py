@@ -3,9 +3,9 @@
 - `RateLimit` on a job (`JobSpec.rate_limit`: runs started per second) or on an HTTP endpoint
   (`Endpoint.rate_limit`: calls per second to its host, from every job that calls it). Enforced across every
   execution environment by a token bucket (GCRA) in the idempotency table, leased in blocks so that most tokens
-  cost no write (functions/worker/rate_limit.py).
+  cost no write (sqs_jobs.worker.rate_limit).
 - `KeyConcurrency` on a job (`JobSpec.concurrency`): at most `limit` runs at once per key, across workers, with
-  leases that end with the invocation that holds them (functions/worker/key_concurrency.py).
+  leases that end with the invocation that holds them (sqs_jobs.worker.key_concurrency).
 
 Both may be keyed by an envelope field (`per`): "tenant", "id", or an extra field the producer sends. A record
 over a limit waits inside its invocation when its turn is near, and is otherwise handed back until its turn,

@@ -21,7 +21,7 @@ SQS_MIN_MESSAGE_BYTES = 1024
 SQS_MAX_MESSAGE_BYTES = 1024 * 1024
 SQS_DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024
 # What a dead letter may need beyond its original message: the evidence and the packing of the producer's
-# attributes, both bounded in functions/worker/deadletter.py (tests/unit/test_deadletter.py proves the bound). A
+# attributes, both bounded in sqs_jobs.worker.deadletter (tests/unit/test_deadletter.py proves the bound). A
 # queue's limit leaves this much room below its DLQ's, SQS's largest.
 DEAD_LETTER_HEADROOM_BYTES = 16 * 1024
 LAMBDA_MAX_TIMEOUT_S = 15 * MINUTE

@@ -1,13 +1,13 @@
 """JobPublisher: how other Python services enqueue jobs, checked by the same rules the worker applies.
 
-    publisher = JobPublisher(sqs_client, queue_urls={"orders": url})
-    publisher.publish("order_confirmation", "123")                      # -> SQS message ID
-    publisher.publish_many([("order_confirmation", "124"), ...])        # SendMessageBatch, chunks of 10
-    publisher.publish("order_confirmation", "127", tenant="acme-eu")    # a tenant's: body and MessageGroupId
+    publisher = JobPublisher(sqs_client, queue_urls={"mail": url})
+    publisher.publish("send_receipt", "123")                      # -> SQS message ID
+    publisher.publish_many([("send_receipt", "124"), ...])        # SendMessageBatch, chunks of 10
+    publisher.publish("send_receipt", "127", tenant="acme-eu")    # a tenant's: body and MessageGroupId
 
     publisher = JobPublisher.from_stack(ssm, sqs, scheduler)            # the stack's queues and its scheduler
-    publisher.publish("order_confirmation", "125", delay=timedelta(hours=2))   # -> one-time schedule's name
-    publisher.publish("order_confirmation", "126", at=datetime(2026, 12, 24, 9, tzinfo=UTC))
+    publisher.publish("send_receipt", "125", delay=timedelta(hours=2))   # -> one-time schedule's name
+    publisher.publish("send_receipt", "126", at=datetime(2026, 12, 24, 9, tzinfo=UTC))
 
     publisher = JobPublisher.from_stack(ssm, sqs, dynamodb_client=dynamodb)    # and the stack's batch table
     batch_id = publisher.batch([("import_rows", "f1-0"), ...], on_complete=("import_done", "f1"))
@@ -53,7 +53,6 @@ from sqs_jobs.batches import (
     member_digest,
     new_batch_id,
 )
-from sqs_jobs.catalog import CATALOG
 from sqs_jobs.contract import JobContract
 from sqs_jobs.envelope import MAX_EXTRA_FIELDS, Envelope, Scalar, build_envelope
 from sqs_jobs.errors import EnvelopeError, EnvelopeFieldError
@@ -79,7 +78,7 @@ MAX_DELAY_S = SQS_MAX_DELAY_S
 # over a year is a calendar entry, not a background job.
 MAX_SCHEDULE_AHEAD = timedelta(days=365)
 # The scheduler retries a failed delivery with backoff for up to a day, then dead-letters it (the same policy as
-# the catalog's recurring schedules: infra/job_schedules.py).
+# the catalog's recurring schedules: sqs_jobs.cdk.job_schedules).
 SCHEDULE_RETRY_MAX_AGE_S = 24 * 3600
 SCHEDULE_RETRY_ATTEMPTS = 185
 
@@ -90,6 +89,10 @@ class PublishError(Exception):
 
 class QueueNotConfiguredError(PublishError):
     """The job's queue has no URL in this publisher."""
+
+
+class ContractNotGivenError(PublishError):
+    """A publisher given neither the stack's job contract nor a catalog: it can't tell which queue a job is on."""
 
 
 class InvalidDelayError(PublishError):
@@ -163,7 +166,7 @@ JobRequest = tuple[str, str] | Envelope
 
 def _published_contract(ssm_client: Any, stack_name: str) -> JobContract | None:
     """The stack's job contract, or None: a stack from before contracts has none, and a role granted by hand
-    before them may not read it (SSM refuses the call); the wheel's catalog routes then."""
+    before them may not read it (SSM refuses the call); the catalog given, if any, routes then."""
     try:
         found = ssm_client.get_parameters(Names=[contract_parameter_name(stack_name)]).get("Parameters", [])
     except Exception as error:
@@ -181,23 +184,29 @@ class JobPublisher:
         self,
         sqs_client: Any,
         queue_urls: Mapping[str, str],
-        catalog: Catalog = CATALOG,
+        catalog: Catalog | None = None,
         scheduling: Scheduling | None = None,
         clock: Callable[[], datetime] | None = None,
         contract: JobContract | None = None,
         batches: BatchTable | None = None,
         message_attributes: Callable[[Envelope], Mapping[str, Any]] | None = None,
     ) -> None:
-        """`contract`: the deployed stack's job contract (what from_stack reads); None: the one of `catalog`.
+        """`contract`: the deployed stack's job contract (what from_stack reads); None: the one of `catalog`, the
+        project's catalog where the service has it (one of the two is required: ContractNotGivenError).
         `batches`: where `batch` defines its batches (from_stack with a dynamodb_client finds the stack's).
         `message_attributes`: SQS message attributes sent with each envelope (the worker runtime stamps what it
         sends with its identity; a service needs none)."""
         self._batches = batches
         self._message_attributes = message_attributes
+        if contract is None and catalog is None:
+            raise ContractNotGivenError(
+                "a JobPublisher routes by the stack's job contract: use JobPublisher.from_stack(ssm, sqs), or pass "
+                "contract= (JobContract) or catalog= (the project's Catalog)"
+            )
         self._catalog = catalog
         self._sqs = sqs_client
         self._queue_urls = dict(queue_urls)
-        self._contract = contract or JobContract.from_catalog(catalog)
+        self._contract = contract or JobContract.from_catalog(catalog)  # type: ignore[arg-type]  # one is given
         self._scheduling = scheduling
         self._clock = clock or (lambda: datetime.now(UTC))
 
@@ -208,19 +217,26 @@ class JobPublisher:
         sqs_client: Any,
         scheduler_client: Any = None,
         stack_name: str = DEFAULT_STACK_NAME,
-        catalog: Catalog = CATALOG,
+        catalog: Catalog | None = None,
         clock: Callable[[], datetime] | None = None,
         queues: Iterable[str] | None = None,
         dynamodb_client: Any = None,
     ) -> JobPublisher:
         """A publisher for a deployed stack, from its SSM parameters: its job contract (which jobs exist, on which
-        queue: so a job added to the stack after this wheel was built is published too; a stack without one, the
-        wheel's `catalog`), the URL of each of `queues` (default: every queue) and, with a `scheduler_client`,
+        queue: so a job added to the stack after this service was built is published too; a stack without one,
+        the given `catalog`), the URL of each of `queues` (default: every queue) and, with a `scheduler_client`,
         what delays beyond 15 minutes need. Name only the queues the service was granted
         (`JobQueue.grant_publish`): SSM refuses a whole GetParameters call that names one parameter it may not
         read. Raises QueueNotConfiguredError when a parameter is missing (the stack is not deployed here, or has
         another name). With a `dynamodb_client`, `batch` defines batches in the stack's table."""
-        contract = _published_contract(ssm_client, stack_name) or JobContract.from_catalog(catalog)
+        contract = _published_contract(ssm_client, stack_name)
+        if contract is None:
+            if catalog is None:
+                raise ContractNotGivenError(
+                    f"stack {stack_name!r} has no job contract parameter ({contract_parameter_name(stack_name)}) this "
+                    "role may read: grant it (JobQueue.grant_publish), or pass catalog= (the project's Catalog)"
+                )
+            contract = JobContract.from_catalog(catalog)
         chosen = list(queues) if queues is not None else list(contract.queue_names)
         for queue in chosen:
             if queue not in contract.queue_names:
@@ -619,10 +635,11 @@ class JobPublisher:
         said: tuple[str, str] = ("member job", "callback job"),
     ) -> None:
         """Whichever member ends last publishes the callbacks, from its worker: every member's job must list them in
-        its `publishes` (the catalog's; a job this wheel's catalog doesn't know is left to its worker). `said` names
+        its `publishes` (the catalog's, when the publisher has one; a job it doesn't know is left to its worker).
+        `said` names
         the member and the callback in the refusal."""
         targets = {callback[0] for callback in callbacks.values() if callback is not None}
-        known = {job.name: job for queue in self._catalog for job in queue.jobs}
+        known = {job.name: job for queue in self._catalog or () for job in queue.jobs}
         for name in sorted({member.job for member in members}):
             spec = known.get(name)
             missing = sorted(targets - set(spec.publishes)) if spec is not None else []

@@ -1,11 +1,11 @@
 """Resources a job may use, declared by kind in the app's catalog.
 
-Each kind has one provider in the stack (infra/resource_providers.py) and one in the local engine
-(jobctl/local/resource_providers.py); neither knows any app's resources. A job's `JobSpec.resources` names what
+Each kind has one provider in the stack (sqs_jobs.cdk.resource_providers) and one in the local engine
+(sqs_jobs.local.resource_providers); neither knows any app's resources. A job's `JobSpec.resources` names what
 it may use, and the worker receives exactly those: each as the value of its environment variable (a table's
 name, a bucket's name, a URL, a secret's ARN, an address), with the least grant its kind needs.
 
-Every resource has a context key, its name: `cdk deploy -c orders_table=OrderingService-Orders` uses a table that
+Every resource has a context key, its name: `cdk deploy -c customers_table=CrmService-Customers` uses a table that
 exists already instead of creating one (tables, buckets, secrets), and sets an endpoint's URL or the mail
 sender's address (docs/catalog.md, "Resources").
 """

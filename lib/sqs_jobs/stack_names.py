@@ -1,5 +1,5 @@
 """Where a deployed stack publishes what its publishers and operators need: SSM parameter names and the
-scheduler's names, as pure functions. The CDK app writes them (infra/naming.py re-exports this module), the
+scheduler's names, as pure functions. The CDK app writes them (sqs_jobs.cdk.naming re-exports this module), the
 publisher and jobctl read them.
 """
 
@@ -14,7 +14,7 @@ QUEUE_URL = "url"
 DLQ_URL = "dlq-url"
 QUEUE_ARN = "arn"
 # The unique ID of the queue's worker role: SQS names it as the SenderId of what the runtime sends, so jobctl
-# can tell the runtime's evidence from attributes a producer set (functions/worker/provenance.py).
+# can tell the runtime's evidence from attributes a producer set (sqs_jobs.worker.provenance).
 WORKER_ROLE_ID = "worker-role-id"
 # The role EventBridge Scheduler sends the queue's scheduled jobs with (it may send to that one queue only):
 # recurring schedules use it, and publishers pass it when they create a one-time schedule for a delayed job.

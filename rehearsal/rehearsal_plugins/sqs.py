@@ -2,7 +2,7 @@
 
 AWS sets a message's SenderId to the sender's IAM identity: a user's ID, or `<role ID>:<session>` for an assumed
 role. LocalStack 2026.3.0 puts the account ID on every message, so the worker role's messages would look like any
-producer's, and the runtime's provenance check (functions/worker/provenance.py) could never be rehearsed. Here
+producer's, and the runtime's provenance check (lib/sqs_jobs/worker/provenance.py) could never be rehearsed. Here
 SenderId is what STS GetCallerIdentity answers as UserId for the request's credentials; messages a move task or
 the redrive policy carries over keep the SenderId they had.
 """

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import BrowserContext, Playwright, sync_playwright
 
-from jobctl.console.server import ConsoleServer
-from jobctl.local.engine import LocalEngine
+from functions.catalog import CATALOG
+from sqs_jobs.cli.console.server import ConsoleServer
+from sqs_jobs.local.engine import LocalEngine
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Without these, chromium here stalls on connections this machine refuses (updates, sync, first-run pings).
@@ -48,11 +49,13 @@ def browser(playwright: Playwright, tmp_path: Path) -> Iterator[BrowserContext]:
 
 @pytest.fixture
 def engine() -> Iterator[LocalEngine]:
-    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600) as running:
+    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600, catalog=CATALOG) as running:
         yield running
 
 
 @pytest.fixture
 def console(engine: LocalEngine, tmp_path: Path) -> Iterator[ConsoleServer]:
-    with ConsoleServer(engine.clients(), engine.stack_name, port=0, archive_dir=tmp_path / "archives") as server:
+    with ConsoleServer(
+        engine.clients(), engine.stack_name, port=0, archive_dir=tmp_path / "archives", catalog=CATALOG
+    ) as server:
         yield server

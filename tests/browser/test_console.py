@@ -9,8 +9,8 @@ import re
 import pytest
 from playwright.sync_api import BrowserContext, expect
 
-from jobctl.console.server import ConsoleServer
-from jobctl.local.engine import LocalEngine
+from sqs_jobs.cli.console.server import ConsoleServer
+from sqs_jobs.local.engine import LocalEngine
 
 pytestmark = pytest.mark.e2e
 

@@ -17,9 +17,9 @@ from playwright.sync_api import BrowserContext, Page, expect
 
 from example.records import invoice_item
 from example.standins.invoicing import FakeInvoicingApi
-from jobctl.console.charts import HEIGHT, TOP
-from jobctl.console.server import ConsoleServer
-from jobctl.local.engine import LocalEngine
+from sqs_jobs.cli.console.charts import HEIGHT, TOP
+from sqs_jobs.cli.console.server import ConsoleServer
+from sqs_jobs.local.engine import LocalEngine
 from tests.e2e.jobctl_runs import publish, put_order
 
 pytestmark = pytest.mark.e2e
@@ -64,7 +64,7 @@ def test_retrying_running_and_cancelled_jobs_from_the_browser(
 ) -> None:
     # The worker runs in this process: a running job reads whether it was cancelled before each call (every 10 s
     # in production, at every call here).
-    monkeypatch.setattr("functions.worker.progress.CANCEL_CHECK_INTERVAL_S", 0.0)
+    monkeypatch.setattr("sqs_jobs.worker.progress.CANCEL_CHECK_INTERVAL_S", 0.0)
     invoicing = engine.standins["invoicing_api_url"]
     assert isinstance(invoicing, FakeInvoicingApi)
     for invoice_id in ("inv-retry", "inv-run"):

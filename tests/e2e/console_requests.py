@@ -6,8 +6,8 @@ from __future__ import annotations
 import http.client
 from urllib.parse import urlencode
 
-from jobctl.console.security import ACCESS_COOKIE
-from jobctl.console.server import ConsoleServer
+from sqs_jobs.cli.console.security import ACCESS_COOKIE
+from sqs_jobs.cli.console.server import ConsoleServer
 
 
 def console_request(

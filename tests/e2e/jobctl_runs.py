@@ -10,8 +10,9 @@ from typing import Any
 
 from click.testing import CliRunner, Result
 
-from jobctl.cli import main as jobctl
-from jobctl.local.engine import LocalEngine
+from functions.catalog import CATALOG
+from sqs_jobs.cli.cli import main as jobctl
+from sqs_jobs.local.engine import LocalEngine
 
 MISSING = ("501", "502", "503")
 
@@ -19,7 +20,7 @@ MISSING = ("501", "502", "503")
 @contextmanager
 def engine_with_dead_letters() -> Iterator[LocalEngine]:
     """An engine whose orders DLQ holds three missing orders and one malformed message."""
-    with LocalEngine(port=0, worker_output=io.StringIO()) as running:
+    with LocalEngine(port=0, worker_output=io.StringIO(), catalog=CATALOG) as running:
         assert running.deployment is not None
         sqs = running.clients()("sqs")
         url = running.deployment.queues["orders"].url

@@ -23,7 +23,7 @@ def cli_env() -> dict[str, str]:
 def jobctl_local(*args: str) -> Iterator[subprocess.Popen[str]]:
     """`python -m jobctl local ARGS`, stdout and stderr merged; killed on the way out if still running."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "jobctl", "local", *args],
+        [sys.executable, "-m", "sqs_jobs.cli", "local", *args],
         cwd=ROOT,
         env=cli_env(),
         stdout=subprocess.PIPE,

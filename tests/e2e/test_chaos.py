@@ -24,14 +24,14 @@ from example.soak import (
     run_soak,
 )
 from example.soak_jobs import odd_results
-from functions.worker.clients import new_session
-from functions.worker.deadletter import ERROR_TYPE
-from functions.worker.errors import JobCancelledError
-from jobctl.local.chaos import ChaosSettings
-from jobctl.local.engine import LocalEngine, free_port, running_engine
-from sqs_jobs.catalog import CATALOG
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from functions.catalog import CATALOG
+from functions.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.local.chaos import ChaosSettings
+from sqs_jobs.local.engine import LocalEngine, free_port, running_engine
 from sqs_jobs.specs import Catalog
+from sqs_jobs.worker.clients import new_session
+from sqs_jobs.worker.deadletter import ERROR_TYPE
+from sqs_jobs.worker.errors import JobCancelledError
 from tests.e2e.processes import jobctl_local
 
 pytestmark = pytest.mark.e2e

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from jobctl.cli import main as jobctl
-from jobctl.local.engine import LocalEngine
+from functions.catalog import CATALOG
+from sqs_jobs.cli.cli import main as jobctl
+from sqs_jobs.local.engine import LocalEngine
 from tests.e2e.jobctl_runs import publish, put_order
 from tests.e2e.processes import ROOT, cli_env
 
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[LocalEngine]:
-    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600) as running:
+    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600, catalog=CATALOG) as running:
         yield running
 
 
@@ -177,7 +178,7 @@ def test_bad_usage_exits_2_with_one_line(engine: LocalEngine, args: list[str], c
 
 def test_jobctl_console_serves_the_overview_until_interrupted(engine: LocalEngine) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "jobctl", "--endpoint-url", engine.endpoint_url, "console", "--port", "0"],
+        [sys.executable, "-m", "sqs_jobs.cli", "--endpoint-url", engine.endpoint_url, "console", "--port", "0"],
         cwd=ROOT,
         env={**cli_env(), "AWS_REGION": engine.region},
         stdout=subprocess.PIPE,

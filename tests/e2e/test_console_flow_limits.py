@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from functions.worker.rate_limit import RateLimiter, TokenBucketStore
-from jobctl.console.server import ConsoleServer
-from jobctl.local.engine import LocalEngine
+from sqs_jobs.cli.console.server import ConsoleServer
 from sqs_jobs.flow_control import KeyConcurrency, RateLimit, job_rate_limit_name
+from sqs_jobs.local.engine import LocalEngine
 from sqs_jobs.resources import Endpoint
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.rate_limit import RateLimiter, TokenBucketStore
 from tests.e2e.console_requests import console_request
 
 pytestmark = pytest.mark.e2e

@@ -11,10 +11,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from jobctl.console.security import ACCESS_COOKIE, CSRF_FIELD
-from jobctl.console.server import ConsoleServer
-from jobctl.local.engine import LocalEngine
-from jobctl.queue_control import is_paused
+from functions.catalog import CATALOG
+from sqs_jobs.cli.console.security import ACCESS_COOKIE, CSRF_FIELD
+from sqs_jobs.cli.console.server import ConsoleServer
+from sqs_jobs.cli.queue_control import is_paused
+from sqs_jobs.local.engine import LocalEngine
 from tests.e2e.console_requests import console_request
 
 pytestmark = pytest.mark.e2e
@@ -22,13 +23,13 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[LocalEngine]:
-    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600) as running:
+    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600, catalog=CATALOG) as running:
         yield running
 
 
 @pytest.fixture
 def console(engine: LocalEngine, tmp_path: Path) -> Iterator[ConsoleServer]:
-    with ConsoleServer(engine.clients(), engine.stack_name, port=0, archive_dir=tmp_path) as server:
+    with ConsoleServer(engine.clients(), engine.stack_name, port=0, archive_dir=tmp_path, catalog=CATALOG) as server:
         yield server
 
 
@@ -120,7 +121,13 @@ def test_pages_forbid_framing_and_caching(console: ConsoleServer) -> None:
 
 def test_off_loopback_every_request_needs_the_printed_token(engine: LocalEngine, tmp_path: Path) -> None:
     with ConsoleServer(
-        engine.clients(), engine.stack_name, host="0.0.0.0", port=0, allow_hosts=["console.test"], archive_dir=tmp_path
+        engine.clients(),
+        engine.stack_name,
+        host="0.0.0.0",
+        port=0,
+        allow_hosts=["console.test"],
+        archive_dir=tmp_path,
+        catalog=CATALOG,
     ) as console:
         token = console.guard.access_token
         assert token and f"?token={token}" in console.url and urlsplit(console.url).hostname == "console.test"
@@ -171,7 +178,7 @@ def test_a_read_from_another_site_is_refused_before_it_scans_anything(
 
 
 def test_a_discard_archive_is_readable_by_its_owner_only(tmp_path: Path) -> None:
-    from jobctl.dlq import open_archive
+    from sqs_jobs.cli.dlq import open_archive
 
     path = tmp_path / "archives" / "orders-discarded.jsonl"
     with open_archive(path) as sink:

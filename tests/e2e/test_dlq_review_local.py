@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobctl.local.engine import LocalEngine
-from jobctl.local.scheduler import FastClock
+from functions.catalog import CATALOG
+from sqs_jobs.local.engine import LocalEngine
+from sqs_jobs.local.scheduler import FastClock
 
 pytestmark = pytest.mark.e2e
 
@@ -21,7 +22,7 @@ BEFORE_MONDAY_NINE = datetime(2026, 12, 7, 8, 59, 57, tzinfo=UTC)
 
 @pytest.fixture
 def engine() -> Iterator[LocalEngine]:
-    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600) as running:
+    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600, catalog=CATALOG) as running:
         yield running
 
 

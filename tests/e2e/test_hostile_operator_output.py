@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from jobctl.console.server import ConsoleServer
-from jobctl.local.engine import LocalEngine
+from functions.catalog import CATALOG
+from sqs_jobs.cli.console.server import ConsoleServer
+from sqs_jobs.local.engine import LocalEngine
 from tests.e2e.console_requests import console_request
 from tests.e2e.jobctl_runs import as_json, run
 
@@ -41,7 +42,7 @@ FORBIDDEN = ("\u001b", "\u0007", "\u009b", "\u202e", "\u200b", "\r", "\u0000")
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[LocalEngine]:
-    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600) as running:
+    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600, catalog=CATALOG) as running:
         assert running.deployment is not None
         sqs = running.clients()("sqs")
         url = running.deployment.queues["orders"].url
@@ -115,7 +116,7 @@ def test_the_console_pages_show_the_escapes_never_the_characters(engine: LocalEn
     scanned = as_json(
         run(engine, "--output", "json", "dlq", "redrive", "orders", "--all", "--dry-run", "--allow-non-idempotent")
     )
-    with ConsoleServer(engine.clients(), engine.stack_name, port=0, archive_dir=tmp_path) as console:
+    with ConsoleServer(engine.clients(), engine.stack_name, port=0, archive_dir=tmp_path, catalog=CATALOG) as console:
         messages = [f"/queues/orders/messages/{m['message_id']}" for m in scanned["would_move"]]
         pages = ["/", "/queues/orders", "/life", *messages]
         for path in pages:
@@ -157,7 +158,7 @@ def test_schedules_list_shows_malformed_and_hostile_inputs_without_crashing(
     hostile = next(row for row in scripted["schedules"] if row["name"] == "once-hostile-markup")
     assert hostile["id"] == f"7{CLEAR}"  # exact in JSON
     # The console's jobs page lists the same schedules, and a search for what the producer hid, as text.
-    with ConsoleServer(engine.clients(), engine.stack_name, port=0, archive_dir=tmp_path) as console:
+    with ConsoleServer(engine.clients(), engine.stack_name, port=0, archive_dir=tmp_path, catalog=CATALOG) as console:
         for path in ("/life", "/life?q=%1B%5B2J"):
             response, page = console_request(console, "GET", path)
             assert response.status == 200, page[:500]

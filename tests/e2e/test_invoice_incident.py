@@ -24,9 +24,9 @@ import pytest
 
 from example.records import invoice_item
 from example.standins.invoicing import FakeInvoicingApi
-from jobctl.local.engine import LocalEngine, free_port
-from sqs_jobs.catalog import CATALOG
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from functions.catalog import CATALOG
+from functions.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.local.engine import LocalEngine, free_port
 from sqs_jobs.publisher import JobPublisher
 from sqs_jobs.specs import Catalog
 from tests.e2e.processes import ROOT, cli_env, jobctl_local
@@ -108,7 +108,7 @@ def test_a_hanging_invoicing_api_no_longer_stops_the_queue(engine: LocalEngine, 
             Item=invoice_item(invoice_id),
         )
     invoicing(engine).set_mode("hang", only_ids=[HUNG])
-    publisher = JobPublisher(clients("sqs"), {QUEUE: engine.deployment.queues[QUEUE].url})
+    publisher = JobPublisher(clients("sqs"), {QUEUE: engine.deployment.queues[QUEUE].url}, catalog=CATALOG)
     publisher.publish_many([("generate_invoice", invoice_id) for invoice_id in INVOICE_IDS])
 
     # Every other invoice lands, though the API never answers for one of them.
@@ -164,7 +164,7 @@ def test_jobctl_local_on_a_busy_port_fails_at_once_in_one_line(busy: str) -> Non
         env = cli_env()
 
         result = subprocess.run(
-            [sys.executable, "-m", "jobctl", "local", *args],
+            [sys.executable, "-m", "sqs_jobs.cli", "local", *args],
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -182,7 +182,7 @@ def test_jobctl_local_on_a_busy_port_fails_at_once_in_one_line(busy: str) -> Non
 
 def test_jobctl_local_refuses_a_stand_in_option_it_has_no_endpoint_for_in_one_line() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "jobctl", "local", "--port", str(free_port()), "--standin", "images_api:mode=ok"],
+        [sys.executable, "-m", "sqs_jobs.cli", "local", "--port", str(free_port()), "--standin", "images_api:mode=ok"],
         cwd=ROOT,
         env=cli_env(),
         capture_output=True,

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobctl.local.engine import LocalEngine
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.local.engine import LocalEngine
 from tests.e2e.jobctl_runs import as_json, engine_with_dead_letters, run
 
 pytestmark = pytest.mark.e2e

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobctl.local.engine import LocalEngine
+from sqs_jobs.local.engine import LocalEngine
 from tests.e2e.jobctl_runs import as_json, engine_with_dead_letters, run
 
 pytestmark = pytest.mark.e2e

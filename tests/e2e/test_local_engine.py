@@ -14,9 +14,10 @@ from botocore.exceptions import ClientError
 from click.testing import CliRunner
 
 from example.demo import run_demo
-from functions.worker.clients import new_session
-from jobctl.cli import main as jobctl
-from jobctl.local.engine import LocalEngine, free_port
+from functions.catalog import CATALOG
+from sqs_jobs.cli.cli import main as jobctl
+from sqs_jobs.local.engine import LocalEngine, free_port
+from sqs_jobs.worker.clients import new_session
 from tests.e2e.processes import jobctl_local
 
 pytestmark = pytest.mark.e2e
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def engine() -> Iterator[LocalEngine]:
-    with LocalEngine(port=0, worker_output=io.StringIO()) as running:
+    with LocalEngine(port=0, worker_output=io.StringIO(), catalog=CATALOG) as running:
         yield running
 
 

@@ -13,20 +13,21 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from example.records import invoice_item
-from jobctl.discovery import find_queues
-from jobctl.local.engine import LocalEngine
-from jobctl.status import queue_status
+from functions.catalog import CATALOG
+from sqs_jobs.cli.discovery import find_queues
+from sqs_jobs.cli.status import queue_status
+from sqs_jobs.local.engine import LocalEngine
 
 pytestmark = pytest.mark.e2e
 
 
 def test_a_stopped_worker_shows_as_stalled_with_its_heartbeat_missing() -> None:
-    with LocalEngine(port=0, worker_output=io.StringIO()) as running:
+    with LocalEngine(port=0, worker_output=io.StringIO(), catalog=CATALOG) as running:
         assert running.deployment is not None
         clients = running.clients()
         spec = running.catalog.queue("orders")
         deadline = time.monotonic() + 20
-        where = find_queues(clients("ssm"), running.stack_name)["orders"]
+        where = find_queues(clients("ssm"), running.stack_name, catalog=CATALOG)["orders"]
         while queue_status(clients("sqs"), clients("cloudwatch"), spec, where).last_heartbeat_at is None:
             assert time.monotonic() < deadline, "the first heartbeat never got through"
             time.sleep(0.5)
@@ -45,11 +46,11 @@ def test_a_stopped_worker_shows_as_stalled_with_its_heartbeat_missing() -> None:
 
 
 def test_an_invoicing_outage_opens_the_breaker_and_jobctl_status_says_so() -> None:
-    with LocalEngine(port=0, worker_output=io.StringIO()) as running:
+    with LocalEngine(port=0, worker_output=io.StringIO(), catalog=CATALOG) as running:
         assert running.deployment is not None
         clients = running.clients()
         spec = running.catalog.queue("invoices")
-        where = find_queues(clients("ssm"), running.stack_name)["invoices"]
+        where = find_queues(clients("ssm"), running.stack_name, catalog=CATALOG)["invoices"]
         for number in range(12):
             clients("dynamodb").put_item(
                 TableName=running.deployment.resources["invoices_table"],

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobctl.local.engine import LocalEngine
-from jobctl.queue_control import pause, resume
+from functions.catalog import CATALOG
+from sqs_jobs.cli.queue_control import pause, resume
+from sqs_jobs.local.engine import LocalEngine
 
 pytestmark = pytest.mark.e2e
 
@@ -22,7 +23,7 @@ PAUSED_WATCH_S = 4
 @pytest.fixture
 def engine() -> Iterator[LocalEngine]:
     # No heartbeat canary in the way: its beats would be waiting on the paused queue too.
-    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600) as running:
+    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600, catalog=CATALOG) as running:
         yield running
 
 
@@ -59,12 +60,12 @@ def test_a_paused_queue_keeps_its_jobs_until_it_is_resumed(engine: LocalEngine) 
 
 
 def test_status_says_a_paused_queue_is_paused(engine: LocalEngine) -> None:
-    from jobctl.discovery import find_queues
-    from jobctl.status import QueueStatus, queue_status
-    from sqs_jobs.catalog import CATALOG
+    from functions.catalog import CATALOG
+    from sqs_jobs.cli.discovery import find_queues
+    from sqs_jobs.cli.status import QueueStatus, queue_status
 
     clients = engine.clients()
-    where = find_queues(clients("ssm"), engine.stack_name)["orders"]
+    where = find_queues(clients("ssm"), engine.stack_name, catalog=CATALOG)["orders"]
 
     def read() -> QueueStatus:
         return queue_status(

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobctl.local.engine import LocalEngine
+from sqs_jobs.local.engine import LocalEngine
 from sqs_jobs.stack_names import resource_parameter_name
 from tests.sample_app.catalog import CATALOG, LOCAL_API_KEY
 from tests.sample_app.thumbnail_standin import PNG, ThumbnailStandIn

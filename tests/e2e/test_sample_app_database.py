@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pg8000.native
 import pytest
 
-from functions.worker.deadletter import ERROR_TYPE
-from jobctl.local.engine import LocalEngine
+from sqs_jobs.local.engine import LocalEngine
+from sqs_jobs.worker.deadletter import ERROR_TYPE
 from tests.postgres_server import PostgresServer, running_postgres
 from tests.sample_app.catalog import CATALOG
 

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from jobctl.cli import main as jobctl
-from jobctl.local.engine import LocalEngine
-from jobctl.local.scheduler import FastClock
+from functions.catalog import CATALOG
+from sqs_jobs.cli.cli import main as jobctl
+from sqs_jobs.local.engine import LocalEngine
+from sqs_jobs.local.scheduler import FastClock
 from tests.e2e.jobctl_runs import put_order
 
 pytestmark = pytest.mark.e2e
@@ -24,7 +25,7 @@ SPEED = 120.0  # 20 minutes pass in 10 seconds
 
 @pytest.fixture(scope="module")
 def running_engine() -> Iterator[LocalEngine]:
-    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600) as running:
+    with LocalEngine(port=0, worker_output=io.StringIO(), heartbeat_interval_s=3600, catalog=CATALOG) as running:
         yield running
 
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
 
 NOT_JSON = "EnvelopeNotJSONError"
 NOT_OBJECT = "EnvelopeNotObjectError"

@@ -7,9 +7,9 @@ import json
 from collections import Counter
 from typing import Any
 
-from functions.worker.provenance import Provenance
-from jobctl.dlq import DeadLetterQueue, Filter
-from jobctl.local.provision import LocalQueue
+from sqs_jobs.cli.dlq import DeadLetterQueue, Filter
+from sqs_jobs.local.provision import LocalQueue
+from sqs_jobs.worker.provenance import Provenance
 from tests.functional.conftest import REGION, Harness
 
 

@@ -11,10 +11,6 @@ from typing import Any
 
 import pytest
 
-from functions.worker.batch_members import BatchMembers
-from functions.worker.clients import ClientFactory
-from functions.worker.provenance import Provenance
-from jobctl.dlq import DeadLetterQueue, Filter
 from sqs_jobs.batches import (
     COMPLETE,
     EXPIRATION,
@@ -27,10 +23,14 @@ from sqs_jobs.batches import (
     batch_item_id,
     callback_key,
 )
+from sqs_jobs.cli.dlq import DeadLetterQueue, Filter
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.errors import EnvelopeFieldError, UnknownJobError
 from sqs_jobs.publisher import BatchTable, JobPublisher
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.batch_members import BatchMembers
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.provenance import Provenance
 from tests.functional.conftest import Harness, attributes_of
 from tests.functional.sample_jobs import tallied
 
@@ -279,7 +279,7 @@ def test_a_publisher_without_the_batch_table_says_how_to_get_one(harness: Harnes
 def test_jobctl_batch_show_lists_members_by_state_and_the_callbacks(harness: Harness) -> None:
     from click.testing import CliRunner
 
-    from jobctl.cli import main as jobctl
+    from sqs_jobs.cli.cli import main as jobctl
 
     # Given a batch with a hostile description, one member dead-lettered, one succeeded and one not yet run
     hostile = "import \u202e[bold]gnp.exe[/bold]\x1b[2J"
@@ -308,8 +308,8 @@ def test_jobctl_batch_show_lists_members_by_state_and_the_callbacks(harness: Har
 def test_jobctl_batch_show_refuses_what_is_not_a_batch_id_and_says_when_there_is_none(harness: Harness) -> None:
     from click.testing import CliRunner
 
-    from jobctl.cli import main as jobctl
-    from jobctl.errors import EXIT_FAILED, EXIT_USAGE
+    from sqs_jobs.cli.cli import main as jobctl
+    from sqs_jobs.cli.errors import EXIT_FAILED, EXIT_USAGE
 
     assert CliRunner().invoke(jobctl, ["batch", "show", "nope"]).exit_code == EXIT_USAGE
     missing = CliRunner().invoke(jobctl, ["batch", "show", "f" * 32])
@@ -317,9 +317,9 @@ def test_jobctl_batch_show_refuses_what_is_not_a_batch_id_and_says_when_there_is
 
 
 def test_each_heartbeat_counts_the_batches_no_member_has_ended_in_for_an_hour(harness: Harness) -> None:
-    from functions.worker.names import STALLED_BATCHES
     from sqs_jobs.batches import STALLED_AFTER_S
     from sqs_jobs.specs import HEARTBEAT_JOB
+    from sqs_jobs.worker.names import STALLED_BATCHES
     from tests.functional.conftest import metric_values
 
     # Given three batches: one whose members all ended, one open and quiet for over an hour, one open and recent
@@ -345,9 +345,9 @@ def test_each_heartbeat_counts_the_batches_no_member_has_ended_in_for_an_hour(ha
 
 
 def test_the_console_batch_page_shows_every_value_as_text(harness: Harness, tmp_path: Any) -> None:
-    from jobctl.console.app import create_app
-    from jobctl.console.backend import ConsoleBackend
-    from jobctl.console.security import ACCESS_COOKIE, Guard
+    from sqs_jobs.cli.console.app import create_app
+    from sqs_jobs.cli.console.backend import ConsoleBackend
+    from sqs_jobs.cli.console.security import ACCESS_COOKIE, Guard
 
     # Given a batch whose description and member IDs carry markup and hidden characters
     hostile = "<script>alert(1)</script>\u202egnp.exe"
@@ -385,7 +385,7 @@ def test_a_member_whose_completion_could_not_be_written_is_counted_all_the_same(
 
 
 def test_a_member_an_operator_cancelled_before_it_ran_counts_as_dead_and_the_batch_completes(harness: Harness) -> None:
-    from jobctl.job_cancel import CancelOutcome, cancel_job, target_for
+    from sqs_jobs.cli.job_cancel import CancelOutcome, cancel_job, target_for
 
     # Given a batch of two, and an operator who cancels one member's job before it runs
     batch_id = harness.stack_publisher().batch([("member", "1"), ("member", "2")], on_success=DONE, on_complete=DONE)
@@ -401,7 +401,7 @@ def test_a_member_an_operator_cancelled_before_it_ran_counts_as_dead_and_the_bat
     assert (item["succeeded"]["NS"], item["dead"]["NS"]) == (["0"], ["1"])
     assert callback_keys() == [f"batch_done:{callback_key(batch_id, COMPLETE)}"]
     # And batch show says how to run it after all: it has no dead letter to redrive
-    from jobctl.batch_lookup import look_up_batch
+    from sqs_jobs.cli.batch_lookup import look_up_batch
 
     verdict = look_up_batch(harness.clients("dynamodb"), table, batch_id).verdict
     assert (

@@ -1,4 +1,4 @@
-"""Cancel (jobctl/job_cancel.py): a queued or retrying copy of a cancelled key is acknowledged without running; a
+"""Cancel (sqs_jobs.cli.job_cancel): a queued or retrying copy of a cancelled key is acknowledged without running; a
 running one stops at its next progress report or call, dead-lettered as JobCancelledError and never retried; a
 completed one is not touched; `--undo` lets the next copy run. Every step through the worker's real writes."""
 
@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from functions.worker.clients import ClientFactory
-from functions.worker.names import CANCELLED_COPY, DEAD_LETTERED, LifeState
-from functions.worker.settings import idempotency_record_id
-from jobctl.job_cancel import CancelOutcome, CancelResult, CancelTarget, cancel_job, withdraw
-from jobctl.job_life import jobs_in_flight
+from sqs_jobs.cli.job_cancel import CancelOutcome, CancelResult, CancelTarget, cancel_job, withdraw
+from sqs_jobs.cli.job_life import jobs_in_flight
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.names import CANCELLED_COPY, DEAD_LETTERED, LifeState
+from sqs_jobs.worker.settings import idempotency_record_id
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record, metric_values
 from tests.functional.sample_jobs import stepwise
 
@@ -26,7 +26,7 @@ OPERATOR = "arn:aws:sts::123456789012:assumed-role/operator/night-shift"
 @pytest.fixture
 def harness(clients: ClientFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
     # A running job reads its record before each call at most this often (10 s in production).
-    monkeypatch.setattr("functions.worker.progress.CANCEL_CHECK_INTERVAL_S", 0.0)
+    monkeypatch.setattr("sqs_jobs.worker.progress.CANCEL_CHECK_INTERVAL_S", 0.0)
     stepwise.reset()
     yield Harness.provisioned(clients, CATALOG)
     stepwise.reset()

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from functions.worker.clients import ClientFactory
-from functions.worker.provenance import Provenance
-from jobctl.chain_lookup import look_up_chain
-from jobctl.cli import main as jobctl
-from jobctl.dlq import DeadLetterQueue, Filter
 from sqs_jobs.batches import CallbackNotPublishableError
+from sqs_jobs.cli.chain_lookup import look_up_chain
+from sqs_jobs.cli.cli import main as jobctl
+from sqs_jobs.cli.dlq import DeadLetterQueue, Filter
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.provenance import Provenance
 from tests.functional.conftest import Harness
 from tests.functional.sample_jobs import tallied
 
@@ -127,8 +127,8 @@ def test_a_run_of_a_steps_job_and_id_under_another_key_does_not_continue_the_cha
 
 
 def test_a_step_cancelled_before_it_ran_is_shown_cancelled_with_how_to_run_it_after_all(harness: Harness) -> None:
-    from jobctl.job_cancel import CancelOutcome, cancel_job, target_for, withdraw
     from sqs_jobs.batches import parse_member_field
+    from sqs_jobs.cli.job_cancel import CancelOutcome, cancel_job, target_for, withdraw
 
     # Given a chain whose second step (its own key) an operator cancels before it runs
     steps: list[tuple[str, str] | Envelope] = [
@@ -172,7 +172,7 @@ def test_a_step_cancelled_before_it_ran_is_shown_cancelled_with_how_to_run_it_af
 def test_a_step_cancelled_while_it_ran_is_resumed_by_undoing_the_cancel_and_redriving_it() -> None:
     from datetime import UTC, datetime
 
-    from jobctl.chain_lookup import Cancel, ChainView, Step
+    from sqs_jobs.cli.chain_lookup import Cancel, ChainView, Step
 
     # A step whose run an operator stopped (the key's record CANCELLED with a request): it has a dead letter
     cancel = Cancel(at=datetime(2026, 12, 4, 9, tzinfo=UTC), by="ops", while_running=True)

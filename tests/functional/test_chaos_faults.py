@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from functions.worker.clients import ClientFactory
-from jobctl.local.chaos import Chaos, ChaosSettings
-from jobctl.local.emulator import Invocation
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.local.chaos import Chaos, ChaosSettings
+from sqs_jobs.local.emulator import Invocation
+from sqs_jobs.worker.clients import ClientFactory
 from tests.functional.conftest import Harness, envelope, narrowed
 
 BUYER = "buyer@example.com"

@@ -15,13 +15,13 @@ import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 from example.standins.invoicing import FakeInvoicingApi
-from functions.worker.clients import ClientFactory
-from functions.worker.provenance import HELD_SINCE
-from functions.worker.runtime import Worker
-from jobctl.local.emulator import Invocation
-from sqs_jobs.catalog import CATALOG
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from functions.catalog import CATALOG
+from functions.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.local.emulator import Invocation
 from sqs_jobs.specs import Catalog, CircuitBreakerSpec, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.provenance import HELD_SINCE
+from sqs_jobs.worker.runtime import Worker
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record, metric_values, narrowed
 from tests.functional.test_generate_invoice import body, put_invoice, wait_for_abandoned_runs
 
@@ -355,8 +355,8 @@ def test_a_call_botocore_retries_after_the_run_was_cut_never_sends_its_retry(cli
     from moto.core.models import DEFAULT_ACCOUNT_ID
     from moto.ses.models import ses_backends
 
-    from functions.worker.errors import JobTimeLimitError
-    from functions.worker.time_limit import JobRun, JobRunner
+    from sqs_jobs.worker.errors import JobTimeLimitError
+    from sqs_jobs.worker.time_limit import JobRun, JobRunner
 
     clients("ses").verify_email_identity(EmailAddress="jobs@example.com")
     attempts: list[float] = []

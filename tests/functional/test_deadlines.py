@@ -13,16 +13,16 @@ import pytest
 from moto.dynamodb.models import DynamoDBBackend
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
-import functions.entry
-from functions.worker.clients import CALL_BOUNDS, ClientFactory, call_bound, new_session
-from functions.worker.observability import Observability
-from functions.worker.runtime import Worker
-from functions.worker.settings import WorkerSettings
-from jobctl.local.emulator import EventSourceMapping
-from jobctl.local.moto_locks import serialize_moto
-from jobctl.local.moto_senders import record_senders
-from jobctl.local.provision import provision
+import sqs_jobs.worker.entry
+from sqs_jobs.local.emulator import EventSourceMapping
+from sqs_jobs.local.moto_locks import serialize_moto
+from sqs_jobs.local.moto_senders import record_senders
+from sqs_jobs.local.provision import provision
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import CALL_BOUNDS, ClientFactory, call_bound, new_session
+from sqs_jobs.worker.observability import Observability
+from sqs_jobs.worker.runtime import Worker
+from sqs_jobs.worker.settings import WorkerSettings
 from tests.functional.conftest import Harness, envelope
 from tests.functional.sample_jobs import flaky
 
@@ -65,14 +65,14 @@ def test_a_slow_cold_start_never_dead_letters_a_good_job_as_unservable(
         built.append(worker)
         return worker
 
-    monkeypatch.setattr(functions.entry, "_worker", None)
-    monkeypatch.setattr(functions.entry, "build_worker", slow_build)
+    monkeypatch.setattr(sqs_jobs.worker.entry, "_worker", None)
+    monkeypatch.setattr(sqs_jobs.worker.entry, "build_worker", slow_build)
     monkeypatch.setattr(WorkerSettings, "from_environ", lambda environ: settings)
     limit.send(envelope("flaky", "1"), queue="limit")
     mapping = limit.mapping("limit")
 
     # When its first invocation (the function's 8 s) delivers a job at the catalog's longest limit (5 s)
-    first = mapping.poll_once(functions.entry.handler)
+    first = mapping.poll_once(sqs_jobs.worker.entry.handler)
 
     # Then the job is not dead-lettered as unservable: the build used the time, so it is handed back unrun...
     assert first is not None and len(first.failed_ids) == 1
@@ -81,7 +81,7 @@ def test_a_slow_cold_start_never_dead_letters_a_good_job_as_unservable(
     assert handed_back["time_limit_s"] == AT_THE_LIMIT.max_time_limit_s
     # ...and the next invocation, warm, runs it
     limit.expire_visibility(first, "limit")
-    second = mapping.poll_once(functions.entry.handler)
+    second = mapping.poll_once(sqs_jobs.worker.entry.handler)
     assert second is not None and second.failed_ids == []
     assert flaky.ATTEMPTS_SEEN == [1]
     assert len(built) == 1

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from jobctl.local.scheduler import LocalScheduler, LocalSchedules, provision_schedules
+from functions.catalog import CATALOG
+from sqs_jobs.local.scheduler import LocalScheduler, LocalSchedules, provision_schedules
 from sqs_jobs.publisher import (
     MAX_SCHEDULE_AHEAD,
     ConflictingDelaysError,
@@ -40,7 +41,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def schedules(harness: Harness) -> LocalSchedules:
-    return provision_schedules(harness.clients, harness.deployment)
+    return provision_schedules(harness.clients, harness.deployment, catalog=CATALOG)
 
 
 @pytest.fixture
@@ -200,7 +201,9 @@ def test_none_is_not_given_and_a_lone_zero_is_no_delay(harness: Harness, publish
 
 
 def test_a_long_delay_without_the_scheduler_is_refused(harness: Harness, clock: Clock) -> None:
-    plain = JobPublisher(harness.clients("sqs"), {"orders": harness.deployment.queues["orders"].url}, clock=clock)
+    plain = JobPublisher(
+        harness.clients("sqs"), {"orders": harness.deployment.queues["orders"].url}, clock=clock, catalog=CATALOG
+    )
     with pytest.raises(SchedulingNotConfiguredError, match="beyond SQS's delay"):
         plain.publish("order_confirmation", "5", delay=timedelta(minutes=16))
 
@@ -269,7 +272,7 @@ def test_publish_many_checks_a_hand_built_envelope_as_publish_does_and_sends_not
     from sqs_jobs.errors import EnvelopeFieldError
 
     url = harness.deployment.queues["orders"].url
-    plain = JobPublisher(harness.clients("sqs"), {"orders": url})
+    plain = JobPublisher(harness.clients("sqs"), {"orders": url}, catalog=CATALOG)
     good = Envelope(job="order_confirmation", id="1001")
     hidden = Envelope(job="order_confirmation", id="txt\u202egpj.exe")  # built by hand, past build_envelope
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from functions.worker import deadletter
-from functions.worker.clients import ClientFactory
-from functions.worker.names import NO_EVIDENCE, DeadLetterFailure
-from functions.worker.provenance import Provenance
-from jobctl.dlq import BadFilterError, DeadLetterQueue, DlqError, Filter, group, queue_busy, verify
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cli.dlq import BadFilterError, DeadLetterQueue, DlqError, Filter, group, queue_busy, verify
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker import deadletter
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.names import NO_EVIDENCE, DeadLetterFailure
+from sqs_jobs.worker.provenance import Provenance
 from tests.functional.conftest import Harness, narrowed
 
 MISSING = ("9001", "9002", "9003")
@@ -153,7 +153,7 @@ def test_a_redrive_interrupted_half_way_loses_nothing(
 
     monkeypatch.setattr(sqs, "delete_message_batch", crash_on_second_delete)
     small_batches = DeadLetterQueue(sqs, dlq.dlq_url, dlq.source_url, dlq.provenance, receive_wait_s=0)
-    monkeypatch.setattr("jobctl.dlq.SQS_BATCH_MAX", 2)
+    monkeypatch.setattr("sqs_jobs.cli.dlq.SQS_BATCH_MAX", 2)
     with pytest.raises(KeyboardInterrupt):
         small_batches.move(Filter())
     monkeypatch.setattr(sqs, "delete_message_batch", real_delete)

@@ -1,4 +1,4 @@
-"""The one DLQ reader (functions/worker/dlq_reader.py) on moto's SQS: reads without consuming, ends on an empty
+"""The one DLQ reader (lib/sqs_jobs/worker/dlq_reader.py) on moto's SQS: reads without consuming, ends on an empty
 queue, keeps to a limit, drops repeats when asked, and releases everything it received."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from functions.worker.clients import ClientFactory
-from functions.worker.dlq_reader import DlqReader
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.dlq_reader import DlqReader
 
 
 def _queue(clients: ClientFactory, messages: int) -> tuple[Any, str]:

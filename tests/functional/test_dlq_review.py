@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from functions.jobs import dlq_review
-from functions.worker import deadletter
-from functions.worker.names import NO_EVIDENCE
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.maintenance import dlq_review
+from sqs_jobs.worker import deadletter
+from sqs_jobs.worker.names import NO_EVIDENCE
 from tests.functional.conftest import Harness, envelope
 
 REVIEW = json.dumps({"job": "dlq_review", "id": "2026-12-07T09:00:00Z"})

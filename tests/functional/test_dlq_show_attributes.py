@@ -8,8 +8,8 @@ import json
 
 from click.testing import CliRunner
 
-from functions.worker.provenance import Attributes
-from jobctl.cli import main as jobctl
+from sqs_jobs.cli.cli import main as jobctl
+from sqs_jobs.worker.provenance import Attributes
 from tests.functional.conftest import Harness, envelope
 
 # What SQS takes in a string attribute (its body's characters: tab, LF, CR, U+0020 and up), hidden ones included:

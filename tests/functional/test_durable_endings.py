@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from functions.worker.clients import ClientFactory
-from functions.worker.names import RUNTIME_JOB
-from functions.worker.observability import Observability
-from functions.worker.provenance import Provenance
-from functions.worker.runtime import Worker
-from jobctl.dlq import DeadLetterQueue, Filter
-from jobctl.local.durable import LocalDurableFunctions
-from jobctl.local.heartbeat import heartbeat_body
 from sqs_jobs.batches import batch_item_id
+from sqs_jobs.cli.dlq import DeadLetterQueue, Filter
+from sqs_jobs.local.durable import LocalDurableFunctions
+from sqs_jobs.local.heartbeat import heartbeat_body
 from sqs_jobs.specs import Catalog
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.names import RUNTIME_JOB
+from sqs_jobs.worker.observability import Observability
+from sqs_jobs.worker.provenance import Provenance
+from sqs_jobs.worker.runtime import Worker
 from tests.functional.conftest import Harness, attributes_of, envelope, metric_values
 from tests.functional.test_durable_jobs import IMPORTS, JOB, QUEUE, Durables, durables_of
 
@@ -494,7 +494,7 @@ def test_a_failure_whose_record_could_not_be_written_before_its_timeout_gets_no_
 
 
 def test_two_sweeps_never_both_claim_an_execution(durable_run: Any) -> None:
-    from functions.durable.record import ClaimedError, DurableRecords, StaleGenerationError
+    from sqs_jobs.durable.record import ClaimedError, DurableRecords, StaleGenerationError
 
     run = durable_run(lambda envelope, context: None)
     records = DurableRecords(lambda: run.harness.clients("dynamodb"), run.harness.deployment.idempotency_table, 3600)
@@ -511,7 +511,7 @@ def test_two_sweeps_never_both_claim_an_execution(durable_run: Any) -> None:
 
 
 def test_a_queue_without_durable_jobs_makes_no_call_for_them_on_its_heartbeat(clients: ClientFactory) -> None:
-    from sqs_jobs.catalog import CATALOG
+    from functions.catalog import CATALOG
     from tests.functional.conftest import narrowed
 
     harness = Harness.provisioned(clients, narrowed(CATALOG, "orders"))
@@ -526,7 +526,7 @@ def test_a_queue_without_durable_jobs_makes_no_call_for_them_on_its_heartbeat(cl
 def test_an_outcome_the_history_truncated_is_never_guessed_at(durable_run: Any) -> None:
     from dataclasses import replace as replaced
 
-    from functions.durable.executions import RuntimeSteps
+    from sqs_jobs.durable.executions import RuntimeSteps
 
     def run_job(envelope: Any, context: Any) -> dict[str, int]:
         context.then("import_report", f"after-{envelope.id}")
@@ -578,8 +578,8 @@ def test_an_outcome_the_history_truncated_is_never_guessed_at(durable_run: Any) 
 
 
 def test_a_body_the_queue_no_longer_accepts_ends_in_one_dead_letter(durable_run: Any) -> None:
-    from functions.durable.payload import DurableStart
     from sqs_jobs.durable import execution_name
+    from sqs_jobs.durable.payload import DurableStart
 
     run = durable_run(lambda envelope, context: None)
     key = f"{JOB}:imp-e1"
@@ -613,7 +613,7 @@ def test_an_execution_the_sdk_failed_before_its_end_is_dead_lettered_by_the_next
 
 def test_a_copy_of_a_message_whose_execution_ended_starts_no_second_life_and_a_redrive_does(durable_run: Any) -> None:
     from functions.jobs.import_orders import ImportFileError
-    from jobctl.local.chaos import Chaos, ChaosSettings
+    from sqs_jobs.local.chaos import Chaos, ChaosSettings
 
     def run_job(envelope: Any, context: Any) -> None:
         context.step("breaks", lambda: (_ for _ in ()).throw(ImportFileError("row 3 is not a number")))

@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 
 from example.orders_csv import orders_csv
-from functions.durable.record import DurableRecords
-from functions.durable.runtime import DurableRuntime, DurableSettings
+from functions.catalog import CATALOG
 from functions.jobs.import_orders import csv_key
-from functions.worker.clients import ClientFactory
-from functions.worker.observability import Observability
-from functions.worker.runtime import Worker
-from jobctl.local.durable import LocalDurableFunctions
-from sqs_jobs.catalog import CATALOG
 from sqs_jobs.durable import execution_name
+from sqs_jobs.durable.record import DurableRecords
+from sqs_jobs.durable.runtime import DurableRuntime, DurableSettings
+from sqs_jobs.local.durable import LocalDurableFunctions
 from sqs_jobs.stack_names import durable_function_name
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.observability import Observability
+from sqs_jobs.worker.runtime import Worker
 from tests.functional.conftest import REGION, Harness, attributes_of, envelope, narrowed
 
 JOB = "import_orders"
@@ -123,7 +123,7 @@ def test_the_worker_starts_the_execution_and_acknowledges_the_record(durables: D
     # job show names the execution's ARN: what `aws lambda stop-durable-execution` and its history take.
     from datetime import UTC, datetime
 
-    from jobctl.durable_shown import durable_lines
+    from sqs_jobs.cli.durable_shown import durable_lines
 
     assert f"  execution:    {execution.durable_execution_arn}" in durable_lines(record, datetime.now(UTC))
 
@@ -227,7 +227,7 @@ def test_durable_jobs_in_a_batch_are_counted_when_their_executions_end_and_the_c
 def test_job_show_says_where_a_durable_execution_is(durables: Durables) -> None:
     from datetime import UTC, datetime
 
-    from jobctl.durable_shown import durable_lines
+    from sqs_jobs.cli.durable_shown import durable_lines
     from tests.functional.test_job_lookup import _lookup
 
     durables.put_csv("imp-5", rows=2_000, bad_row=1_500)
@@ -247,7 +247,7 @@ def test_job_show_says_where_a_durable_execution_is(durables: Durables) -> None:
 def test_jobctl_refuses_to_cancel_a_durable_job_and_says_how_to_stop_its_execution() -> None:
     from click.testing import CliRunner
 
-    from jobctl.cli import main as jobctl
+    from sqs_jobs.cli.cli import main as jobctl
 
     result = CliRunner().invoke(jobctl, ["job", "cancel", JOB, "imp-6", "--yes"])
 
@@ -311,8 +311,8 @@ def test_an_execution_left_running_resumes_from_its_last_checkpoint_in_a_new_eng
 
 
 def test_the_consoles_job_page_shows_the_execution(durables: Durables, tmp_path: Any) -> None:
-    from jobctl.console.app import create_app
-    from jobctl.console.security import Guard
+    from sqs_jobs.cli.console.app import create_app
+    from sqs_jobs.cli.console.security import Guard
     from tests.functional.test_job_lookup import _lookup
 
     durables.put_csv("imp-7", rows=1_200)

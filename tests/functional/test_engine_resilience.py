@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from functions.worker.clients import ClientFactory
-from functions.worker.observability import Observability
-from jobctl.local.emulator import EventSourceMapping, Handler
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.local.emulator import EventSourceMapping, Handler
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.observability import Observability
 from tests.e2e.processes import ROOT
 from tests.functional.conftest import Harness, envelope, narrowed
 
@@ -74,7 +74,7 @@ def test_logging_moves_to_a_new_output_after_the_old_one_was_closed(tmp_path: Pa
 _SET_UP_AT_ONCE = """
 import io, json, sys, threading
 sys.setswitchinterval(1e-6)  # switch threads as often as possible: the race shows
-from functions.worker.observability import Observability
+from sqs_jobs.worker.observability import Observability
 start, errors, built, output = threading.Barrier(8), [], [], io.StringIO()
 def build():
     start.wait()

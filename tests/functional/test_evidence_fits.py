@@ -3,7 +3,7 @@ measures them, on moto through the worker's and jobctl's own entry points.
 
 moto checks only the body's length in characters against a queue's MaximumMessageSize; SQS counts the body's
 UTF-8 bytes and every attribute's name, data type and value (AWS's SQS API Reference, MessageAttributeValue). The
-tests' moto is taught SQS's rule (jobctl/local/moto_limits.py, proved first below), and each test also measures
+tests' moto is taught SQS's rule (lib/sqs_jobs/local/moto_limits.py, proved first below), and each test also measures
 what landed with `message_size` against the queue's limit.
 """
 
@@ -16,11 +16,14 @@ import pytest
 from botocore.exceptions import ClientError
 from click.testing import CliRunner
 
-from functions.worker import deadletter
-from functions.worker.attribute_store import AttributeStore
-from functions.worker.deadletter import CopyTooLargeError, DeadLetterQueue, message_size
-from functions.worker.names import DeadLetterFailure
-from functions.worker.provenance import (
+from sqs_jobs.cli import dlq as jobctl_dlq
+from sqs_jobs.cli.cli import main as jobctl
+from sqs_jobs.local.lambda_events import sqs_record
+from sqs_jobs.worker import deadletter
+from sqs_jobs.worker.attribute_store import AttributeStore
+from sqs_jobs.worker.deadletter import CopyTooLargeError, DeadLetterQueue, message_size
+from sqs_jobs.worker.names import DeadLetterFailure
+from sqs_jobs.worker.provenance import (
     ORIGINAL_ATTRIBUTES,
     PRIOR_ATTEMPTS,
     STORED_ATTRIBUTES,
@@ -32,9 +35,6 @@ from functions.worker.provenance import (
     pack,
     unpack,
 )
-from jobctl import dlq as jobctl_dlq
-from jobctl.cli import main as jobctl
-from jobctl.local.lambda_events import sqs_record
 from tests.functional.conftest import Harness, attributes_of, envelope
 from tests.previous_runtime import legacy_packing
 

@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from functions.worker import deadletter
-from functions.worker.backoff import backoff_ceiling_s, backoff_delay_s
-from functions.worker.clients import ClientFactory
-from functions.worker.names import DeadLetterFailure
-from functions.worker.observability import Observability
-from functions.worker.provenance import PRIOR_ATTEMPTS, MessageAttributes, Provenance
-from functions.worker.runtime import Worker
-from jobctl.dlq import DeadLetterQueue, Filter
-from jobctl.local.emulator import Invocation
+from sqs_jobs.cli.dlq import DeadLetterQueue, Filter
+from sqs_jobs.local.emulator import Invocation
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker import deadletter
+from sqs_jobs.worker.backoff import backoff_ceiling_s, backoff_delay_s
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.names import DeadLetterFailure
+from sqs_jobs.worker.observability import Observability
+from sqs_jobs.worker.provenance import PRIOR_ATTEMPTS, MessageAttributes, Provenance
+from sqs_jobs.worker.runtime import Worker
 from tests.functional.conftest import Harness, attributes_of, envelope
 from tests.functional.sample_jobs import flaky, nap, sleepy, stubborn
 
@@ -224,7 +224,7 @@ def test_a_run_given_up_at_its_limit_stays_given_up_even_if_it_finishes(testing:
 
 
 def test_a_run_that_returned_in_time_is_never_reported_as_timed_out(testing: Harness) -> None:
-    # Finished within its limit, with the waiter about to give up: the result stands (functions/worker/
+    # Finished within its limit, with the waiter about to give up: the result stands (lib/sqs_jobs/worker/
     # time_limit.py: finished and cut exclude each other).
     testing.send(envelope("sleepy", "quick"), queue="testing")
     invocation, worker, _ = deliver_and_let_cut_runs_end(testing, "testing")

@@ -14,14 +14,14 @@ import pytest
 from botocore.exceptions import ClientError
 
 from example.standins.invoicing import FakeInvoicingApi
-from functions.worker.clients import ClientFactory
-from functions.worker.key_concurrency import slot_id
-from functions.worker.rate_limit import bucket_id
-from sqs_jobs.catalog import CATALOG
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from functions.catalog import CATALOG
+from functions.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.flow_control import KeyConcurrency, RateLimit, job_rate_limit_name, key_concurrency_name
 from sqs_jobs.resources import Endpoint, MailSender
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.key_concurrency import slot_id
+from sqs_jobs.worker.rate_limit import bucket_id
 from tests.functional.conftest import Harness, key_record, metric_values, narrowed
 from tests.functional.sample_jobs import gather
 from tests.functional.test_generate_invoice import body, put_invoice, wait_for_abandoned_runs

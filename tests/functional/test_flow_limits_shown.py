@@ -10,18 +10,18 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from functions.worker.clients import ClientFactory
-from functions.worker.key_concurrency import KeySlots
-from functions.worker.provenance import Provenance
-from functions.worker.rate_limit import RateLimiter, TokenBucketStore
-from jobctl.commands.job import key_slot_lines
-from jobctl.discovery import QueueLocation
-from jobctl.dlq import DeadLetterQueue
-from jobctl.flow_limits import LimitView, read_limits
-from jobctl.job_lookup import JobLookup, find_job, idempotency_table
-from jobctl.status import queue_status
+from sqs_jobs.cli.commands.job import key_slot_lines
+from sqs_jobs.cli.discovery import QueueLocation
+from sqs_jobs.cli.dlq import DeadLetterQueue
+from sqs_jobs.cli.flow_limits import LimitView, read_limits
+from sqs_jobs.cli.job_lookup import JobLookup, find_job, idempotency_table
+from sqs_jobs.cli.status import queue_status
 from sqs_jobs.flow_control import DeclaredLimit, KeyConcurrency, RateLimit, job_rate_limit_name, key_concurrency_name
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.key_concurrency import KeySlots
+from sqs_jobs.worker.provenance import Provenance
+from sqs_jobs.worker.rate_limit import RateLimiter, TokenBucketStore
 from tests.functional.conftest import Harness
 
 T = 1_900_000_000.0  # the clock every limiter and read here runs on

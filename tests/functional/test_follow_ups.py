@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from functions.worker.clients import ClientFactory
-from functions.worker.key_life import FOLLOW_UPS
-from functions.worker.names import FOLLOW_UP_PUBLISHED
-from functions.worker.settings import idempotency_record_id
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.key_life import FOLLOW_UPS
+from sqs_jobs.worker.names import FOLLOW_UP_PUBLISHED
+from sqs_jobs.worker.settings import idempotency_record_id
 from tests.functional.conftest import Harness
 from tests.functional.sample_jobs import follows_up, late_finisher
 

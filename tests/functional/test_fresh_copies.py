@@ -1,4 +1,4 @@
-"""A message handed back on its last allowed receive goes back as a fresh copy (functions/worker/settlement.py):
+"""A message handed back on its last allowed receive goes back as a fresh copy (lib/sqs_jobs/worker/settlement.py):
 the copy has a new MessageId and SentTimestamp, and carries when its original was first sent (`jobs.sent_at`),
 which the runtime believes only on a message its own role sent."""
 
@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import pytest
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from functions.worker.clients import ClientFactory
-from functions.worker.invocation import Delivery
-from functions.worker.provenance import SENT_AT, MessageAttributes
-from jobctl.local.emulator import Invocation
+from sqs_jobs.local.emulator import Invocation
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.invocation import Delivery
+from sqs_jobs.worker.provenance import SENT_AT, MessageAttributes
 from tests.functional.conftest import Harness, envelope
 from tests.functional.sample_jobs import flaky
 

@@ -17,19 +17,19 @@ from typing import Any
 import pytest
 
 from example.standins.invoicing import FakeInvoicingApi, render_pdf
+from functions.catalog import CATALOG
+from functions.catalog import RESOURCES as APP_RESOURCES
 from functions.jobs.generate_invoice import pdf_key
-from functions.worker import deadletter
-from functions.worker.backoff import backoff_ceiling_s
-from functions.worker.clients import ClientFactory
-from functions.worker.http import HttpClient
-from functions.worker.names import DeadLetterFailure
-from functions.worker.observability import Observability
-from functions.worker.runtime import Worker
-from functions.worker.time_limit import CUT_THREAD_PREFIX
-from jobctl.local.emulator import Invocation
-from sqs_jobs.catalog import CATALOG
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.local.emulator import Invocation
 from sqs_jobs.specs import Catalog
+from sqs_jobs.worker import deadletter
+from sqs_jobs.worker.backoff import backoff_ceiling_s
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.http import HttpClient
+from sqs_jobs.worker.names import DeadLetterFailure
+from sqs_jobs.worker.observability import Observability
+from sqs_jobs.worker.runtime import Worker
+from sqs_jobs.worker.time_limit import CUT_THREAD_PREFIX
 from tests.functional.conftest import Harness, attributes_of, metric_values, narrowed
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from functions.worker import deadletter
-from functions.worker import errors as worker_errors
-from functions.worker.clients import ClientFactory
-from functions.worker.names import DeadLetterFailure
-from functions.worker.provenance import ORIGINAL_ATTRIBUTES, unpack
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.worker import deadletter
+from sqs_jobs.worker import errors as worker_errors
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.names import DeadLetterFailure
+from sqs_jobs.worker.provenance import ORIGINAL_ATTRIBUTES, unpack
 from tests.functional.conftest import Harness, attributes_of, envelope, narrowed
 from tests.functional.hostile_corpus import CORPUS, HostileCase
 

@@ -8,15 +8,15 @@ from dataclasses import replace
 
 import pytest
 
-from functions.worker.clients import ClientFactory
-from jobctl.local.provision import provision
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
 from sqs_jobs.contract import CONTRACT_VERSION, ContractError, JobContract
 from sqs_jobs.envelope import MAX_EXTRA_FIELDS, RESERVED_FIELDS
 from sqs_jobs.errors import EnvelopeFieldError, UnknownJobError
-from sqs_jobs.publisher import JobPublisher
+from sqs_jobs.local.provision import provision
+from sqs_jobs.publisher import ContractNotGivenError, JobPublisher
 from sqs_jobs.specs import JobSpec, QueueSpec
 from sqs_jobs.stack_names import contract_parameter_name
+from sqs_jobs.worker.clients import ClientFactory
 from tests.sample_app.catalog import CATALOG as IMAGES_CATALOG
 
 # The stack deployed after the service's wheel was built: the example plus the images team's queue (FIFO here).
@@ -41,11 +41,13 @@ def test_an_older_wheel_publishes_a_job_the_stack_added_after_it_to_the_right_qu
         publisher.publish("resize_everything", "img-1")
 
 
-def test_without_a_published_contract_the_wheels_catalog_routes(clients: ClientFactory) -> None:
+def test_without_a_published_contract_the_given_catalog_routes(clients: ClientFactory) -> None:
     provision(clients, catalog=CATALOG)
     clients("ssm").delete_parameter(Name=contract_parameter_name("SqsJobs"))
 
-    publisher = JobPublisher.from_stack(clients("ssm"), clients("sqs"))
+    with pytest.raises(ContractNotGivenError, match="pass catalog="):
+        JobPublisher.from_stack(clients("ssm"), clients("sqs"))
+    publisher = JobPublisher.from_stack(clients("ssm"), clients("sqs"), catalog=CATALOG)
 
     publisher.publish("order_confirmation", "1001")
     with pytest.raises(UnknownJobError):
@@ -83,7 +85,7 @@ def test_a_one_job_catalog_has_a_one_route_contract() -> None:
     assert JobContract.from_catalog(catalog).routes == {"j": "q"}
 
 
-def test_a_role_granted_before_contracts_falls_back_to_the_wheels_catalog(clients: ClientFactory) -> None:
+def test_a_role_granted_before_contracts_falls_back_to_the_given_catalog(clients: ClientFactory) -> None:
     from botocore.stub import Stubber
 
     deployment = provision(clients, catalog=CATALOG)
@@ -96,7 +98,7 @@ def test_a_role_granted_before_contracts_falls_back_to_the_wheels_catalog(client
             "get_parameters",
             {"Parameters": [{"Name": "/SqsJobs/queues/orders/url", "Value": url, "Type": "String"}]},
         )
-        publisher = JobPublisher.from_stack(ssm, clients("sqs"), queues=["orders"])
+        publisher = JobPublisher.from_stack(ssm, clients("sqs"), queues=["orders"], catalog=CATALOG)
 
     publisher.publish("order_confirmation", "1001")
     assert clients("sqs").receive_message(QueueUrl=url)["Messages"]
@@ -133,5 +135,7 @@ def test_for_a_stack_from_before_tenants_a_tenant_leaves_room_for_one_extra_fiel
     publisher.publish("order_confirmation", "1", extra=dict(list(extra.items())[:-1]), tenant="acme")
     publisher.publish("order_confirmation", "2", extra=extra)  # no tenant: all 8
     # The stack as deployed now takes all 8 beside a tenant.
-    current = JobPublisher(clients("sqs"), {"orders": "unused"}, contract=JobContract.from_catalog(CATALOG))
+    current = JobPublisher(
+        clients("sqs"), {"orders": "unused"}, contract=JobContract.from_catalog(CATALOG), catalog=CATALOG
+    )
     assert current.envelope("order_confirmation", "3", extra=extra, tenant="acme").tenant == "acme"

@@ -1,4 +1,4 @@
-"""The job's life as an operator sees it (jobctl/job_life.py): a running key is listed with since when, by which
+"""The job's life as an operator sees it (sqs_jobs.cli.job_life): a running key is listed with since when, by which
 worker and its progress; a failed one as retrying with its runs, last error and when it is due; a completed one not
 at all. Read from the sparse index the runtime's own writes keep, never by scanning the table."""
 
@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from functions.worker.clients import ClientFactory
-from functions.worker.names import LIFE, LIFE_SHARDS, LifeState
-from jobctl.job_life import InFlight, jobs_in_flight
+from sqs_jobs.cli.job_life import InFlight, jobs_in_flight
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.names import LIFE, LIFE_SHARDS, LifeState
 from tests.functional.conftest import Harness, envelope, key_record
 from tests.functional.sample_jobs import stepwise
 

@@ -6,10 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from functions.worker.clients import ClientFactory
-from functions.worker.provenance import Provenance
-from jobctl.dlq import DeadLetterQueue
-from jobctl.job_lookup import (
+from functions.catalog import CATALOG
+from sqs_jobs.cli.dlq import DeadLetterQueue
+from sqs_jobs.cli.job_lookup import (
     COMPLETED,
     DEAD_LETTERED,
     IN_PROGRESS,
@@ -20,9 +19,10 @@ from jobctl.job_lookup import (
     find_job,
     idempotency_table,
 )
-from jobctl.queue_control import NoMappingError, is_paused, mappings, pause, resume
-from sqs_jobs.catalog import CATALOG
+from sqs_jobs.cli.queue_control import NoMappingError, is_paused, mappings, pause, resume
 from sqs_jobs.errors import UnknownJobError
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.provenance import Provenance
 from tests.functional.conftest import Harness, envelope, narrowed
 
 
@@ -137,7 +137,7 @@ def test_an_unknown_job_is_not_found_and_an_unknown_name_is_refused(harness: Har
 
 
 def test_in_progress_is_read_from_an_in_progress_record(harness: Harness) -> None:
-    from functions.worker.settings import idempotency_record_id
+    from sqs_jobs.worker.settings import idempotency_record_id
 
     local = harness.deployment.queues["orders"]
     now = datetime.now(UTC)

@@ -1,4 +1,4 @@
-"""What a job returns can never make its side effect repeat (functions/worker/results.py): a result that can't be
+"""What a job returns can never make its side effect repeat (lib/sqs_jobs/worker/results.py): a result that can't be
 kept is dropped with a warning and a metric, and the run still counts as completed."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from functions.worker.clients import ClientFactory
-from functions.worker.names import RESULT_DROPPED, RUNTIME_FAULT
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.names import RESULT_DROPPED, RUNTIME_FAULT
 from tests.functional.conftest import Harness, envelope, key_record, metric_values
 from tests.functional.sample_jobs import odd_result
 

@@ -6,12 +6,12 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from functions.worker.clients import ClientFactory
-from jobctl.errors import EXIT_USAGE
-from jobctl.local.provision import provision
-from jobctl.local.resource_providers import UnsupportedResourceError
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cli.errors import EXIT_USAGE
+from sqs_jobs.local.provision import provision
+from sqs_jobs.local.resource_providers import UnsupportedResourceError
 from sqs_jobs.resources import Resource
+from sqs_jobs.worker.clients import ClientFactory
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -44,28 +44,28 @@ from hypothesis.stateful import (
 )
 from moto import mock_aws
 
-from functions.worker.clients import ClientFactory, new_session
-from functions.worker.key_life import KeyRecord, KeyState, scoped_key, split_key
-from functions.worker.names import FLOW_SLOT_PREFIX, LifeState
-from functions.worker.observability import Observability
-from functions.worker.runtime import Worker
-from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX, idempotency_record_id
-from functions.worker.time_limit import current_run
-from jobctl.batch_lookup import DEAD_STATE, SUCCEEDED_STATE, look_up_batch
-from jobctl.chain_lookup import SUCCEEDED as CHAIN_SUCCEEDED
-from jobctl.chain_lookup import WAITING as CHAIN_WAITING
-from jobctl.chain_lookup import look_up_chain
-from jobctl.job_cancel import CancelTarget, cancel_job, withdraw
-from jobctl.job_life import jobs_in_flight
-from jobctl.local.chaos import Chaos, ChaosSettings
-from jobctl.local.moto_limits import enforce_message_limits
-from jobctl.local.moto_locks import serialize_moto
-from jobctl.local.moto_senders import record_senders
 from sqs_jobs.batches import batch_item_id, callback_key, member_indices
+from sqs_jobs.cli.batch_lookup import DEAD_STATE, SUCCEEDED_STATE, look_up_batch
+from sqs_jobs.cli.chain_lookup import SUCCEEDED as CHAIN_SUCCEEDED
+from sqs_jobs.cli.chain_lookup import WAITING as CHAIN_WAITING
+from sqs_jobs.cli.chain_lookup import look_up_chain
+from sqs_jobs.cli.job_cancel import CancelTarget, cancel_job, withdraw
+from sqs_jobs.cli.job_life import jobs_in_flight
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.flow_control import KeyConcurrency
+from sqs_jobs.local.chaos import Chaos, ChaosSettings
+from sqs_jobs.local.moto_limits import enforce_message_limits
+from sqs_jobs.local.moto_locks import serialize_moto
+from sqs_jobs.local.moto_senders import record_senders
 from sqs_jobs.resources import Access, Table
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory, new_session
+from sqs_jobs.worker.key_life import KeyRecord, KeyState, scoped_key, split_key
+from sqs_jobs.worker.names import FLOW_SLOT_PREFIX, LifeState
+from sqs_jobs.worker.observability import Observability
+from sqs_jobs.worker.runtime import Worker
+from sqs_jobs.worker.settings import IDEMPOTENCY_KEY_PREFIX, idempotency_record_id
+from sqs_jobs.worker.time_limit import current_run
 from tests.functional.conftest import REGION, Harness
 from tests.functional.model_support import dlq_messages, message_of, redrive_all
 from tests.functional.sample_jobs import modelled
@@ -699,7 +699,7 @@ class JobLives(RuleBasedStateMachine):
 
 def test_every_promise_holds_where_the_features_meet(monkeypatch: pytest.MonkeyPatch) -> None:
     # A record whose key another run holds is handed back after 0.2 s, not 2 (the model has no twin to wait for).
-    monkeypatch.setattr("functions.worker.execution.IN_PROGRESS_PATIENCE_S", 0.2)
+    monkeypatch.setattr("sqs_jobs.worker.execution.IN_PROGRESS_PATIENCE_S", 0.2)
     budget = settings(
         max_examples=EXAMPLES,
         stateful_step_count=STEPS,

@@ -44,24 +44,24 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 from moto import mock_aws
 
-from functions.durable.record import FAILED, RUNNING, STARTING, SUCCEEDED, DurableRecords
-from functions.durable.runtime import DurableRuntime, DurableSettings
-from functions.worker.clients import ClientFactory, new_session
-from functions.worker.observability import Observability
-from functions.worker.runtime import Worker
-from functions.worker.settings import idempotency_record_id
-from functions.worker.time_limit import current_run
-from jobctl.job_cancel import CancelTarget, cancel_job, withdraw
-from jobctl.local.chaos import Chaos, ChaosSettings
-from jobctl.local.durable import LocalDurableFunctions
-from jobctl.local.heartbeat import heartbeat_body
-from jobctl.local.moto_limits import enforce_message_limits
-from jobctl.local.moto_locks import serialize_moto
-from jobctl.local.moto_senders import record_senders
 from sqs_jobs.batches import batch_item_id, callback_key, member_indices
+from sqs_jobs.cli.job_cancel import CancelTarget, cancel_job, withdraw
 from sqs_jobs.durable import Durable, execution_name
+from sqs_jobs.durable.record import FAILED, RUNNING, STARTING, SUCCEEDED, DurableRecords
+from sqs_jobs.durable.runtime import DurableRuntime, DurableSettings
+from sqs_jobs.local.chaos import Chaos, ChaosSettings
+from sqs_jobs.local.durable import LocalDurableFunctions
+from sqs_jobs.local.heartbeat import heartbeat_body
+from sqs_jobs.local.moto_limits import enforce_message_limits
+from sqs_jobs.local.moto_locks import serialize_moto
+from sqs_jobs.local.moto_senders import record_senders
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from sqs_jobs.stack_names import durable_function_name
+from sqs_jobs.worker.clients import ClientFactory, new_session
+from sqs_jobs.worker.observability import Observability
+from sqs_jobs.worker.runtime import Worker
+from sqs_jobs.worker.settings import idempotency_record_id
+from sqs_jobs.worker.time_limit import current_run
 from tests.functional.conftest import REGION, Harness
 from tests.functional.model_support import dlq_messages, message_of, redrive_all
 from tests.functional.sample_jobs import durable_modelled as modelled
@@ -587,7 +587,7 @@ def _key(entity: str) -> str:
 
 
 def test_every_durable_ending_keeps_its_promises(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("functions.worker.execution.IN_PROGRESS_PATIENCE_S", 0.2)
+    monkeypatch.setattr("sqs_jobs.worker.execution.IN_PROGRESS_PATIENCE_S", 0.2)
     budget = settings(
         max_examples=EXAMPLES,
         stateful_step_count=STEPS,

@@ -1,6 +1,6 @@
 """moto's SQS and DynamoDB as the local engine uses them: many threads at once.
 
-Without jobctl/local/moto_locks.py these fail: SQS loses messages (a send racing a delete), delivers some twice
+Without lib/sqs_jobs/local/moto_locks.py these fail: SQS loses messages (a send racing a delete), delivers some twice
 and fails deletes (measured: 4 lost, 19 duplicates, 2 failed deletes of 3,000); DynamoDB lets two conditional
 puts of one new key both succeed (11 of 300 keys) - the idempotency record's guarantee - and an update's ALL_OLD
 can be an item read before another write, not the one it updated; a FIFO long poll hands
@@ -22,8 +22,8 @@ from moto import mock_aws
 from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.sqs.models import sqs_backends
 
-from jobctl.local.engine import GIL_SWITCH_INTERVAL_S
-from jobctl.local.moto_locks import serialize_moto
+from sqs_jobs.local.engine import GIL_SWITCH_INTERVAL_S
+from sqs_jobs.local.moto_locks import serialize_moto
 
 MESSAGES = 1500
 CONSUMERS = 5

@@ -1,4 +1,4 @@
-"""moto's SQS refuses, and stores nothing of, a message SQS refuses (jobctl/local/moto_limits.py), in its server
+"""moto's SQS refuses, and stores nothing of, a message SQS refuses (lib/sqs_jobs/local/moto_limits.py), in its server
 mode as the local engine runs it and under `mock_aws` as the tests do; a standard queue's message group (a
 tenant, for SQS's fair queues) is delivered as SQS delivers it.
 
@@ -20,13 +20,13 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
-from functions.worker.clients import ClientFactory, new_session
-from jobctl.local.emulator import EventSourceMapping
-from jobctl.local.moto_limits import enforce_message_limits
-from jobctl.local.moto_locks import serialize_moto
-from jobctl.local.moto_senders import record_senders
-from jobctl.local.provision import LocalQueue, provision
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.local.emulator import EventSourceMapping
+from sqs_jobs.local.moto_limits import enforce_message_limits
+from sqs_jobs.local.moto_locks import serialize_moto
+from sqs_jobs.local.moto_senders import record_senders
+from sqs_jobs.local.provision import LocalQueue, provision
+from sqs_jobs.worker.clients import ClientFactory, new_session
 from tests.functional.conftest import REGION, envelope
 
 # Each breaks one part of SQS's documented rule for an attribute's name (the SQS Developer Guide, "Message
@@ -51,7 +51,7 @@ EVERY_GROUP_CHARACTER = "".join(chr(code) for code in range(0x21, 0x7F))
 
 @pytest.fixture(params=["server", "mock_aws"])
 def clients(request: pytest.FixtureRequest, aws_credentials: None) -> Iterator[ClientFactory]:
-    # The patches the local engine applies when it starts (jobctl/local/engine.py), then moto as it runs there
+    # The patches the local engine applies when it starts (lib/sqs_jobs/local/engine.py), then moto as it runs there
     # (its server, on a socket) or as the functional tests run it.
     serialize_moto()
     record_senders()

@@ -8,11 +8,11 @@ import pytest
 from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.ses.models import ses_backends
 
+from functions.catalog import CATALOG
 from functions.jobs.order_update_mail import subject
-from functions.worker import deadletter
-from functions.worker.clients import ClientFactory
-from sqs_jobs.catalog import CATALOG
 from sqs_jobs.publisher import JobPublisher
+from sqs_jobs.worker import deadletter
+from sqs_jobs.worker.clients import ClientFactory
 from tests.functional.conftest import REGION, Harness, attributes_of, narrowed
 
 QUEUE = "order_updates"
@@ -26,7 +26,7 @@ def harness(clients: ClientFactory) -> Harness:
 
 
 def publisher(harness: Harness) -> JobPublisher:
-    return JobPublisher(harness.clients("sqs"), {QUEUE: harness.deployment.queues[QUEUE].url})
+    return JobPublisher(harness.clients("sqs"), {QUEUE: harness.deployment.queues[QUEUE].url}, catalog=CATALOG)
 
 
 def drain(harness: Harness) -> None:

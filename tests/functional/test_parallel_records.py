@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from functions.worker.clients import ClientFactory
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
 from tests.functional.conftest import Harness, envelope
 from tests.functional.sample_jobs import flaky, gather
 

@@ -1,6 +1,6 @@
 """Powertools' own batch tests, their SQS and FIFO cases, run against the worker's processors.
 
-The worker's `ParallelBatchProcessor` and `ParallelFifoProcessor` (functions/worker/batch.py) subclass Powertools'
+The worker's `ParallelBatchProcessor` and `ParallelFifoProcessor` (lib/sqs_jobs/worker/batch.py) subclass Powertools'
 `BatchProcessor` and change only `process()`. Each test here checks one behaviour of Powertools' 3.x batch suite
 (aws-powertools/powertools-lambda-python), in our own words, and names the case it mirrors:
 `utilities_batch` is tests/functional/batch/required_dependencies/test_utilities_batch.py and `pydantic` is
@@ -8,7 +8,7 @@ tests/functional/batch/_pydantic/test_utilities_batch_pydantic.py. Every case ru
 a thread pool, and one after another (executor None).
 
 Records are real: sent to SQS (moto), received with all attributes and turned into Lambda's event by the local
-engine's converter (jobctl/local/lambda_events.py). Where ours differ on purpose, the test pins our behaviour and
+engine's converter (lib/sqs_jobs/local/lambda_events.py). Where ours differ on purpose, the test pins our behaviour and
 says so (docs/failure-semantics.md, "What Powertools' own tests say"): a batch whose every record failed is
 answered with all its IDs instead of `BatchProcessingError`, and `batchItemFailures` come in the order records
 finished, not in event order.
@@ -40,9 +40,9 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.warnings import PowertoolsDeprecationWarning
 
-from functions.worker.batch import ParallelBatchProcessor, ParallelFifoProcessor
-from functions.worker.clients import ClientFactory
-from jobctl.local.lambda_events import sqs_event
+from sqs_jobs.local.lambda_events import sqs_event
+from sqs_jobs.worker.batch import ParallelBatchProcessor, ParallelFifoProcessor
+from sqs_jobs.worker.clients import ClientFactory
 
 Processor = ParallelBatchProcessor | ParallelFifoProcessor
 # How long a record waits for another record's failure before giving up (the test then fails on the order).

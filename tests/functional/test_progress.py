@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from functions.worker.clients import ClientFactory
-from functions.worker.progress import ProgressReporter
-from functions.worker.settings import idempotency_record_id
-from jobctl.job_lookup import IdempotencyRecord
+from sqs_jobs.cli.job_lookup import IdempotencyRecord
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.progress import ProgressReporter
+from sqs_jobs.worker.settings import idempotency_record_id
 from tests.functional.conftest import Harness, envelope
 from tests.functional.sample_jobs import progressive
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from functions.catalog import CATALOG
 from sqs_jobs.envelope import MAX_ID_CHARS, Envelope
 from sqs_jobs.errors import EnvelopeFieldError, UnknownJobError
 from sqs_jobs.publisher import InvalidDelayError, JobPublisher, QueueNotConfiguredError
@@ -14,7 +15,9 @@ GOOD = ("order_confirmation", "1001")
 
 
 def _publisher(harness: Harness, queues: tuple[str, ...] = ("orders", "order_updates")) -> JobPublisher:
-    return JobPublisher(harness.clients("sqs"), {queue: harness.deployment.queues[queue].url for queue in queues})
+    return JobPublisher(
+        harness.clients("sqs"), {queue: harness.deployment.queues[queue].url for queue in queues}, catalog=CATALOG
+    )
 
 
 def _nothing_sent(harness: Harness) -> bool:

@@ -1,4 +1,4 @@
-"""Runs are counted where they happen: in the key's idempotency record (functions/worker/run_ledger.py), not by
+"""Runs are counted where they happen: in the key's idempotency record (lib/sqs_jobs/worker/run_ledger.py), not by
 SQS's receive count. A receive that runs nothing spends no run, a run that never reports back still counts, and
 SQS's redrive policy (maxReceiveCount = QueueSpec.receive_limit) never moves a message before the runtime has
 dead-lettered it with evidence."""
@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
 
-from functions.worker.clients import ClientFactory
-from functions.worker.run_ledger import RunLedger
-from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.run_ledger import RunLedger
+from sqs_jobs.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record
 from tests.functional.sample_jobs import flaky, late_finisher, nap
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from functions.worker.clients import ClientFactory
-from functions.worker.names import FLOW_SLOT_PREFIX
-from jobctl.local.chaos import Chaos, ChaosSettings
 from sqs_jobs.flow_control import KeyConcurrency
+from sqs_jobs.local.chaos import Chaos, ChaosSettings
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.names import FLOW_SLOT_PREFIX
 from tests.functional.conftest import Harness, key_record
 from tests.functional.sample_jobs import follows_up
 

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from functions.worker.clients import ClientFactory
-from jobctl.cli import main as jobctl
-from jobctl.scaffold import ScaffoldError, scaffold_job
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.catalog_ref import ENV_CATALOG
+from sqs_jobs.cli.cli import main as jobctl
+from sqs_jobs.cli.scaffold import ScaffoldError, scaffold_job
 from sqs_jobs.specs import JobSpec, QueueSpec, UnknownQueueError
+from sqs_jobs.worker.clients import ClientFactory
 from tests.functional.conftest import Harness, envelope
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,6 +118,7 @@ def test_the_command_prints_the_catalog_entry_and_fails_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(ENV_CATALOG, "functions.catalog:CATALOG")
     runner = CliRunner()
     done = runner.invoke(jobctl, ["new", "job", "resize_image", "--queue", "orders"], prog_name="jobctl")
     refused = runner.invoke(jobctl, ["new", "job", "resize_image", "--queue", "images"], prog_name="jobctl")
@@ -140,13 +142,14 @@ def test_a_job_on_a_queue_not_yet_declared_gets_the_queue_entry_which_builds_a_v
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(ENV_CATALOG, "functions.catalog:CATALOG")
     runner = CliRunner()
     done = runner.invoke(
         jobctl, ["new", "job", "make_thumbnail", "--queue", "images", "--new-queue"], prog_name="jobctl"
     )
 
     assert done.exit_code == 0, done.output
-    assert "add to the catalog's queues in " in done.output and "lib/sqs_jobs/catalog.py (CATALOG)" in done.output
+    assert "add to the catalog's queues in " in done.output and "functions/catalog.py (CATALOG)" in done.output
     entry = done.output[done.output.index("QueueSpec(") : done.output.index("then: make schema")]
     queue = _queue_spec(entry)
     catalog = replace(CATALOG, queues=(*CATALOG.queues, queue))

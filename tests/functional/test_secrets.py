@@ -8,13 +8,13 @@ from typing import Any, cast
 
 import pytest
 
-from functions.worker.clients import ClientFactory
-from functions.worker.errors import SecretUnavailableError, WorkerConfigError
-from functions.worker.jobs import JobContext
-from functions.worker.secrets import SecretCache
-from jobctl.local.resource_providers import LocalResources
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.local.resource_providers import LocalResources
 from sqs_jobs.resources import SECRET_CACHE_S, Secret, SecretStore
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.errors import SecretUnavailableError, WorkerConfigError
+from sqs_jobs.worker.jobs import JobContext
+from sqs_jobs.worker.secrets import SecretCache
 
 
 class Clock:
@@ -119,7 +119,7 @@ def test_the_local_engine_keeps_a_parameter_store_secret_as_a_secure_string_the_
 
 
 def test_a_durable_jobs_context_reads_its_secret_as_an_ordinary_jobs_does(clients: ClientFactory) -> None:
-    from functions.durable.context import DurableJobContext
+    from sqs_jobs.durable.context import DurableJobContext
 
     arn = clients("secretsmanager").create_secret(Name="api-key", SecretString="durable")["ARN"]
 

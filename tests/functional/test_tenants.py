@@ -16,20 +16,20 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from functions.worker import deadletter
-from functions.worker.clients import ClientFactory
-from functions.worker.provenance import MessageAttributes
-from jobctl.cli import main as jobctl
-from jobctl.console.app import create_app
-from jobctl.console.backend import ConsoleBackend
-from jobctl.console.security import ACCESS_COOKIE, Guard
-from jobctl.discovery import find_queues
-from jobctl.dlq import DeadLetterQueue, Filter
-from jobctl.status import queue_status
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cli.cli import main as jobctl
+from sqs_jobs.cli.console.app import create_app
+from sqs_jobs.cli.console.backend import ConsoleBackend
+from sqs_jobs.cli.console.security import ACCESS_COOKIE, Guard
+from sqs_jobs.cli.discovery import find_queues
+from sqs_jobs.cli.dlq import DeadLetterQueue, Filter
+from sqs_jobs.cli.status import queue_status
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.publisher import JobPublisher, PublishError
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker import deadletter
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.provenance import MessageAttributes
 from tests.functional.conftest import Harness, narrowed
 from tests.functional.sample_jobs import whose
 
@@ -185,7 +185,7 @@ def test_a_redriven_dead_letter_goes_back_with_its_tenants_message_group(orders:
 
 def _console_page(harness: Harness, path: str, archive_dir: Path) -> str:
     guard = Guard(host="127.0.0.1", port=8080)
-    browser = create_app(ConsoleBackend(harness.clients, "SqsJobs"), guard, archive_dir).test_client()
+    browser = create_app(ConsoleBackend(harness.clients, "SqsJobs", catalog=CATALOG), guard, archive_dir).test_client()
     browser.set_cookie(ACCESS_COOKIE, guard.access_token, domain="127.0.0.1")
     page = browser.get(path, base_url="http://127.0.0.1:8080")
     assert page.status_code == 200, page.text

@@ -1,5 +1,5 @@
 """Unique and debounced jobs on the real worker (moto), decided when each copy is consumed
-(functions/worker/uniqueness.py): which copies run, wait or are acknowledged unrun, what is counted and kept, and
+(lib/sqs_jobs/worker/uniqueness.py): which copies run, wait or are acknowledged unrun, what is counted and kept, and
 that a retry, a fresh copy or a producer's attribute never changes it. Windows are judged by SQS's SentTimestamp
 against the worker's clock, which the tests move ahead instead of waiting."""
 
@@ -15,19 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from functions.worker.clients import ClientFactory
-from functions.worker.names import CANCELLED_COPY, DEFERRED, DROPPED, RUNTIME_FAULT, RUNTIME_JOB
-from functions.worker.observability import Observability
-from functions.worker.provenance import SENT_AT
-from functions.worker.runtime import Worker
-from functions.worker.uniqueness import iso_ms
-from jobctl.console.app import create_app
-from jobctl.console.security import Guard
-from jobctl.job_cancel import CancelOutcome, cancel_job, target_for
-from jobctl.job_life import jobs_in_flight
-from jobctl.job_lookup import JobLookup
-from jobctl.local.emulator import Invocation
+from sqs_jobs.cli.console.app import create_app
+from sqs_jobs.cli.console.security import Guard
+from sqs_jobs.cli.job_cancel import CancelOutcome, cancel_job, target_for
+from sqs_jobs.cli.job_life import jobs_in_flight
+from sqs_jobs.cli.job_lookup import JobLookup
+from sqs_jobs.local.emulator import Invocation
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.names import CANCELLED_COPY, DEFERRED, DROPPED, RUNTIME_FAULT, RUNTIME_JOB
+from sqs_jobs.worker.observability import Observability
+from sqs_jobs.worker.provenance import SENT_AT
+from sqs_jobs.worker.runtime import Worker
+from sqs_jobs.worker.uniqueness import iso_ms
 from tests.functional.conftest import Harness, attributes_of, key_record, metric_values
 from tests.functional.sample_jobs import by_document, flaky
 from tests.functional.test_job_lookup import _lookup
@@ -352,7 +352,7 @@ def test_a_failed_winner_superseded_by_a_later_run_is_dropped_and_its_record_rem
 def test_a_fresh_copy_of_a_waiting_publish_keeps_its_window(
     harness: Harness, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("functions.worker.settlement.SQS_MAX_DELAY_S", 0)  # the copy is visible at once
+    monkeypatch.setattr("sqs_jobs.worker.settlement.SQS_MAX_DELAY_S", 0)  # the copy is visible at once
     original_id = harness.send(body("tight_debounced", "d-6"), queue="flows_tight")
     first = deliver(harness, clock, "flows_tight")
     first_sent = sent_ms(first, original_id)
@@ -371,8 +371,9 @@ def test_a_fresh_copy_of_a_waiting_publish_keeps_its_window(
 def test_the_state_needs_no_grant_beyond_what_the_worker_has_on_the_idempotency_table(
     harness: Harness, clock: Clock
 ) -> None:
-    # The worker role's actions on the table, as the stack grants them (infra/job_queue.py, read without the CDK).
-    tree = ast.parse((ROOT / "infra" / "job_queue.py").read_text())
+    # The worker role's actions on the table, as the stack grants them (lib/sqs_jobs/cdk/job_queue.py, read without the
+    # CDK).
+    tree = ast.parse((ROOT / "lib" / "sqs_jobs" / "cdk" / "job_queue.py").read_text())
     [granted] = [
         ast.literal_eval(node.value)
         for node in tree.body

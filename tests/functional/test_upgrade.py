@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig
 
-from functions.worker.clients import ClientFactory
-from functions.worker.provenance import MessageAttributes, from_received
-from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.provenance import MessageAttributes, from_received
+from sqs_jobs.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record
 from tests.functional.sample_jobs import flaky
 

@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from functions.worker.batch_members import routed_publisher
-from functions.worker.key_concurrency import slot_id
-from functions.worker.names import LifeState
-from jobctl.job_cancel import CancelOutcome, CancelResult, CancelTarget, cancel_job, withdraw
-from jobctl.job_life import jobs_in_flight
-from jobctl.local.chaos import Chaos, ChaosSettings
+from sqs_jobs.cli.job_cancel import CancelOutcome, CancelResult, CancelTarget, cancel_job, withdraw
+from sqs_jobs.cli.job_life import jobs_in_flight
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.flow_control import KeyConcurrency, key_concurrency_name
+from sqs_jobs.local.chaos import Chaos, ChaosSettings
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.batch_members import routed_publisher
+from sqs_jobs.worker.key_concurrency import slot_id
+from sqs_jobs.worker.names import LifeState
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record
 from tests.functional.sample_jobs import stepwise, tallied
 
@@ -214,7 +214,7 @@ OPERATOR = "arn:aws:sts::123456789012:assumed-role/operator/night-shift"
 
 @pytest.fixture
 def steps(clients: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
-    monkeypatch.setattr("functions.worker.progress.CANCEL_CHECK_INTERVAL_S", 0.0)
+    monkeypatch.setattr("sqs_jobs.worker.progress.CANCEL_CHECK_INTERVAL_S", 0.0)
     stepwise.reset()
     yield Harness.provisioned(clients, Catalog(queues=(STEPS,)))
     stepwise.reset()
@@ -503,7 +503,7 @@ def test_a_key_without_a_tenant_cant_spell_a_tenants_key(tenanted: Harness) -> N
 
 def _previous_runtimes_record(harness: Harness, key: str, **attributes: Any) -> None:
     """A key's record as the runtime before tenant-scoped keys left it (its key `<job>:<id>`, whatever the tenant)."""
-    from functions.worker.settings import idempotency_record_id
+    from sqs_jobs.worker.settings import idempotency_record_id
 
     item = {"id": {"S": idempotency_record_id(key)}, "expiration": {"N": str(int(time.time()) + 3600)}}
     for name, value in attributes.items():
@@ -537,7 +537,7 @@ def test_a_tenants_job_retrying_across_the_upgrade_counts_on_under_its_old_key(t
 
 
 def test_once_old_keys_can_no_longer_live_a_tenants_job_looks_for_none(tenanted: Harness) -> None:
-    from functions.worker.tenant_keys import MARKER_ID
+    from sqs_jobs.worker.tenant_keys import MARKER_ID
 
     # Given tenant-scoped keys began longer ago than the queue's idempotency expiry
     since = time.time() - TENANTED.queue("tenanted").idempotency_expiry_s - 60

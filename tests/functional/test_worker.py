@@ -12,18 +12,18 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer, IdempotencyConfig
 
-from functions import entry
-from functions.worker import deadletter
-from functions.worker.clients import ClientFactory, new_session
-from functions.worker.errors import WorkerConfigError
-from functions.worker.names import RUNTIME_JOB, DeadLetterFailure
-from functions.worker.observability import Observability
-from functions.worker.provenance import ORIGINAL_ATTRIBUTES, MessageAttributes, unpack
-from functions.worker.runtime import Worker
-from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
-from jobctl.local.lambda_events import sqs_record
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.catalog_ref import ENV_CATALOG
+from sqs_jobs.local.lambda_events import sqs_record
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker import deadletter, entry
+from sqs_jobs.worker.clients import ClientFactory, new_session
+from sqs_jobs.worker.errors import WorkerConfigError
+from sqs_jobs.worker.names import RUNTIME_JOB, DeadLetterFailure
+from sqs_jobs.worker.observability import Observability
+from sqs_jobs.worker.provenance import ORIGINAL_ATTRIBUTES, MessageAttributes, unpack
+from sqs_jobs.worker.runtime import Worker
+from sqs_jobs.worker.settings import IDEMPOTENCY_KEY_PREFIX
 from tests.functional.conftest import Harness, attributes_of, envelope, lambda_context, narrowed
 from tests.functional.sample_jobs import empty_key, flaky
 
@@ -465,6 +465,8 @@ def test_emulated_records_have_the_shape_of_real_lambda_records() -> None:
 def test_lambda_entry_builds_its_worker_from_the_environment(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in harness.deployment.worker_settings("orders").to_environ().items():
         monkeypatch.setenv(name, value)
+    # The stack names the catalog on every function; the harness's deployment was given the object.
+    monkeypatch.setenv(ENV_CATALOG, "functions.catalog:CATALOG")
     monkeypatch.setattr(entry, "_worker", None)
     harness.put_order("1001", email="aiko@example.com")
     event = json.loads((EVENTS / "sqs_order_confirmation_batch.json").read_text())
@@ -475,6 +477,7 @@ def test_lambda_entry_builds_its_worker_from_the_environment(harness: Harness, m
 
 def test_lambda_entry_refuses_an_incomplete_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(entry, "_worker", None)
+    monkeypatch.setenv(ENV_CATALOG, "functions.catalog:CATALOG")
     monkeypatch.delenv("JOBS_QUEUE_NAME", raising=False)
     with pytest.raises(WorkerConfigError, match="JOBS_QUEUE_NAME"):
         entry.handler({"Records": []}, lambda_context())

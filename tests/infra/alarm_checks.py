@@ -2,7 +2,7 @@
 
 Used on the shared synth (the real catalog, defaults) and on a stack built from a catalog with other thresholds
 (test_monitoring_overrides.py), so the same checks prove the defaults and that overrides are followed. The
-expected signals, runbook anchors and commands are written out here, not imported from infra/.
+expected signals, runbook anchors and commands are written out here, not imported from lib/sqs_jobs/cdk/.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from functions.worker.names import METRICS_NAMESPACE, SERVICE_NAME
-from infra.naming import alarm_name
+from sqs_jobs.cdk.naming import alarm_name
 from sqs_jobs.limits import MINUTE
 from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec
+from sqs_jobs.worker.names import METRICS_NAMESPACE, SERVICE_NAME
 from tests.infra.cfn import Resources, find_one, props, queue_id, render, worker_id
 from tests.infra.metric_math import Alarm, evaluate
 

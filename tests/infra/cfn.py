@@ -6,10 +6,10 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from functions.worker.settings import ENV_QUEUE_NAME
-from infra.naming import physical_queue_name
-from infra.worker_code import HANDLER
+from sqs_jobs.cdk.naming import physical_queue_name
+from sqs_jobs.cdk.worker_code import HANDLER
 from sqs_jobs.specs import QueueSpec
+from sqs_jobs.worker.settings import ENV_QUEUE_NAME
 
 Resources = Mapping[str, Mapping[str, Any]]
 Permission = tuple[str, str]
@@ -108,8 +108,8 @@ def _as_list(value: object) -> list[Any]:
 
 def durable_ids(synth: Any, job: str) -> dict[str, str]:
     """A durable job's function, its alias and its log group, by logical ID (`synth`: tests.infra.conftest.Synth)."""
-    from functions.worker.settings import ENV_DURABLE_JOB
-    from infra.durable_function import DURABLE_HANDLER
+    from sqs_jobs.cdk.durable_function import DURABLE_HANDLER
+    from sqs_jobs.worker.settings import ENV_DURABLE_JOB
 
     resources = synth.resources
     function = find_one(

@@ -1,6 +1,6 @@
 """One synthesized stack shared by every infra test: a synth costs ~10 s, so it runs once per session.
 
-The stack is built exactly as app.py builds it (`infra.stack.build_app`), with cdk.json's context and
+The stack is built exactly as app.py builds it (`sqs_jobs.cdk.stack.build_app`), with cdk.json's context and
 feature flags. It needs `make bundle` to have run (build/layer).
 """
 
@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from functions.catalog import CATALOG
+
 # Before jsii starts Node: this machine's Node 20 would print a deprecation banner in every run.
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
@@ -21,8 +23,8 @@ os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 if TYPE_CHECKING:
     from aws_cdk.assertions import Template
 
-    from infra.context import StackContext
-    from infra.stack import JobsStack
+    from sqs_jobs.cdk.context import StackContext
+    from sqs_jobs.cdk.stack import JobsStack
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,8 +51,8 @@ def cdk_context() -> dict[str, Any]:
 def synth(cdk_context: dict[str, Any]) -> Synth:
     from aws_cdk.assertions import Template
 
-    from infra.context import StackContext
-    from infra.stack import build_app
+    from sqs_jobs.cdk.context import StackContext
+    from sqs_jobs.cdk.stack import build_app
 
     app, stack = build_app(cdk_context)
     assembly = app.synth()
@@ -59,7 +61,7 @@ def synth(cdk_context: dict[str, Any]) -> Synth:
     template = Template.from_json(as_json)
     return Synth(
         stack=stack,
-        context=StackContext.parse(cdk_context.get),
+        context=StackContext.parse(cdk_context.get, catalog=CATALOG),
         template=template,
         resources=as_json["Resources"],
         outputs=as_json.get("Outputs", {}),

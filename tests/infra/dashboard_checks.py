@@ -7,16 +7,16 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from functions.worker.names import (
+from sqs_jobs.flow_control import KeyConcurrency, RateLimit
+from sqs_jobs.limits import MINUTE
+from sqs_jobs.specs import Catalog, QueueSpec
+from sqs_jobs.worker.names import (
     METRICS_NAMESPACE,
     SERVICE_NAME,
     SQS_NOISY_GROUPS,
     SQS_QUIET_OLDEST_AGE,
     SQS_QUIET_VISIBLE,
 )
-from sqs_jobs.flow_control import KeyConcurrency, RateLimit
-from sqs_jobs.limits import MINUTE
-from sqs_jobs.specs import Catalog, QueueSpec
 from tests.infra.cfn import Resources, of_type, props, queue_id, render, worker_id
 from tests.infra.metric_math import evaluate
 
@@ -113,7 +113,8 @@ def check_dashboard_queue(resources: Resources, stack_name: str, spec: QueueSpec
 
     circuits_title = f"{name}: circuit breakers opened, and records they held (per 5 min)"
     shares_title = f"{name}: longest hold, share of its bound (per 5 min)"
-    # A queue whose jobs are all durable runs none in its worker: no breaker, no hold (infra.naming.queue_signals).
+    # A queue whose jobs are all durable runs none in its worker: no breaker, no hold
+    # (sqs_jobs.cdk.naming.queue_signals).
     runs_jobs = not all(job.durable is not None for job in spec.jobs)
     if runs_jobs:
         check_circuit_breakers(graph(body, circuits_title), spec)

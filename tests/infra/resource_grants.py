@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from infra.naming import pascal_case, physical_queue_name
+from sqs_jobs.cdk.naming import pascal_case, physical_queue_name
 from sqs_jobs.resources import (
     AlarmTopic,
     Bucket,

@@ -68,7 +68,7 @@ def replacements(before: Mapping[str, Mapping[str, Any]], after: Mapping[str, Ma
 
 
 def main() -> None:
-    from infra.stack import build_app
+    from sqs_jobs.cdk.stack import build_app
     from tests.infra.conftest import REPO_ROOT
 
     context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]

@@ -11,10 +11,10 @@ from statistics import quantiles
 
 import pytest
 
-from functions.worker.backoff import backoff_delay_s
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
 from sqs_jobs.flow_control import KeyConcurrency
 from sqs_jobs.specs import QueueSpec
+from sqs_jobs.worker.backoff import backoff_delay_s
 from tests.infra.alarm_checks import QueueUnderTest
 from tests.infra.alarm_scenarios import LAGS, T0, Scenario, evaluations, first_alarm, run_alarm
 from tests.infra.cfn import of_type
@@ -259,7 +259,7 @@ def test_the_retrying_alarm_sees_what_sqs_leaves_out_of_the_oldest_age(orders: Q
 
 def held_key(lag: int, job: str, first_hold: float, max_hold_s: int) -> tuple[Scenario, float, float]:
     """A busy key's record held until its bound, each time due again after about as long as it has waited (5 s to
-    5 minutes, functions/worker/key_concurrency.py), HoldShare sampled at each hold as the runtime does. Returns the
+    5 minutes, lib/sqs_jobs/worker/key_concurrency.py), HoldShare sampled at each hold as the runtime does. Returns the
     scenario, the first hold whose share reached 0.8, and when its holds end (the next refusal spends an attempt)."""
     holds: list[tuple[float, float]] = []
     at = first_hold

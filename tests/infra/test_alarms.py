@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from infra.durable_function import DURABLE_FAILED, DURABLE_TIMED_OUT, durable_signal
-from infra.naming import alarm_name
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cdk.durable_function import DURABLE_FAILED, DURABLE_TIMED_OUT, durable_signal
+from sqs_jobs.cdk.naming import alarm_name
 from sqs_jobs.limits import MINUTE
 from sqs_jobs.specs import AlarmThresholds, QueueSpec
 from tests.infra.alarm_checks import SIGNALS, QueueUnderTest, check_signal, signals

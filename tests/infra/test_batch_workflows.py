@@ -11,11 +11,11 @@ import pytest
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
-from functions.worker.settings import ENV_ROUTES
-from infra.stack import JobsStack, build_app
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from functions.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.cdk.stack import JobsStack, build_app
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from sqs_jobs.stack_names import batches_parameter_name
+from sqs_jobs.worker.settings import ENV_ROUTES
 from tests.infra.cfn import of_type, props
 
 HANDLER = "functions.jobs.order_confirmation"  # never imported at synth

@@ -18,16 +18,16 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 
-from infra.alarm_topic import AlarmTopic, NewAlarmTopic
-from infra.context import ContextError
-from infra.dependencies_layer import DependenciesLayer, LayerMissingError
-from infra.job_queue import JobQueue
-from infra.job_resources import JobResources, UnsupportedResourceError
-from infra.job_schedules import JobSchedules
-from infra.naming import pascal_case
-from infra.secure_table import SecureTable
-from infra.stack import build_app
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cdk.alarm_topic import AlarmTopic, NewAlarmTopic
+from sqs_jobs.cdk.context import ContextError
+from sqs_jobs.cdk.dependencies_layer import DependenciesLayer, LayerMissingError
+from sqs_jobs.cdk.job_queue import JobQueue
+from sqs_jobs.cdk.job_resources import JobResources, UnsupportedResourceError
+from sqs_jobs.cdk.job_schedules import JobSchedules
+from sqs_jobs.cdk.naming import pascal_case
+from sqs_jobs.cdk.secure_table import SecureTable
+from sqs_jobs.cdk.stack import build_app
 from sqs_jobs.resources import Resource, Secret, SecretStore
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from tests.infra.cfn import of_type, permissions, render, role_statements
@@ -116,11 +116,11 @@ def test_alarm_email_gets_an_email_subscription() -> None:
     )
 
 
-def test_a_missing_layer_says_to_run_make_bundle(tmp_path: Path) -> None:
+def test_a_missing_layer_says_to_run_jobctl_bundle(tmp_path: Path) -> None:
     with pytest.raises(LayerMissingError) as raised:
         DependenciesLayer(_stack(), "Deps", directory=tmp_path / "layer", display_name="build/layer")
 
-    assert str(raised.value) == "build/layer is missing: run `make bundle`"
+    assert str(raised.value) == "build/layer is missing: run `jobctl bundle` (make bundle runs it)"
 
 
 def test_a_catalog_reference_that_cant_be_loaded_fails_synth_in_one_line(cdk_context: dict[str, Any]) -> None:
@@ -145,7 +145,7 @@ def test_a_projects_pyproject_names_the_catalog_the_app_builds(
 
 
 def test_build_app_checks_the_layer_first(cdk_context: dict[str, Any], tmp_path: Path) -> None:
-    with pytest.raises(LayerMissingError, match="is missing: run `make bundle`"):
+    with pytest.raises(LayerMissingError, match="is missing: run `jobctl bundle`"):
         build_app(cdk_context, layer_dir=tmp_path / "layer")
 
 
@@ -180,6 +180,7 @@ def test_grant_publish_allows_sending_and_delaying_jobs_to_that_queue_only() -> 
             resources=resources.provided,
             schedules=schedules,
             retain_logs=False,
+            catalog_ref="functions.catalog:CATALOG",
         )
         for spec in (CATALOG.queue("orders"), CATALOG.queue("invoices"))
     )
@@ -342,7 +343,7 @@ def test_a_secure_string_secret_is_the_existing_parameter_the_context_names_read
 
 
 def test_a_secure_string_secret_without_its_parameter_fails_synth_in_one_line() -> None:
-    from infra.context import ContextError, StackContext
+    from sqs_jobs.cdk.context import ContextError, StackContext
 
     with pytest.raises(ContextError) as raised:
         StackContext.parse(

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from infra.context import CONTEXT_KEYS, ContextError, StackContext
+from functions.catalog import CATALOG
+from sqs_jobs.cdk.context import CONTEXT_KEYS, ContextError, StackContext
 
 GOOD: dict[str, object] = {
     "stack_name": "SqsJobs",
@@ -24,7 +25,7 @@ TOPIC_ARN = "arn:aws:sns:eu-west-1:123456789012:oncall-alarms"
 
 def test_cdk_json_holds_a_default_for_every_key(cdk_context: dict[str, Any]) -> None:
     assert set(CONTEXT_KEYS) <= set(cdk_context)
-    assert StackContext.parse(cdk_context.get) == StackContext(
+    assert StackContext.parse(cdk_context.get, catalog=CATALOG) == StackContext(
         stack_name="SqsJobs",
         alarm_email=None,
         retain_data=False,
@@ -36,12 +37,14 @@ def test_cdk_json_holds_a_default_for_every_key(cdk_context: dict[str, Any]) -> 
 
 @pytest.mark.parametrize(("raw", "expected"), [(True, True), ("true", True), ("False", False), ("0", False)])
 def test_retain_data_accepts_json_booleans_and_command_line_strings(raw: object, expected: bool) -> None:
-    assert StackContext.parse({**GOOD, "retain_data": raw}.get).retain_data is expected
+    assert StackContext.parse({**GOOD, "retain_data": raw}.get, catalog=CATALOG).retain_data is expected
 
 
 def test_creating_the_mail_identity_is_a_choice_off_by_default() -> None:
-    assert StackContext.parse(GOOD.get).create_mail_identity is False
-    assert StackContext.parse({**GOOD, "create_mail_identity": "true"}.get).create_mail_identity is True
+    assert StackContext.parse(GOOD.get, catalog=CATALOG).create_mail_identity is False
+    assert (
+        StackContext.parse({**GOOD, "create_mail_identity": "true"}.get, catalog=CATALOG).create_mail_identity is True
+    )
 
 
 @pytest.mark.parametrize(
@@ -54,18 +57,24 @@ def test_creating_the_mail_identity_is_a_choice_off_by_default() -> None:
     ],
 )
 def test_sandbox_recipients_come_as_a_list_or_a_comma_separated_string(raw: object, expected: tuple[str, ...]) -> None:
-    assert StackContext.parse({**GOOD, "mail_sandbox_recipients": raw}.get).mail_sandbox_recipients == expected
+    assert (
+        StackContext.parse({**GOOD, "mail_sandbox_recipients": raw}.get, catalog=CATALOG).mail_sandbox_recipients
+        == expected
+    )
 
 
 @pytest.mark.parametrize("raw", ["not an address", ["ok@example.org", 7], {"a": 1}, "a@b.c,,"])
 def test_a_bad_sandbox_recipient_is_named(raw: object) -> None:
     with pytest.raises(ContextError, match="mail_sandbox_recipients"):
-        StackContext.parse({**GOOD, "mail_sandbox_recipients": raw}.get)
+        StackContext.parse({**GOOD, "mail_sandbox_recipients": raw}.get, catalog=CATALOG)
 
 
 def test_alarm_email_is_optional() -> None:
-    assert StackContext.parse({**GOOD, "alarm_email": "ops@example.com"}.get).alarm_email == "ops@example.com"
-    assert StackContext.parse({**GOOD, "alarm_email": None}.get).alarm_email is None
+    assert (
+        StackContext.parse({**GOOD, "alarm_email": "ops@example.com"}.get, catalog=CATALOG).alarm_email
+        == "ops@example.com"
+    )
+    assert StackContext.parse({**GOOD, "alarm_email": None}.get, catalog=CATALOG).alarm_email is None
 
 
 def test_every_problem_is_reported_at_once() -> None:
@@ -78,7 +87,7 @@ def test_every_problem_is_reported_at_once() -> None:
     }
 
     with pytest.raises(ContextError) as raised:
-        StackContext.parse(bad.get)
+        StackContext.parse(bad.get, catalog=CATALOG)
 
     message = str(raised.value)
     for key in (
@@ -97,12 +106,12 @@ def test_missing_keys_point_at_cdk_json() -> None:
     expected = re.escape("'stack_name' is not set (cdk.json holds the defaults: run the app through")
 
     with pytest.raises(ContextError, match=expected):
-        StackContext.parse(nothing.get)
+        StackContext.parse(nothing.get, catalog=CATALOG)
 
 
 def test_a_stack_name_too_long_for_the_queue_names_is_refused() -> None:
     with pytest.raises(ContextError, match="choose a shorter stack_name"):
-        StackContext.parse({**GOOD, "stack_name": "S" * 76}.get)
+        StackContext.parse({**GOOD, "stack_name": "S" * 76}.get, catalog=CATALOG)
 
 
 @pytest.mark.parametrize(
@@ -114,7 +123,12 @@ def test_a_stack_name_too_long_for_the_queue_names_is_refused() -> None:
     ],
 )
 def test_invoicing_api_url_is_an_https_base_url_without_trailing_slash(raw: str, expected: str) -> None:
-    assert StackContext.parse({**GOOD, "invoicing_api_url": raw}.get).resource_settings["invoicing_api_url"] == expected
+    assert (
+        StackContext.parse({**GOOD, "invoicing_api_url": raw}.get, catalog=CATALOG).resource_settings[
+            "invoicing_api_url"
+        ]
+        == expected
+    )
 
 
 @pytest.mark.parametrize(
@@ -131,12 +145,12 @@ def test_invoicing_api_url_is_an_https_base_url_without_trailing_slash(raw: str,
 )
 def test_a_bad_invoicing_api_url_is_refused(raw: str, problem: str) -> None:
     with pytest.raises(ContextError, match=re.escape(problem)):
-        StackContext.parse({**GOOD, "invoicing_api_url": raw}.get)
+        StackContext.parse({**GOOD, "invoicing_api_url": raw}.get, catalog=CATALOG)
 
 
 def test_invoicing_api_url_must_be_a_string() -> None:
     with pytest.raises(ContextError, match="'invoicing_api_url' must be a string"):
-        StackContext.parse({**GOOD, "invoicing_api_url": 443}.get)
+        StackContext.parse({**GOOD, "invoicing_api_url": 443}.get, catalog=CATALOG)
 
 
 @pytest.mark.parametrize(
@@ -148,12 +162,12 @@ def test_invoicing_api_url_must_be_a_string() -> None:
     ],
 )
 def test_alarm_topic_arn_names_an_existing_topic(arn: str) -> None:
-    assert StackContext.parse({**GOOD, "alarm_topic_arn": f" {arn} "}.get).alarm_topic_arn == arn
+    assert StackContext.parse({**GOOD, "alarm_topic_arn": f" {arn} "}.get, catalog=CATALOG).alarm_topic_arn == arn
 
 
 def test_alarm_topic_arn_is_optional() -> None:
-    assert StackContext.parse({**GOOD, "alarm_topic_arn": ""}.get).alarm_topic_arn is None
-    assert StackContext.parse({**GOOD, "alarm_topic_arn": None}.get).alarm_topic_arn is None
+    assert StackContext.parse({**GOOD, "alarm_topic_arn": ""}.get, catalog=CATALOG).alarm_topic_arn is None
+    assert StackContext.parse({**GOOD, "alarm_topic_arn": None}.get, catalog=CATALOG).alarm_topic_arn is None
 
 
 @pytest.mark.parametrize(
@@ -170,14 +184,14 @@ def test_alarm_topic_arn_is_optional() -> None:
 )
 def test_a_bad_alarm_topic_arn_is_refused(arn: str, problem: str) -> None:
     with pytest.raises(ContextError, match=re.escape(problem)):
-        StackContext.parse({**GOOD, "alarm_topic_arn": arn}.get)
+        StackContext.parse({**GOOD, "alarm_topic_arn": arn}.get, catalog=CATALOG)
 
 
 def test_an_existing_topic_and_an_email_are_never_both_given() -> None:
     both = {**GOOD, "alarm_topic_arn": TOPIC_ARN, "alarm_email": "ops@example.com"}
 
     with pytest.raises(ContextError) as raised:
-        StackContext.parse(both.get)
+        StackContext.parse(both.get, catalog=CATALOG)
 
     # One problem, said once.
     assert str(raised.value).startswith("bad CDK context: alarm_topic_arn and alarm_email are both set, set only one")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.naming import DASHBOARD_OUTPUT
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cdk.naming import DASHBOARD_OUTPUT
 from sqs_jobs.specs import QueueSpec
 from tests.infra.cfn import of_type, props, render
 from tests.infra.conftest import Synth

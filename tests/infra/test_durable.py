@@ -1,15 +1,15 @@
-"""A durable job's function in the template (infra/durable_function.py), on the shared synth: its DurableConfig from
+"""A durable job's function in the template (sqs_jobs.cdk.durable_function), on the shared synth: its DurableConfig from
 the catalog, the alias the worker starts it through, the grants AWS documents, and its alarms."""
 
 from __future__ import annotations
 
 import pytest
 
-from functions.worker.settings import ENV_DURABLE_JOB, durable_function_env_name
-from infra.durable_function import CHECKPOINT_ACTIONS, DURABLE_HANDLER, SWEEP_LIST_ACTION, SWEEP_READ_ACTIONS
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cdk.durable_function import CHECKPOINT_ACTIONS, DURABLE_HANDLER, SWEEP_LIST_ACTION, SWEEP_READ_ACTIONS
 from sqs_jobs.specs import JobSpec, QueueSpec
 from sqs_jobs.stack_names import DURABLE_ALIAS, durable_function_name
+from sqs_jobs.worker.settings import ENV_DURABLE_JOB, durable_function_env_name
 from tests.infra.cfn import durable_ids, of_type, permissions, props, render, role_id, role_statements, worker_id
 from tests.infra.conftest import Synth
 

@@ -1,4 +1,4 @@
-"""The local engine (`jobctl.local.provision`, on moto) creates what the synthesized stack creates.
+"""The local engine (`sqs_jobs.local.provision`, on moto) creates what the synthesized stack creates.
 
 Both read the catalog; this proves they turn it into the same names and settings, so what works on the local
 engine meets the same queues, redrive policy, tables and parameters once deployed.
@@ -14,10 +14,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from jobctl.local.provision import LocalDeployment, dlq_attributes, provision
-from jobctl.local.resource_providers import UNUSED_ENDPOINT_URL
-from jobctl.local.scheduler import provision_schedules
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.local.provision import LocalDeployment, dlq_attributes, provision
+from sqs_jobs.local.resource_providers import UNUSED_ENDPOINT_URL
+from sqs_jobs.local.scheduler import provision_schedules
 from sqs_jobs.resources import Bucket, Endpoint, MailSender, Table
 from sqs_jobs.specs import QueueSpec
 from sqs_jobs.stack_names import DEFAULT_STACK_NAME, resource_parameter_name, schedule_group_name
@@ -36,9 +36,11 @@ def _client(service: str) -> Any:
 def local(synth: Synth) -> Iterator[LocalDeployment]:
     # moto stays active for this module's tests only.
     with mock_aws():
-        deployment = provision(_client, stack_name=synth.context.stack_name, settings=synth.context.resource_settings)
-        # The engine provisions the scheduler's part beside the rest (jobctl/local/scheduler.py).
-        provision_schedules(_client, deployment)
+        deployment = provision(
+            _client, stack_name=synth.context.stack_name, settings=synth.context.resource_settings, catalog=CATALOG
+        )
+        # The engine provisions the scheduler's part beside the rest (lib/sqs_jobs/local/scheduler.py).
+        provision_schedules(_client, deployment, catalog=CATALOG)
         yield deployment
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
 from sqs_jobs.specs import QueueSpec
 from tests.infra.cfn import of_type
 from tests.infra.conftest import Synth

@@ -6,7 +6,7 @@ https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/cloudwatch_concep
 `JobFailed {queue, job, service}` sees nothing of `JobFailed {queue, job, service, env}` or of a job the worker
 reports under another name. An alarm on a metric nobody emits is silent, not broken, so nothing else would notice.
 
-The worker here is the one Lambda runs: `functions.entry.handler`, built from the environment the synthesized
+The worker here is the one Lambda runs: `sqs_jobs.worker.entry.handler`, built from the environment the synthesized
 template gives each worker (its values for this account taken from `provision()`, as `WorkerSettings.to_environ`
 writes them), on its role's credentials, with its production flush to stdout. moto stands in for SQS, DynamoDB,
 SES and SNS, the local fake for the invoicing API. For every catalog queue it drives each outcome the alarms and
@@ -40,21 +40,21 @@ import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 from moto import mock_aws
 
-import functions.entry
+import sqs_jobs.worker.entry
 from example.orders_csv import orders_csv
 from example.records import invoice_item
 from example.standins.invoicing import FakeInvoicingApi
-from functions.jobs import dlq_review
-from functions.worker.clients import ClientFactory, new_session
-from functions.worker.names import FLOW_TAT, METRICS_NAMESPACE, flow_bucket_id
-from functions.worker.observability import Observability
-from infra.naming import queue_signals
-from jobctl.local.emulator import EventSourceMapping, Invocation
-from jobctl.local.moto_senders import record_senders
-from jobctl.local.provision import LocalDeployment, provision
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cdk.naming import queue_signals
 from sqs_jobs.flow_control import endpoint_rate_limit_name
+from sqs_jobs.local.emulator import EventSourceMapping, Invocation
+from sqs_jobs.local.moto_senders import record_senders
+from sqs_jobs.local.provision import LocalDeployment, provision
+from sqs_jobs.maintenance import dlq_review
 from sqs_jobs.specs import HEARTBEAT_JOB, QueueSpec
+from sqs_jobs.worker.clients import ClientFactory, new_session
+from sqs_jobs.worker.names import FLOW_TAT, METRICS_NAMESPACE, flow_bucket_id
+from sqs_jobs.worker.observability import Observability
 from tests.infra.cfn import durable_ids, of_type, props, render, worker_id
 from tests.infra.conftest import Synth
 from tests.infra.dashboard_checks import dashboard_body, plain_metrics
@@ -186,9 +186,9 @@ class Account:
         """One durable execution of `job` to its end, in a fresh environment of its durable function."""
         from aws_durable_execution_sdk_python_testing import DurableFunctionTestRunner
 
-        import functions.durable.entry
-        from functions.durable.payload import DurableStart
+        import sqs_jobs.durable.entry
         from functions.jobs.import_orders import csv_key
+        from sqs_jobs.durable.payload import DurableStart
 
         self.clients("s3").put_object(
             Bucket=self.deployment.resources["imports_bucket"], Key=csv_key(import_id), Body=csv
@@ -198,14 +198,14 @@ class Account:
         local = self.deployment.worker_settings(spec.name).to_environ()
         for name, value in durable.items():
             self.monkeypatch.setenv(name, local.get(name, value) if not isinstance(value, str) else value)
-        self.monkeypatch.setattr(functions.durable.entry, "_runtime", None)
+        self.monkeypatch.setattr(sqs_jobs.durable.entry, "_runtime", None)
         start = DurableStart(
             body=json.dumps({"job": job, "id": import_id}),
             key=f"{job}:{import_id}",
             generation=0,
             source_queue=self.deployment.queues[spec.name].arn,
         )
-        with DurableFunctionTestRunner(functions.durable.entry.handler, skip_time=True) as runner:
+        with DurableFunctionTestRunner(sqs_jobs.durable.entry.handler, skip_time=True) as runner:
             runner.run(input=start.to_json(), execution_timeout=120, execution_name=import_id)
 
     def become_worker(self, spec: QueueSpec) -> None:
@@ -225,30 +225,30 @@ class Account:
         }
         for name, value in {**lambda_environment, **self.environment(spec)}.items():
             self.monkeypatch.setenv(name, value)
-        self.monkeypatch.setattr(functions.entry, "_worker", None)
+        self.monkeypatch.setattr(sqs_jobs.worker.entry, "_worker", None)
 
     def deliver(self, spec: QueueSpec) -> Invocation:
         """One batch of the queue to the production handler, as Lambda's event source mapping would."""
         mapping = EventSourceMapping(
             queue=self.deployment.queues[spec.name],
             sqs_client=self.clients("sqs"),
-            handler_factory=lambda: functions.entry.handler,
+            handler_factory=lambda: sqs_jobs.worker.entry.handler,
             function_name=f"contract-{spec.name}-worker",
             concurrency=1,
             wait_time_s=0,
         )
-        invocation = mapping.poll_once(functions.entry.handler)
+        invocation = mapping.poll_once(sqs_jobs.worker.entry.handler)
         assert invocation is not None, f"nothing to deliver on {spec.name}"
         assert not invocation.raised, f"the {spec.name} worker's invocation raised"
         return invocation
 
     def ran_before(self, key: str, runs: int) -> None:
         """What `runs` runs of the job key leave when their environments die before reporting: counted in the
-        key's record (functions/worker/run_ledger.py), so the next delivery is its run `runs + 1`."""
+        key's record (lib/sqs_jobs/worker/run_ledger.py), so the next delivery is its run `runs + 1`."""
         from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
 
-        from functions.worker.run_ledger import RunLedger
-        from functions.worker.settings import IDEMPOTENCY_KEY_PREFIX
+        from sqs_jobs.worker.run_ledger import RunLedger
+        from sqs_jobs.worker.settings import IDEMPOTENCY_KEY_PREFIX
 
         ledger = RunLedger(self.deployment.idempotency_table, lambda _: self.clients("dynamodb"))
         ledger.configure(IdempotencyConfig(event_key_jmespath="key"), key_prefix=IDEMPOTENCY_KEY_PREFIX)
@@ -377,7 +377,7 @@ def drive_maintenance(account: Account, spec: QueueSpec) -> None:
 def drive_imports(account: Account, spec: QueueSpec) -> None:
     """The durable import. Its worker only starts executions (moto has no durable functions: the start fails, a
     runtime fault, and the record is handed back); the job's steps run in its durable function: the production
-    handler (functions.durable.entry) under AWS's durable execution testing SDK, in the environment the template
+    handler (sqs_jobs.durable.entry) under AWS's durable execution testing SDK, in the environment the template
     gives that function. A success, a permanent failure, and a step failing transiently until its attempts run out."""
     from functions.jobs import import_orders
 
@@ -476,7 +476,7 @@ def emitted(synth: Synth) -> Iterator[set[Series]]:
                 account.become_worker(spec)
                 account.job(spec.name, spec.job_names[0], "after-the-table", key="after-the-table-1")
                 account.deliver(spec)
-        monkeypatch.setattr(functions.entry, "_worker", None)
+        monkeypatch.setattr(sqs_jobs.worker.entry, "_worker", None)
     yield emf_series(stdout.getvalue())
 
 
@@ -518,7 +518,7 @@ def test_the_contract_covers_every_alarm_on_the_runtimes_metrics(synth: Synth) -
         f"{synth.context.stack_name}-{spec.name}-{signal}"
         for spec in CATALOG
         for signal in (*per_queue, *(f"duration-{job}" for job in spec.job_names))
-        # A queue whose jobs are all durable has no breaker or hold alarm (infra.naming.queue_signals).
+        # A queue whose jobs are all durable has no breaker or hold alarm (sqs_jobs.cdk.naming.queue_signals).
         if signal in queue_signals(spec) or signal not in ("circuit-open", "held-near-bound")
     }
     assert alarms == expected | {f"{synth.context.stack_name}-batches-stalled"}

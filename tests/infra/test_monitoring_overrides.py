@@ -13,13 +13,13 @@ from aws_cdk import App, Stack
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 
-from infra.alarm_topic import AlarmTopic, NewAlarmTopic
-from infra.context import ContextError
-from infra.heartbeat_canary import HeartbeatCanary
-from infra.monitoring import MonitoringError
-from infra.naming import ALARM_TOPIC_ARN_OUTPUT
-from infra.stack import build_app
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
+from functions.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.cdk.alarm_topic import AlarmTopic, NewAlarmTopic
+from sqs_jobs.cdk.context import ContextError
+from sqs_jobs.cdk.heartbeat_canary import HeartbeatCanary
+from sqs_jobs.cdk.monitoring import MonitoringError
+from sqs_jobs.cdk.naming import ALARM_TOPIC_ARN_OUTPUT
+from sqs_jobs.cdk.stack import build_app
 from sqs_jobs.flow_control import KeyConcurrency, RateLimit
 from sqs_jobs.limits import MINUTE
 from sqs_jobs.specs import AlarmThresholds, Catalog, CircuitBreakerSpec, JobSpec, QueueSpec

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from infra.naming import (
+from sqs_jobs.cdk.naming import (
     alarm_name,
     output_key,
     parameter_name,
@@ -44,5 +44,5 @@ def test_unknown_endpoint_keys_are_refused_with_the_known_ones(function: object)
 
 def test_naming_and_context_import_no_cdk() -> None:
     # jobctl and the local engine use them without paying for (or installing) the CDK.
-    code = "import sys, infra.naming, infra.context; sys.exit('aws_cdk' in sys.modules)"
+    code = "import sys, sqs_jobs.cdk.naming, sqs_jobs.cdk.context; sys.exit('aws_cdk' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=False).returncode == 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.naming import physical_queue_name
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cdk.naming import physical_queue_name
 from sqs_jobs.limits import DAY, DEAD_LETTER_HEADROOM_BYTES, SQS_MAX_MESSAGE_BYTES
 from sqs_jobs.specs import QueueSpec
 from tests.infra.cfn import of_type, props, queue_id, render

@@ -28,7 +28,7 @@ CONTEXT = {
 
 @pytest.fixture(scope="module")
 def sample(cdk_context: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-    from infra.stack import build_app
+    from sqs_jobs.cdk.stack import build_app
 
     app, stack = build_app({**cdk_context, **CONTEXT}, catalog=CATALOG)
     template = app.synth().get_stack_artifact(stack.artifact_id).template
@@ -90,8 +90,8 @@ def test_each_published_resource_has_its_output(sample: tuple[dict[str, Any], An
 
 
 def test_a_bad_existing_name_fails_synth_in_one_line(cdk_context: dict[str, Any]) -> None:
-    from infra.context import ContextError
-    from infra.stack import build_app
+    from sqs_jobs.cdk.context import ContextError
+    from sqs_jobs.cdk.stack import build_app
 
     with pytest.raises(ContextError) as raised:
         build_app({**cdk_context, "media_bucket": "Not_A_Bucket"}, catalog=CATALOG)
@@ -111,7 +111,7 @@ def test_cdk_nag_finds_nothing_unacknowledged_in_it(sample: tuple[dict[str, Any]
 def test_with_an_existing_bucket_and_secret_the_grants_name_them_and_nag_finds_nothing_new(
     cdk_context: dict[str, Any],
 ) -> None:
-    from infra.stack import build_app
+    from sqs_jobs.cdk.stack import build_app
 
     existing = {
         **CONTEXT,
@@ -204,8 +204,8 @@ def test_the_queue_whose_job_names_a_network_runs_its_worker_there_with_only_the
 def test_a_network_without_its_ids_fails_synth_in_one_line(
     cdk_context: dict[str, Any], value: object, expected: str
 ) -> None:
-    from infra.context import ContextError
-    from infra.stack import build_app
+    from sqs_jobs.cdk.context import ContextError
+    from sqs_jobs.cdk.stack import build_app
 
     context = {**cdk_context, **CONTEXT, "accounts_network": value}
     with pytest.raises(ContextError) as raised:

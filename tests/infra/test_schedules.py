@@ -1,4 +1,4 @@
-"""Jobs on a clock (infra/job_schedules.py), on the shared synth: the stack's schedule group, one schedule per
+"""Jobs on a clock (sqs_jobs.cdk.job_schedules), on the shared synth: the stack's schedule group, one schedule per
 catalog `Schedule`, a sender role per queue, the schedules' dead-letter queue, its SSM parameters and the alarm
 for deliveries the scheduler could not make. Plus a FIFO queue's message group, in a small stack of its own."""
 
@@ -14,9 +14,9 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 
-from infra.job_schedules import JobSchedules
-from infra.naming import recurring_schedule_name, schedule_group_name
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cdk.job_schedules import JobSchedules
+from sqs_jobs.cdk.naming import recurring_schedule_name, schedule_group_name
 from sqs_jobs.envelope import parse_envelope
 from sqs_jobs.limits import DAY
 from sqs_jobs.specs import JobSpec, QueueSpec, Schedule

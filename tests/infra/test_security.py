@@ -64,7 +64,7 @@ def test_every_acknowledgement_is_documented_with_a_specific_reason(
         assert rule.startswith(("AwsSolutions-", "Serverless-")), (rule, path)
         assert len(reason) >= 100, f"{rule} at {path}: say why, specifically ({reason!r})"
     # The stack's own acknowledgements are listed in the docs; a resource kind's are declared once, with their
-    # reasons, by its provider (infra/resource_providers.py), which the docs point to.
+    # reasons, by its provider (lib/sqs_jobs/cdk/resource_providers.py), which the docs point to.
     kinds = _kind_acknowledgements(synth)
     docs = (REPO_ROOT / "docs" / "infrastructure.md").read_text()
     stacks_own = {_GETATT.sub("<function.Arn>", rule) for rule, _, _ in acknowledged if rule not in kinds}

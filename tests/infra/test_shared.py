@@ -12,9 +12,8 @@ from aws_cdk import Token
 from aws_cdk.assertions import Match, Template
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
-from functions.worker import attribute_store
-from functions.worker.names import LIFE, LIFE_AT, LIFE_INDEX
-from infra.naming import (
+from functions.catalog import CATALOG
+from sqs_jobs.cdk.naming import (
     ALARM_TOPIC_ARN_OUTPUT,
     DLQ_URL,
     IDEMPOTENCY_TABLE_OUTPUT,
@@ -27,12 +26,13 @@ from infra.naming import (
     parameter_name,
     pascal_case,
 )
-from infra.stack import IDEMPOTENCY_PARTITION_KEY, IDEMPOTENCY_TTL_ATTRIBUTE
-from sqs_jobs.catalog import CATALOG
+from sqs_jobs.cdk.stack import IDEMPOTENCY_PARTITION_KEY, IDEMPOTENCY_TTL_ATTRIBUTE
 from sqs_jobs.contract import JobContract
 from sqs_jobs.resources import Bucket, Resource, Table
 from sqs_jobs.specs import QueueSpec
 from sqs_jobs.stack_names import contract_parameter_name, resource_parameter_name
+from sqs_jobs.worker import attribute_store
+from sqs_jobs.worker.names import LIFE, LIFE_AT, LIFE_INDEX
 from tests.infra.cfn import find_one, of_type, props, queue_id, render, role_id, worker_id
 from tests.infra.conftest import Synth
 from tests.infra.resource_grants import expected_value, made
@@ -147,7 +147,7 @@ def test_buckets_are_private_encrypted_versioned_and_kept(synth: Synth, spec: Bu
     }
     assert properties["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
     assert properties["VersioningConfiguration"] == {"Status": "Enabled"}
-    # Generated name (S3 names are global); kept whatever retain_data says (infra/job_bucket.py says why).
+    # Generated name (S3 names are global); kept whatever retain_data says (lib/sqs_jobs/cdk/job_bucket.py says why).
     assert "BucketName" not in properties
     assert bucket["DeletionPolicy"] == bucket["UpdateReplacePolicy"] == "Retain"
     # No auto-delete custom resource, whose Lambda could empty the bucket (the only functions are the workers:

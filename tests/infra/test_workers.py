@@ -10,8 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from functions.worker.names import METRICS_NAMESPACE, SERVICE_NAME
-from functions.worker.settings import (
+from functions.catalog import CATALOG
+from sqs_jobs.batches import OPEN_LIFE_PREFIX
+from sqs_jobs.catalog_ref import ENV_CATALOG
+from sqs_jobs.resources import AlarmTopic, DeadLetterQueues
+from sqs_jobs.specs import JobSpec, QueueSpec
+from sqs_jobs.worker.names import METRICS_NAMESPACE, SERVICE_NAME
+from sqs_jobs.worker.settings import (
     ENV_DLQ_URL,
     ENV_IDEMPOTENCY_TABLE,
     ENV_QUEUE_NAME,
@@ -21,11 +26,6 @@ from functions.worker.settings import (
     durable_function_env_name,
     resource_env_name,
 )
-from sqs_jobs.batches import OPEN_LIFE_PREFIX
-from sqs_jobs.catalog import CATALOG
-from sqs_jobs.catalog_ref import DEFAULT_CATALOG_REF, ENV_CATALOG
-from sqs_jobs.resources import AlarmTopic, DeadLetterQueues
-from sqs_jobs.specs import JobSpec, QueueSpec
 from tests.infra.cfn import (
     Permission,
     durable_ids,
@@ -99,7 +99,7 @@ def test_worker_runtime_architecture_handler_and_limits(synth: Synth, spec: Queu
     # The version make test runs on (Makefile LAMBDA_PYTHON): the tested runtime is the deployed runtime.
     assert function["Runtime"] == f"python{sys.version_info.major}.{sys.version_info.minor}" == "python3.13"
     assert function["Architectures"] == ["arm64"]
-    assert function["Handler"] == "functions.entry.handler"
+    assert function["Handler"] == "sqs_jobs.worker.entry.handler"
     assert function["Timeout"] == spec.function_timeout_s
     assert function["MemorySize"] == spec.memory_mb
     assert function["TracingConfig"] == {"Mode": "Active"}
@@ -127,7 +127,7 @@ def test_worker_environment_names_its_queue_dlq_table_and_resources(synth: Synth
 
     assert variables == {
         # The catalog it was synthesized with, which its worker loads (sqs_jobs.catalog_ref).
-        ENV_CATALOG: DEFAULT_CATALOG_REF,
+        ENV_CATALOG: "functions.catalog:CATALOG",
         ENV_QUEUE_NAME: spec.name,
         ENV_QUEUE_URL: {"Ref": queue_id(synth.resources, stack_name, spec)},
         ENV_DLQ_URL: {"Ref": queue_id(synth.resources, stack_name, spec, dlq=True)},
@@ -267,17 +267,21 @@ def test_worker_sends_messages_only_to_its_dlq_and_its_own_queue(synth: Synth, s
     assert {resource for action, resource in granted if action == "sqs:SendMessage"} == {f"{dlq}.Arn", f"{queue}.Arn"}
 
 
-def test_code_asset_ships_the_worker_and_the_contract_precompiled_for_the_runtime(synth: Synth) -> None:
+def test_code_asset_ships_the_projects_code_only_and_the_handler_is_the_frameworks(synth: Synth) -> None:
     functions = of_type(synth.resources, "AWS::Lambda::Function")
     keys = {props(synth.resources, key)["Code"]["S3Key"] for key in functions}
     assert len(keys) == 1, "every worker runs the same code asset"
+    assert {props(synth.resources, key)["Handler"] for key in functions} <= {
+        "sqs_jobs.worker.entry.handler",
+        "sqs_jobs.durable.entry.handler",
+    }
     # The zip's content is staged in the cloud assembly as asset.<hash>, zipped at publish time.
     asset = synth.assembly_dir / f"asset.{keys.pop().removesuffix('.zip')}"
 
-    assert sorted(path.name for path in asset.iterdir()) == ["functions", "sqs_jobs"]
+    # The project's catalog and jobs; the framework is in the layer (`jobctl bundle`), at the installed version.
+    assert sorted(path.name for path in asset.iterdir()) == ["functions"]
     shipped = {str(path.relative_to(asset)) for path in asset.rglob("*")}
-    assert {"functions/__init__.py", "functions/entry.py", "sqs_jobs/catalog.py", "sqs_jobs/envelope.py"} <= shipped
-    assert "functions/worker/settings.py" in shipped
+    assert {"functions/__init__.py", "functions/catalog.py", "functions/jobs/order_confirmation.py"} <= shipped
     assert not [path for path in shipped if "/tests" in path or path.endswith("conftest.py")]
     # Bytecode for every module, for the runtime's Python only, hash-based (zipping can't invalidate it).
     sources = sorted(asset.rglob("*.py"))

@@ -22,11 +22,8 @@ from typing import Any
 
 import pytest
 
-from functions.worker.batch_members import BatchMembers, count_stalled, routed_publisher
-from functions.worker.deadletter import DeadLetterQueue, Evidence, iso_from_epoch_ms
-from functions.worker.names import LIFE_INDEX, NO_EVIDENCE, DeadLetterFailure
-from functions.worker.provenance import MessageAttributes, Provenance, from_event, portable
-from infra.naming import (
+from functions.catalog import CATALOG
+from sqs_jobs.cdk.naming import (
     DLQ_URL,
     QUEUE_ARN,
     QUEUE_URL,
@@ -36,12 +33,15 @@ from infra.naming import (
     recurring_schedule_name,
     schedule_group_name,
 )
-from jobctl.batch_lookup import batch_table
-from jobctl.dlq import MoveTasks, queue_busy
-from jobctl.local.lambda_events import sqs_record
-from sqs_jobs.catalog import CATALOG
+from sqs_jobs.cli.batch_lookup import batch_table
+from sqs_jobs.cli.dlq import MoveTasks, queue_busy
 from sqs_jobs.envelope import parse_envelope
+from sqs_jobs.local.lambda_events import sqs_record
 from sqs_jobs.publisher import JobPublisher
+from sqs_jobs.worker.batch_members import BatchMembers, count_stalled, routed_publisher
+from sqs_jobs.worker.deadletter import DeadLetterQueue, Evidence, iso_from_epoch_ms
+from sqs_jobs.worker.names import LIFE_INDEX, NO_EVIDENCE, DeadLetterFailure
+from sqs_jobs.worker.provenance import MessageAttributes, Provenance, from_event, portable
 from tests.rehearsal.cdk_deploy import Deployment
 
 QUEUE = "orders"
@@ -122,7 +122,15 @@ def orders(deployed_orders: Orders) -> Orders:
 def jobctl(deployment: Deployment, *args: str) -> subprocess.CompletedProcess[str]:
     """`jobctl --output json ARGS` against the emulator, in its own process, with throwaway credentials."""
     emulator = deployment.emulator
-    command = [sys.executable, "-m", "jobctl", "--endpoint-url", emulator.endpoint_url, "--region", emulator.region]
+    command = [
+        sys.executable,
+        "-m",
+        "sqs_jobs.cli",
+        "--endpoint-url",
+        emulator.endpoint_url,
+        "--region",
+        emulator.region,
+    ]
     return subprocess.run(
         [*command, "--stack", deployment.stack_name, "--output", "json", *args],
         env=emulator.aws_environment(),

@@ -12,9 +12,9 @@ import json
 
 import pg8000.native
 
-from functions.worker.errors import RecordNotFoundError
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.errors import RecordNotFoundError
+from sqs_jobs.worker.jobs import JobContext
 
 # Connecting and each statement wait at most this long, and never past the run's own time.
 DATABASE_TIMEOUT_S = 10.0

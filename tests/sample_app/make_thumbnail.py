@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from functions.worker.errors import RecordNotFoundError
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.errors import RecordNotFoundError
+from sqs_jobs.worker.jobs import JobContext
 from tests.sample_app.catalog import THUMBNAILS_PREFIX
 
 

@@ -5,10 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from infra import asset_staging
-from infra.asset_staging import BytecodeError, WrongInterpreterError, check_interpreter, stage
+from sqs_jobs.cdk import asset_staging
+from sqs_jobs.cdk.asset_staging import BytecodeError, WrongInterpreterError, check_interpreter, stage
+from sqs_jobs.cli import layer_bundle
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+LAYER_BUNDLE = Path(layer_bundle.__file__).parent
 
 
 def _package(root: Path, name: str, source: str = "VALUE = 1\n") -> Path:
@@ -55,6 +57,7 @@ def test_the_synth_refuses_an_interpreter_other_than_the_runtimes(monkeypatch: p
 
 def test_the_runtime_version_is_the_one_everything_else_targets() -> None:
     wanted = ".".join(map(str, asset_staging.RUNTIME_VERSION))
-    assert f"TARGET_PYTHON={wanted}\n" in (REPO_ROOT / "scripts" / "bundle_layer.sh").read_text()
+    assert layer_bundle.TARGET_PYTHON == wanted
+    assert f'requires-python = ">={wanted},<' in (LAYER_BUNDLE / "project_template" / "pyproject.toml.tmpl").read_text()
     assert f"/versions/{wanted}.*/bin/python{wanted}" in (REPO_ROOT / "Makefile").read_text()
     assert f'requires-python = ">={wanted},<' in (REPO_ROOT / "pyproject.toml").read_text()

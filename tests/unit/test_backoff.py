@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from functions.worker.backoff import backoff_ceiling_s, backoff_delay_s
 from sqs_jobs.limits import SQS_MAX_VISIBILITY_S
+from sqs_jobs.worker.backoff import backoff_ceiling_s, backoff_delay_s
 
 
 def test_ceilings_double_from_base_until_the_cap() -> None:

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from functions.catalog import CATALOG
 from sqs_jobs.batches import (
     MAX_BATCH_MEMBERS,
     MEMBER_DIGEST_BYTES,
@@ -18,7 +19,6 @@ from sqs_jobs.batches import (
     member_digest,
     parse_member_field,
 )
-from sqs_jobs.catalog import CATALOG
 from sqs_jobs.envelope import Envelope, parse_envelope
 from sqs_jobs.errors import EnvelopeFieldError
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from bench import cost, writes
-from jobctl.local.resource_providers import local_resource_name
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.local.resource_providers import local_resource_name
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from sqs_jobs.stack_names import DEFAULT_STACK_NAME
 

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from functions.worker.breaker import (
+from sqs_jobs.specs import CircuitBreakerSpec
+from sqs_jobs.worker.breaker import (
     MAX_BREAKERS,
     PROBE_EXPIRY_S,
     Breakers,
@@ -16,8 +17,7 @@ from functions.worker.breaker import (
     State,
     hold_delay_s,
 )
-from functions.worker.errors import CircuitOpenError, TransientError
-from sqs_jobs.specs import CircuitBreakerSpec
+from sqs_jobs.worker.errors import CircuitOpenError, TransientError
 
 SPEC = CircuitBreakerSpec(failure_threshold=3, open_s=5.0, max_open_s=20.0)
 
@@ -213,7 +213,7 @@ def _raised(make: object) -> BaseException:
 
 
 def test_a_refusal_wrapped_by_a_job_is_still_found_unless_the_job_says_from_none() -> None:
-    from functions.worker.settlement import _held_back
+    from sqs_jobs.worker.settlement import _held_back
 
     refusal = CircuitOpenError("open", downstream="https://api.example.com", retry_after_s=1.0, open_for_s=1.0)
 

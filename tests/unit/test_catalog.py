@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
 from sqs_jobs.limits import (
     DAY,
     DEAD_LETTER_HEADROOM_BYTES,
@@ -517,7 +517,7 @@ def test_the_receive_limit_fits_the_retention_so_a_message_no_worker_can_start_s
 
 
 def test_a_queues_flow_limits_are_its_jobs_then_the_endpoints_its_jobs_call() -> None:
-    from sqs_jobs.catalog import RESOURCES
+    from functions.catalog import RESOURCES
     from sqs_jobs.flow_control import KeyConcurrency, RateLimit
     from sqs_jobs.resources import Endpoint
     from sqs_jobs.specs import Catalog, JobSpec, QueueSpec

@@ -17,13 +17,13 @@ from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.ses.models import SESBackend, ses_backends
 
 from example.standins.invoicing import IDEMPOTENCY_HEADER, FakeInvoicingApi
-from functions.worker.classify import Kind, classify
-from functions.worker.clients import ClientFactory, new_session
-from functions.worker.errors import HttpTransientError
-from functions.worker.http import HttpClient, HttpDeadlineError
-from functions.worker.time_limit import JobRun, JobRunner
-from jobctl.cli import main as jobctl
-from jobctl.local.chaos import Chaos, ChaosSettings, ChaosSpecError
+from sqs_jobs.cli.cli import main as jobctl
+from sqs_jobs.local.chaos import Chaos, ChaosSettings, ChaosSpecError
+from sqs_jobs.worker.classify import Kind, classify
+from sqs_jobs.worker.clients import ClientFactory, new_session
+from sqs_jobs.worker.errors import HttpTransientError
+from sqs_jobs.worker.http import HttpClient, HttpDeadlineError
+from sqs_jobs.worker.time_limit import JobRun, JobRunner
 
 SENDER = "jobs@example.com"
 

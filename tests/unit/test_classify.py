@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ParamValidationError, ReadTimeoutError
 
-from functions.worker.classify import Kind, classify
-from functions.worker.errors import (
+from sqs_jobs.worker.classify import Kind, classify
+from sqs_jobs.worker.errors import (
     EnvelopeNotJSONError,
     HttpPermanentError,
     HttpTransientError,

@@ -1,5 +1,5 @@
 """jobctl runs the project's catalog: --catalog, else $JOBS_CATALOG, else `[tool.sqs-jobs] catalog` in the nearest
-pyproject.toml, else this repository's."""
+pyproject.toml (its project's directory on the import path); none of them is a one-line usage error."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from jobctl.cli import main as jobctl
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
 from sqs_jobs.catalog_ref import ENV_CATALOG, project_catalog_ref
+from sqs_jobs.cli.cli import main as jobctl
 
 OTHER = "tests.unit.test_settings:TWO_QUEUES"
 # An unknown job's usage error lists the catalog's jobs: which catalog jobctl read, before any AWS call.
@@ -28,11 +28,31 @@ def _no_catalog_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     monkeypatch.chdir(tmp_path)  # no pyproject.toml at or above a pytest temporary directory
 
 
-def test_without_a_setting_jobctl_runs_this_repositorys_catalog() -> None:
+def test_outside_any_project_and_without_a_setting_jobctl_says_how_to_name_one() -> None:
     result = CliRunner().invoke(jobctl, SHOW_UNKNOWN, prog_name="jobctl")
 
     assert result.exit_code == 2
-    assert _accepted(result.output) == list(CATALOG.job_names)
+    [line] = [line for line in result.output.splitlines() if line.strip()]
+    assert line.startswith("jobctl: error: no catalog: this directory is in no project naming one")
+    assert "--catalog MODULE:NAME" in line and "jobctl init PATH" in line
+
+
+def test_a_projects_own_package_is_imported_from_its_root_wherever_jobctl_runs_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A package no sys.path entry holds, as a console script finds it (its path starts at the script's directory).
+    package = tmp_path / "shop_jobs_7f3a"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "catalog.py").write_text("from tests.unit.test_settings import TWO_QUEUES as CATALOG\n")
+    (tmp_path / "pyproject.toml").write_text('[tool.sqs-jobs]\ncatalog = "shop_jobs_7f3a.catalog:CATALOG"\n')
+    (tmp_path / "docs").mkdir()
+    monkeypatch.chdir(tmp_path / "docs")
+    monkeypatch.setattr("sys.path", [entry for entry in __import__("sys").path if entry not in ("", str(tmp_path))])
+
+    result = CliRunner().invoke(jobctl, SHOW_UNKNOWN, prog_name="jobctl")
+
+    assert _accepted(result.output) == ["send_mail", "resize"]
 
 
 def test_the_catalog_option_names_another_projects_catalog() -> None:
@@ -46,7 +66,7 @@ def test_the_environment_names_it_and_the_option_wins(monkeypatch: pytest.Monkey
     monkeypatch.setenv(ENV_CATALOG, OTHER)
     assert _accepted(CliRunner().invoke(jobctl, SHOW_UNKNOWN, prog_name="jobctl").output) == ["send_mail", "resize"]
 
-    shipped = "sqs_jobs.catalog:CATALOG"
+    shipped = "functions.catalog:CATALOG"
     result = CliRunner().invoke(jobctl, ["--catalog", shipped, *SHOW_UNKNOWN], prog_name="jobctl")
     assert _accepted(result.output) == list(CATALOG.job_names)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner, Result
 
-from jobctl.cli import main as jobctl
-from jobctl.errors import EXIT_UNREACHABLE, EXIT_USAGE
-from jobctl.local.engine import free_port
+from sqs_jobs.cli.cli import main as jobctl
+from sqs_jobs.cli.errors import EXIT_UNREACHABLE, EXIT_USAGE
+from sqs_jobs.local.engine import free_port
 
 # Nothing listens there: a command that gets as far as calling AWS exits EXIT_UNREACHABLE.
 CLOSED_ENDPOINT = f"http://127.0.0.1:{free_port()}"

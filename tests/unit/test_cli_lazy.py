@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from jobctl.cli import COMMANDS
-from jobctl.cli import main as jobctl
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cli.cli import COMMANDS
+from sqs_jobs.cli.cli import main as jobctl
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("boto3", "botocore", "moto", "aws_lambda_powertools")
@@ -21,7 +21,7 @@ HEAVY = ("boto3", "botocore", "moto", "aws_lambda_powertools")
 # Runs jobctl's main as the installed script does (standalone), then names the heavy modules it imported.
 PROBE = f"""
 import sys
-from jobctl.cli import main
+from sqs_jobs.cli.cli import main
 code = None
 try:
     main(sys.argv[1:], prog_name="jobctl")

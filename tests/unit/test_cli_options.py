@@ -10,20 +10,20 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from jobctl import cli_globals
-from jobctl.cli import COMMANDS
-from jobctl.cli import main as jobctl
-from jobctl.cli_globals import DEFAULT_STACK, GlobalOption, Options
-from jobctl.cli_support import exit_code_for
-from jobctl.console.security import ConsoleBindError
-from jobctl.discovery import DiscoveryError
-from jobctl.dlq import BadFilterError, BadRateError, DlqError, MoveTaskFailedError, NoMoveTaskError
-from jobctl.errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, OperatorError
-from jobctl.job_lookup import JobLookupError
-from jobctl.queue_control import NoMappingError
-from jobctl.scaffold import ScaffoldError
-from jobctl.schedule_times import ScheduleExpressionError
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cli import cli_globals
+from sqs_jobs.cli.cli import COMMANDS
+from sqs_jobs.cli.cli import main as jobctl
+from sqs_jobs.cli.cli_globals import DEFAULT_STACK, GlobalOption, Options
+from sqs_jobs.cli.cli_support import exit_code_for
+from sqs_jobs.cli.console.security import ConsoleBindError
+from sqs_jobs.cli.discovery import DiscoveryError
+from sqs_jobs.cli.dlq import BadFilterError, BadRateError, DlqError, MoveTaskFailedError, NoMoveTaskError
+from sqs_jobs.cli.errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, OperatorError
+from sqs_jobs.cli.job_lookup import JobLookupError
+from sqs_jobs.cli.queue_control import NoMappingError
+from sqs_jobs.cli.scaffold import ScaffoldError
+from sqs_jobs.cli.schedule_times import ScheduleExpressionError
 from sqs_jobs.errors import EnvelopeFieldError, UnknownJobError
 from sqs_jobs.publisher import InvalidDelayError, PartialPublishError, QueueNotConfiguredError
 from sqs_jobs.specs import UnknownQueueError
@@ -203,7 +203,7 @@ def test_an_invalid_query_is_bad_usage_naming_the_problem(expression: str) -> No
 def test_version_prints_the_installed_distributions_version() -> None:
     result = invoke("--version")
     assert result.exit_code == 0
-    assert result.output == f"jobctl {version('sqs-jobs-stack')}\n"
+    assert result.output == f"jobctl {version('sqs-jobs')}\n"
 
 
 def _client_error(code: str) -> botocore.exceptions.ClientError:
@@ -249,11 +249,11 @@ def test_every_error_jobctl_defines_is_an_operator_error_with_a_documented_exit_
     import inspect
     import pkgutil
 
-    import jobctl
+    import sqs_jobs.cli
 
     modules = [
-        importlib.import_module(f"jobctl.{info.name}")
-        for info in pkgutil.iter_modules(jobctl.__path__)
+        importlib.import_module(f"sqs_jobs.cli.{info.name}")
+        for info in pkgutil.iter_modules(sqs_jobs.cli.__path__)
         if not info.name.startswith(("local", "soak", "demo", "__main__"))
     ]
     errors = {

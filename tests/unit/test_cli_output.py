@@ -12,11 +12,12 @@ import pytest
 from click.testing import CliRunner, Result
 from moto import mock_aws
 
-from jobctl.cli import main as jobctl
-from jobctl.cli_globals import Options
-from jobctl.cli_output import emit, text_lines
-from jobctl.errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE
-from jobctl.local.provision import LocalDeployment, provision
+from functions.catalog import CATALOG
+from sqs_jobs.cli.cli import main as jobctl
+from sqs_jobs.cli.cli_globals import Options
+from sqs_jobs.cli.cli_output import emit, text_lines
+from sqs_jobs.cli.errors import EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE
+from sqs_jobs.local.provision import LocalDeployment, provision
 
 REGION = "us-east-1"
 
@@ -106,7 +107,7 @@ def deployment(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalDeployment]:
         def client(service: str) -> Any:
             return session.client(service)  # type: ignore[call-overload]
 
-        yield provision(client)
+        yield provision(client, catalog=CATALOG)
 
 
 def _dead_letters(deployment: LocalDeployment, count: int) -> None:

@@ -9,7 +9,7 @@ from bench import cli_startup
 
 def test_the_benchmark_times_help_against_import_boto3() -> None:
     timed = cli_startup.commands()
-    assert timed[cli_startup.SUBJECT] == [sys.executable, "-m", "jobctl", "--help"]
+    assert timed[cli_startup.SUBJECT] == [sys.executable, "-m", "sqs_jobs.cli", "--help"]
     assert [sys.executable, "-c", "import boto3"] in timed.values()
     result = cli_startup.measure(runs=1)
     best, ratio = result["best_ms"], result["ratio_to_import_boto3"]

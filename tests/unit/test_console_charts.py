@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobctl.console.charts import HEIGHT, LEFT, TOP, WIDTH, Series, scale_top
+from sqs_jobs.cli.console.charts import HEIGHT, LEFT, TOP, WIDTH, Series, scale_top
 
 START = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 END = START + timedelta(hours=3)
@@ -60,10 +60,10 @@ def test_a_count_is_zero_in_the_minutes_nothing_was_counted(monkeypatch: pytest.
     import boto3
     from moto import mock_aws
 
-    from functions.worker.names import FAILED
-    from jobctl.console.charts import queue_charts
-    from jobctl.status import job_metric
+    from sqs_jobs.cli.console.charts import queue_charts
+    from sqs_jobs.cli.status import job_metric
     from sqs_jobs.specs import JobSpec, QueueSpec
+    from sqs_jobs.worker.names import FAILED
 
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.setenv(name, "testing")

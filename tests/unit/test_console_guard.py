@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobctl.console.security import ConsoleBindError, Guard, is_loopback
+from sqs_jobs.cli.console.security import ConsoleBindError, Guard, is_loopback
 
 
 def test_loopback_consoles_need_their_access_token_too_and_answer_to_their_loopback_names() -> None:

@@ -1,7 +1,8 @@
 """What the deployed worker imports when it starts is there on Lambda: the handler's module and each catalog job's
-module, and every module of the code asset they import, are in the worker's code asset (infra/asset_staging.py
-CODE_DIRS), and each of their top-level third-party imports is in the dependencies layer (`make bundle` vendors
-uv.lock's `lambda` dependency group into build/layer) or in the Lambda runtime (boto3 and its dependencies).
+module, and every module they import, are in the worker's code asset (the project's packages:
+sqs_jobs.cdk.asset_staging.project_code_dirs) or the framework's copy in the layer, and each of their top-level
+third-party imports is in the dependencies layer (`make bundle` vendors the framework and uv.lock's `lambda`
+dependency group into build/layer) or in the Lambda runtime (boto3 and its dependencies).
 
 The tests run in a venv with every dependency group installed, so a job whose driver is declared only in the `dev`
 group passes its tests and fails on AWS alone, at the worker's cold start (ModuleNotFoundError: every record of
@@ -23,14 +24,17 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from infra.asset_staging import CODE_DIRS, LAYER_DIR, REPO_ROOT, RUNTIME_MODULES
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from infra.project import LAYER_DIR, code_dirs
+from infra.project import PROJECT_ROOT as REPO_ROOT
+from sqs_jobs.cdk.asset_staging import FRAMEWORK_PACKAGE, RUNTIME_MODULES
+from sqs_jobs.cli import layer_bundle
 from sqs_jobs.specs import Catalog
 from tests.sample_app.catalog import CATALOG as SAMPLE_CATALOG
 
-# The module Lambda calls (infra/worker_code.py HANDLER); it loads the jobs' modules by name at its start.
-HANDLER_MODULE = "functions.entry"
-# The dependency group scripts/bundle_layer.sh vendors into the layer.
+# The module Lambda calls (sqs_jobs.cdk.worker_code HANDLER); it loads the jobs' modules by name at its start.
+HANDLER_MODULE = "sqs_jobs.worker.entry"
+# The dependency group `jobctl bundle` vendors into the layer.
 LAYER_GROUP = "lambda"
 LAYER = LAYER_DIR / "python"
 
@@ -39,15 +43,17 @@ LAYER = LAYER_DIR / "python"
 class DeployedWorker:
     """Where the deployed worker's imports come from: its code asset's packages, its layer, the runtime."""
 
-    code: Mapping[str, Path]  # top-level package -> its source directory
+    code: Mapping[str, Path]  # top-level package -> its source directory (the framework: its copy in the layer)
     layer: frozenset[str]  # top-level modules and packages in the layer
     runtime: frozenset[str] = frozenset(RUNTIME_MODULES)
 
     @classmethod
-    def as_built(cls, code_dirs: Sequence[Path] = CODE_DIRS, layer: Path = LAYER) -> DeployedWorker:
-        if not layer.is_dir():
+    def as_built(cls, packages: Sequence[Path] | None = None, layer: Path = LAYER) -> DeployedWorker:
+        if not (layer / FRAMEWORK_PACKAGE).is_dir():
             pytest.fail(f"{layer.relative_to(REPO_ROOT)} is missing: run `make bundle` (make check does)")
-        return cls(code={path.name: path for path in code_dirs}, layer=frozenset(_top_level_names(layer)))
+        code = {path.name: path for path in (packages if packages is not None else code_dirs())}
+        code[FRAMEWORK_PACKAGE] = layer / FRAMEWORK_PACKAGE
+        return cls(code=code, layer=frozenset(_top_level_names(layer)) - {FRAMEWORK_PACKAGE})
 
     def source(self, module: str) -> Path | None:
         """The file of `module` in the code asset, or None."""
@@ -135,7 +141,7 @@ def _what_to_do(name: str) -> str:
     if not distributions:
         return f"{name} is not installed in the project's venv either"
     distribution = distributions[0]
-    if canonicalize_name(distribution) == "sqs-jobs-stack":
+    if canonicalize_name(distribution) == "sqs-jobs-example":
         return f"{name} is this repository's own package, outside the worker's code asset"
     groups = _declared_groups(distribution)
     if LAYER_GROUP in groups:
@@ -159,7 +165,7 @@ def undeployed_imports(roots: Iterable[str], worker: DeployedWorker) -> list[str
         if source is None:
             problems.append(
                 f"{module} ({why}) is not in the worker's code asset, which holds only the packages "
-                f"{', '.join(sorted(worker.code))} (infra/asset_staging.py CODE_DIRS)"
+                f"{', '.join(sorted(worker.code))} (the project's: sqs_jobs.cdk.asset_staging.project_code_dirs)"
             )
             continue
         where = source.relative_to(REPO_ROOT) if source.is_relative_to(REPO_ROOT) else source
@@ -189,13 +195,13 @@ def test_every_module_the_worker_imports_at_its_start_is_deployed() -> None:
 
 
 def test_the_layer_is_built_from_the_group_this_test_reads() -> None:
-    assert f"--only-group {LAYER_GROUP} " in (REPO_ROOT / "scripts" / "bundle_layer.sh").read_text()
+    assert layer_bundle.LAYER_GROUP == LAYER_GROUP
 
 
 def test_a_jobs_driver_declared_only_for_development_is_named_with_its_group_and_the_fix() -> None:
     # The sample app's database job imports pg8000, which pyproject.toml declares in the dev group only (the app is
     # a test's, never deployed). Were its package shipped in the code asset, its worker would still fail to start.
-    shipped_with_tests = DeployedWorker.as_built(code_dirs=(*CODE_DIRS, REPO_ROOT / "tests"))
+    shipped_with_tests = DeployedWorker.as_built((*code_dirs(), REPO_ROOT / "tests"))
 
     assert undeployed_imports(_roots(SAMPLE_CATALOG), shipped_with_tests) == [
         "tests/sample_app/close_account.py:13 imports pg8000, which the deployed worker lacks (not in its code asset, "
@@ -209,7 +215,7 @@ def test_a_job_module_outside_the_code_asset_is_named() -> None:
 
     assert problems == [
         f"{job.handler} (the worker loads it at its start) is not in the worker's code asset, which holds only the "
-        "packages functions, sqs_jobs (infra/asset_staging.py CODE_DIRS)"
+        "packages functions, sqs_jobs (the project's: sqs_jobs.cdk.asset_staging.project_code_dirs)"
         for queue in SAMPLE_CATALOG
         for job in queue.jobs
     ]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from functions.worker import deadletter
-from jobctl.dlq import DeadLetter, group
+from sqs_jobs.cli.dlq import DeadLetter, group
+from sqs_jobs.worker import deadletter
 
 
 def _letter(message_id: str, error_message: str, http: str | None) -> DeadLetter:
@@ -39,7 +39,7 @@ def test_a_404_and_a_401_that_read_alike_are_two_groups_each_with_its_status() -
 
 
 def test_whole_numbers_are_blanked_but_a_code_point_is_kept_whole() -> None:
-    from jobctl.dlq import error_pattern
+    from sqs_jobs.cli.dlq import error_pattern
 
     assert error_pattern("order 9999 not found, 'INV-7' rejected") == "order … not found, … rejected"
     assert error_pattern("field 'id' contains U+001B (a control character) at position 0") == (

@@ -1,4 +1,4 @@
-"""The DLQ review's summary text (functions/jobs/dlq_summary.py) and its resource parsing, without AWS."""
+"""The DLQ review's summary text (lib/sqs_jobs/maintenance/dlq_summary.py) and its resource parsing, without AWS."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from functions.jobs.dlq_review import DeadLetterQueuesResourceError, WatchedQueue, watched_queues
-from functions.jobs.dlq_summary import (
+from sqs_jobs.maintenance.dlq_review import DeadLetterQueuesResourceError, WatchedQueue, watched_queues
+from sqs_jobs.maintenance.dlq_summary import (
     MAX_ERROR_TYPES,
     MESSAGE_MAX_BYTES,
     SUBJECT_MAX_CHARS,
@@ -17,9 +17,9 @@ from functions.jobs.dlq_summary import (
     stack_of,
     summarize,
 )
-from functions.worker.errors import PermanentError
-from functions.worker.names import NO_EVIDENCE
-from functions.worker.names import NO_EVIDENCE as JOBCTL_NO_EVIDENCE
+from sqs_jobs.worker.errors import PermanentError
+from sqs_jobs.worker.names import NO_EVIDENCE
+from sqs_jobs.worker.names import NO_EVIDENCE as JOBCTL_NO_EVIDENCE
 
 NOW = datetime(2026, 12, 7, 9, 0, 5, tzinfo=UTC)
 URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/"
@@ -122,7 +122,7 @@ def test_the_subject_fits_sns() -> None:
     [
         ({"orders": URL + "SqsJobs-orders-dlq", "invoices": URL + "SqsJobs-invoices-dlq"}, "SqsJobs"),
         ({"events": URL + "Shop-Prod-events-dlq.fifo"}, "Shop-Prod"),
-        # names that don't follow infra/naming.py, or disagree: no guess
+        # names that don't follow lib/sqs_jobs/cdk/naming.py, or disagree: no guess
         ({"orders": URL + "orders-dead-letters"}, None),
         ({"orders": URL + "A-orders-dlq", "invoices": URL + "B-invoices-dlq"}, None),
         ({"orders": URL + "-orders-dlq"}, None),

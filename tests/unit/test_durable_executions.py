@@ -1,4 +1,4 @@
-"""LambdaDurableExecutions against botocore's own Lambda model (functions/durable/executions.py): moto has no durable
+"""LambdaDurableExecutions against botocore's own Lambda model (lib/sqs_jobs/durable/executions.py): moto has no durable
 execution APIs, so botocore's Stubber checks every request the sweep makes, and every answer it reads, against the
 model (a wrong parameter name or type fails here), and the parsers read the answers' wire shapes."""
 
@@ -13,7 +13,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from functions.durable.executions import LambdaDurableExecutions, RuntimeSteps, unqualified
+from sqs_jobs.durable.executions import LambdaDurableExecutions, RuntimeSteps, unqualified
 
 ALIAS = "arn:aws:lambda:us-east-1:123456789012:function:SqsJobs-import_orders-durable:live"
 FUNCTION = "arn:aws:lambda:us-east-1:123456789012:function:SqsJobs-import_orders-durable"

@@ -10,8 +10,8 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from functions.worker.durable_start import LambdaDurableStarter
 from sqs_jobs.durable import execution_name
+from sqs_jobs.worker.durable_start import LambdaDurableStarter
 
 ALIAS_ARN = "arn:aws:lambda:us-east-1:123456789012:function:SqsJobs-import_orders-durable:live"
 EXECUTION_ARN = ALIAS_ARN.replace(":live", ":3") + "/durable-execution/n/abc"

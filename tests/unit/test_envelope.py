@@ -15,17 +15,8 @@ from typing import Any, cast
 import pytest
 from jsonschema import Draft202012Validator
 
-from functions.worker.errors import (
-    EnvelopeError,
-    EnvelopeFieldError,
-    EnvelopeNotJSONError,
-    EnvelopeNotObjectError,
-    EnvelopeTooLargeError,
-    PermanentError,
-    UnknownJobError,
-)
+from functions.catalog import CATALOG
 from sqs_jobs import envelope as envelope_module
-from sqs_jobs.catalog import CATALOG
 from sqs_jobs.envelope import (
     MAX_ENVELOPE_BYTES,
     MAX_EXTRA_FIELDS,
@@ -39,6 +30,15 @@ from sqs_jobs.envelope import (
     tenant_of,
 )
 from sqs_jobs.visible import is_hidden
+from sqs_jobs.worker.errors import (
+    EnvelopeError,
+    EnvelopeFieldError,
+    EnvelopeNotJSONError,
+    EnvelopeNotObjectError,
+    EnvelopeTooLargeError,
+    PermanentError,
+    UnknownJobError,
+)
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "envelope.schema.json"
 

@@ -16,8 +16,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from functions.worker.errors import EnvelopeError, EnvelopeNotObjectError, EnvelopeTooLargeError
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
 from sqs_jobs.envelope import (
     MAX_ENVELOPE_BYTES,
     MAX_EXTRA_FIELDS,
@@ -30,6 +29,7 @@ from sqs_jobs.envelope import (
     build_envelope,
     parse_envelope,
 )
+from sqs_jobs.worker.errors import EnvelopeError, EnvelopeNotObjectError, EnvelopeTooLargeError
 
 ACCEPTED = CATALOG.job_names
 JOB_NAMES = sorted(ACCEPTED)

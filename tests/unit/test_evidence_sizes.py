@@ -11,9 +11,11 @@ import json
 
 import pytest
 
-from functions.worker import deadletter
-from functions.worker.attribute_store import STORED_FOR_S
-from functions.worker.deadletter import (
+from sqs_jobs.envelope import Envelope
+from sqs_jobs.limits import DEAD_LETTER_HEADROOM_BYTES, SQS_MAX_RETENTION_S
+from sqs_jobs.worker import deadletter
+from sqs_jobs.worker.attribute_store import STORED_FOR_S
+from sqs_jobs.worker.deadletter import (
     ATTEMPTS,
     ERROR_MESSAGE,
     ERROR_TYPE,
@@ -30,8 +32,8 @@ from functions.worker.deadletter import (
     fit_evidence,
     message_size,
 )
-from functions.worker.names import DeadLetterFailure
-from functions.worker.provenance import (
+from sqs_jobs.worker.names import DeadLetterFailure
+from sqs_jobs.worker.provenance import (
     ORIGINAL_ATTRIBUTES,
     PACKING_ATTRIBUTE_BYTES,
     PACKING_OVERHEAD_BYTES,
@@ -43,8 +45,6 @@ from functions.worker.provenance import (
     portable,
     unpack,
 )
-from sqs_jobs.envelope import Envelope
-from sqs_jobs.limits import DEAD_LETTER_HEADROOM_BYTES, SQS_MAX_RETENTION_S
 from tests.previous_runtime import legacy_packing
 
 EMOJI = "\U0001f600"  # 4 bytes in UTF-8; 12 as the JSON escape "\ud83d\ude00"
@@ -261,8 +261,8 @@ def test_stored_attributes_outlive_any_dlq() -> None:
 
 
 def test_a_failed_http_call_keeps_its_status_and_excerpt_in_one_attribute_within_sqs_limit_of_ten() -> None:
-    from functions.worker.deadletter import HTTP
-    from functions.worker.provenance import SQS_MAX_ATTRIBUTES
+    from sqs_jobs.worker.deadletter import HTTP
+    from sqs_jobs.worker.provenance import SQS_MAX_ATTRIBUTES
 
     failed = _evidence(http_status=404, http_body='{"error": "no such image"}')
     with_envelope = evidence_attributes(failed, with_envelope=True)

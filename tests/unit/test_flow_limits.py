@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobctl.flow_limits import LimitView, tokens_free
+from sqs_jobs.cli.flow_limits import LimitView, tokens_free
 from sqs_jobs.flow_control import DeclaredLimit, RateLimit
 
 T = 1_900_000_000.123457

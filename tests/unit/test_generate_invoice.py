@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from functions.catalog import CATALOG
 from functions.jobs.generate_invoice import InvoiceDataError, invoice_request, pdf_key
-from functions.worker.http import HttpClient
-from sqs_jobs.catalog import CATALOG
+from sqs_jobs.worker.http import HttpClient
 
 
 def test_the_shipped_catalog_has_the_invoice_queue_set_for_the_incident() -> None:

@@ -14,8 +14,8 @@ import pytest
 from urllib3.exceptions import NewConnectionError, ReadTimeoutError
 
 from example.standins.invoicing import FakeInvoicingApi
-from functions.worker.errors import HttpPermanentError, HttpTransientError, PermanentError, TransientError
-from functions.worker.http import IDEMPOTENCY_HEADER, HttpClient, JobHttp, retry_after_s
+from sqs_jobs.worker.errors import HttpPermanentError, HttpTransientError, PermanentError, TransientError
+from sqs_jobs.worker.http import IDEMPOTENCY_HEADER, HttpClient, JobHttp, retry_after_s
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -103,7 +103,7 @@ def test_400_is_permanent(api: FakeInvoicingApi) -> None:
 
 
 def test_an_error_bodys_excerpt_is_bounded_and_its_hidden_characters_escaped() -> None:
-    from functions.worker.http import HTTP_BODY_EXCERPT_BYTES, body_excerpt
+    from sqs_jobs.worker.http import HTTP_BODY_EXCERPT_BYTES, body_excerpt
 
     assert body_excerpt(b"") is None
     assert body_excerpt(b'  {"error": "key expired"}\n') == '{"error": "key expired"}'
@@ -193,8 +193,8 @@ def test_header_names_are_case_insensitive() -> None:
     # Servers and proxies send `retry-after` in any case; urllib3's HTTPHeaderDict keeps the lookup insensitive.
     from urllib3 import HTTPHeaderDict
 
-    from functions.worker.errors import HttpTransientError as Transient
-    from functions.worker.http import HttpResponse, raise_for_status
+    from sqs_jobs.worker.errors import HttpTransientError as Transient
+    from sqs_jobs.worker.http import HttpResponse, raise_for_status
 
     response = HttpResponse(status=503, headers=HTTPHeaderDict({"retry-after": "7"}), data=b"")
     with pytest.raises(Transient) as raised:
@@ -204,8 +204,8 @@ def test_header_names_are_case_insensitive() -> None:
 
 @pytest.mark.parametrize("status", [401, 403])
 def test_refused_credentials_are_their_own_permanent_error_outside_a_job_run(status: int) -> None:
-    from functions.worker.errors import HttpCredentialsRefusedError, HttpPermanentError
-    from functions.worker.http import HttpResponse, raise_for_status
+    from sqs_jobs.worker.errors import HttpCredentialsRefusedError, HttpPermanentError
+    from sqs_jobs.worker.http import HttpResponse, raise_for_status
 
     with pytest.raises(HttpCredentialsRefusedError) as raised:
         raise_for_status("POST", "https://api.example.com/x", HttpResponse(status=status, headers={}, data=b""))

@@ -1,4 +1,4 @@
-"""The jobs' HTTP client bounds the whole call (functions/worker/http.py, http_deadline.py), against real servers on
+"""The jobs' HTTP client bounds the whole call (lib/sqs_jobs/worker/http.py, http_deadline.py), against real servers on
 127.0.0.1 that send their answer one byte at a time: the call ends at its whole-call timeout with
 HttpDeadlineError whatever phase drips, its connection is never reused, kept-alive connections still are, 100
 calls in flight share one watchdog thread, a body over the size cap is refused, and a run cut at its time limit
@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from functions.worker.errors import (
+from sqs_jobs.worker.errors import (
     HttpPermanentError,
     HttpTransientError,
     JobTimeLimitError,
@@ -28,15 +28,15 @@ from functions.worker.errors import (
     TimeLimitInterrupt,
     TransientError,
 )
-from functions.worker.http import (
+from sqs_jobs.worker.http import (
     DEFAULT_MAX_RESPONSE_BYTES,
     HttpClient,
     HttpDeadlineError,
     HttpResponseTooLargeError,
     JobHttp,
 )
-from functions.worker.http_deadline import WATCHDOG_THREAD_NAME, Deadline
-from functions.worker.time_limit import JobRun, JobRunner
+from sqs_jobs.worker.http_deadline import WATCHDOG_THREAD_NAME, Deadline
+from sqs_jobs.worker.time_limit import JobRun, JobRunner
 
 pytestmark = pytest.mark.timeout(60)
 

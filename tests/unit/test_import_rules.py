@@ -1,5 +1,5 @@
-"""The stack and the operator's tools read the runtime's names without loading the runtime: `infra/` and
-`jobctl`'s status and console import no Powertools, and functions/worker/names.py imports nothing but the
+"""The stack and the operator's tools read the runtime's names without loading the runtime: `lib/sqs_jobs/cdk/` and
+`jobctl`'s status and console import no Powertools, and lib/sqs_jobs/worker/names.py imports nothing but the
 standard library. Inside the worker, calls point one way: the batch (runtime.py) calls a job's run
 (execution.py) and its settling (settlement.py), never the other way round."""
 
@@ -17,7 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
-    "module", ["infra.stack", "infra.monitoring", "jobctl.status", "jobctl.console.charts", "functions.worker.settings"]
+    "module",
+    [
+        "sqs_jobs.cdk.stack",
+        "sqs_jobs.cdk.monitoring",
+        "sqs_jobs.cli.status",
+        "sqs_jobs.cli.console.charts",
+        "sqs_jobs.worker.settings",
+    ],
 )
 def test_the_module_loads_no_powertools(module: str) -> None:
     probe = (
@@ -31,7 +38,7 @@ def test_the_module_loads_no_powertools(module: str) -> None:
 
 
 def test_the_names_module_imports_only_the_standard_library() -> None:
-    tree = ast.parse((ROOT / "functions" / "worker" / "names.py").read_text())
+    tree = ast.parse((ROOT / "lib" / "sqs_jobs" / "worker" / "names.py").read_text())
     imported = {
         alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
     }
@@ -41,7 +48,7 @@ def test_the_names_module_imports_only_the_standard_library() -> None:
 
 def _worker_modules_imported_at_run_time(module: str) -> set[str]:
     """The worker's modules `module` imports, at the top or in a function; those under TYPE_CHECKING aside."""
-    tree = ast.parse((ROOT / "functions" / "worker" / f"{module}.py").read_text())
+    tree = ast.parse((ROOT / "lib" / "sqs_jobs" / "worker" / f"{module}.py").read_text())
     for_type_checking = {
         id(node)
         for block in ast.walk(tree)
@@ -55,11 +62,11 @@ def _worker_modules_imported_at_run_time(module: str) -> set[str]:
             continue
         if isinstance(node, ast.Import):
             imported |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module == "functions.worker":
-            imported |= {f"functions.worker.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module == "sqs_jobs.worker":
+            imported |= {f"sqs_jobs.worker.{alias.name}" for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module or "")
-    return {name.removeprefix("functions.worker.") for name in imported if name.startswith("functions.worker.")}
+    return {name.removeprefix("sqs_jobs.worker.") for name in imported if name.startswith("sqs_jobs.worker.")}
 
 
 @pytest.mark.parametrize(
@@ -78,8 +85,8 @@ def test_the_worker_s_parts_are_called_by_the_batch_and_never_call_back(module: 
 
 def test_the_worker_s_parts_load_without_the_batch() -> None:
     probe = (
-        "import sys, functions.worker.execution, functions.worker.settlement\n"
-        "print('functions.worker.runtime' in sys.modules)"
+        "import sys, sqs_jobs.worker.execution, sqs_jobs.worker.settlement\n"
+        "print('sqs_jobs.worker.runtime' in sys.modules)"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
@@ -87,19 +94,23 @@ def test_the_worker_s_parts_load_without_the_batch() -> None:
     assert result.stdout.strip().splitlines()[-1] == "False", result.stdout
 
 
-FRAMEWORK = ("infra", "functions/worker", "jobctl")
+# The whole distribution: what a team installs.
+FRAMEWORK = ("lib/sqs_jobs",)
 
 
 def test_the_framework_names_nothing_of_the_example_app() -> None:
     # Jobs and resources by name; queues (ordinary words) as names in code: quoted, or in a physical name.
-    from sqs_jobs.catalog import CATALOG
+    from functions.catalog import CATALOG
     from sqs_jobs.resources import AlarmTopic, DeadLetterQueues
 
     # The runtime's own kinds are the framework's (its alarm topic, its DLQs), whatever the app calls them.
     apps = [spec.name for spec in CATALOG.resources if not isinstance(spec, AlarmTopic | DeadLetterQueues)]
-    words = [*CATALOG.job_names, *apps]
+    # The framework's own jobs (the DLQ review) and their queue are the framework's names, added by one line.
+    jobs = [job.name for queue in CATALOG for job in queue.jobs if not job.handler.startswith("sqs_jobs.")]
+    queues = [queue.name for queue in CATALOG if any(not job.handler.startswith("sqs_jobs.") for job in queue.jobs)]
+    words = [*jobs, *apps]
     patterns = [re.compile(rf"\b{re.escape(word)}\b") for word in words]
-    patterns += [re.compile(rf"[\"'/-]{re.escape(queue)}[\"'/-]") for queue in CATALOG.queue_names]
+    patterns += [re.compile(rf"[\"'/-]{re.escape(queue)}[\"'/-]") for queue in queues]
     found = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
         for folder in FRAMEWORK
@@ -110,11 +121,45 @@ def test_the_framework_names_nothing_of_the_example_app() -> None:
     assert found == []
 
 
-def test_the_wheels_version_is_read_with_the_standard_library_alone() -> None:
-    # Hatch reads it in the wheel's isolated build environment, where nothing but the build backend is installed.
-    probe = "import sys; sys.path.insert(0, 'lib'); import sqs_jobs._wheel_version as v; print(v.__version__)"
+def test_importing_the_package_loads_nothing_but_it() -> None:
+    # A service's `from sqs_jobs import JobPublisher` loads the publisher's modules; the worker's entry, jobctl's
+    # start-up, the CDK app load what they name. No catalog is built, no boto3 imported by `import sqs_jobs`.
+    probe = (
+        "import sys; sys.path.insert(0, 'lib'); import sqs_jobs\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('sqs_jobs', 'boto', 'functions'))))\n"
+        "from sqs_jobs import JobPublisher\n"
+        "print(JobPublisher.__module__)"
+    )
     result = subprocess.run(
         [sys.executable, "-S", "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("0.")
+    assert result.stdout.splitlines() == ["['sqs_jobs']", "sqs_jobs.publisher"]
+
+
+@pytest.mark.parametrize(
+    ("package", "never"),
+    [
+        # The publisher (the distribution's top-level modules) runs in services with boto3 alone.
+        ("", ("sqs_jobs.worker", "sqs_jobs.durable.", "sqs_jobs.cli", "sqs_jobs.cdk", "sqs_jobs.local")),
+        # The worker runs on Lambda with its layer: never the CLI, the CDK, the local engine or the testing API.
+        ("worker", ("sqs_jobs.cli", "sqs_jobs.cdk", "sqs_jobs.local", "sqs_jobs.testing")),
+        ("durable", ("sqs_jobs.cli", "sqs_jobs.cdk", "sqs_jobs.local", "sqs_jobs.testing")),
+        ("maintenance", ("sqs_jobs.cli", "sqs_jobs.cdk", "sqs_jobs.local", "sqs_jobs.testing")),
+    ],
+)
+def test_the_arrows_inside_the_distribution_point_one_way(package: str, never: tuple[str, ...]) -> None:
+    base = ROOT / "lib" / "sqs_jobs" / package
+    sources = sorted(base.glob("*.py")) if not package else sorted(base.rglob("*.py"))
+    found = []
+    for source in sources:
+        for node in ast.walk(ast.parse(source.read_text())):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            found += [f"{source.relative_to(ROOT)}: {name}" for name in names if name.startswith(never)]
+    assert found == []

@@ -1,4 +1,4 @@
-"""The job-module protocol (functions/worker/jobs.py JobModule): what load_jobs accepts and refuses, in one line."""
+"""The job-module protocol (lib/sqs_jobs/worker/jobs.py JobModule): what load_jobs accepts and refuses, in one line."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from functions.worker.errors import WorkerConfigError
-from functions.worker.jobs import default_idempotency_key, load_jobs
 from sqs_jobs.specs import JobSpec, QueueSpec
+from sqs_jobs.worker.errors import WorkerConfigError
+from sqs_jobs.worker.jobs import default_idempotency_key, load_jobs
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from functions.worker.errors import KeyBusyError
-from functions.worker.key_concurrency import MAX_BUSY_DELAY_S, MIN_BUSY_DELAY_S, KeySlots
 from sqs_jobs.flow_control import KeyConcurrency
+from sqs_jobs.worker.errors import KeyBusyError
+from sqs_jobs.worker.key_concurrency import MAX_BUSY_DELAY_S, MIN_BUSY_DELAY_S, KeySlots
 from tests.unit.conftest import FLOW_TABLE
 
 NOW = 10_000.0

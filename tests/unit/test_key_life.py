@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from functions.worker.key_life import FINAL_STATES, TRANSITIONS, KeyRecord, KeyState, Writer
+from sqs_jobs.worker.key_life import FINAL_STATES, TRANSITIONS, KeyRecord, KeyState, Writer
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "key-life.md"
 NOW = 1_800_000_000.0

@@ -11,7 +11,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from jobctl.dlq import BadRateError, MoveTaskFailedError, MoveTasks, MoveTaskStatus, NoMoveTaskError
+from sqs_jobs.cli.dlq import BadRateError, MoveTaskFailedError, MoveTasks, MoveTaskStatus, NoMoveTaskError
 
 DLQ_ARN = "arn:aws:sqs:us-east-1:123456789012:SqsJobs-orders-dlq"
 SOURCE_ARN = "arn:aws:sqs:us-east-1:123456789012:SqsJobs-orders"

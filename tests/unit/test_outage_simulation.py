@@ -36,10 +36,10 @@ from bench.outage import (
     sweep,
     sweep_breaker,
 )
-from functions.worker.backoff import backoff_delay_s
-from functions.worker.breaker import Breakers
 from sqs_jobs.limits import SQS_MAX_VISIBILITY_S
 from sqs_jobs.specs import CircuitBreakerSpec, QueueSpec
+from sqs_jobs.worker.backoff import backoff_delay_s
+from sqs_jobs.worker.breaker import Breakers
 
 # 0.25 s is exact in binary floating point: receive times land exactly where the tests expect them.
 FAIL_S = 0.25

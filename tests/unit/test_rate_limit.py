@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from example.standins.invoicing import most_in_any_window
-from functions.worker.errors import RateLimitedError
-from functions.worker.rate_limit import MAX_KEYS_HELD, RateLimiter, TokenBucketStore
 from sqs_jobs.flow_control import KeyConcurrency, RateLimit
+from sqs_jobs.worker.errors import RateLimitedError
+from sqs_jobs.worker.rate_limit import MAX_KEYS_HELD, RateLimiter, TokenBucketStore
 from tests.unit.conftest import FLOW_TABLE
 
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
 from sqs_jobs.resources import (
     Access,
     Bucket,

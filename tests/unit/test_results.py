@@ -1,4 +1,4 @@
-"""The one rule for what a job's result keeps (functions/worker/results.py)."""
+"""The one rule for what a job's result keeps (lib/sqs_jobs/worker/results.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from functions.worker.results import (
+from sqs_jobs.worker.results import (
     MAX_DEPTH,
     MAX_RESULT_BYTES,
     NOT_JSON,

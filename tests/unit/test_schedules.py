@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobctl.schedule_times import next_fire
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cli.schedule_times import next_fire
 from sqs_jobs.schedule_expressions import schedule_expression_problem
 from sqs_jobs.specs import Catalog, CatalogError, JobSpec, QueueSpec, Schedule
 

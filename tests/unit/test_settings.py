@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from functions.worker.errors import PermanentError, TransientError, WorkerConfigError
-from functions.worker.settings import (
+from functions.catalog import CATALOG
+from functions.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.catalog_ref import ENV_CATALOG, CatalogRefError, load_catalog
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.errors import PermanentError, TransientError, WorkerConfigError
+from sqs_jobs.worker.settings import (
     ENV_DLQ_URL,
     ENV_IDEMPOTENCY_TABLE,
     ENV_QUEUE_NAME,
@@ -15,11 +19,8 @@ from functions.worker.settings import (
     WorkerSettings,
     resource_env_name,
 )
-from sqs_jobs.catalog import CATALOG
-from sqs_jobs.catalog import RESOURCES as APP_RESOURCES
-from sqs_jobs.catalog_ref import DEFAULT_CATALOG_REF, ENV_CATALOG, CatalogRefError, load_catalog
-from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 
+EXAMPLE_CATALOG_REF = "functions.catalog:CATALOG"
 QUEUE_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
 DLQ_URL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq"
 REQUIRED = (ENV_QUEUE_NAME, ENV_QUEUE_URL, ENV_DLQ_URL, ENV_IDEMPOTENCY_TABLE, ENV_RUNTIME_ROLE_ID)
@@ -28,7 +29,7 @@ REQUIRED = (ENV_QUEUE_NAME, ENV_QUEUE_URL, ENV_DLQ_URL, ENV_IDEMPOTENCY_TABLE, E
 def orders_environ() -> dict[str, str]:
     """A complete environment for the shipped catalog's `orders` queue."""
     return {
-        ENV_CATALOG: DEFAULT_CATALOG_REF,
+        ENV_CATALOG: EXAMPLE_CATALOG_REF,
         ENV_QUEUE_NAME: "orders",
         ENV_QUEUE_URL: QUEUE_URL,
         ENV_DLQ_URL: DLQ_URL,
@@ -82,12 +83,20 @@ def test_the_worker_loads_the_catalog_its_function_names() -> None:
     assert WorkerSettings.from_environ(settings.to_environ()) == settings
 
 
-def test_a_function_deployed_before_the_catalog_was_named_loads_the_one_it_was_built_with() -> None:
+def test_a_function_whose_catalog_is_not_named_fails_its_start_in_one_line() -> None:
     environ = {name: value for name, value in orders_environ().items() if name != ENV_CATALOG}
 
-    settings = WorkerSettings.from_environ(environ)
+    with pytest.raises(WorkerConfigError) as raised:
+        WorkerSettings.from_environ(environ)
 
-    assert settings.queue is CATALOG.queue("orders") and settings.catalog_ref == DEFAULT_CATALOG_REF
+    assert str(raised.value).startswith(f"worker environment is incomplete: {ENV_CATALOG} is not set")
+    assert "\n" not in str(raised.value)
+
+
+def test_the_named_catalog_is_the_one_the_worker_runs() -> None:
+    settings = WorkerSettings.from_environ(orders_environ())
+
+    assert settings.queue is CATALOG.queue("orders") and settings.catalog_ref == EXAMPLE_CATALOG_REF
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.table import Table
 
-from jobctl import shown
+from sqs_jobs.cli import shown
 
 
 def test_a_table_on_a_pipe_keeps_long_cells_whole_and_prints_markup_as_text(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,7 @@ from bench.slow_invoicing import (
     summarize,
 )
 from bench.throughput import RunResult
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
 
 
 @pytest.mark.parametrize(

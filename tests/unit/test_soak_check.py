@@ -33,15 +33,15 @@ from example.soak import (
     soak_catalog,
 )
 from example.soak_jobs import limited, odd_results
-from functions.durable.record import DurableState
+from functions.catalog import CATALOG
 from functions.jobs import order_update_mail
-from functions.worker.deadletter import ERROR_TYPE, FAILURE
-from functions.worker.execution import CUT_RUN_CALL_ENDED_MESSAGE
-from functions.worker.key_life import KeyRecord
-from functions.worker.names import DeadLetterFailure
-from functions.worker.settings import idempotency_record_id
-from functions.worker.settlement import COMPLETION_UNWRITTEN_MESSAGE
-from sqs_jobs.catalog import CATALOG
+from sqs_jobs.durable.record import DurableState
+from sqs_jobs.worker.deadletter import ERROR_TYPE, FAILURE
+from sqs_jobs.worker.execution import CUT_RUN_CALL_ENDED_MESSAGE
+from sqs_jobs.worker.key_life import KeyRecord
+from sqs_jobs.worker.names import DeadLetterFailure
+from sqs_jobs.worker.settings import idempotency_record_id
+from sqs_jobs.worker.settlement import COMPLETION_UNWRITTEN_MESSAGE
 
 JOBS = [
     SoakJob(ORDER_JOB, "0000001"),
@@ -321,7 +321,7 @@ def test_the_plan_counts_what_it_puts_in() -> None:
 
 
 def test_big_attributes_are_big_non_ascii_and_fit_their_queue() -> None:
-    from functions.worker.provenance import attributes_size
+    from sqs_jobs.worker.provenance import attributes_size
 
     attributes = big_attributes("order_confirmation:1")
     size = attributes_size(attributes)

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobctl.status import QueueStatus, diagnose
-from sqs_jobs.catalog import CATALOG
+from functions.catalog import CATALOG
+from sqs_jobs.cli.status import QueueStatus, diagnose
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

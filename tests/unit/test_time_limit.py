@@ -1,4 +1,4 @@
-"""Time limits in threads (functions/worker/time_limit.py): a run is cut at its limit, fenced, interrupted only in
+"""Time limits in threads (lib/sqs_jobs/worker/time_limit.py): a run is cut at its limit, fenced, interrupted only in
 the job's own code, and its thread never reused."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from functions.worker.errors import JobCodeExitError, JobTimeLimitError, TimeLimitInterrupt
-from functions.worker.time_limit import (
+from sqs_jobs.worker.errors import JobCodeExitError, JobTimeLimitError, TimeLimitInterrupt
+from sqs_jobs.worker.time_limit import (
     INTERRUPT_AGAIN_EVERY_S,
     REPORTED_CALLS_AFTER_CUT,
     JobRun,

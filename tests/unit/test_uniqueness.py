@@ -1,12 +1,14 @@
-"""The decisions of unique and debounced jobs (functions/worker/uniqueness.py): pure functions of the copies' first
+"""The decisions of unique and debounced jobs (lib/sqs_jobs/worker/uniqueness.py): pure functions of the copies' first
 sends, their idempotency records and the time. The worker's part, on moto: tests/functional/test_unique_jobs.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from functions.worker.errors import IdempotencyKeyError, UniqueKeyError
-from functions.worker.uniqueness import (
+from sqs_jobs.envelope import Envelope
+from sqs_jobs.specs import JobSpec
+from sqs_jobs.worker.errors import IdempotencyKeyError, UniqueKeyError
+from sqs_jobs.worker.uniqueness import (
     Claim,
     Copy,
     DebounceState,
@@ -20,8 +22,6 @@ from functions.worker.uniqueness import (
     unique_verdict,
     wait_s,
 )
-from sqs_jobs.envelope import Envelope
-from sqs_jobs.specs import JobSpec
 
 WINDOW_MS = 60_000
 T = 1_800_000_000_000  # a first send, epoch ms

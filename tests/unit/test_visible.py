@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobctl.cli_output import text_lines
+from sqs_jobs.cli.cli_output import text_lines
 from sqs_jobs.visible import describe, first_hidden, visible
 
 

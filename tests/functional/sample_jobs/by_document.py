@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.jobs import JobContext
 
 RUNS: Counter[str] = Counter()
 

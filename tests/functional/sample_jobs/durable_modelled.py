@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from functions.worker.errors import TransientError
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.errors import PermanentError
+from sqs_jobs.worker.errors import TransientError
 
 DURABLE_JOB = "djob"
 FOLLOW_UP_JOB = "dnext"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from functions.worker.errors import PermanentError
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.errors import PermanentError
+from sqs_jobs.worker.jobs import JobContext
 
 FAILURES: Counter[str] = Counter()
 SIDE_EFFECTS: Counter[str] = Counter()

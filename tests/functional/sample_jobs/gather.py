@@ -7,8 +7,8 @@ import threading
 import time
 from collections import Counter, defaultdict
 
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.jobs import JobContext
 
 HOLD_S = 0.3
 _LOCK = threading.Lock()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.jobs import JobContext
 
 SIDE_EFFECTS: Counter[str] = Counter()
 # Past the 1 s limit, well before the runtime interrupts a cut run again (1 s after the cut).

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from functions.worker.errors import TransientError
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.errors import PermanentError
+from sqs_jobs.worker.errors import TransientError
+from sqs_jobs.worker.jobs import JobContext
 
 FOLLOW_UP_JOB = "done"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.jobs import JobContext
 
 FAILURES: Counter[str] = Counter()
 

@@ -8,8 +8,8 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.jobs import JobContext
 
 SIDE_EFFECTS: Counter[str] = Counter()
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from functions.worker.jobs import JobContext
-from functions.worker.settings import idempotency_record_id
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.jobs import JobContext
+from sqs_jobs.worker.settings import idempotency_record_id
 
 SEEN: dict[str, list[dict[str, Any]]] = {}
 WRITTEN: dict[str, list[bool]] = {}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.jobs import JobContext
 
 RELEASE = threading.Event()
 DONE: list[str] = []

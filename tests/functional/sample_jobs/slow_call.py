@@ -3,8 +3,8 @@ downstream call may outlast its time limit."""
 
 from __future__ import annotations
 
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.jobs import JobContext
 
 
 def run(envelope: Envelope, context: JobContext) -> int:

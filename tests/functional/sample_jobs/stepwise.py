@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from functions.worker.errors import TransientError
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.errors import TransientError
+from sqs_jobs.worker.jobs import JobContext
 
 STEPS: dict[str, list[int]] = {}
 BETWEEN: list[Callable[[str, int], None]] = []

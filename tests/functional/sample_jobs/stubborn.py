@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from functions.worker.errors import TimeLimitInterrupt
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.errors import TimeLimitInterrupt
+from sqs_jobs.worker.jobs import JobContext
 
 OUTCOMES: list[str] = []
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.errors import PermanentError
+from sqs_jobs.worker.jobs import JobContext
 
 _LOCK = threading.Lock()
 RUNS: Counter[tuple[str, str]] = Counter()

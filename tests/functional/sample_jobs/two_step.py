@@ -3,8 +3,8 @@ cut at its limit must never complete after the cut."""
 
 from __future__ import annotations
 
-from functions.worker.jobs import JobContext
 from sqs_jobs.envelope import Envelope
+from sqs_jobs.worker.jobs import JobContext
 
 
 def run(envelope: Envelope, context: JobContext) -> None:

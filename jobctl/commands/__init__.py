@@ -1,1 +1,0 @@
-"""jobctl's commands, one module each, loaded only when run (jobctl/cli.py lists them)."""

@@ -1,0 +1,106 @@
+"""`jobctl enqueue QUEUE JOB ID [--in DURATION | --at TIME]`: publish one job through the stack's queues, as a
+producer would; later than 15 minutes ahead through the stack's scheduler (a one-time schedule)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+import click
+
+from sqs_jobs.cli.cli_globals import JobctlCommand, complete_job, complete_queue
+from sqs_jobs.cli.cli_support import Options, emit, operator_errors
+from sqs_jobs.publisher import MAX_DELAY_S, JobPublisher
+from sqs_jobs.stack_names import ONE_TIME_PREFIX
+
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90s`, `10m`, `2h`, `1d2h30m`: days, hours, minutes, seconds, in that order."""
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or not match:
+        raise click.BadParameter(f"{text!r} is not a duration; accepted: e.g. 90s, 10m, 2h, 1d2h30m")
+    days, hours, minutes, seconds = (int(part) if part else 0 for part in match.groups())
+    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO 8601 time with its zone, e.g. 2026-12-24T09:00:00Z or 2026-12-24T18:00+09:00."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not an ISO 8601 time; accepted: e.g. 2026-12-24T09:00:00Z") from None
+    if moment.tzinfo is None:
+        raise click.BadParameter(f"{text!r} has no time zone; add one, e.g. {text.strip()}Z or {text.strip()}+09:00")
+    return moment
+
+
+@click.command(cls=JobctlCommand)
+@click.argument("queue", shell_complete=complete_queue)
+@click.argument("job", shell_complete=complete_job)
+@click.argument("entity_id", metavar="ID")
+@click.option("--key", help="Idempotency key, as the publisher gives it (default: the job's own, usually the ID).")
+@click.option(
+    "--tenant",
+    help="Whose job it is (1-128 ASCII letters, digits, punctuation); on a standard queue its message group too.",
+)
+@click.option("--delay", type=click.IntRange(0, MAX_DELAY_S), help="Delay in seconds (0-900).")
+@click.option(
+    "--in",
+    "in_",
+    metavar="DURATION",
+    help="Run it this much later, e.g. 90s, 10m, 2h, 1d2h (beyond 15 minutes: a one-time schedule).",
+)
+@click.option(
+    "--at", "at", metavar="TIME", help="Run it at this time, e.g. 2026-12-24T09:00:00Z (ISO 8601, with zone)."
+)
+@click.pass_obj
+def enqueue(
+    options: Options,
+    queue: str,
+    job: str,
+    entity_id: str,
+    key: str | None,
+    tenant: str | None,
+    delay: int | None,
+    in_: str | None,
+    at: str | None,
+) -> None:
+    """Publish one job to QUEUE: {"job": JOB, "id": ID}. At most one of --delay, --in and --at."""
+    # Given is `not None`: `--delay 0 --at ...` contradicts itself as much as `--delay 5 --at ...`.
+    given = [name for name, value in (("--delay", delay), ("--in", in_), ("--at", at)) if value is not None]
+    if len(given) > 1:
+        raise click.UsageError(f"give at most one of --delay, --in and --at, not {' and '.join(given)}")
+    later = parse_duration(in_) if in_ is not None else None
+    moment = parse_time(at) if at is not None else None
+    with operator_errors():
+        spec = options.catalog().queue(queue)
+        if job not in spec.job_names:
+            raise click.BadParameter(f"job {job!r} is not on queue {queue!r}; accepted: {', '.join(spec.job_names)}")
+        # The scheduler's parameters are read only when the job is due beyond SQS's delay.
+        far = (later is not None and later.total_seconds() > MAX_DELAY_S) or moment is not None
+        publisher = JobPublisher.from_stack(
+            options.client("ssm"),
+            options.client("sqs"),
+            options.client("scheduler") if far else None,
+            stack_name=options.stack,
+            queues=[queue],
+            # Routes by the stack's contract; a stack deployed before contracts, by the project's catalog.
+            catalog=options.catalog(),
+        )
+        sent = publisher.publish(job, entity_id, key=key, delay_s=delay, delay=later, at=moment, tenant=tenant)
+    scheduled = sent.startswith(ONE_TIME_PREFIX)
+    payload = {"queue": queue, "job": job, "id": entity_id, "tenant": tenant, "message_id": None if scheduled else sent}
+    payload["schedule"] = sent if scheduled else None
+
+    whose = f" for tenant {tenant}" if tenant is not None else ""
+
+    def text() -> None:
+        if scheduled:
+            click.echo(f"scheduled {job}:{entity_id}{whose} on {queue} as one-time schedule {sent}")
+            click.echo(f"  cancel it with: jobctl schedules cancel {sent}")
+        else:
+            click.echo(f"enqueued {job}:{entity_id}{whose} on {queue} as message {sent}")
+
+    emit(options, payload, text)

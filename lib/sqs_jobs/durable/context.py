@@ -1,0 +1,405 @@
+"""DurableJobContext: what a durable job's code gets, in place of the SDK's DurableContext.
+
+The job never imports the durable execution SDK: it calls `context.step(name, fn)`, `context.wait(seconds)` and
+`context.heartbeat()`, and the runtime's promises apply to every step as to an ordinary job's run:
+- a failure is classified by the project's rules (sqs_jobs.worker.classify, the job's PERMANENT_ERRORS and
+  TRANSIENT_ERRORS first): a permanent one fails the step at once, a transient one is retried after the queue's
+  backoff (sqs_jobs.worker.backoff, full jitter), up to the queue's max_attempts per step;
+- each attempt is cut at the job's `durable.step_time_limit_s` (StepTimeLimitError, transient);
+- every step's start, end and retry is written to the key's durable record (sqs_jobs.durable.record): the
+  heartbeat and what `jobctl job show` prints;
+- a failed attempt's evidence travels in the SDK's own checkpoint of that failure, so a replay reads what the first
+  run judged (AttemptEvidence);
+- what a replay can't keep is refused at once, for good (DurableMisuseError): a step, a wait or a follow-up inside a
+  step, a step name taken twice.
+A step's result is checkpointed by Lambda: on a replay (after a wait, a retry or a lost invocation) a finished step
+returns its checkpointed result without running again. A step interrupted mid-way (a crash, a killed process) runs
+again from its start: its writes must be idempotent (docs/workflows.md).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from aws_durable_execution_sdk_python.config import Duration, StepConfig
+from aws_durable_execution_sdk_python.exceptions import DurableOperationError, NonDeterministicExecutionError, StepError
+from aws_durable_execution_sdk_python.retries import RetryDecision
+
+from sqs_jobs.durable.record import (
+    LAST_ERROR,
+    LAST_ERROR_TYPE,
+    NEXT_RETRY_AT,
+    NOTE,
+    STEP,
+    STEP_ATTEMPT,
+    STEPS_DONE,
+    StaleGenerationError,
+)
+from sqs_jobs.worker.backoff import backoff_delay_s
+from sqs_jobs.worker.classify import classify
+from sqs_jobs.worker.deadletter import MAX_ERROR_MESSAGE_BYTES, MAX_TRACEBACK_BYTES
+from sqs_jobs.worker.errors import (
+    DurableMisuseError,
+    DurableStepFailedError,
+    JobCodeExitError,
+    StepTimeLimitError,
+    WorkerConfigError,
+)
+from sqs_jobs.worker.jobs import read_secret, resource_of
+from sqs_jobs.worker.names import DURATION, FAILED, RETRIED, RETRY_ATTEMPT, DeadLetterFailure
+from sqs_jobs.worker.observability import BatchTally
+
+if TYPE_CHECKING:
+    from aws_durable_execution_sdk_python.context import DurableContext
+    from aws_durable_execution_sdk_python.types import StepContext
+    from aws_lambda_powertools import Logger
+
+    from sqs_jobs.durable.record import DurableRecords
+    from sqs_jobs.envelope import Envelope, Scalar
+    from sqs_jobs.specs import QueueSpec
+    from sqs_jobs.worker.clients import ClientFactory
+    from sqs_jobs.worker.follow_ups import FollowUps
+    from sqs_jobs.worker.jobs import LoadedJob
+    from sqs_jobs.worker.observability import Observability
+    from sqs_jobs.worker.secrets import SecretCache
+
+T = TypeVar("T")
+
+# Step names of the runtime's own steps: a job's step may not take them.
+RUNTIME_STEP_PREFIX = "jobs."
+MAX_NOTE_CHARS = 200
+# Where the evidence of a step that failed for good is named when no step failed: the job's code outside steps,
+# or a replay that no longer matched the execution's checkpoints.
+OUTSIDE_STEPS = "(outside steps)"
+REPLAY = "(replay)"
+
+
+@dataclass(frozen=True)
+class AttemptEvidence:
+    """One failed attempt of a step as the runtime judged it, carried in the SDK's checkpoint of the attempt's error
+    (its `ErrorData`): a replay, which gets the checkpointed failure without asking the retry strategy again, reads
+    the same evidence the first run had (its type, its attempt, permanent or retries exhausted), never a guess."""
+
+    step: str
+    error_type: str
+    message: str
+    traceback: str
+    attempt: int
+    transient: bool
+    reason: str
+    retry_after_s: float | None
+    # "" while it may be retried; else how it failed for good (DeadLetterFailure).
+    failure: str
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: str | None) -> AttemptEvidence | None:
+        try:
+            return cls(**json.loads(data)) if data else None
+        except (TypeError, ValueError):
+            return None
+
+    def step_failed(self) -> DurableStepFailedError:
+        return DurableStepFailedError(
+            self.step,
+            self.error_type,
+            self.message,
+            self.failure or DeadLetterFailure.PERMANENT,
+            self.attempt,
+            self.traceback,
+        )
+
+
+class StepAttemptError(DurableOperationError):
+    """What escapes a step's attempt to the SDK: the job's error, judged (AttemptEvidence in its `data`, which the SDK
+    checkpoints with the attempt's failure)."""
+
+    def __init__(self, evidence: AttemptEvidence) -> None:
+        super().__init__(message=f"{evidence.error_type}: {evidence.message}", data=evidence.to_json())
+        self.evidence = evidence
+
+
+class DurableJobContext:
+    """One durable execution's view for the job's code: its envelope and key, its resources and clients, and
+    checkpointed steps, waits and heartbeats."""
+
+    def __init__(
+        self,
+        sdk: DurableContext,
+        *,
+        envelope: Envelope,
+        key: str,
+        generation: int,
+        job: LoadedJob,
+        queue: QueueSpec,
+        records: DurableRecords,
+        resources: Mapping[str, str],
+        clients: ClientFactory,
+        logger: Logger,
+        observability: Observability | None = None,
+        secrets: SecretCache | None = None,
+        follow_ups: FollowUps | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._sdk = sdk
+        self.envelope = envelope
+        self.key = key
+        self.generation = generation
+        self._job = job
+        self._queue = queue
+        self._records = records
+        self.resources = resources
+        self.clients = clients
+        self.logger = logger
+        # The function's secret values, read on first use and cached across its executions; None: none to read.
+        self._secrets = secrets
+        # What the job asks to be published once the execution has succeeded (its end step publishes them).
+        self.follow_ups = follow_ups
+        # Set in a step's own thread: a follow-up named there would be lost on a replay (the step is not run).
+        self._in_step = threading.local()
+        self._rng = rng or random.Random()
+        self._clock = clock
+        # Each step attempt counts as a run of an ordinary job does: JobDuration, JobFailed, JobRetried and
+        # RetryAttempt, under the queue and the job, so the queue's alarms and dashboard see durable jobs too.
+        self._obs = observability
+        self._tally = BatchTally()
+        self._steps_passed = 0
+        # Step names taken in this run of the job's code: a name taken twice is refused.
+        self._names: set[str] = set()
+        # The replay stopped matching the checkpoints (NonDeterministicExecutionError): no further step runs, and the
+        # execution ends in failure even if the job's code caught it.
+        self.replay_error: NonDeterministicExecutionError | None = None
+
+    # --- what the job calls -----------------------------------------------------------------------------------
+
+    def resource(self, name: str) -> str:
+        return resource_of(self.resources, self.envelope.job, name)
+
+    def client(self, service: str) -> Any:
+        return self.clients(service)
+
+    def secret(self, name: str) -> str:
+        """The value of the secret resource `name`, as an ordinary job's `context.secret` reads it (cached for
+        SECRET_CACHE_S). Read it where it is used, and never return it from a step: Lambda keeps a step's result
+        in the execution's checkpoints."""
+        return read_secret(self.resources, self.envelope.job, name, self._secrets)
+
+    def then(
+        self, job: str, entity_id: str, *, key: str | None = None, tenant: str | None = None, **fields: Scalar
+    ) -> None:
+        """Publish `job` for `entity_id` once the execution has succeeded, from its end step (so once, and with
+        the same key every time: a second publish runs nothing); nothing if it fails. Checked now, as an ordinary
+        job's `context.then` is (FollowUpNotPublishableError, TooManyFollowUpsError). Call it outside steps: the
+        job's code outside steps runs again on every replay and names it again, where a finished step does not
+        run (a call inside one is refused, DurableMisuseError, and fails that step for good)."""
+        self._refuse_in_step("context.then", "a follow-up named there would be lost")
+        if self.follow_ups is None:
+            raise WorkerConfigError(f"job {self.envelope.job!r}: this context publishes no follow-up jobs")
+        self.follow_ups.add(job, entity_id, key=key, tenant=tenant, fields=fields)
+
+    def step(self, name: str, fn: Callable[[], T]) -> T:
+        """Run `fn()` once as the checkpointed step `name` and return its result (JSON-serializable), or on a
+        replay the result it had. Names must be unique within the execution and stable across deployments: Lambda
+        matches a replay's steps to its checkpoints by their order and names. Refused (DurableMisuseError, for
+        good): inside another step, a name taken twice, a name starting `jobs.`."""
+        self._refuse_in_step(
+            f"context.step({name!r})", "a replay does not run a finished step, so its steps would shift"
+        )
+        if name.startswith(RUNTIME_STEP_PREFIX):
+            raise DurableMisuseError(f"step name {name!r}: names starting {RUNTIME_STEP_PREFIX!r} are the runtime's")
+        if name in self._names:
+            raise DurableMisuseError(
+                f"step name {name!r} is taken twice: each step needs a name of its own (e.g. 'chunk-<n>')"
+            )
+        if self.replay_error is not None:
+            raise self.replay_error
+        self._names.add(name)
+        ran = False
+
+        def attempt(step_context: StepContext) -> T:
+            nonlocal ran
+            ran = True
+            self._beat(**{STEP: name, STEP_ATTEMPT: step_context.attempt, NEXT_RETRY_AT: None})
+            started = time.monotonic()
+            try:
+                return self._within_limit(name, fn)
+            except Exception as error:
+                raise StepAttemptError(self._judged(name, error, step_context.attempt)) from error
+            finally:
+                self._tally.sample(self._job.spec.name, DURATION, round((time.monotonic() - started) * 1000, 3))
+
+        try:
+            result = self._sdk.step(attempt, name=name, config=StepConfig(retry_strategy=self._retry_of(name)))
+        except StepError as error:
+            raise self._failed(name, error) from error
+        except NonDeterministicExecutionError as error:
+            self.replay_error = error
+            raise
+        finally:  # also when the SDK suspends the invocation for a retry's delay
+            self.flush_metrics()
+        self._steps_passed += 1
+        if ran:  # a replayed step wrote its record when it ran
+            self._beat(**{STEP: name, STEPS_DONE: self._steps_passed, STEP_ATTEMPT: None})
+        return result
+
+    def wait(self, seconds: int, name: str | None = None) -> None:
+        """Suspend the execution for `seconds` (at least 1): no invocation runs, and none is billed, meanwhile."""
+        self._refuse_in_step("context.wait", "a step's attempt runs within one invocation")
+        self._sdk.wait(Duration.from_seconds(seconds), name=name)
+
+    def heartbeat(self, note: str = "") -> None:
+        """Say the execution is alive (and, optionally, how far it is): written to its durable record now."""
+        self._beat(**({NOTE: note[:MAX_NOTE_CHARS]} if note else {}))
+
+    def progress(self, done: float, total: float | None = None, note: str = "") -> None:
+        shown = f"{done:g}/{total:g}" if total is not None else f"{done:g}"
+        self.heartbeat(f"{shown} {note}".strip())
+
+    # --- the runtime's part -----------------------------------------------------------------------------------
+
+    @property
+    def steps_passed(self) -> int:
+        return self._steps_passed
+
+    def failure_of(self, error: Exception) -> DurableStepFailedError:
+        """The evidence of the job's failure, `error` being what its code raised: a step's failure for good as its
+        checkpoint says; a replay that no longer matched the checkpoints; else the job's code outside steps (its
+        orchestration, which a replay runs again the same way: permanent)."""
+        if isinstance(error, DurableStepFailedError):
+            return error
+        if isinstance(error, NonDeterministicExecutionError):
+            return failed_for_good(REPLAY, error)
+        return failed_for_good(OUTSIDE_STEPS, error)
+
+    def _refuse_in_step(self, call: str, why: str) -> None:
+        """Refuse `call` in a step's thread, and fail that step for good even if the job's code catches the error."""
+        inside = getattr(self._in_step, "name", None)
+        if inside is None:
+            return
+        error = DurableMisuseError(f"{call} inside step {inside!r}: call it outside steps ({why})")
+        if getattr(self._in_step, "misuse", None) is None:
+            self._in_step.misuse = error
+        raise error
+
+    def flush_metrics(self) -> None:
+        if self._obs is not None:
+            self._tally.flush(self._obs, self._queue.name)
+
+    def _beat(self, **values: Any) -> None:
+        try:
+            self._records.beat(self.key, self.generation, **values)
+        except StaleGenerationError:  # its execution ended (or its key moved on): the end stands
+            self.logger.info("durable record already ended; heartbeat not written")
+        except Exception:  # the record is for operators: a write that fails never fails the job
+            self.logger.warning("could not write the durable record", exc_info=True)
+
+    def _within_limit(self, name: str, fn: Callable[[], T]) -> T:
+        """`fn()` in a thread of its own, waited for at most the step's time limit (a thread can't be killed: a
+        cut step's thread runs on, unwaited, as a cut run's does in the worker)."""
+        limit_s = self._job.spec.durable.step_time_limit_s if self._job.spec.durable else None
+        outcome: dict[str, Any] = {}
+
+        def target() -> None:
+            self._in_step.name = name
+            self._in_step.misuse = None
+            try:
+                outcome["value"] = fn()
+            except BaseException as error:  # carried to the waiting thread
+                outcome["error"] = error
+            if self._in_step.misuse is not None:  # refused, and caught by the job's code: the step fails all the same
+                outcome["error"] = self._in_step.misuse
+
+        thread = threading.Thread(target=target, name=f"step-{name}", daemon=True)
+        thread.start()
+        thread.join(limit_s)
+        if thread.is_alive():
+            raise StepTimeLimitError(f"step {name!r} ran past its {limit_s}s time limit")
+        if "error" in outcome:
+            error = outcome["error"]
+            if not isinstance(error, Exception):  # SystemExit and the like: the job's code, not the runtime's end
+                raise JobCodeExitError(f"step {name!r} raised {type(error).__name__}: {error}") from error
+            raise error
+        return outcome["value"]  # type: ignore[no-any-return]
+
+    def _judged(self, name: str, error: Exception, attempt: int) -> AttemptEvidence:
+        """A failed attempt, classified by the project's rules (the job's overrides first): whether it may be
+        retried, and if not, how it failed for good."""
+        found = classify(error, self._job.permanent_errors, self._job.transient_errors)
+        failure = ""
+        if not found.transient:
+            failure = DeadLetterFailure.PERMANENT
+        elif attempt >= self._queue.max_attempts:
+            failure = DeadLetterFailure.RETRIES_EXHAUSTED
+        return AttemptEvidence(
+            step=name,
+            error_type=type(error).__name__,
+            message=str(error)[:MAX_ERROR_MESSAGE_BYTES],
+            traceback="".join(traceback.format_exception(error))[-MAX_TRACEBACK_BYTES:],
+            attempt=attempt,
+            transient=found.transient,
+            reason=found.reason,
+            retry_after_s=found.retry_after_s,
+            failure=failure,
+        )
+
+    def _retry_of(self, name: str) -> Callable[[Exception, int], RetryDecision]:
+        def decide(error: Exception, attempt: int) -> RetryDecision:
+            evidence = error.evidence if isinstance(error, StepAttemptError) else self._judged(name, error, attempt)
+            self._tally.add(self._job.spec.name, FAILED)
+            last = {LAST_ERROR_TYPE: evidence.error_type, LAST_ERROR: evidence.message, STEP_ATTEMPT: attempt}
+            if evidence.failure:
+                self._beat(**{**last, NEXT_RETRY_AT: None})
+                return RetryDecision.no_retry()
+            delay_s = max(
+                1,
+                backoff_delay_s(
+                    attempt, self._queue.backoff_base_s, self._queue.backoff_cap_s, self._rng, evidence.retry_after_s
+                ),
+            )
+            self._tally.add(self._job.spec.name, RETRIED)
+            self._tally.sample(self._job.spec.name, RETRY_ATTEMPT, attempt)
+            self.logger.info(
+                "durable step failed; retried after a backoff",
+                extra={"step": name, "attempt": attempt, "delay_s": delay_s, "reason": evidence.reason},
+            )
+            self._beat(**{**last, NEXT_RETRY_AT: self._clock() + delay_s})
+            return RetryDecision.retry(Duration.from_seconds(delay_s))
+
+        return decide
+
+    def _failed(self, name: str, error: StepError) -> DurableStepFailedError:
+        """The step's failure for good, from the evidence its checkpoint carries: the same on the first run and on
+        every replay. A checkpoint without it (written by an older runtime) gives what the SDK kept."""
+        evidence = AttemptEvidence.from_json(error.data)
+        if evidence is not None:
+            return evidence.step_failed()
+        return DurableStepFailedError(
+            name,
+            error.error_type.rsplit(".", 1)[-1],
+            error.message or "",
+            DeadLetterFailure.PERMANENT,
+            self._queue.max_attempts,
+            "".join(error.stack_trace or []),
+        )
+
+
+def failed_for_good(where: str, error: Exception) -> DurableStepFailedError:
+    """A failure of the job's, outside any step (`where` says what failed), as permanent evidence."""
+    return DurableStepFailedError(
+        where,
+        type(error).__name__,
+        str(error)[:MAX_ERROR_MESSAGE_BYTES],
+        DeadLetterFailure.PERMANENT,
+        1,
+        "".join(traceback.format_exception(error))[-MAX_TRACEBACK_BYTES:],
+    )

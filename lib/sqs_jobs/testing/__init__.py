@@ -1,0 +1,331 @@
+"""Test a project's jobs through the real runtime, on moto: `pip install 'sqs-jobs[testing]'`.
+
+    from functions.catalog import CATALOG
+    from sqs_jobs.testing import JobHarness
+
+    def test_resize_image_runs_once_and_dead_letters_nothing() -> None:
+        with JobHarness.running(CATALOG) as jobs:
+            jobs.publish("resize_image", "42")            # as a service publishes it (JobPublisher.from_stack)
+            invocation = jobs.deliver("images")           # one Lambda invocation: a real SQS event, the real worker
+            assert invocation is not None and invocation.failed_ids == []
+            assert jobs.dead_letters("images") == []
+
+Every resource of the catalog is made in a moto account by the local engine's own provisioning (so tests, the
+local engine and the stack agree); deliveries go through the engine's event source emulator: a real
+ReceiveMessage, the real Lambda SQS event, deletes of what succeeded, the worker on its own role's credentials.
+A redelivery, a duplicate, a dead letter and its evidence are what they are on AWS. With pytest, the fixture
+`job_harness` gives the same for the project's catalog (`[tool.sqs-jobs] catalog`), one per test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, cast
+
+from sqs_jobs.local.chaos import Chaos
+from sqs_jobs.local.emulator import EventSourceMapping, Invocation
+from sqs_jobs.local.lambda_events import LocalLambdaContext
+from sqs_jobs.local.provision import LocalDeployment, provision
+from sqs_jobs.publisher import JobPublisher
+from sqs_jobs.specs import Catalog
+from sqs_jobs.worker.clients import ClientFactory, new_session
+from sqs_jobs.worker.observability import Observability
+from sqs_jobs.worker.runtime import Worker
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from sqs_jobs.worker.key_life import KeyRecord
+
+__all__ = [
+    "REGION",
+    "SANDBOX_ENVIRONMENT",
+    "SANDBOX_UNSET",
+    "Invocation",
+    "JobHarness",
+    "NoQueueNamedError",
+    "attributes_of",
+    "aws_sandbox",
+    "envelope",
+    "lambda_context",
+    "patch_moto",
+    "provisioning_clients",
+]
+
+REGION = "us-east-1"
+# What the sandbox sets: credentials moto accepts, the region, and nothing that would reach a real account.
+SANDBOX_ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+}
+SANDBOX_UNSET = ("AWS_ENDPOINT_URL", "AWS_PROFILE")
+
+
+class NoQueueNamedError(ValueError):
+    """A harness call that needs a queue got none, and the catalog has more than one."""
+
+
+def patch_moto() -> None:
+    """What moto lacks and the runtime relies on, as the local engine has it (idempotent)."""
+    from sqs_jobs.local.moto_limits import enforce_message_limits
+    from sqs_jobs.local.moto_locks import serialize_moto
+    from sqs_jobs.local.moto_senders import record_senders
+
+    record_senders()  # SenderId names who sent a message, as on AWS: the worker's role, or the test (a producer)
+    serialize_moto()  # records of a batch run side by side: conditional writes must be atomic, as on AWS
+    enforce_message_limits()  # a message SQS refuses (too big, a bad attribute name) is refused, as on AWS
+
+
+@contextlib.contextmanager
+def aws_sandbox() -> Iterator[ClientFactory]:
+    """A moto account, empty, with its credentials in the environment: clients as a producer (the test) has them."""
+    from moto import mock_aws
+
+    patch_moto()
+    saved = {name: os.environ.get(name) for name in (*SANDBOX_ENVIRONMENT, *SANDBOX_UNSET)}
+    os.environ.update(SANDBOX_ENVIRONMENT)
+    for name in SANDBOX_UNSET:
+        os.environ.pop(name, None)
+    try:
+        with mock_aws():
+            yield ClientFactory(session=new_session(region_name=REGION))
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@functools.cache
+def provisioning_clients() -> ClientFactory:
+    """The clients provision() makes each account with, one set per process: every account is new (mock_aws starts
+    empty), but making up to eight clients afresh cost about 70 ms a test."""
+    return ClientFactory(session=new_session(region_name=REGION))
+
+
+@dataclass
+class JobHarness:
+    """A provisioned moto account for one catalog, and what a test does with it: publish, deliver, inspect."""
+
+    clients: ClientFactory
+    deployment: LocalDeployment
+    catalog: Catalog
+    output: io.StringIO = field(default_factory=io.StringIO)
+    # The queue a call names when it names none; None: the catalog's only queue, if it has one.
+    default_queue: str | None = None
+    _worker_clients: dict[str, ClientFactory] = field(default_factory=dict)
+
+    @classmethod
+    def provisioned(
+        cls, clients: ClientFactory, catalog: Catalog, settings: Mapping[str, str] | None = None, **fields: Any
+    ) -> JobHarness:
+        """The catalog's resources made in the (already mocked) account by the local engine's provision();
+        `clients` are the test's own (a producer's). `settings` sets a resource's local value by name."""
+        deployment = provision(provisioning_clients(), catalog=catalog, settings=settings)
+        return cls(clients=clients, deployment=deployment, catalog=catalog, **fields)
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, catalog: Catalog, settings: Mapping[str, str] | None = None) -> Iterator[JobHarness]:
+        """A harness in a fresh moto account of its own, for the length of the `with`."""
+        with aws_sandbox() as clients:
+            yield cls.provisioned(clients, catalog, settings)
+
+    def queue_name(self, queue: str | None) -> str:
+        if queue is not None:
+            return queue
+        if self.default_queue is not None:
+            return self.default_queue
+        names = self.catalog.queue_names
+        if len(names) != 1:
+            raise NoQueueNamedError(f"name the queue: the catalog has {len(names)} ({', '.join(names)})")
+        return names[0]
+
+    def publisher(self) -> JobPublisher:
+        """A publisher as a service builds it from the stack's parameters, with the batch table (batches, chains)."""
+        return JobPublisher.from_stack(
+            self.clients("ssm"),
+            self.clients("sqs"),
+            stack_name=self.deployment.stack_name,
+            catalog=self.catalog,
+            dynamodb_client=self.clients("dynamodb"),
+        )
+
+    def publish(self, job: str, entity_id: str, **options: Any) -> str | None:
+        """Publish one job as a service would (JobPublisher.publish, its checks included); its message ID."""
+        return self.publisher().publish(job, entity_id, **options)
+
+    def worker_clients(self, queue: str | None = None) -> ClientFactory:
+        """The queue's worker's clients: on its role's credentials, as Lambda runs it."""
+        name = self.queue_name(queue)
+        if name not in self._worker_clients:
+            session = self.deployment.worker_session(self.clients("sts"), name, f"test-{name}-worker")
+            self._worker_clients[name] = ClientFactory(session=session)
+        return self._worker_clients[name]
+
+    def worker(self, queue: str | None = None, clock: Callable[[], float] | None = None) -> Worker:
+        """The queue's worker; `clock` is the time unique and debounced jobs' windows are judged by."""
+        name = self.queue_name(queue)
+        return Worker(
+            settings=self.deployment.worker_settings(name),
+            clients=self.worker_clients(name),
+            observability=Observability.create(output=self.output),
+            clock=clock,
+        )
+
+    def mapping(self, queue: str | None = None, chaos: Chaos | None = None) -> EventSourceMapping:
+        name = self.queue_name(queue)
+        return EventSourceMapping(
+            queue=self.deployment.queues[name],
+            sqs_client=self.clients("sqs"),
+            handler_factory=lambda: self.worker(name).handle,
+            function_name=f"test-{name}-worker",
+            concurrency=1,
+            wait_time_s=0,
+            chaos=chaos,
+        )
+
+    def send(self, body: str, queue: str | None = None, **extra: Any) -> str:
+        """Send a raw message body, as a producer in any language (or a hostile one) might."""
+        url = self.deployment.queues[self.queue_name(queue)].url
+        return str(self.clients("sqs").send_message(QueueUrl=url, MessageBody=body, **extra)["MessageId"])
+
+    def deliver(
+        self, queue: str | None = None, worker: Worker | None = None, timeout_s: float | None = None
+    ) -> Invocation | None:
+        """One poll of the event source: receive a batch, invoke the worker, delete what succeeded; None when the
+        queue had nothing visible. `timeout_s` replaces the function timeout the Lambda context counts down from."""
+        name = self.queue_name(queue)
+        return self.mapping(name).poll_once((worker or self.worker(name)).handle, timeout_s=timeout_s)
+
+    def drain(self, queue: str | None = None, max_invocations: int = 100) -> list[Invocation]:
+        """Deliver until the queue has nothing visible (a retry waits out its backoff: see expire_visibility)."""
+        done: list[Invocation] = []
+        while len(done) < max_invocations and (invocation := self.deliver(queue)) is not None:
+            done.append(invocation)
+        return done
+
+    def expire_visibility(self, invocation: Invocation, queue: str | None = None) -> None:
+        """Make the records an invocation left on the queue visible again (what waiting out the timeout does)."""
+        sqs = self.clients("sqs")
+        url = self.deployment.queues[self.queue_name(queue)].url
+        for record in invocation.event["Records"]:
+            if record["messageId"] not in invocation.deleted:
+                sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0)
+
+    def queue_counts(self, queue: str | None = None, dead_letter: bool = False) -> tuple[int, int]:
+        """(visible, in flight) on the queue or its DLQ."""
+        local = self.deployment.queues[self.queue_name(queue)]
+        attributes = self.clients("sqs").get_queue_attributes(
+            QueueUrl=local.dlq_url if dead_letter else local.url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+    def peek(self, queue: str | None = None) -> dict[str, Any]:
+        """The one message waiting on a source queue, with its attributes, left there (visible again at once)."""
+        sqs = self.clients("sqs")
+        url = self.deployment.queues[self.queue_name(queue)].url
+        [message] = sqs.receive_message(
+            QueueUrl=url, MessageAttributeNames=["All"], MessageSystemAttributeNames=["All"]
+        )["Messages"]
+        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+        return dict(message)
+
+    def dead_letters(self, queue: str | None = None) -> list[dict[str, Any]]:
+        """Every message on the queue's DLQ, with its evidence (attributes_of), hidden for a minute once read."""
+        sqs = self.clients("sqs")
+        url = self.deployment.queues[self.queue_name(queue)].dlq_url
+        found: list[dict[str, Any]] = []
+        while True:
+            batch = sqs.receive_message(
+                QueueUrl=url,
+                MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"],
+                MessageSystemAttributeNames=["All"],
+                VisibilityTimeout=60,
+            ).get("Messages", [])
+            if not batch:
+                return found
+            found.extend(batch)
+
+    def resource(self, name: str) -> str:
+        """A catalog resource's local value (a table's or bucket's name, a URL, a secret's ARN), as jobs get it."""
+        return self.deployment.resources[name]
+
+    def record(self, key: str) -> dict[str, Any]:
+        """A job key's record as the runtime left it (`<job>:<business key>`; numbers as numbers), {} if none."""
+        from boto3.dynamodb.types import TypeDeserializer
+
+        from sqs_jobs.worker.settings import idempotency_record_id
+
+        item = self.clients("dynamodb").get_item(
+            TableName=self.deployment.idempotency_table, Key={"id": {"S": idempotency_record_id(key)}}
+        )
+        deserialize = TypeDeserializer().deserialize
+        return {
+            name: (float(value) if isinstance(value := deserialize(raw), Decimal) else value)
+            for name, raw in item.get("Item", {}).items()
+        }
+
+    def key(self, job: str, business_key: str) -> KeyRecord:
+        """How the job's key stands (status, runs, last error, ...), read by the codec the runtime writes with."""
+        from sqs_jobs.worker.key_life import KeyRecord
+        from sqs_jobs.worker.settings import idempotency_record_id
+
+        record_id = idempotency_record_id(f"{job}:{business_key}")
+        item = (
+            self.clients("dynamodb")
+            .get_item(TableName=self.deployment.idempotency_table, Key={"id": {"S": record_id}})
+            .get("Item")
+        )
+        return KeyRecord.from_item(record_id, item)
+
+    def runs_done(self, job: str) -> int:
+        """How many runs of `job` completed, from the workers' logs (a duplicate skipped is not one)."""
+        return sum(1 for line in self.log_lines() if line.get("message") == "job done" and line.get("job") == job)
+
+    def mails_to(self, address: str) -> int:
+        """How many mails the account's SES sent to `address`."""
+        from moto.core.models import DEFAULT_ACCOUNT_ID
+        from moto.ses.models import ses_backends
+
+        sent = ses_backends[DEFAULT_ACCOUNT_ID][REGION].sent_messages
+        return sum(1 for mail in sent if address in mail.destinations.get("ToAddresses", []))
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        """The workers' structured log lines (Powertools' JSON), in order."""
+        return [json.loads(line) for line in self.output.getvalue().splitlines() if line.strip()]
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """The workers' EMF metric documents."""
+        return [line for line in self.log_lines() if "_aws" in line]
+
+
+def envelope(job: str, entity_id: str) -> str:
+    """A job message body, as a publisher in any language would send it."""
+    return json.dumps({"job": job, "id": entity_id})
+
+
+def attributes_of(message: dict[str, Any]) -> dict[str, str]:
+    """A received message's string and number attributes (the dead-letter evidence) by name."""
+    return {
+        name: value["StringValue"]
+        for name, value in message.get("MessageAttributes", {}).items()
+        if "StringValue" in value
+    }
+
+
+def lambda_context(timeout_s: float = 60) -> LambdaContext:
+    """A Lambda context object with every attribute Lambda's has, counting down from `timeout_s`."""
+    return cast("LambdaContext", LocalLambdaContext(function_name="test-worker", timeout_s=timeout_s))
