@@ -132,7 +132,7 @@ test: dev bundle $(REHEARSAL_VENV)/.synced
 	$(MAKE) --no-print-directory rehearse >"$$rehearsal_log" 2>&1 & rehearsal=$$!; \
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .; styled=$$?; \
 	$(BIN)/mypy . >"$$mypy_log" 2>&1 & typing=$$!; \
-	$(BIN)/pytest -n 3 --dist worksteal; suite=$$?; \
+	$(BIN)/pytest -n 3 --dist worksteal --durations=12; suite=$$?; \
 	wait $$typing; typed=$$?; \
 	echo "--- mypy, run beside the suite:"; cat "$$mypy_log"; rm -f "$$mypy_log"; \
 	wait $$rehearsal; rehearsed=$$?; \

@@ -13,6 +13,7 @@ from aws_cdk.assertions import Match, Template
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
 from functions.catalog import CATALOG
+from sqs_jobs.cdk.jobs import IDEMPOTENCY_PARTITION_KEY, IDEMPOTENCY_TTL_ATTRIBUTE
 from sqs_jobs.cdk.naming import (
     ALARM_TOPIC_ARN_OUTPUT,
     DLQ_URL,
@@ -26,7 +27,6 @@ from sqs_jobs.cdk.naming import (
     parameter_name,
     pascal_case,
 )
-from sqs_jobs.cdk.stack import IDEMPOTENCY_PARTITION_KEY, IDEMPOTENCY_TTL_ATTRIBUTE
 from sqs_jobs.contract import JobContract
 from sqs_jobs.resources import Bucket, Resource, Table
 from sqs_jobs.specs import QueueSpec

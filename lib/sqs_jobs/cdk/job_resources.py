@@ -6,7 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
@@ -44,11 +47,26 @@ class UnsupportedResourceError(TypeError):
     """A resource of a kind the stack has no provider for."""
 
 
+class GivenResourceError(TypeError):
+    """A host stack gave a construct for a resource the catalog doesn't declare, or of another kind."""
+
+
+# A host stack's own construct for a catalog resource: a table (ITable), a bucket (IBucket) or a secret (ISecret).
+GivenResource = dynamodb.ITable | s3.IBucket | secretsmanager.ISecret
+# What each kind takes, recognized by the attribute the CDK interface defines.
+_GIVEN_KINDS: dict[type[Resource], tuple[str, str]] = {
+    Table: ("table_arn", "an ITable"),
+    Bucket: ("bucket_arn", "an IBucket"),
+    Secret: ("secret_arn", "an ISecret"),
+}
+
+
 class JobResources(Construct):
     """The catalog's resources. `settings` holds each resource's context value (an existing table, bucket or
     secret; an endpoint's URL; the mail sender's address), absent for the default (created, or the catalog's
     default). For the runtime's kinds: the alarm topic (its key if the stack created it) and every queue's DLQ
-    (`dead_letter_queues`: the stack adds each queue as it builds it)."""
+    (`dead_letter_queues`: the stack adds each queue as it builds it). `given`: a host stack's own table, bucket
+    or secret for the resource of that name, used (and granted) instead of creating or importing one."""
 
     def __init__(
         self,
@@ -63,8 +81,11 @@ class JobResources(Construct):
         alarm_topic_key: kms.IKey | None,
         create_mail_identity: bool = False,
         mail_sandbox_recipients: Sequence[str] = (),
+        given: Mapping[str, GivenResource] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        given = dict(given or {})
+        _check_given(catalog, given)
         self.dead_letter_queues = DeadLetterQueueIndex(self, stack_name=stack_name, catalog=catalog)
         self._alarm_topic = alarm_topic
         self._alarm_topic_key = alarm_topic_key
@@ -73,18 +94,19 @@ class JobResources(Construct):
         self._retain = retain
         self.provided: dict[str, ProvidedResource] = {}
         for spec in catalog.resources:
-            provided = self._provide(spec, settings.get(spec.name))
+            provided = self._provide(spec, given.get(spec.name) or settings.get(spec.name))
             self.provided[spec.name] = provided
             if spec.published:
                 self._publish(spec, provided, stack_name)
 
-    def _provide(self, spec: Resource, setting: str | None) -> ProvidedResource:
+    def _provide(self, spec: Resource, existing: GivenResource | str | None) -> ProvidedResource:
         if isinstance(spec, Table):
-            return provide_table(self, spec, setting, retain=self._retain)
+            return provide_table(self, spec, existing, retain=self._retain)
         if isinstance(spec, Bucket):
-            return provide_bucket(self, spec, setting)
+            return provide_bucket(self, spec, existing)
         if isinstance(spec, Secret):
-            return provide_secret(self, spec, setting)
+            return provide_secret(self, spec, existing)
+        setting = existing if isinstance(existing, str) else None
         if isinstance(spec, Endpoint):
             return provide_endpoint(setting or spec.default_url)
         if isinstance(spec, MailSender):
@@ -117,3 +139,22 @@ class JobResources(Construct):
             string_value=provided.value,
             description=f"{spec.kind} {spec.name}: {spec.description}"[:1024],
         )
+
+
+def _check_given(catalog: Catalog, given: Mapping[str, object]) -> None:
+    """Each given construct names a resource of the catalog, of a kind that takes one."""
+    declared = {spec.name: spec for spec in catalog.resources}
+    for name, construct in given.items():
+        spec = declared.get(name)
+        if spec is None:
+            raise GivenResourceError(
+                f"resources={{{name!r}: ...}}: the catalog declares no resource {name!r}; it has: "
+                f"{', '.join(declared) or 'none'}"
+            )
+        kind = _GIVEN_KINDS.get(type(spec))
+        if kind is None or not hasattr(construct, kind[0]):
+            accepted = kind[1] if kind else "nothing (only tables, buckets and secrets are given as constructs)"
+            raise GivenResourceError(
+                f"resources={{{name!r}: ...}}: {name!r} is a {spec.kind}, which takes {accepted}; got a "
+                f"{type(construct).__name__}"
+            )

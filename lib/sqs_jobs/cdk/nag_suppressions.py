@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aws_cdk import Acknowledgment, Validations
+from aws_cdk import Acknowledgment, Stack, Validations
 from constructs import IConstruct
 
 if TYPE_CHECKING:
     from sqs_jobs.cdk.job_queue import JobQueue
-    from sqs_jobs.cdk.stack import JobsStack
+    from sqs_jobs.cdk.jobs import JobsComposition
 
 XRAY_STAR = (
     "Active tracing: X-Ray's PutTraceSegments and PutTelemetryRecords take no resource ARN, so '*' is the only "
@@ -61,7 +61,7 @@ DURABLE_FAILURES = (
 )
 
 
-def acknowledge(stack: JobsStack) -> None:
+def acknowledge(stack: JobsComposition) -> None:
     """Acknowledge the findings listed in docs/infrastructure.md, each on its own construct."""
     for job_queue in stack.queues.values():
         _acknowledge_queue(job_queue)
@@ -77,7 +77,7 @@ def acknowledge(stack: JobsStack) -> None:
         _ack(function, "Serverless-LambdaLatestVersion", TESTED_RUNTIME)
         _ack(function, "Serverless-LambdaDLQ", DURABLE_FAILURES)
         # cdk-nag names the finding by the function's logical ID: `<function.Arn>:*` in docs/infrastructure.md.
-        logical_id = stack.get_logical_id(function)  # type: ignore[arg-type]
+        logical_id = Stack.of(durable.function).get_logical_id(function)  # type: ignore[arg-type]
         rule = f"AwsSolutions-IAM5[Resource::<{logical_id}.Arn>:*]"
         _ack(durable.policy.node.default_child, rule, DURABLE_EXECUTIONS)
     schedules_dlq = stack.schedules.dead_letter_queue.node.default_child

@@ -95,11 +95,16 @@ def _no_grant(_grantee: iam.IGrantable) -> None:
     """For a resource that is only a value (a URL): nothing in AWS to allow."""
 
 
-def provide_table(scope: Construct, spec: Table, existing: str | None, *, retain: bool) -> ProvidedResource:
-    """The stack's own table (construct `<Name>`), or the existing one `existing` names (a name or an ARN)."""
+def provide_table(
+    scope: Construct, spec: Table, existing: str | dynamodb.ITable | None, *, retain: bool
+) -> ProvidedResource:
+    """The stack's own table (construct `<Name>`), the existing one `existing` names (a name or an ARN), or the
+    host stack's own table given as `existing`."""
     construct_id = pascal_case(spec.name)
     table: dynamodb.ITable
-    if existing is None:
+    if existing is not None and not isinstance(existing, str):
+        table = existing
+    elif existing is None:
         table = SecureTable(
             scope,
             construct_id,
@@ -129,12 +134,14 @@ def _attribute_type(key_type: KeyType) -> dynamodb.AttributeType:
     }[key_type]
 
 
-def provide_bucket(scope: Construct, spec: Bucket, existing: str | None) -> ProvidedResource:
-    """The stack's own bucket (construct `<Name>`, always kept), or the existing one `existing` names; the grant
-    covers only keys under the resource's prefix."""
+def provide_bucket(scope: Construct, spec: Bucket, existing: str | s3.IBucket | None) -> ProvidedResource:
+    """The stack's own bucket (construct `<Name>`, always kept), the existing one `existing` names, or the host
+    stack's own bucket given as `existing`; the grant covers only keys under the resource's prefix."""
     construct_id = pascal_case(spec.name)
     bucket: s3.IBucket
-    if existing is None:
+    if existing is not None and not isinstance(existing, str):
+        bucket = existing
+    elif existing is None:
         created = JobBucket(scope, construct_id)
         bucket = created.bucket
         _acknowledge(created.bucket.node.default_child, "AwsSolutions-S1", BUCKET_ACCESS_LOGS)
@@ -161,10 +168,12 @@ def provide_bucket(scope: Construct, spec: Bucket, existing: str | None) -> Prov
         return granted
 
     stack = Stack.of(scope)
+    # How cdk-nag names the bucket's ARN in a finding: the logical ID of a bucket of this stack, else its name.
+    owned = existing is None or (not isinstance(existing, str) and isinstance(bucket.node.default_child, CfnElement))
     arn_token = (
         f"<{stack.resolve(stack.get_logical_id(_cfn(bucket)))}.Arn>"
-        if existing is None
-        else f"arn:<AWS::Partition>:s3:::{existing}"
+        if owned
+        else f"arn:<AWS::Partition>:s3:::{stack.resolve(bucket.bucket_name)}"
     )
     reason = BUCKET_OBJECTS.format(actions="/".join(a.removeprefix("s3:") for a in object_actions), prefix=spec.prefix)
     return ProvidedResource(
@@ -175,16 +184,23 @@ def provide_bucket(scope: Construct, spec: Bucket, existing: str | None) -> Prov
     )
 
 
-def provide_secret(scope: Construct, spec: Secret, existing: str | None) -> ProvidedResource:
-    """The stack's own secret (a random placeholder value until the real one is put), or the existing one
-    `existing` names (a name, or its complete ARN). The worker may read its value, nothing else."""
+def provide_secret(scope: Construct, spec: Secret, existing: str | secretsmanager.ISecret | None) -> ProvidedResource:
+    """The stack's own secret (a random placeholder value until the real one is put), the existing one `existing`
+    names (a name, or its complete ARN), or the host stack's own secret given as `existing` (its ARN complete: a
+    secret of that stack, or imported by complete ARN). The worker may read its value, nothing else."""
     if spec.store is SecretStore.PARAMETER_STORE:
+        if existing is not None and not isinstance(existing, str):
+            raise MissingResourceError(
+                f"secret {spec.name!r} is a SecureString parameter: name it by context, not as an ISecret"
+            )
         return _provide_secure_parameter(scope, spec, existing)
     construct_id = pascal_case(spec.name)
     secret: secretsmanager.ISecret
     findings: tuple[tuple[str, str], ...] = ()
     suffix = ""
-    if existing is None:
+    if existing is not None and not isinstance(existing, str):
+        secret = existing
+    elif existing is None:
         secret = secretsmanager.Secret(scope, construct_id, description=spec.description)
         _acknowledge(secret.node.default_child, "AwsSolutions-SMG4", SECRET_ROTATION)
     elif _ARN.match(existing):

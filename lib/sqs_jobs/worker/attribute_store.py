@@ -24,7 +24,7 @@ from typing import Any
 from sqs_jobs.limits import DAY, SQS_MAX_RETENTION_S
 from sqs_jobs.worker.provenance import ORIGINAL_ATTRIBUTES, STORED_ATTRIBUTES, Attributes, unpack
 
-# The idempotency table's partition key and TTL attribute (sqs_jobs.cdk.stack: IDEMPOTENCY_PARTITION_KEY,
+# The idempotency table's partition key and TTL attribute (sqs_jobs.cdk.jobs: IDEMPOTENCY_PARTITION_KEY,
 # IDEMPOTENCY_TTL_ATTRIBUTE; tests/unit/test_attribute_store.py checks they agree).
 KEY_ATTRIBUTE = "id"
 EXPIRY_ATTRIBUTE = "expiration"
