@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+from types import FrameType
 
 import click
 
@@ -44,9 +46,17 @@ def console(options: Options, port: int, host: str, allow_hosts: tuple[str, ...]
     click.echo(f"jobctl console for stack {options.stack}: {server.url}", err=True)
     # On loopback too: another account on this host reaches 127.0.0.1 as well.
     click.echo("keep this URL private: its token is the console's password; Ctrl-C stops it", err=True)
+    # Ctrl-C and a supervisor's SIGTERM both stop it, even where the shell started it with SIGINT ignored (a
+    # background job of a non-interactive shell: Python then installs no KeyboardInterrupt of its own).
+    for stopping in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stopping, _interrupt)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         server.stop()
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
