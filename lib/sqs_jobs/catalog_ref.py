@@ -67,14 +67,31 @@ def load_catalog(ref: str, search_path: Path | None = None) -> Catalog:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
+        if not error.name or not f"{module_name}.".startswith(f"{error.name}."):
+            # An import of the catalog's own that fails: a package it needs, not the reference.
+            raise CatalogRefError(
+                f"catalog reference {ref!r}: importing {module_name!r} failed: {_one_line(error)}"
+            ) from error
         raise CatalogRefError(
             f"catalog reference {ref!r}: module {module_name!r} can't be imported ({error}); {_ACCEPTED}"
+        ) from error
+    except Exception as error:  # the catalog's own code: its checks (CatalogError), a typo, a failed import
+        raise CatalogRefError(
+            f"catalog reference {ref!r}: importing {module_name!r} failed: {_one_line(error)}"
         ) from error
     catalog = getattr(module, attribute, None)
     if not isinstance(catalog, Catalog):
         what = "nothing of that name" if catalog is None else f"a {type(catalog).__name__}"
         raise CatalogRefError(f"catalog reference {ref!r}: {module_name}.{attribute} is {what}; {_ACCEPTED}")
     return catalog
+
+
+def _one_line(error: BaseException) -> str:
+    """The error's type and message on one line, where it came from when Python says (a syntax error's line)."""
+    where = ""
+    if isinstance(error, SyntaxError) and error.filename:
+        where = f" ({error.filename}:{error.lineno})"
+    return f"{type(error).__name__}: {' '.join(str(error).split())}{where}"
 
 
 def project_catalog_ref(start: Path) -> str | None:

@@ -150,7 +150,7 @@ def test_a_job_on_a_queue_not_yet_declared_gets_the_queue_entry_which_builds_a_v
 
     assert done.exit_code == 0, done.output
     assert "add to the catalog's queues in " in done.output and "functions/catalog.py (CATALOG)" in done.output
-    entry = done.output[done.output.index("QueueSpec(") : done.output.index("then: make schema")]
+    entry = done.output[done.output.index("QueueSpec(") : done.output.index("then: run the test")]
     queue = _queue_spec(entry)
     catalog = replace(CATALOG, queues=(*CATALOG.queues, queue))
     assert catalog.queue_for_job("make_thumbnail").name == "images"

@@ -140,3 +140,30 @@ def test_synth_ships_the_projects_code_and_runs_the_frameworks_handler(project: 
     [layer] = [directory for directory in staged if (directory / "python" / "sqs_jobs").is_dir()]
     assert (layer / "python" / "aws_lambda_powertools").is_dir()
     assert not (layer / "python" / "sqs_jobs" / "cli").exists()
+
+
+def test_bundle_refuses_a_layer_that_lacks_what_a_job_imports(project: Path) -> None:
+    job = project / "functions" / "jobs" / "hello.py"
+    written = job.read_text()
+    job.write_text(
+        written.replace("from __future__ import annotations\n", "from __future__ import annotations\n\nimport yaml\n")
+    )
+    try:
+        result = subprocess.run(
+            [project / ".venv" / "bin" / "jobctl", "bundle", "--uv", UV],
+            cwd=project,
+            env=_clean_env(project),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        job.write_text(written)
+
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "jobctl: error: the deployed worker would fail at its start: functions/jobs/hello.py:5 imports yaml, which the "
+        "deployed worker lacks (not in its code asset, its layer or the Lambda runtime): add PyYAML to "
+        "requirements-lambda.txt (or uv.lock's lambda group), then jobctl bundle"
+    ]

@@ -61,3 +61,28 @@ def test_the_runtime_version_is_the_one_everything_else_targets() -> None:
     assert f'requires-python = ">={wanted},<' in (LAYER_BUNDLE / "project_template" / "pyproject.toml.tmpl").read_text()
     assert f"/versions/{wanted}.*/bin/python{wanted}" in (REPO_ROOT / "Makefile").read_text()
     assert f'requires-python = ">={wanted},<' in (REPO_ROOT / "pyproject.toml").read_text()
+
+
+def test_a_handler_missing_from_the_code_asset_stops_synth_in_one_line(tmp_path: Path) -> None:
+    from sqs_jobs.cdk.asset_staging import HandlerNotShippedError, check_handlers
+    from sqs_jobs.maintenance import MAINTENANCE_RESOURCES, maintenance_queue
+    from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+
+    package = _package(tmp_path, "shop_jobs", "")
+    (package / "jobs").mkdir()
+    (package / "jobs" / "__init__.py").write_text("")
+    (package / "jobs" / "send_receipt.py").write_text("def run(envelope, context):\n    return None\n")
+
+    def catalog(handler: str) -> Catalog:
+        job = JobSpec(name="send_receipt", handler=handler, description="a receipt")
+        queue = QueueSpec(name="mail", description="mail", jobs=(job,))
+        return Catalog(resources=MAINTENANCE_RESOURCES, queues=(queue, maintenance_queue()))
+
+    check_handlers([package], catalog("shop_jobs.jobs.send_receipt"))  # the framework's DLQ review: its layer
+    with pytest.raises(HandlerNotShippedError) as raised:
+        check_handlers([package], catalog("shop_jobs.jobs.send_reciept"))
+
+    assert str(raised.value) == (
+        "job 'send_receipt' (queue 'mail'): its handler 'shop_jobs.jobs.send_reciept' is not in the functions' code "
+        "(no shop_jobs/jobs/send_reciept.py under the project's packages shop_jobs)"
+    )

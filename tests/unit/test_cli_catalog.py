@@ -110,3 +110,29 @@ def test_a_catalog_that_cant_be_loaded_is_a_one_line_usage_error(ref: str, says:
     [line] = [line for line in result.output.splitlines() if line.strip()]
     assert line.startswith("jobctl: error: --catalog: catalog reference") and says in line
     assert "accepted: 'package.module:NAME'" in line
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        ("raise NameError(\"name 'QueueSpc' is not defined\")\n", "NameError: name 'QueueSpc' is not defined"),
+        ("import no_such_driver_7f3a\n", "ModuleNotFoundError"),
+        ("CATALOG = (\n", "SyntaxError"),
+    ],
+)
+def test_a_catalog_whose_own_code_fails_is_one_line_naming_the_projects_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, says: str
+) -> None:
+    package = tmp_path / f"broken_{abs(hash(source)) % 10**6}"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "catalog.py").write_text(source)
+    (tmp_path / "pyproject.toml").write_text(f'[tool.sqs-jobs]\ncatalog = "{package.name}.catalog:CATALOG"\n')
+    monkeypatch.chdir(tmp_path)
+
+    result = CliRunner().invoke(jobctl, SHOW_UNKNOWN, prog_name="jobctl")
+
+    assert result.exit_code == 2
+    [line] = [line for line in result.output.splitlines() if line.strip()]
+    assert line.startswith("jobctl: error: [tool.sqs-jobs] catalog in pyproject.toml: catalog reference")
+    assert says in line

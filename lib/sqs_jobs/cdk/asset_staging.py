@@ -45,6 +45,10 @@ class BytecodeError(RuntimeError):
     """A module of the asset did not compile."""
 
 
+class HandlerNotShippedError(FileNotFoundError):
+    """A job's handler module is not in the functions' code asset: its worker would fail at every start."""
+
+
 def check_interpreter() -> None:
     if sys.version_info[:2] != RUNTIME_VERSION:
         wanted = ".".join(map(str, RUNTIME_VERSION))
@@ -89,3 +93,21 @@ def project_code_dirs(root: Path, catalog_ref: str, catalog: Catalog) -> tuple[P
     tops = [catalog_ref.split(":", 1)[0].split(".", 1)[0]]
     tops += [job.handler.split(".", 1)[0] for queue in catalog for job in queue.jobs]
     return tuple(root / top for top in dict.fromkeys(tops) if top != FRAMEWORK_PACKAGE)
+
+
+def check_handlers(code_dirs: Sequence[Path], catalog: Catalog) -> None:
+    """Every job's handler module is a file of the code asset (the framework's own jobs are in the layer)."""
+    shipped = {path.name: path for path in code_dirs}
+    for queue in catalog:
+        for job in queue.jobs:
+            top, _, rest = job.handler.partition(".")
+            if top == FRAMEWORK_PACKAGE:
+                continue
+            base = shipped.get(top)
+            module = base.joinpath(*rest.split(".")) if base is not None and rest else base
+            if module is None or not (module.with_suffix(".py").is_file() or (module / "__init__.py").is_file()):
+                where = f"{top}/{rest.replace('.', '/')}.py" if rest else f"{top}/__init__.py"
+                raise HandlerNotShippedError(
+                    f"job {job.name!r} (queue {queue.name!r}): its handler {job.handler!r} is not in the functions' "
+                    f"code (no {where} under the project's packages {', '.join(sorted(shipped)) or 'none'})"
+                )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqs_jobs.cdk.asset_staging import BytecodeError, WrongInterpreterError
+from sqs_jobs.cdk.asset_staging import BytecodeError, HandlerNotShippedError, WrongInterpreterError
 from sqs_jobs.cdk.context import ContextError
 from sqs_jobs.cdk.dependencies_layer import LayerMissingError
 from sqs_jobs.cdk.monitoring import MonitoringError
@@ -15,5 +15,6 @@ SYNTH_ERRORS: tuple[type[Exception], ...] = (
     MonitoringError,
     WrongInterpreterError,
     BytecodeError,
+    HandlerNotShippedError,
     FileNotFoundError,
 )

@@ -19,6 +19,7 @@ from constructs import Construct
 
 from sqs_jobs.cdk import monitoring, nag_suppressions
 from sqs_jobs.cdk.alarm_topic import AlarmTopic, NewAlarmTopic
+from sqs_jobs.cdk.asset_staging import check_handlers
 from sqs_jobs.cdk.batch_workflows import BatchWorkflows
 from sqs_jobs.cdk.context import StackContext
 from sqs_jobs.cdk.dependencies_layer import DependenciesLayer
@@ -87,6 +88,7 @@ class JobsComposition:
         # First: without the bundled layer nothing else is worth building.
         shown = _shown(layer_dir, Path.cwd())
         dependencies = DependenciesLayer(scope, "Dependencies", directory=layer_dir, display_name=shown)
+        check_handlers(code_dirs, catalog)
         code = worker_code(code_dirs)
 
         self.idempotency_table = SecureTable(

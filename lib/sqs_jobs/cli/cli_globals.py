@@ -65,6 +65,8 @@ class Options:
     output_warning: str | None = None
     # The project's catalog as `package.module:NAME` (--catalog, $JOBS_CATALOG); None: the project's setting.
     catalog_ref: str | None = None
+    # Whether --catalog named it (else $JOBS_CATALOG or the project's setting): what an error names as its source.
+    _catalog_from_option: bool = field(default=False, repr=False, compare=False)
     # The catalog loaded, with the reference it was loaded for: a command asks for it several times, and finding
     # the project's setting reads pyproject.toml files.
     _loaded: tuple[str | None, Catalog] | None = field(default=None, repr=False, compare=False)
@@ -103,9 +105,15 @@ class Options:
         except NoCatalogError as error:
             raise CatalogOptionError(str(error)) from None
         except CatalogRefError as error:
-            raise CatalogOptionError(f"--catalog: {error}") from None
+            raise CatalogOptionError(f"{self._catalog_source()}: {error}") from None
         self._loaded = (self.catalog_ref, catalog)
         return catalog
+
+    def _catalog_source(self) -> str:
+        """Where the reference came from, as an operator would look for it."""
+        if self.catalog_ref is None:
+            return f"{PROJECT_SETTING} in pyproject.toml"
+        return "--catalog" if self._catalog_from_option else f"${ENV_CATALOG}"
 
     def resolved_catalog_ref(self) -> str:
         """Which catalog `catalog()` loads, as `package.module:NAME`; NoCatalogError when nothing names one."""
@@ -163,6 +171,8 @@ def _store(name: str) -> Any:
         setattr(options, name, value)
         if name == "output":
             options.output_warning = None
+        if name == "catalog_ref":
+            options._catalog_from_option = True
 
     return callback
 
@@ -232,7 +242,7 @@ def global_params() -> list[click.Parameter]:
                 "metavar": "MODULE:NAME",
                 "callback": _store("catalog_ref"),
                 "help": "The project's catalog, e.g. functions.catalog:CATALOG. [default: $JOBS_CATALOG, else "
-                "[tool.sqs-jobs] catalog in pyproject.toml, else this repository's]",
+                "[tool.sqs-jobs] catalog in the project's pyproject.toml]",
             },
         ),
         (

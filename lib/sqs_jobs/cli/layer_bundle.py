@@ -73,7 +73,10 @@ class Installer:
             return cls((found,), is_uv=True)
         if importlib.util.find_spec("pip") is not None:
             return cls((sys.executable, "-m", "pip"), is_uv=False)
-        raise BundleError("jobctl bundle needs uv (on PATH, or --uv PATH) or pip in this Python to install wheels")
+        raise BundleError(
+            "jobctl bundle installs wheels with uv or pip, and this Python has no pip and no uv is on PATH: pass "
+            "--uv PATH, or install one (`uv pip install pip`, or `pip install uv`)"
+        )
 
     def install(self, requirements: Path, target: Path, *, resolve: bool) -> None:
         if self.is_uv:
@@ -208,8 +211,41 @@ def bundle(
     *,
     requirements_file: Path | None = None,
     uv: str | None = None,
+    catalog_ref: str | None = None,
 ) -> str:
-    """Build (or keep, if up to date) the layer directory `out` (its `python/`); returns what was done, one line."""
+    """Build (or keep, if up to date) the layer directory `out` (its `python/`); returns what was done, one line.
+    With the project's `catalog_ref`, then checks that every import the deployed worker makes at its start is in
+    the project's code, the layer or the Lambda runtime (BundleError naming the first that isn't)."""
+    said = _build(project_root, out, requirements_file=requirements_file, uv=uv)
+    if catalog_ref is not None:
+        _check_deployed_imports(project_root, out, catalog_ref)
+    return said
+
+
+def _check_deployed_imports(project_root: Path, out: Path, catalog_ref: str) -> None:
+    from sqs_jobs.catalog_ref import CatalogRefError, load_catalog
+    from sqs_jobs.cdk.asset_staging import project_code_dirs
+    from sqs_jobs.cli.deployed_imports import HANDLER_MODULE, DeployedWorker, undeployed_imports
+
+    try:
+        catalog = load_catalog(catalog_ref, search_path=project_root)
+    except CatalogRefError as error:
+        raise BundleError(f"the layer is built, but its check can't load the catalog: {error}") from None
+    worker = DeployedWorker.from_layout(project_code_dirs(project_root, catalog_ref, catalog), out / "python")
+    roots = [HANDLER_MODULE, *(job.handler for queue in catalog for job in queue.jobs)]
+    problems = undeployed_imports(roots, worker, _what_to_do, shown_from=project_root)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise BundleError(f"the deployed worker would fail at its start: {problems[0]}{more}")
+
+
+def _what_to_do(name: str) -> str:
+    distributions = importlib.metadata.packages_distributions().get(name, [])
+    what = distributions[0] if distributions else name
+    return f"add {what} to {PROJECT_REQUIREMENTS} (or uv.lock's {LAYER_GROUP} group), then jobctl bundle"
+
+
+def _build(project_root: Path, out: Path, *, requirements_file: Path | None, uv: str | None) -> str:
     try:
         check_interpreter()
     except WrongInterpreterError as error:
@@ -263,7 +299,8 @@ def bundle(
     if compiled.returncode != 0:
         raise BundleError(f"compiling the layer failed: {compiled.stdout.strip().splitlines()[-1:]}")
     (staging / STAMP_FILE).write_text(stamp + "\n")
+    installed = sum(1 for _ in site.glob("*.dist-info"))
     shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging.rename(out)
-    return f"bundle: sqs_jobs and {len(requirements)} packages for CPython {TARGET_PYTHON} on arm64 in {out}"
+    return f"bundle: sqs_jobs and {installed} packages for CPython {TARGET_PYTHON} on arm64 in {out}"

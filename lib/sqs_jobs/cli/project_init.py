@@ -60,6 +60,11 @@ class ProjectSettings:
             "stack_name": self.stack_name,
             "version": framework_version(),
             "find_links": f"--find-links {self.find_links} " if self.find_links else "",
+            "install_note": (
+                "(`--find-links`: where the sqs-jobs wheel is; drop it once sqs-jobs is on your package index.)"
+                if self.find_links
+                else "(sqs-jobs comes from your package index; where it isn't, add `--find-links DIR`, its wheel's.)"
+            ),
         }
 
 

@@ -113,9 +113,11 @@ def local(
         click.echo(f"  {kind} {name}: {shown}")
     if chaos is not None:
         click.echo(f"  chaos: {chaos.describe()}")
-    # boto3 reads AWS_DEFAULT_REGION (AWS_REGION only in newer SDKs and the CLI): both, so either works.
+    # boto3 reads AWS_DEFAULT_REGION (AWS_REGION only in newer SDKs and the CLI): both, so either works. Any
+    # credentials do against the engine; a shell without any would stop at "Unable to locate credentials".
     click.echo(
         f"  export AWS_ENDPOINT_URL={engine.endpoint_url} AWS_DEFAULT_REGION={engine.region} AWS_REGION={engine.region}"
+        " AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-local} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-local}"
     )
     click.echo("  Ctrl-C stops polling, finishes the batches in flight and exits.", err=False)
     sys.stdout.flush()

@@ -60,7 +60,7 @@ def job(
     else:
         click.echo(f"add to the jobs of queue {queue!r} in {where}:")
     click.echo(made.catalog_entry)
-    click.echo("then: make schema, and run the test (it fails until the job is written).")
+    click.echo("then: run the test (it fails until the job is written).")
 
 
 def _catalog_file(ref: str) -> str:
