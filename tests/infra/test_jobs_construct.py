@@ -129,6 +129,11 @@ def test_a_construct_of_another_kind_or_for_an_undeclared_resource_is_refused_in
         _host(tmp_path, customers_table=a_bucket)
     with pytest.raises(GivenResourceError) as undeclared:
         _host(tmp_path, orders_table=a_bucket)
+    other_key = dynamodb.Table(
+        bucket_stack, "ByEmail", partition_key=dynamodb.Attribute(name="email", type=dynamodb.AttributeType.STRING)
+    )
+    with pytest.raises(GivenResourceError, match="the table's partition key is 'email'; the catalog's"):
+        _host(tmp_path, customers_table=other_key)
 
     assert str(wrong_kind.value).startswith("resources={'customers_table': ...}: 'customers_table' is a Table")
     assert "takes an ITable" in str(wrong_kind.value)

@@ -158,3 +158,11 @@ def _check_given(catalog: Catalog, given: Mapping[str, object]) -> None:
                 f"resources={{{name!r}: ...}}: {name!r} is a {spec.kind}, which takes {accepted}; got a "
                 f"{type(construct).__name__}"
             )
+        if isinstance(spec, Table) and isinstance(construct, dynamodb.Table):
+            # A table of the host's stack knows its keys: the job reads by the catalog's (an imported one can't say).
+            key = construct.schema().partition_key.name
+            if key != spec.partition_key:
+                raise GivenResourceError(
+                    f"resources={{{name!r}: ...}}: the table's partition key is {key!r}; the catalog's {name!r} "
+                    f"reads by {spec.partition_key!r}"
+                )
