@@ -1,10 +1,10 @@
 """Benchmark: how long `jobctl --help` takes to start, against `import boto3` and a bare interpreter.
 
 Each run is a fresh interpreter, timed from outside (wall time of the whole process, as a user waits for it):
-`python -m jobctl --help`, the installed `jobctl --help` script when there is one, `python -c "import boto3"` and
+`python -m sqs_jobs.cli --help`, the installed `jobctl --help` script when there is one, `python -c "import boto3"` and
 `python -c pass`. The commands alternate, after one untimed run each (files in the page cache, bytecode
-written). The goal: help well under the time of `import boto3`, which it no longer performs (subcommands are
-loaded only when they run, sqs_jobs.cli.cli_globals).
+written). The goal: help in at most half the time of `import boto3`, which it doesn't perform (subcommands are
+loaded only when they run, sqs_jobs.cli.cli_globals; `import sqs_jobs` loads nothing).
 
     python -m bench.cli_startup [--runs N] [--json]
 """
@@ -22,7 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(sys.executable).parent / "jobctl"
 BASELINE = "import boto3"
-SUBJECT = "python -m jobctl --help"
+# jobctl --help in at most half the time of `import boto3` (its median).
+GOAL_RATIO = 0.5
+SUBJECT = "python -m sqs_jobs.cli --help"
 
 
 def commands() -> dict[str, list[str]]:
@@ -80,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     assert isinstance(best, dict) and isinstance(median, dict) and isinstance(ratio, dict)
     print(f"jobctl startup, Python {result['python']}, {args.runs} fresh processes each, alternating, wall time:")
     for name in best:
-        print(f"  {name:<33} best {best[name]:7.1f} ms   median {median[name]:7.1f} ms")
+        print(f"  {name:<36} best {best[name]:7.1f} ms   median {median[name]:7.1f} ms")
     print(
         f"  {SUBJECT} / import boto3: {ratio['best']:.2f} (best), {ratio['median']:.2f} (median)"
-        "   goal: well under 1 (the time of import boto3)"
+        f"   goal: <= {GOAL_RATIO} ({'met' if ratio['median'] <= GOAL_RATIO else 'NOT met'})"
     )
     return 0
 
