@@ -202,7 +202,15 @@ def load_jobs(queue: QueueSpec) -> dict[str, LoadedJob]:
     """Import each job module of the queue once; a module without `run` is a deployment bug, said at start."""
     loaded: dict[str, LoadedJob] = {}
     for spec in queue.jobs:
-        module = importlib.import_module(spec.handler)
+        try:
+            module = importlib.import_module(spec.handler)
+        except ModuleNotFoundError as error:
+            # The module itself, or a package it imports: either way not deployed with the worker (its code asset,
+            # its layer: `jobctl bundle` checks both).
+            raise WorkerConfigError(
+                f"job {spec.name!r}: its module {spec.handler!r} can't be imported: {error} (not in the functions' "
+                "code or their layer)"
+            ) from error
         run = getattr(module, "run", None)
         if not callable(run) or not _takes_positionals(run, 2):
             raise WorkerConfigError(f"job module {spec.handler!r} has no callable run(envelope, context)")
