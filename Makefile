@@ -118,7 +118,7 @@ check: $(VENV)/.synced bundle
 	$(BIN)/ruff format --check .
 	@mypy_log=$$(mktemp); \
 	$(BIN)/mypy . >"$$mypy_log" 2>&1 & typing=$$!; \
-	$(BIN)/pytest -n 3 --dist worksteal -m "not model and not slow" tests/unit tests/functional; tests=$$?; \
+	$(BIN)/pytest -n 3 --dist worksteal -m "not model and not slow" tests/unit tests/functional tests/testing; tests=$$?; \
 	wait $$typing; typed=$$?; cat "$$mypy_log"; rm -f "$$mypy_log"; \
 	[ $$tests -eq 0 ] && [ $$typed -eq 0 ]
 

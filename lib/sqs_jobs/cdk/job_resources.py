@@ -160,7 +160,8 @@ def _check_given(catalog: Catalog, given: Mapping[str, object]) -> None:
             )
         if isinstance(spec, Table) and isinstance(construct, dynamodb.Table):
             # A table of the host's stack knows its keys: the job reads by the catalog's (an imported one can't say).
-            key = construct.schema().partition_key.name
+            partition_key = construct.schema().partition_key
+            key = partition_key.name if partition_key is not None else None
             if key != spec.partition_key:
                 raise GivenResourceError(
                     f"resources={{{name!r}: ...}}: the table's partition key is {key!r}; the catalog's {name!r} "
