@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,12 @@ def test_init_writes_a_project_whose_catalog_is_its_own(project: Path) -> None:
         written
     )
     assert 'catalog = "functions.catalog:CATALOG"' in (project / "pyproject.toml").read_text()
+    # An upgrade is one line: the one exact pin of the framework is requirements.txt's.
+    pinned = f"=={version('sqs-jobs')}"
+    lines = [
+        line for name in ("requirements.txt", "pyproject.toml") for line in (project / name).read_text().splitlines()
+    ]
+    assert [line for line in lines if pinned in line] == [f"sqs-jobs[worker,cdk,cli,testing]{pinned}"]
     # Nothing of this repository: no example job, no import of its tests.
     texts = "\n".join(path.read_text() for path in project.rglob("*.py") if ".venv" not in path.parts)
     assert "order_confirmation" not in texts and "tests.functional" not in texts

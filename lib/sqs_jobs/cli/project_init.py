@@ -59,6 +59,7 @@ class ProjectSettings:
             "job": self.job,
             "stack_name": self.stack_name,
             "version": framework_version(),
+            "next_minor": _next_minor(framework_version()),
             "find_links": f"--find-links {self.find_links} " if self.find_links else "",
             "install_note": (
                 "(`--find-links`: where the sqs-jobs wheel is; drop it once sqs-jobs is on your package index.)"
@@ -73,6 +74,12 @@ def framework_version() -> str:
         return version("sqs-jobs")
     except PackageNotFoundError:
         raise InitError("sqs-jobs is not installed in this Python: install it (with its extras) first") from None
+
+
+def _next_minor(version_text: str) -> str:
+    """The first version a project's range leaves out: a minor version may ask something of an upgrade (0.x)."""
+    major, minor = (int(part) for part in re.findall(r"\d+", version_text)[:2])
+    return f"{major}.{minor + 1}"
 
 
 def check(settings: ProjectSettings) -> None:
