@@ -33,7 +33,7 @@ export REHEARSAL_CDK_ARGS
 help:
 	@echo "make demo    run the order-confirmation job, then a batch of durable imports, end to end on the embedded local engine"
 	@echo "make test    lint (ruff, mypy) and every test: unit, functional, infra, e2e (incl. a 2,000-job chaos soak), the console in a browser, rehearsal"
-	@echo "make check   the fast loop: lint, and unit and functional tests beside mypy, less those marked slow (under 2 minutes)"
+	@echo "make check   the fast loop: lint, and unit, functional and testing-API tests beside mypy, less those marked slow (under 2 minutes)"
 	@echo "make rehearse  deploy the stack to LocalStack with the CDK CLI and run jobctl's procedure against it"
 	@echo "make soak    the chaos soak at 10,000 jobs (SOAK_JOBS=n to change), then the models of a job's life (200 examples) and of a durable job's (100): faults injected, every promise checked"
 	@echo "make schema  write the catalog's job names into docs/envelope.schema.json (after adding or renaming a job)"
