@@ -94,13 +94,6 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {' '.join(str(error).split())}{where}"
 
 
-def project_catalog_ref(start: Path) -> str | None:
-    """`[tool.sqs-jobs] catalog` of the nearest pyproject.toml at or above `start` that has a `[tool.sqs-jobs]`
-    table; None if none does. A project names its catalog once, there."""
-    project = find_project(start)
-    return project.catalog_ref if project is not None else None
-
-
 def find_project(start: Path) -> Project | None:
     """The nearest project at or above `start` whose pyproject.toml names a catalog (`[tool.sqs-jobs] catalog`)."""
     import tomllib

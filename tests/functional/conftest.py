@@ -22,12 +22,12 @@ from sqs_jobs.testing import (
     SANDBOX_UNSET,
     JobHarness,
     attributes_of,
+    aws_sandbox,
     envelope,
     lambda_context,
-    patch_moto,
     provisioning_clients,
 )
-from sqs_jobs.worker.clients import ClientFactory, new_session
+from sqs_jobs.worker.clients import ClientFactory
 
 __all__ = [
     "REGION",
@@ -51,12 +51,10 @@ def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def clients(aws_credentials: None) -> Iterator[ClientFactory]:
-    from moto import mock_aws
-
-    patch_moto()
-    with mock_aws():
-        yield ClientFactory(session=new_session(region_name=REGION))
+def clients() -> Iterator[ClientFactory]:
+    """A moto account of the test's own, as the testing API makes it (credentials, moto's patches, mock_aws)."""
+    with aws_sandbox() as factory:
+        yield factory
 
 
 def narrowed(catalog: Catalog, *queues: str) -> Catalog:

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from functions.catalog import CATALOG
-from sqs_jobs.catalog_ref import ENV_CATALOG, project_catalog_ref
+from sqs_jobs.catalog_ref import ENV_CATALOG, find_project
 from sqs_jobs.cli.cli import main as jobctl
 
 OTHER = "tests.unit.test_settings:TWO_QUEUES"
@@ -79,7 +79,8 @@ def test_a_project_names_it_once_in_its_pyproject(tmp_path: Path, monkeypatch: p
 
     result = CliRunner().invoke(jobctl, SHOW_UNKNOWN, prog_name="jobctl")
 
-    assert project_catalog_ref(inside) == OTHER
+    found = find_project(inside)
+    assert found is not None and (found.root, found.catalog_ref) == (tmp_path.resolve(), OTHER)
     assert _accepted(result.output) == ["send_mail", "resize"]
 
 
@@ -92,7 +93,8 @@ def test_a_pyproject_without_the_setting_or_unreadable_is_passed_over(tmp_path: 
     deeper.mkdir()
     (deeper / "pyproject.toml").write_text('[project]\nname = "other"\n')
 
-    assert project_catalog_ref(deeper) == OTHER
+    found = find_project(deeper)
+    assert found is not None and found.catalog_ref == OTHER
 
 
 @pytest.mark.parametrize(

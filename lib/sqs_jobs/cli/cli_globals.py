@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.shell_completion import CompletionItem
 
-from sqs_jobs.catalog_ref import ENV_CATALOG, PROJECT_SETTING, NoCatalogError, find_project
+from sqs_jobs.catalog_ref import ENV_CATALOG, PROJECT_SETTING, NoCatalogError, Project, find_project
 from sqs_jobs.cli.errors import (
     EXIT_FAILED,
     EXIT_OK,
@@ -101,7 +101,8 @@ class Options:
             return self._loaded[1]
         project = find_project(Path.cwd())
         try:
-            catalog = load_catalog(self.resolved_catalog_ref(), search_path=project.root if project else Path.cwd())
+            ref = self.resolved_catalog_ref(project)
+            catalog = load_catalog(ref, search_path=project.root if project else Path.cwd())
         except NoCatalogError as error:
             raise CatalogOptionError(str(error)) from None
         except CatalogRefError as error:
@@ -115,11 +116,12 @@ class Options:
             return f"{PROJECT_SETTING} in pyproject.toml"
         return "--catalog" if self._catalog_from_option else f"${ENV_CATALOG}"
 
-    def resolved_catalog_ref(self) -> str:
-        """Which catalog `catalog()` loads, as `package.module:NAME`; NoCatalogError when nothing names one."""
+    def resolved_catalog_ref(self, project: Project | None = None) -> str:
+        """Which catalog `catalog()` loads, as `package.module:NAME`; NoCatalogError when nothing names one.
+        `project`: the one the working directory is in, when the caller has found it already."""
         if self.catalog_ref:
             return self.catalog_ref
-        project = find_project(Path.cwd())
+        project = project or find_project(Path.cwd())
         if project is None:
             raise NoCatalogError(
                 f"no catalog: this directory is in no project naming one ({PROJECT_SETTING} = "

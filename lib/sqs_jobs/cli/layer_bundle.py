@@ -30,7 +30,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqs_jobs.cdk.asset_staging import RUNTIME_VERSION, WrongInterpreterError, check_interpreter
+from sqs_jobs.cdk.asset_staging import (
+    RUNTIME_VERSION,
+    BytecodeError,
+    WrongInterpreterError,
+    check_interpreter,
+    compile_tree,
+)
 from sqs_jobs.cli.errors import OperatorError
 
 # The Lambda target (keep in step with sqs_jobs.cdk.worker_code's RUNTIME and ARCHITECTURE): python3.13 is Amazon
@@ -289,15 +295,10 @@ def _build(project_root: Path, out: Path, *, requirements_file: Path | None, uv:
         shutil.copy2(path, target)
     for cache in site.rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
-    # A process of its own: compileall's worker pool would re-import whatever program called this.
-    compiled = subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash", str(site)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if compiled.returncode != 0:
-        raise BundleError(f"compiling the layer failed: {compiled.stdout.strip().splitlines()[-1:]}")
+    try:
+        compile_tree(site)
+    except BytecodeError as error:
+        raise BundleError(str(error)) from None
     (staging / STAMP_FILE).write_text(stamp + "\n")
     installed = sum(1 for _ in site.glob("*.dist-info"))
     shutil.rmtree(out, ignore_errors=True)
