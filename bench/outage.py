@@ -13,7 +13,14 @@ policy when the message becomes visible again:
   `sqs_jobs.worker.breaker.Breakers` (the real code, on the virtual clock) admits the call or refuses it; a
   refused record is handed back unrun (the message visible again after `hold_delay_s`, no run spent: runs are
   counted apart from receives, as the runtime counts them in the key's record) for up to `max_hold_s` from its
-  first hand-back, after which a refusal is a failed attempt.
+  first hand-back, after which a refusal is a failed attempt;
+- this runtime with Powertools' circuit breaker (`aws_lambda_powertools.utilities.circuit_breaker`) instead of its
+  own: the same backoff and hand-backs, but the breaker is Powertools' real `CircuitBreakerHandler`, its state
+  one DynamoDB item SHARED by every worker (Powertools' `CircuitBreakerDynamoDBPersistence` on moto's DynamoDB, in
+  this process), each worker one execution environment with its own local cache and counters. Powertools reads the
+  time itself (`datetime.now()`, no clock to inject), so the simulation puts its virtual clock in place of the
+  `datetime` module of Powertools' circuit-breaker modules while it runs, and puts it back. Its DynamoDB requests
+  are counted, and each costs the worker `store_s`.
 
 A discrete-event simulation on a virtual clock (a heap of events; no sleeping, no threads): the same arguments and
 seed give the same figures, and 1,000 jobs take milliseconds. The only randomness is the jitter of the backoff and
@@ -24,6 +31,7 @@ records the figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import heapq
 import itertools
@@ -33,16 +41,29 @@ import random
 import statistics
 import sys
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import Any
+from types import ModuleType, SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
+from aws_lambda_powertools.utilities.circuit_breaker import (
+    CircuitBreakerConfig,
+    CircuitBreakerOpenError,
+    CircuitState,
+    CircuitTransition,
+)
+from aws_lambda_powertools.utilities.circuit_breaker import base as powertools_base
+
+from bench.cost import Prices
 from sqs_jobs.limits import HAND_BACK_RECEIVES, SQS_MAX_VISIBILITY_S
 from sqs_jobs.specs import CircuitBreakerSpec, QueueSpec
 from sqs_jobs.worker.backoff import backoff_delay_s
 from sqs_jobs.worker.breaker import Breakers, Ticket, hold_delay_s
 from sqs_jobs.worker.errors import CircuitOpenError
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
 
 # The catalog's defaults, as every queue that sets nothing gets them (the shipped `orders` queue does).
 DEFAULTS = QueueSpec(name="outage_bench", jobs=())
@@ -65,6 +86,17 @@ SWEEP_MAX_ATTEMPTS = (5, 8, 10)
 SWEEP_THRESHOLDS = (1, 3, 5, 10)
 SWEEP_OPEN_S = (1.0, 2.0, 5.0, 10.0)
 SWEEP_MAX_OPEN_S = (10.0, 20.0, 30.0, 60.0, 120.0)
+# Powertools' circuit breaker: the virtual clock's t=0 as the Unix time its code reads (whole seconds), the
+# DynamoDB table of its state (one item per circuit), and what one DynamoDB request costs the worker that makes it
+# (`store_s`: an assumption, DynamoDB's "single-digit milliseconds" from a Lambda function in its region).
+POWERTOOLS_EPOCH_S = 1_800_000_000
+POWERTOOLS_TABLE = "circuit_breaker_state"
+STORE_S = 0.005
+# On-demand capacity per request for an item under 1 KB: a write is 1 write request unit (a conditional write that
+# fails too); Powertools' read is eventually consistent (ConsistentRead=False), half a read request unit.
+WRU_PER_WRITE = 1.0
+RRU_PER_READ = 0.5
+MILLION = 1_000_000
 
 
 class Kind(Enum):
@@ -72,6 +104,26 @@ class Kind(Enum):
     FIXED = "fixed"
     BACKOFF = "backoff"
     BREAKER = "breaker"
+    POWERTOOLS = "powertools"
+
+
+@dataclass(frozen=True)
+class PowertoolsSpec:
+    """The settings of Powertools' `CircuitBreakerConfig` that the simulation uses (its class compares by identity,
+    a policy by value)."""
+
+    failure_threshold: int  # consecutive failures, counted per execution environment, that open the circuit
+    recovery_timeout: int  # whole seconds open before one probe may be elected
+    success_threshold: int  # consecutive probe successes that close it
+    local_cache_max_age: int  # seconds an environment trusts its cached copy of the item before reading it again
+
+    def config(self) -> CircuitBreakerConfig:
+        return CircuitBreakerConfig(
+            failure_threshold=self.failure_threshold,
+            recovery_timeout=self.recovery_timeout,
+            success_threshold=self.success_threshold,
+            local_cache_max_age=self.local_cache_max_age,
+        )
 
 
 @dataclass(frozen=True)
@@ -84,17 +136,19 @@ class Policy:
     base_s: float = 0.0  # BACKOFF
     cap_s: float = 0.0  # BACKOFF
     function_timeout_s: int = 0  # BACKOFF: the runtime keeps a delay within 12 h of the receive
-    breaker: CircuitBreakerSpec | None = None  # BREAKER (with the backoff above)
+    # BREAKER (with the backoff above); POWERTOOLS: the runtime's hand-backs (max_hold_s), not its breakers
+    breaker: CircuitBreakerSpec | None = None
+    powertools: PowertoolsSpec | None = None  # POWERTOOLS
 
     @property
     def dead_letters_itself(self) -> bool:
         """The runtime dead-letters on its last failed attempt; SQS's redrive moves a message on the receive after
         its last one (modelled as the moment it becomes visible again)."""
-        return self.kind in (Kind.BACKOFF, Kind.BREAKER)
+        return self.kind in (Kind.BACKOFF, Kind.BREAKER, Kind.POWERTOOLS)
 
     @property
     def jittered(self) -> bool:
-        return self.kind in (Kind.BACKOFF, Kind.BREAKER)
+        return self.kind in (Kind.BACKOFF, Kind.BREAKER, Kind.POWERTOOLS)
 
     def visible_at(
         self, received_s: float, failed_s: float, attempt: int, rng: random.Random, floor_s: float | None = None
@@ -145,6 +199,60 @@ def runtime_breaker(spec: QueueSpec = DEFAULTS, label: str | None = None) -> Pol
     )
 
 
+def powertools_like_runtime(spec: QueueSpec = DEFAULTS) -> PowertoolsSpec:
+    """Powertools' settings with the runtime's values where it has an equivalent: failure_threshold; open_s as
+    recovery_timeout (whole seconds; Powertools never doubles it, so max_open_s has no equivalent); one probe success
+    closes it, as the runtime's does. Its local cache has no equivalent and keeps Powertools' default."""
+    breaker = spec.circuit_breaker
+    return PowertoolsSpec(
+        failure_threshold=breaker.failure_threshold,
+        recovery_timeout=math.ceil(breaker.open_s),
+        success_threshold=1,
+        local_cache_max_age=CircuitBreakerConfig().local_cache_max_age,
+    )
+
+
+def powertools_defaults() -> PowertoolsSpec:
+    """Powertools' own defaults, read from its CircuitBreakerConfig."""
+    config = CircuitBreakerConfig()
+    return PowertoolsSpec(
+        failure_threshold=config.failure_threshold,
+        recovery_timeout=config.recovery_timeout,
+        success_threshold=config.success_threshold,
+        local_cache_max_age=config.local_cache_max_age,
+    )
+
+
+def powertools_breaker(
+    powertools: PowertoolsSpec | None = None, spec: QueueSpec = DEFAULTS, label: str | None = None
+) -> Policy:
+    """The runtime's backoff and hand-backs, with Powertools' circuit breaker (state shared in DynamoDB) in place of
+    the runtime's own: a call it refuses is handed back as the runtime hands back a CircuitOpenError."""
+    settings = powertools or powertools_like_runtime(spec)
+    return Policy(
+        label=label
+        or (
+            f"this runtime + Powertools' breaker ({settings.failure_threshold} failures, open "
+            f"{settings.recovery_timeout} s, {settings.success_threshold} probe{'s' if settings.success_threshold > 1 else ''}, "
+            "shared)"
+        ),
+        kind=Kind.POWERTOOLS,
+        base_s=spec.backoff_base_s,
+        cap_s=spec.backoff_cap_s,
+        function_timeout_s=spec.function_timeout_s,
+        breaker=spec.circuit_breaker,
+        powertools=settings,
+    )
+
+
+def powertools_policies(spec: QueueSpec = DEFAULTS) -> tuple[Policy, ...]:
+    """Powertools' circuit breaker, with the runtime's values and with its own defaults."""
+    return (
+        powertools_breaker(powertools_like_runtime(spec), spec),
+        powertools_breaker(powertools_defaults(), spec),
+    )
+
+
 def standard_policies(spec: QueueSpec = DEFAULTS) -> tuple[Policy, ...]:
     """The issue's three policies, plus the stack's own visibility timeout for context, and the runtime with its
     circuit breakers."""
@@ -173,6 +281,8 @@ class Scenario:
     max_attempts: int = DEFAULTS.max_attempts
     # What a hand-back costs the worker (its record's write, the message's visibility change): a few milliseconds.
     hold_s: float = 0.01
+    # What one DynamoDB request of Powertools' breaker costs the worker that makes it (the other policies make none).
+    store_s: float = STORE_S
 
     def problems(self) -> list[str]:
         found = []
@@ -184,6 +294,8 @@ class Scenario:
             found.append("outage_s must be at least 0")
         if self.fail_s <= 0 or self.service_s <= 0 or self.hold_s <= 0:
             found.append("fail_s, service_s and hold_s must be above 0")
+        if self.store_s < 0:
+            found.append("store_s must be at least 0")
         if self.max_attempts < 1:
             found.append("max_attempts must be at least 1")
         return found
@@ -206,6 +318,13 @@ class Run:
     holds: int = 0  # hand-backs of records refused by an open breaker (the message back, delayed, no run spent)
     refused_attempts: int = 0  # refusals past max_hold_s, each a failed attempt
     breaker_opened: int = 0  # times a breaker opened from closed, over all workers
+    # Powertools' breaker: its DynamoDB requests, and the worker time they took (`store_s` each) on the way to the
+    # calls made (before and after them) and to the hand-backs.
+    store_reads: int = 0  # GetItem
+    store_writes: int = 0  # PutItem and UpdateItem, conditional or not, succeeded or not
+    lost_elections: int = 0  # conditional writes of a half-open probe election that failed (counted in writes)
+    store_wait_calls_s: float = 0.0
+    store_wait_holds_s: float = 0.0
 
 
 _SUCCEEDED, _FAILED, _VISIBLE, _FREE = 0, 1, 2, 3

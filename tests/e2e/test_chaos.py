@@ -94,9 +94,10 @@ def _wait_for_log(process: subprocess.Popen[str], message: str, timeout_s: float
 
 @pytest.mark.timeout(900)
 def test_chaos_soak_keeps_every_promise() -> None:
-    # The limited job at 3 % (make soak's 2 %): about a dozen slow first runs, so a few are cut with a call in
-    # flight whatever the faults on their calls and the cancels drawn for them.
-    plan = SoakPlan(jobs=CI_SOAK_JOBS, chaos=DEFAULT_CHAOS, seed=2026, limited_share=0.03)
+    # The limited job at 6 % (make soak's 2 %): about 25 slow first runs. A slow run is cut with a call in flight
+    # only if none of its four quote calls met a fault (about 4 in 10) and no cancel was drawn for it: at 3 % a
+    # run saw 3 such cuts, and one under make test's load saw none.
+    plan = SoakPlan(jobs=CI_SOAK_JOBS, chaos=DEFAULT_CHAOS, seed=2026, limited_share=0.06)
     report = run_soak(plan, worker_output=io.StringIO())
     text = "\n".join(report.lines())
     print(text)  # the report, in pytest's output of this test
