@@ -77,9 +77,12 @@ class Assumptions:
     # From bench.writes (c): per new job 2 idempotency writes and 1 read of the job's own table; a record under
     # 1 KiB is 1 WRU; an eventually consistent read under 4 KiB is 0.5 RRU, strongly consistent 1 (assumed).
     idempotency_writes_per_job: float = 2.0
-    # The sparse index of keys in flight (jobs-by-life): a run's start puts its key in (1 WRU) and its completion
-    # takes it out (1 WRU); DynamoDB bills index writes as table writes.
-    index_writes_per_job: float = 2.0
+    # The sparse index of keys in flight (jobs-by-life), billed as table writes: a new key's first run enters it
+    # only once it has lasted the queue's `list_running_after_s` (1 WRU in, 1 WRU out at completion); the share of
+    # first runs that do (None: all if duration_ms_per_job reaches it, else none). A retry is listed as it fails
+    # and as it starts again: about 3 index writes a retry (a changed index key is a delete and a put).
+    listed_share: float | None = None
+    index_writes_per_retry: float = 3.0
     reads_per_job: float = 1.0
     jobs_per_month: float = 1_000_000.0  # spreads the fixed monthly costs (alarms, metrics, heartbeats)
 
@@ -92,6 +95,8 @@ duplicates u, message S bytes (attempts a = 1 + r, invocations per job i = a / (
   Lambda GB-s       = (M / 1024) x (a x d x ((1 - w) + w / p) + i x o) / 1000, w = share of a run waiting on I/O,
                       p = records side by side (min(records_in_parallel, B x f)): their waits overlap
   DynamoDB WRU      = a x idempotency writes per job (2, from bench.writes) + u x 1 (conditional check)
+                      + index writes: 2 x the share of first runs that outlast list_running_after_s (the key enters
+                      and leaves the index of keys in flight; none if d is shorter) + 3 x r
   DynamoDB RRU      = a x reads per job (1)
   Logs GB           = (log bytes per job + i x platform bytes per invocation) / 2^30
 fixed per month, spread over jobs_per_month:
@@ -139,7 +144,11 @@ def queue_cost(spec: QueueSpec, prices: Prices = Prices(), assume: Assumptions =
         * (attempts * billed_ms_per_run + invocations * assume.overhead_ms_per_invocation)
         / 1000
     )
-    wru = attempts * (assume.idempotency_writes_per_job + assume.index_writes_per_job) + assume.duplicates_per_job
+    listed = assume.listed_share
+    if listed is None:
+        listed = float(assume.duration_ms_per_job >= spec.list_running_after_s * 1000)
+    index_writes = 2 * listed + assume.index_writes_per_retry * assume.retries_per_job
+    wru = attempts * assume.idempotency_writes_per_job + index_writes + assume.duplicates_per_job
     rru = attempts * assume.reads_per_job
     log_gb = (assume.log_bytes_per_job + invocations * assume.platform_log_bytes_per_invocation) / 2**30
     sqs_price = prices.sqs_fifo_per_million_requests if spec.fifo else prices.sqs_standard_per_million_requests
@@ -227,7 +236,11 @@ def _add_flags(parser: argparse.ArgumentParser, defaults: object, group_title: s
     for f in fields(defaults):  # type: ignore[arg-type]
         value = getattr(defaults, f.name)
         group.add_argument(
-            "--" + f.name.replace("_", "-"), type=type(value), default=value, metavar="N", help=f"default {value}"
+            "--" + f.name.replace("_", "-"),
+            type=float if value is None else type(value),
+            default=value,
+            metavar="N",
+            help=f"default {value}",
         )
 
 

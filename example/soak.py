@@ -187,6 +187,9 @@ SOAK_S_PER_JOB = 0.15
 # Above what a healthy job takes with every record of every queue in flight against one moto process (p99 about
 # 1 s), below a hang: a limit under healthy latency cuts runs whose last call then completes (docs/chaos.md).
 SOAK_TIME_LIMIT_S = 3
+# A third of the time limit: the limited job's slow runs, hangs and drips are listed as running by the waiting
+# thread before they end or are cut (the listing meets the faults, cuts and cancels).
+SOAK_LIST_RUNNING_AFTER_S = 1.0
 # The jobs' HTTP calls on the same clock (deployed: connect 10 s + read 30 s under a 60 s limit): a whole call
 # (2.5 s) ends before the time limit, so a dripping answer meets the call's own deadline.
 SOAK_HTTP_TIMEOUTS_S = (1.0, 1.5)
@@ -223,6 +226,7 @@ def soak_catalog(catalog: Catalog = CATALOG) -> Catalog:
             replace(
                 queue,
                 function_timeout_s=SOAK_FUNCTION_TIMEOUT_S,
+                list_running_after_s=SOAK_LIST_RUNNING_AFTER_S,
                 backoff_base_s=SOAK_BACKOFF_BASE_S,
                 backoff_cap_s=SOAK_BACKOFF_CAP_S,
                 circuit_breaker=replace(
@@ -514,6 +518,12 @@ def check(jobs: Sequence[SoakJob], observed: Observed) -> list[str]:
     unwritten = sum(observed.completions_unwritten.values())
     if not succeeded - unwritten <= completed <= succeeded:
         problems.append(f"{completed} completed idempotency records for {succeeded} jobs that can succeed")
+    # A key that is done is out of the in-flight index: a run's late listing never brings it back.
+    problems += [
+        f"{record.job_key} is completed but still listed in flight ({record.life})"
+        for record in observed.records.values()
+        if record.life is not None and record.state(time.time()) is KeyState.COMPLETED
+    ]
     problems += _flow_problems(observed)
     problems += _limited_problems(observed.limited_runs)
     return problems

@@ -320,6 +320,12 @@ class QueueSpec:
     # key's idempotency record), so this is only the safety net for what it can't count: a worker that dies before
     # a record's run starts (a broken deploy).
     max_receives: int | None = None
+    # A key enters the in-flight view (the `jobs-by-life` index: `jobctl job list`, the console's jobs page) as
+    # running once its first run has lasted this long: a job that succeeds sooner costs no index write (two per job
+    # otherwise, 1.9x Powertools' own writes; docs/capacity.md). 0 lists every run from its start; past the jobs'
+    # time limits, first runs are never listed. A retry, a held record and a cancel are listed at once whatever
+    # this says.
+    list_running_after_s: float = 5.0
 
     @property
     def dlq_max_message_bytes(self) -> int:
@@ -441,6 +447,10 @@ class QueueSpec:
             )
         if not 1 <= self.parallel_records <= MAX_PARALLEL_RECORDS:
             found.append(f"{where}: parallel_records {self.parallel_records} is outside 1..{MAX_PARALLEL_RECORDS}")
+        if not 0 <= self.list_running_after_s <= LAMBDA_MAX_TIMEOUT_S:
+            found.append(
+                f"{where}: list_running_after_s {self.list_running_after_s} is outside 0..{LAMBDA_MAX_TIMEOUT_S}"
+            )
         found += self.circuit_breaker.problems(where)
         found += self._receive_problems(where)
         found += self._message_size_problems(where)

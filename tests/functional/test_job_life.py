@@ -4,6 +4,7 @@ at all. Read from the sparse index the runtime's own writes keep, never by scann
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -13,16 +14,27 @@ from sqs_jobs.cli.job_life import InFlight, jobs_in_flight
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from sqs_jobs.worker.clients import ClientFactory
 from sqs_jobs.worker.names import LIFE, LIFE_SHARDS, LifeState
+from sqs_jobs.worker.run_ledger import LedgerEntry, RunIdentity, RunLedger, StartedRun
+from sqs_jobs.worker.settings import idempotency_record_id
 from tests.functional.conftest import Harness, envelope, key_record
 from tests.functional.sample_jobs import stepwise
 
+# Every run listed from its start (list_running_after_s=0), as a queue whose runs an operator watches.
 QUEUE = QueueSpec(
     name="steps",
     jobs=(JobSpec(name="stepwise", handler="tests.functional.sample_jobs.stepwise"),),
     backoff_base_s=30,
+    list_running_after_s=0,
 )
 OTHER = QueueSpec(name="others", jobs=(JobSpec(name="other_steps", handler="tests.functional.sample_jobs.stepwise"),))
-CATALOG = Catalog(queues=(QUEUE, OTHER))
+# A run is listed once it has lasted LONG_S (a new key's first run; the default is 5 s).
+LONG_S = 0.4
+LATE = QueueSpec(
+    name="late",
+    jobs=(JobSpec(name="late_steps", handler="tests.functional.sample_jobs.stepwise"),),
+    list_running_after_s=LONG_S,
+)
+CATALOG = Catalog(queues=(QUEUE, OTHER, LATE))
 
 
 @pytest.fixture
@@ -123,3 +135,68 @@ def test_a_list_reads_at_most_its_page_per_shard_and_says_so(harness: Harness) -
     assert page.truncated
     assert 0 < len(page.jobs) <= LIFE_SHARDS
     assert not _in_flight(harness).truncated
+
+
+def _listed_during(harness: Harness, job_id: str, step_s: float) -> list[InFlight]:
+    """Run `late_steps` for `job_id`, `step_s` a step, and list the late queue at each step."""
+    seen: list[InFlight] = []
+
+    def between(seen_id: str, step: int) -> None:
+        if seen_id == job_id:
+            seen.append(_in_flight(harness, ("late",)))
+            time.sleep(step_s)
+
+    stepwise.BETWEEN.append(between)
+    harness.send(envelope("late_steps", job_id), queue="late")
+    invocation = harness.deliver("late")
+    assert invocation is not None and invocation.failed_ids == []
+    return seen
+
+
+def test_a_short_run_is_never_listed_and_its_record_never_enters_the_index(harness: Harness) -> None:
+    writes: list[str] = []
+    for operation in ("PutItem", "UpdateItem"):
+        harness.worker_clients("late").register(
+            f"before-call.dynamodb.{operation}", lambda params, **_: writes.append(str(params))
+        )
+
+    seen = _listed_during(harness, "quick-1", step_s=0.0)
+
+    assert [page.jobs for page in seen] == [[], [], []]
+    assert LIFE not in key_record(harness, "late_steps:quick-1")
+    # Neither its start nor its completion named the index's attributes: no index write was billed.
+    assert len(writes) >= 2 and not any(LIFE in write for write in writes), writes
+
+
+def test_a_run_that_lasts_is_listed_as_running_since_its_start_then_leaves_the_list(harness: Harness) -> None:
+    before = datetime.now(UTC)
+
+    seen = _listed_during(harness, "slow-1", step_s=LONG_S)
+
+    # Step 1 came before LONG_S; by step 3 the waiting thread had listed it, since when it started.
+    assert seen[0].jobs == []
+    [running] = seen[2].of(LifeState.RUNNING)
+    assert (running.job, running.job_id, running.runs) == ("late_steps", "slow-1", 1)
+    assert running.started_at is not None and before - timedelta(seconds=1) <= running.started_at <= before + timedelta(
+        seconds=LONG_S
+    )
+    # Completed: out of the index again.
+    assert _in_flight(harness, ("late",)).jobs == []
+    assert LIFE not in key_record(harness, "late_steps:slow-1")
+
+
+def test_a_late_listing_never_brings_a_finished_runs_key_back(harness: Harness) -> None:
+    """The listing is conditional on the record still being that run's, in progress: sent after the completion
+    (a listing delayed past it), it changes nothing."""
+    seen = _listed_during(harness, "quick-2", step_s=0.0)
+    assert [page.jobs for page in seen] == [[], [], []]
+    ledger = RunLedger(harness.deployment.idempotency_table, lambda _: harness.clients("dynamodb"), list_at_start=False)
+    ledger.prepare(max_runs=3, time_left=lambda: 5.0, identity=RunIdentity(queue="late", job="late_steps"))
+    record_id = idempotency_record_id("late_steps:quick-2")
+    # The run as the ledger knew it when it started: a new key's first run, unlisted.
+    ledger._scope().started = StartedRun(
+        number=1, before=LedgerEntry(record_id=record_id), listed=False, identity=RunIdentity(queue="late")
+    )
+
+    assert ledger.list_running(5.0) is False
+    assert LIFE not in key_record(harness, "late_steps:quick-2")

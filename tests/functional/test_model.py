@@ -84,6 +84,9 @@ CATALOG = Catalog(
             name=QUEUE,
             max_attempts=MAX_ATTEMPTS,
             function_timeout_s=8,
+            # Half the jobs' time limit: a run that hangs is listed as running by the waiting thread before its cut,
+            # and the listing meets the cut, the completion and a cancel.
+            list_running_after_s=0.5,
             jobs=(
                 # A chain's steps are `work` jobs, and each may publish the next.
                 JobSpec(name="work", publishes=("done", "work"), **_JOB),  # type: ignore[arg-type]
@@ -635,6 +638,9 @@ class JobLives(RuleBasedStateMachine):
         shown = {entry.key: entry.state for entry in listed}
         now = time.time()
         for record in records.values():
+            # A key that is done is out of the index: a run's late listing never brings it back.
+            if record.state(time.time()) is KeyState.COMPLETED:
+                assert record.life is None, f"{record.job_key} is completed but listed ({record.life})"
             if record.life is None or record.job_key is None:
                 continue
             assert record.job_key in shown, f"{record.job_key} is in flight ({record.life}) but not listed"

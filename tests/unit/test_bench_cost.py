@@ -50,8 +50,9 @@ def test_each_component_matches_the_hand_computed_figure() -> None:
     assert result.lambda_requests == pytest.approx(0.1)
     # 1 GB x 1 s per job = 1 GB-s; 1e6 GB-s x 0.001 = 1,000 USD.
     assert result.lambda_duration == pytest.approx(1000.0)
-    # 2 WRU to the table, 2 to the index of keys in flight, + 1 RRU per job.
-    assert result.dynamodb == pytest.approx(5.0)
+    # 2 WRU to the table, none to the index of keys in flight (a 1 s run ends before the queue's
+    # list_running_after_s, 5 s), + 1 RRU per job.
+    assert result.dynamodb == pytest.approx(3.0)
     assert result.cloudwatch_logs == pytest.approx(1.0)
     # 13 + 1 alarms (one per queue signal, one per job), 3 + 10 metrics, one month per million jobs.
     assert cost.ALARMS_PER_QUEUE == 13
@@ -59,7 +60,16 @@ def test_each_component_matches_the_hand_computed_figure() -> None:
     assert result.cloudwatch_metrics == pytest.approx(13.0)
     # 43,800 min / 5 min = 8,760 heartbeats, each 3 SQS requests (1 USD/M) and 1 invocation (1 USD/M).
     assert result.heartbeats == pytest.approx(8760 * 4 / cost.MILLION)
-    assert result.total == pytest.approx(1.2 + 0.1 + 1000 + 5 + 1 + 14 + 13 + 8760 * 4 / cost.MILLION)
+    assert result.total == pytest.approx(1.2 + 0.1 + 1000 + 3 + 1 + 14 + 13 + 8760 * 4 / cost.MILLION)
+
+
+def test_runs_that_outlast_the_queues_listing_delay_pay_two_index_writes() -> None:
+    watched = QueueSpec(name="q", jobs=SPEC.jobs, batch_size=10, memory_mb=1024, list_running_after_s=1)
+    # The 1 s run is listed (in at 1 s, out at its completion): 2 WRU more than the table's 2, + 1 RRU.
+    assert cost.queue_cost(watched, PRICES, ASSUME).dynamodb == pytest.approx(5.0)
+    # Or a share of the runs, as the flag says.
+    tenth = cost.Assumptions(**{**ASSUME.__dict__, "listed_share": 0.1})
+    assert cost.queue_cost(SPEC, PRICES, tenth).dynamodb == pytest.approx(3.2)
 
 
 def test_a_queue_that_never_retries_has_no_retrying_alarm_to_pay_for() -> None:
@@ -85,8 +95,9 @@ def test_retries_duplicates_fifo_and_volume_change_the_right_components() -> Non
     result = cost.queue_cost(spec, PRICES, assume)
     # 2 attempts: 1 send + 2 x 2 / 10 + 1 ChangeMessageVisibility = 2.4 requests, at the FIFO price of 2.
     assert result.sqs == pytest.approx(4.8)
-    # 2 attempts x (2 table + 2 index writes) + 0.5 conditional checks, 2 reads.
-    assert result.dynamodb == pytest.approx(8.5 + 2.0)
+    # 2 attempts x 2 table writes + 3 index writes for the retry (listed as it fails, as it starts again, out at
+    # its completion) + 0.5 conditional checks, 2 reads.
+    assert result.dynamodb == pytest.approx(4 + 3 + 0.5 + 2.0)
     busier = cost.queue_cost(SPEC, PRICES, cost.Assumptions(**{**ASSUME.__dict__, "jobs_per_month": 10_000_000.0}))
     assert busier.cloudwatch_alarms == pytest.approx(1.4)  # fixed costs spread over 10 million jobs
 

@@ -98,6 +98,8 @@ class Execution:
     admit: Callable[[StartedRun | None], Admission] | None = None
     release: Callable[[Admission], None] | None = None
     call_limit: Callable[[str, float], float] | None = None
+    # How long a run its start write left unlisted goes before its key is listed as running (the queue's setting).
+    list_running_after_s: float = 0.0
 
     def __call__(self) -> JobResult:
         started = self.ledger.started()
@@ -140,6 +142,8 @@ class Execution:
             invocation_left=self.remaining_s,
             on_start=lambda: logger.thread_safe_append_keys(**log_keys),
             on_end=logger.thread_safe_clear_keys,
+            on_long_run=self.ledger.list_running if started is not None and not started.listed else None,
+            long_run_after_s=self.list_running_after_s,
         )
         result = self.runner.run(self.run)
         self.completed = True
@@ -287,6 +291,7 @@ class JobExecutor:
             # The job's thread logs with the record's keys too.
             log_keys=self._obs.logger.thread_safe_get_current_keys(),
             on_call_after_cut=self._call_after_cut,
+            list_running_after_s=self._queue.list_running_after_s,
         )
         # A copy a previous runtime handed back carries the runs its ancestors used, and since when open breakers
         # held it; the ledger takes them over when it has no count of its own for the key.

@@ -102,6 +102,7 @@ class Writer(StrEnum):
     CANCEL = "operator's cancel (jobctl)"
     UNDO = "operator's undo (jobctl)"
     PROGRESS = "run's progress report (progress.py)"
+    LISTING = "run outlasting list_running_after_s (ledger, from the record's waiting thread)"
     EXPIRY = "the record's expiry (DynamoDB TTL, read as expired at once)"
 
 
@@ -139,6 +140,8 @@ TRANSITIONS: tuple[tuple[KeyState, KeyState, Writer], ...] = (
     (KeyState.CANCELLED, KeyState.ENDING, Writer.UNDO),
     (KeyState.CANCEL_REQUESTED, KeyState.RUNNING, Writer.UNDO),
     (KeyState.RUNNING, KeyState.RUNNING, Writer.PROGRESS),
+    (KeyState.RUNNING, KeyState.RUNNING, Writer.LISTING),
+    (KeyState.CANCEL_REQUESTED, KeyState.CANCEL_REQUESTED, Writer.LISTING),
     (KeyState.COMPLETED, KeyState.NEW, Writer.EXPIRY),
     (KeyState.CANCELLED, KeyState.NEW, Writer.EXPIRY),
     (KeyState.RETRYING, KeyState.NEW, Writer.EXPIRY),

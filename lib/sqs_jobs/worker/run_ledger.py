@@ -41,7 +41,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyItemAlreadyExistsError
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from sqs_jobs.worker.key_life import (
     COMPLETED_RUN,
@@ -145,6 +145,11 @@ class StartedRun:
     before: LedgerEntry
     held_since: float | None = None
     identity: RunIdentity = field(default_factory=RunIdentity)
+    # Whether its start write listed the key as running (the in-flight index); a new key's first run is listed
+    # only once it has lasted the queue's `list_running_after_s` (`list_running`).
+    listed: bool = True
+    # When its start write was made (epoch seconds): since when it runs, as the list says.
+    started_at: float = 0.0
 
 
 class RunsExhaustedError(Exception):
@@ -221,6 +226,8 @@ class _Scope:
     first_delivery: bool = False
     identity: RunIdentity = RunIdentity()
     started: StartedRun | None = None
+    # The run's listing as running was sent (`list_running`): its completion takes the key out of the index.
+    listed_late: bool = False
     # The follow-ups the run's completion write keeps, and those a completed record answered the start with.
     follow_ups: str | None = None
     replayed_follow_ups: str | None = None
@@ -231,11 +238,13 @@ class RunLedger(DynamoDBPersistenceLayer):
 
     Not thread-bound: each record's thread calls `prepare()` before running its key, and reads `started()` after."""
 
-    def __init__(self, table_name: str, client_for: ClientFor) -> None:
+    def __init__(self, table_name: str, client_for: ClientFor, *, list_at_start: bool = True) -> None:
         # Powertools keeps one client; the ledger picks one per call whose timeouts fit the time left.
         super().__init__(table_name=table_name, boto3_client=client_for(60.0))
         self._client_for = client_for
         self._local = threading.local()
+        # Whether a new key's first run is listed as running by its start write, or only once it runs long.
+        self._list_at_start = list_at_start
 
     # --- the record's thread ------------------------------------------------------------------------------------
 
@@ -264,6 +273,39 @@ class RunLedger(DynamoDBPersistenceLayer):
         """The follow-ups this thread's run asked for, written with its completion (no write of their own)."""
         self._scope().follow_ups = encoded
 
+    def list_running(self, time_left_s: float) -> bool:
+        """This thread's run has lasted the queue's `list_running_after_s`: list its key as running, since its start,
+        if its start write didn't. Only while the record is still this run's and in progress: a late listing never
+        brings a completed, failed or later run's key back into the index. False if not written (best effort: the
+        run goes on either way, unlisted)."""
+        scope = self._scope()
+        run = scope.started
+        if run is None or run.listed or scope.listed_late or not run.identity.queue:
+            return False
+        scope.listed_late = True  # before the write: a completion that follows it takes the key out again
+        try:
+            self._client(time_left_s).update_item(
+                TableName=self.table_name,
+                Key=self._key(run.before.record_id),
+                UpdateExpression="SET #life = :life, #life_at = :started_at",
+                ConditionExpression="#status = :inprogress AND #runs = :run AND attribute_not_exists(#life)",
+                ExpressionAttributeNames={
+                    "#life": LIFE,
+                    "#life_at": LIFE_AT,
+                    "#status": self.status_attr,
+                    "#runs": RUNS,
+                },
+                ExpressionAttributeValues={
+                    ":life": {"S": life_partition(run.identity.queue, LifeState.RUNNING, run.before.record_id)},
+                    ":started_at": {"N": f"{run.started_at:.3f}"},
+                    ":inprogress": {"S": INPROGRESS},
+                    ":run": {"N": str(run.number)},
+                },
+            )
+        except (ClientError, BotoCoreError):
+            return False
+        return True
+
     def replayed_follow_ups(self) -> str | None:
         """The follow-ups the key's completed record holds, when this thread's start was answered as a duplicate."""
         return self._scope().replayed_follow_ups
@@ -289,6 +331,7 @@ class RunLedger(DynamoDBPersistenceLayer):
     def _put_record(self, data_record: DataRecord) -> None:
         scope = self._scope()
         scope.started = None
+        scope.listed_late = False
         scope.follow_ups = scope.replayed_follow_ups = None
         now = time.time()
         if scope.first_delivery and self._start_new_key(data_record, scope, now):
@@ -367,7 +410,7 @@ class RunLedger(DynamoDBPersistenceLayer):
         runs_before = before.runs if RUNS in old else scope.seed_runs
         held_since = before.held_since if HELD_SINCE in old else scope.seed_held_since
         scope.started = StartedRun(
-            number=runs_before + 1, before=before, held_since=held_since, identity=scope.identity
+            number=runs_before + 1, before=before, held_since=held_since, identity=scope.identity, started_at=now
         )
 
     @staticmethod
@@ -393,7 +436,8 @@ class RunLedger(DynamoDBPersistenceLayer):
             **scope.identity.item(),
             STARTED_AT: {"N": f"{now:.3f}"},
         }
-        if scope.identity.queue:
+        listed = bool(scope.identity.queue) and self._list_at_start
+        if listed:
             item[LIFE] = {"S": life_partition(scope.identity.queue, LifeState.RUNNING, data_record.idempotency_key)}
             item[LIFE_AT] = {"N": f"{now:.3f}"}
         if data_record.in_progress_expiry_timestamp is not None:
@@ -415,7 +459,11 @@ class RunLedger(DynamoDBPersistenceLayer):
                 raise refusal from error  # a duplicate, or its key busy: Powertools' answers
             return False
         scope.started = StartedRun(
-            number=1, before=LedgerEntry(record_id=data_record.idempotency_key), identity=scope.identity
+            number=1,
+            before=LedgerEntry(record_id=data_record.idempotency_key),
+            identity=scope.identity,
+            listed=listed,
+            started_at=now,
         )
         return True
 
@@ -508,12 +556,13 @@ class RunLedger(DynamoDBPersistenceLayer):
             names["#completed_run"] = COMPLETED_RUN
             assignments.append("#completed_run = :run")
         held = run is None or run.held_since is not None
+        # A new key's first run that was never listed (most runs: they end before `list_running_after_s`) has no
+        # listing or due time to take away.
+        unlisted = run is not None and not run.listed and not self._scope().listed_late
         stale = {
             "#in_progress_expiry": self.in_progress_expiry_attr,
             # A completed key leaves the lists (the sparse index holds keys in flight only).
-            "#life": LIFE,
-            "#life_at": LIFE_AT,
-            "#next_retry_at": NEXT_RETRY_AT,
+            **({} if unlisted else {"#life": LIFE, "#life_at": LIFE_AT, "#next_retry_at": NEXT_RETRY_AT}),
             **({"#held_since": HELD_SINCE} if held else {}),
             **({"#first_failed_at": FIRST_FAILED_AT} if run is None or run.before.first_failed_at else {}),
             **({"#pending": PENDING_DEAD_LETTER} if run is None or run.before.pending_dead_letter else {}),

@@ -109,7 +109,9 @@ class Worker:
         self._tally = BatchTally()
         self._invocation = Invocation()
         self._ledger = RunLedger(
-            settings.idempotency_table, lambda time_left_s: clients.within("dynamodb", time_left_s)
+            settings.idempotency_table,
+            lambda time_left_s: clients.within("dynamodb", time_left_s),
+            list_at_start=not settings.queue.list_running_after_s,
         )
         self._settlement = Settlement(
             settings,

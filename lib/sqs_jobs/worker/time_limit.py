@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import queue
 import sys
 import threading
@@ -46,6 +47,8 @@ from sqs_jobs.worker.errors import JobCodeExitError, JobTimeLimitError, TimeLimi
 if TYPE_CHECKING:
     from sqs_jobs.worker.breaker import Breakers, Ticket
 
+# The most the long-run hook's call (the key's listing as running) may hold up the wait for the run's end.
+LONG_RUN_CALL_S = 2.0
 # After a run is cut, how often its thread is interrupted again while it keeps running the job's own code.
 INTERRUPT_AGAIN_EVERY_S = 1.0
 # An idle job thread ends after this long; the next run starts a new one (about 0.1 ms).
@@ -123,6 +126,10 @@ class JobRun:
     invocation_left: Callable[[], float] | None = None
     # Seconds the run's limit is moved out by: waits for tokens (during one, the whole time it may take).
     paused_s: float = 0.0
+    # Called once (in the waiting thread) if the run is still going `long_run_after_s` after it started, with the
+    # seconds the call may take: the ledger then lists its key as running (the in-flight view).
+    on_long_run: Callable[[float], object] | None = None
+    long_run_after_s: float = 0.0
     # Called once the thread of a run cut at its limit has ended (`when_ended`): what it held until then.
     _after_end: list[Callable[[], None]] = field(default_factory=list)
     _thread_ended: bool = False
@@ -274,6 +281,17 @@ class JobRun:
         self.done.set()
 
 
+def _note_long_run(run: JobRun, until_limit_s: float) -> None:
+    """The run's long-run hook, in the waiting thread: its call may take at most LONG_RUN_CALL_S, and never past
+    the run's limit (the cut must not wait for it). What it raises is its own: the run goes on either way."""
+    budget_s = min(LONG_RUN_CALL_S, until_limit_s - 0.05)
+    if run.on_long_run is None or budget_s <= 0:
+        return
+    # Best effort by contract: a run's listing never changes its outcome, nor holds up its settlement.
+    with contextlib.suppress(Exception):
+        run.on_long_run(budget_s)
+
+
 def _run_job(target: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     """The one frame the job's code runs under: the asynchronous interruption only lands in code below it."""
     return target(*args)
@@ -382,9 +400,15 @@ class JobRunner:
     def run(self, run: JobRun) -> Any:
         """Run `run` and return what its job returned, or raise what it raised; JobTimeLimitError at its limit."""
         deadline = time.monotonic() + run.limit_s
+        long_at = deadline - run.limit_s + run.long_run_after_s if run.on_long_run is not None else math.inf
         self._thread().submit(run)
-        while not run.done.wait(max(0.0, deadline + run.paused_s - time.monotonic())):
-            if time.monotonic() < deadline + run.paused_s:
+        while not run.done.wait(max(0.0, min(long_at, deadline + run.paused_s) - time.monotonic())):
+            now = time.monotonic()
+            if now >= long_at:
+                long_at = math.inf
+                _note_long_run(run, deadline + run.paused_s - now)
+                continue
+            if now < deadline + run.paused_s:
                 continue  # moved out by a wait for a rate limit's token
             if run.cut():
                 self._watch(run)
