@@ -16,16 +16,17 @@ policy when the message becomes visible again:
   first hand-back, after which a refusal is a failed attempt;
 - this runtime with Powertools' circuit breaker (`aws_lambda_powertools.utilities.circuit_breaker`) instead of its
   own: the same backoff and hand-backs, but the breaker is Powertools' real `CircuitBreakerHandler`, its state
-  one DynamoDB item SHARED by every worker (Powertools' `CircuitBreakerDynamoDBPersistence` on moto's DynamoDB, in
+  one DynamoDB item shared by every worker (Powertools' `CircuitBreakerDynamoDBPersistence` on moto's DynamoDB, in
   this process), each worker one execution environment with its own local cache and counters. Powertools reads the
   time itself (`datetime.now()`, no clock to inject), so the simulation puts its virtual clock in place of the
   `datetime` module of Powertools' circuit-breaker modules while it runs, and puts it back. Its DynamoDB requests
   are counted, and each costs the worker `store_s`.
 
 A discrete-event simulation on a virtual clock (a heap of events; no sleeping, no threads): the same arguments and
-seed give the same figures, and 1,000 jobs take milliseconds. The only randomness is the jitter of the backoff and
-of the hand-backs' delays, drawn from a seeded `random.Random`. docs/benchmarks.md states the assumptions and
-records the figures.
+seed give the same figures, and 1,000 jobs take milliseconds (with Powertools' breaker, a second or two: its
+DynamoDB requests go through moto; `--no-powertools` leaves it out). The only randomness is the jitter of the
+backoff and of the hand-backs' delays, drawn from a seeded `random.Random`. docs/benchmarks.md states the
+assumptions and records the figures.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import heapq
 import itertools
 import json
@@ -63,6 +65,7 @@ from sqs_jobs.worker.breaker import Breakers, Ticket, hold_delay_s
 from sqs_jobs.worker.errors import CircuitOpenError
 
 if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.circuit_breaker.persistence import CircuitBreakerPersistenceLayer
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
 # The catalog's defaults, as every queue that sets nothing gets them (the shipped `orders` queue does).
@@ -229,12 +232,12 @@ def powertools_breaker(
     """The runtime's backoff and hand-backs, with Powertools' circuit breaker (state shared in DynamoDB) in place of
     the runtime's own: a call it refuses is handed back as the runtime hands back a CircuitOpenError."""
     settings = powertools or powertools_like_runtime(spec)
+    probes = f"{settings.success_threshold} probe" + ("s" if settings.success_threshold > 1 else "")
     return Policy(
         label=label
         or (
             f"this runtime + Powertools' breaker ({settings.failure_threshold} failures, open "
-            f"{settings.recovery_timeout} s, {settings.success_threshold} probe{'s' if settings.success_threshold > 1 else ''}, "
-            "shared)"
+            f"{settings.recovery_timeout} s, {probes}, shared)"
         ),
         kind=Kind.POWERTOOLS,
         base_s=spec.backoff_base_s,
@@ -365,22 +368,33 @@ class _Simulation:
         spec = policy.breaker if policy.kind is Kind.BREAKER else None
         self.breakers = [Breakers(spec, clock=self.clock) for _ in range(scenario.workers)] if spec else []
         self.tickets: list[Ticket | None] = [None] * scenario.workers
+        # Powertools' breaker instead: every worker's environment, sharing one DynamoDB item (made in run()).
+        self.fleet: _PowertoolsFleet | None = None
+        self.store_wait_calls_s = 0.0
+        self.store_wait_holds_s = 0.0
 
     def clock(self) -> float:
         return self.now
 
     def run(self) -> Run:
+        with contextlib.ExitStack() as stack:
+            if self.policy.powertools is not None:
+                self.fleet = stack.enter_context(
+                    _PowertoolsFleet(self.policy.powertools, self.scenario.workers, self.clock)
+                )
+            self.loop()
+            return self.result()
+
+    def loop(self) -> None:
         self.dispatch()
         while self.events:
             self.now, _, kind, message, worker = heapq.heappop(self.events)
             if kind == _SUCCEEDED:
                 self.settle_ticket(worker, ok=True)
-                self.idle.append(worker)
                 self.completions.append(self.now)
                 self.settle()
             elif kind == _FAILED:
                 self.settle_ticket(worker, ok=False)
-                self.idle.append(worker)
                 self.failed(message)
             elif kind == _FREE:
                 self.idle.append(worker)
@@ -389,7 +403,6 @@ class _Simulation:
             else:
                 self.ready.append(message)
             self.dispatch()
-        return self.result()
 
     def push(self, at: float, kind: int, message: int, worker: int = _NO_WORKER) -> None:
         heapq.heappush(self.events, (at, next(self.order), kind, message, worker))
@@ -414,36 +427,54 @@ class _Simulation:
             worker = self.idle.popleft()
             self.receives[message] += 1
             self.received_at[message] = self.now
+            start = self.now  # of the call: Powertools' breaker may make the worker wait for DynamoDB first
             if self.breakers:
                 try:
                     self.tickets[worker] = self.breakers[worker].admit(DOWNSTREAM)
                 except CircuitOpenError as refusal:
                     self.refused(message, worker, refusal)
                     continue
+            elif self.fleet is not None:
+                powertools_refusal, requests = self.fleet.admit(worker)
+                wait_s = requests * self.scenario.store_s
+                if powertools_refusal is not None:
+                    self.store_wait_holds_s += wait_s
+                    self.refused(message, worker, powertools_refusal, busy_s=wait_s)
+                    continue
+                self.store_wait_calls_s += wait_s
+                start += wait_s
             self.runs[message] += 1
             self.total_calls += 1
-            if self.now < self.scenario.outage_s:
+            if start < self.scenario.outage_s:
                 self.outage_calls += 1
-                self.push(self.now + self.scenario.fail_s, _FAILED, message, worker)
+                self.push(start + self.scenario.fail_s, _FAILED, message, worker)
             else:
-                self.push(self.now + self.scenario.service_s, _SUCCEEDED, message, worker)
+                self.push(start + self.scenario.service_s, _SUCCEEDED, message, worker)
 
     def settle_ticket(self, worker: int, ok: bool) -> None:
+        """The call's outcome to the worker's breaker; then the worker is free (once Powertools' writes are done)."""
         ticket, self.tickets[worker] = self.tickets[worker], None
-        if ticket is None:
-            return
-        if ok:
-            ticket.succeeded()
-        else:
-            ticket.failed("503 Service Unavailable")
+        if ticket is not None:
+            if ok:
+                ticket.succeeded()
+            else:
+                ticket.failed("503 Service Unavailable")
+        if self.fleet is not None:
+            wait_s = self.fleet.settle(worker, ok) * self.scenario.store_s
+            if wait_s > 0:
+                self.store_wait_calls_s += wait_s
+                self.push(self.now + wait_s, _FREE, _NO_WORKER, worker)
+                return
+        self.idle.append(worker)
 
-    def refused(self, message: int, worker: int, refusal: CircuitOpenError) -> None:
-        """The runtime's `_hold`: hand the record back unrun, or, held for max_hold_s already, fail the attempt."""
+    def refused(self, message: int, worker: int, refusal: CircuitOpenError, busy_s: float = 0.0) -> None:
+        """The runtime's `_hold`: hand the record back unrun, or, held for max_hold_s already, fail the attempt.
+        `busy_s`: what the worker spent before the refusal (Powertools' DynamoDB requests)."""
         assert self.policy.breaker is not None
         first = self.held_since[message]
         if first is None:
             first = self.now
-        done = self.now + self.scenario.hold_s
+        done = self.now + busy_s + self.scenario.hold_s
         if self.now - first >= self.policy.breaker.max_hold_s:
             self.runs[message] += 1  # a refusal past max_hold_s is a failed run
             self.refused_attempts += 1
@@ -491,7 +522,13 @@ class _Simulation:
             p99_s=percentile(done, 99),
             holds=self.holds,
             refused_attempts=self.refused_attempts,
-            breaker_opened=sum(s.opened for breakers in self.breakers for s in breakers.snapshots()),
+            breaker_opened=sum(s.opened for breakers in self.breakers for s in breakers.snapshots())
+            + (self.fleet.opened if self.fleet else 0),
+            store_reads=self.fleet.table.reads if self.fleet else 0,
+            store_writes=self.fleet.table.writes if self.fleet else 0,
+            lost_elections=self.fleet.table.lost_elections if self.fleet else 0,
+            store_wait_calls_s=self.store_wait_calls_s,
+            store_wait_holds_s=self.store_wait_holds_s,
         )
 
 
@@ -508,9 +545,252 @@ def percentile(ordered: Sequence[float], p: float) -> float | None:
     return ordered[rank - 1]
 
 
+# --- Powertools' circuit breaker -------------------------------------------------------------------------
+
+
+class _CallStarted(BaseException):
+    """Raised by the protected function in place of the call, so that Powertools' `handle()` stops where the call
+    starts: a BaseException, which its `except Exception` lets through without counting. The call ends later in
+    virtual time, and the handler's own method that made it is called again then, with the outcome."""
+
+    def __init__(self, route: str) -> None:
+        super().__init__(route)
+        self.route = route  # the handler's method that made the call: "_call_closed" or "_call_probe"
+
+
+class _DownstreamDown(Exception):
+    """A call during the outage: its 503."""
+
+
+def _call_started() -> None:
+    raise _CallStarted(sys._getframe(1).f_code.co_name)
+
+
+def _call_failed() -> None:
+    raise _DownstreamDown("503 Service Unavailable")
+
+
+def _call_succeeded() -> None:
+    return None
+
+
+def _virtual_datetime(clock: Callable[[], float]) -> SimpleNamespace:
+    """Stands in for the `datetime` module of Powertools' circuit-breaker modules, which read the time only as
+    `dt.datetime.now().timestamp()` (then whole seconds): the virtual clock, from POWERTOOLS_EPOCH_S."""
+
+    def now() -> SimpleNamespace:
+        return SimpleNamespace(timestamp=lambda: POWERTOOLS_EPOCH_S + clock())
+
+    return SimpleNamespace(datetime=SimpleNamespace(now=now))
+
+
+_COUNTER_ID = "bench.outage.dynamodb_requests"
+
+
+@functools.cache
+def _moto_client() -> DynamoDBClient:
+    """One DynamoDB client per process, made the first time inside moto's mock (a client takes 60 ms to make, a run
+    of a small scenario not much more); moto answers it in every later mock too, each starting empty. Only a
+    `_DynamoDBTable` uses it, and only inside its mock."""
+    import boto3
+
+    return boto3.client(
+        "dynamodb", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+
+
+class _DynamoDBTable:
+    """The circuit-state table on moto's DynamoDB, in this process, and the requests made to it."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.writes = 0
+        self.lost_elections = 0
+        self._mock: Any = None
+        self._client: DynamoDBClient | None = None
+
+    @property
+    def requests(self) -> int:
+        return self.reads + self.writes
+
+    @property
+    def client(self) -> DynamoDBClient:
+        assert self._client is not None, "the table exists only inside its `with`"
+        return self._client
+
+    def __enter__(self) -> _DynamoDBTable:
+        from moto import mock_aws
+
+        self._mock = mock_aws()
+        self._mock.start()
+        try:
+            client = _moto_client()
+            # The table Powertools' docs describe: partition key `id` (a string), on-demand.
+            client.create_table(
+                TableName=POWERTOOLS_TABLE,
+                KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+                AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+                BillingMode="PAY_PER_REQUEST",
+            )
+        except BaseException:
+            self._mock.stop()
+            raise
+        client.meta.events.register("after-call.dynamodb", self._count, unique_id=_COUNTER_ID)
+        self._client = client
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._client is not None:
+            self._client.meta.events.unregister("after-call.dynamodb", unique_id=_COUNTER_ID)
+        self._client = None
+        self._mock.stop()
+
+    def _count(self, model: Any, parsed: dict[str, Any], **_: Any) -> None:
+        if model.name == "GetItem":
+            self.reads += 1
+        elif model.name in ("PutItem", "UpdateItem"):
+            self.writes += 1
+            if parsed.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                self.lost_elections += 1
+
+
+@dataclass(eq=False)
+class _Environment:
+    """One worker as Powertools sees an execution environment: its own persistence layer (so its own local cache of
+    the item), its own module-level counters and probe-owner id; and its call in flight."""
+
+    owner: str
+    persistence: CircuitBreakerPersistenceLayer
+    failures: dict[str, int] = dataclasses.field(default_factory=dict)
+    successes: dict[str, int] = dataclasses.field(default_factory=dict)
+    observed: dict[str, CircuitState] = dataclasses.field(default_factory=dict)
+    in_flight: tuple[str, powertools_base.CircuitBreakerHandler] | None = None
+
+    def owner_id(self) -> str:
+        return self.owner
+
+
+class _PowertoolsFleet:
+    """Every worker's Powertools circuit breaker for the one downstream: the real CircuitBreakerHandler and
+    CircuitBreakerDynamoDBPersistence, one item shared by all, on moto and the virtual clock.
+
+    Powertools runs a protected call synchronously (read the state, call, record the outcome); here a call takes
+    virtual time. So `admit` runs `handle()` when the worker receives a message, up to the call (or the refusal),
+    and `settle` runs the handler's own method that made the call (`_call_closed` or `_call_probe`) when it ends,
+    the function now answering as the downstream did: the same code, in the same order, at the right times."""
+
+    def __init__(self, spec: PowertoolsSpec, workers: int, clock: Callable[[], float]) -> None:
+        self.spec = spec
+        self.config = spec.config()
+        self.clock = clock
+        self.workers = workers
+        self.table = _DynamoDBTable()
+        self.environments: list[_Environment] = []
+        self.opened = 0  # CLOSED to OPEN transitions, over all workers (several may trip before they see the item)
+        self._datetime = _virtual_datetime(clock)
+        self._clock_modules: list[ModuleType] = []
+
+    def __enter__(self) -> _PowertoolsFleet:
+        from aws_lambda_powertools.utilities.circuit_breaker.persistence import (
+            CircuitBreakerDynamoDBPersistence,
+            dynamodb,
+        )
+        from aws_lambda_powertools.utilities.circuit_breaker.persistence import base as persistence_base
+
+        self._clock_modules = [powertools_base, persistence_base, dynamodb]
+        self.table.__enter__()
+        self.environments = [
+            _Environment(
+                owner=f"worker-{worker}",
+                persistence=CircuitBreakerDynamoDBPersistence(
+                    table_name=POWERTOOLS_TABLE, boto3_client=self.table.client
+                ),
+            )
+            for worker in range(self.workers)
+        ]
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.table.__exit__()
+
+    def admit(self, worker: int) -> tuple[CircuitOpenError | None, int]:
+        """The worker received a message: Powertools' handler lets the call start (None) or refuses it (as the
+        runtime's CircuitOpenError); and the DynamoDB requests it made first."""
+        environment = self.environments[worker]
+        assert environment.in_flight is None
+        before = self.table.requests
+        handler = powertools_base.CircuitBreakerHandler(
+            function=_call_started,
+            name=DOWNSTREAM,
+            config=self.config,
+            persistence_store=environment.persistence,
+            on_transition=self._transition,
+        )
+        with self._inside(environment):
+            try:
+                handler.handle()
+            except _CallStarted as started:
+                environment.in_flight = (started.route, handler)
+                return None, self.table.requests - before
+            except CircuitBreakerOpenError as refused:
+                return self._refusal(refused), self.table.requests - before
+        raise AssertionError("Powertools' handler neither called the downstream nor refused the call")
+
+    def settle(self, worker: int, ok: bool) -> int:
+        """The worker's call ended: the handler records it (a failure may open the circuit, a probe close or reopen
+        it); the DynamoDB requests that made."""
+        environment = self.environments[worker]
+        assert environment.in_flight is not None
+        (route, handler), environment.in_flight = environment.in_flight, None
+        before = self.table.requests
+        handler.function = _call_succeeded if ok else _call_failed
+        with self._inside(environment), contextlib.suppress(_DownstreamDown):
+            getattr(handler, route)()
+        return self.table.requests - before
+
+    def _refusal(self, refused: CircuitBreakerOpenError) -> CircuitOpenError:
+        """What the runtime would hand the record back with: until the recovery timeout has passed (0 while a probe
+        is out, or once it has, the election lost), spread over one recovery timeout."""
+        circuit = refused.circuit
+        retry_after_s = 0.0
+        if circuit is not None and circuit.state == CircuitState.OPEN and circuit.opened_at is not None:
+            now = POWERTOOLS_EPOCH_S + self.clock()
+            retry_after_s = max(0.0, circuit.opened_at + self.spec.recovery_timeout - now)
+        return CircuitOpenError(
+            str(refused), downstream=DOWNSTREAM, retry_after_s=retry_after_s, open_for_s=self.spec.recovery_timeout
+        )
+
+    def _transition(self, transition: CircuitTransition) -> None:
+        if transition.from_state == CircuitState.CLOSED and transition.to_state == CircuitState.OPEN:
+            self.opened += 1
+
+    @contextlib.contextmanager
+    def _inside(self, environment: _Environment) -> Iterator[None]:
+        """Powertools' circuit-breaker modules as this environment sees them, for one call into them: the virtual
+        clock in place of their `datetime`, and the environment's module-level counters and probe-owner id; all put
+        back after."""
+        patches: list[tuple[ModuleType, str, object]] = [
+            *((module, "dt", self._datetime) for module in self._clock_modules),
+            (powertools_base, "_LOCAL_FAILURES", environment.failures),
+            (powertools_base, "_LOCAL_SUCCESSES", environment.successes),
+            (powertools_base, "_LAST_OBSERVED_STATE", environment.observed),
+            (powertools_base, "_probe_owner_id", environment.owner_id),
+        ]
+        saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
+        for module, name, value in patches:
+            setattr(module, name, value)
+        try:
+            yield
+        finally:
+            for module, name, value in saved:
+                setattr(module, name, value)
+
+
 # --- several seeds, summarised ----------------------------------------------------------------------------
 
 METRICS = ("outage_calls", "total_calls", "dead_lettered", "drain_s", "p50_s", "p99_s", "holds", "refused_attempts")
+POWERTOOLS_METRICS = ("breaker_opened", "store_reads", "store_writes", "lost_elections", "store_wait_calls_s",
+                      "store_wait_holds_s")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -829,24 +1109,33 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(header), rule, *(line(row) for row in rows)])
 
 
-def describe(scenario: Scenario, first_seed: int, seeds: int) -> str:
+def describe(scenario: Scenario, first_seed: int, seeds: int, powertools: bool = False) -> str:
     breaker = DEFAULTS.circuit_breaker
-    return "\n".join(
-        [
-            f"Downstream outage in virtual time: {scenario.jobs:,} jobs enqueued at t=0, {scenario.workers} workers "
-            f"(one message each), downstream down from t=0 to t={scenario.outage_s:g} s.",
-            f"A call fails after {scenario.fail_s:g} s during the outage and succeeds in {scenario.service_s:g} s "
-            f"after it; max_attempts {scenario.max_attempts} for every policy (QueueSpec default "
-            f"{DEFAULTS.max_attempts}).",
-            f"Catalog defaults: backoff_base_s {DEFAULTS.backoff_base_s}, backoff_cap_s {DEFAULTS.backoff_cap_s}, "
-            f"visibility_timeout_s {DEFAULTS.visibility_timeout_s}, max_concurrency {DEFAULTS.max_concurrency}.",
-            f"Circuit breaker (CircuitBreakerSpec defaults, one per worker): failure_threshold "
-            f"{breaker.failure_threshold}, open_s {breaker.open_s:g}, max_open_s {breaker.max_open_s:g}, "
-            f"max_hold_s {breaker.max_hold_s}; a hand-back costs the worker {scenario.hold_s:g} s.",
-            f"Jittered policies: mean [min..max] over seeds {first_seed}..{first_seed + seeds - 1}; "
-            "the others are deterministic (one run).",
-        ]
-    )
+    lines = [
+        f"Downstream outage in virtual time: {scenario.jobs:,} jobs enqueued at t=0, {scenario.workers} workers "
+        f"(one message each), downstream down from t=0 to t={scenario.outage_s:g} s.",
+        f"A call fails after {scenario.fail_s:g} s during the outage and succeeds in {scenario.service_s:g} s "
+        f"after it; max_attempts {scenario.max_attempts} for every policy (QueueSpec default "
+        f"{DEFAULTS.max_attempts}).",
+        f"Catalog defaults: backoff_base_s {DEFAULTS.backoff_base_s}, backoff_cap_s {DEFAULTS.backoff_cap_s}, "
+        f"visibility_timeout_s {DEFAULTS.visibility_timeout_s}, max_concurrency {DEFAULTS.max_concurrency}.",
+        f"Circuit breaker (CircuitBreakerSpec defaults, one per worker): failure_threshold "
+        f"{breaker.failure_threshold}, open_s {breaker.open_s:g}, max_open_s {breaker.max_open_s:g}, "
+        f"max_hold_s {breaker.max_hold_s}; a hand-back costs the worker {scenario.hold_s:g} s.",
+        f"Jittered policies: mean [min..max] over seeds {first_seed}..{first_seed + seeds - 1}; "
+        "the others are deterministic (one run).",
+    ]
+    if powertools:
+        ours, its = powertools_like_runtime(), powertools_defaults()
+        lines.append(
+            f"Powertools' circuit breaker (its real handler and DynamoDB persistence on moto, one item shared by every "
+            f"worker; the runtime's backoff and hand-backs): with the runtime's values, failure_threshold "
+            f"{ours.failure_threshold}, recovery_timeout {ours.recovery_timeout} s (never doubled), success_threshold "
+            f"{ours.success_threshold}; with its defaults, {its.failure_threshold}, {its.recovery_timeout} s, "
+            f"{its.success_threshold}; local_cache_max_age {its.local_cache_max_age} s in both. Each DynamoDB "
+            f"request costs the worker {scenario.store_s:g} s."
+        )
+    return "\n".join(lines)
 
 
 def _checks_text(title: str, verdict: Sequence[Check]) -> list[str]:
@@ -879,7 +1168,7 @@ def render(
             _cell(result.spread("drain_s"), 1),
             _cell(result.spread("p50_s"), 1),
             _cell(result.spread("p99_s"), 1),
-            _cell(result.spread("holds")) if result.policy.kind is Kind.BREAKER else "-",
+            _cell(result.spread("holds")) if result.policy.kind in (Kind.BREAKER, Kind.POWERTOOLS) else "-",
         )
         for result in results
     ]
@@ -888,6 +1177,75 @@ def render(
     if breaker_verdict:
         lines += _checks_text("The issue's goals for the circuit breaker (in every seed):", breaker_verdict)
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class StoreFigures:
+    """What Powertools' breaker asked of DynamoDB in one run, per downstream call and in USD."""
+
+    reads_per_call: float
+    writes_per_call: float
+    store_ms_per_call: float  # the worker's wait for DynamoDB before and after each call made, on average
+    usd_per_million_calls: float  # on-demand reads and writes per million downstream calls
+
+    @classmethod
+    def of(cls, run: Run, prices: Prices | None = None) -> StoreFigures:
+        prices = prices or Prices()
+        calls = max(1, run.total_calls)
+        read_units = run.store_reads * RRU_PER_READ
+        write_units = run.store_writes * WRU_PER_WRITE
+        usd = read_units * prices.dynamodb_per_million_rru + write_units * prices.dynamodb_per_million_wru
+        return cls(
+            reads_per_call=run.store_reads / calls,
+            writes_per_call=run.store_writes / calls,
+            store_ms_per_call=1000 * run.store_wait_calls_s / calls,
+            usd_per_million_calls=usd / calls,
+        )
+
+
+def store_spread(result: Result, figure: str) -> Spread:
+    values = [getattr(StoreFigures.of(run), figure) for run in result.runs]
+    return Spread(mean=statistics.fmean(values), low=min(values), high=max(values))
+
+
+def render_powertools(results: Sequence[Result]) -> str:
+    header = (
+        "policy",
+        "DynamoDB reads",
+        "writes",
+        "lost elections",
+        "reads/call",
+        "writes/call",
+        "ms/call",
+        "USD per 1M calls",
+        "opened",
+    )
+    rows = [
+        (
+            result.policy.label,
+            _cell(result.spread("store_reads")),
+            _cell(result.spread("store_writes")),
+            _cell(result.spread("lost_elections")),
+            _cell(store_spread(result, "reads_per_call"), 3),
+            _cell(store_spread(result, "writes_per_call"), 3),
+            _cell(store_spread(result, "store_ms_per_call"), 2),
+            _cell(store_spread(result, "usd_per_million_calls"), 3),
+            _cell(result.spread("breaker_opened")),
+        )
+        for result in results
+    ]
+    prices = Prices()
+    return "\n".join(
+        [
+            "",
+            "Powertools' breaker and DynamoDB: GetItem (eventually consistent, 0.5 RRU) and PutItem/UpdateItem (1 WRU, "
+            "a lost election too) over the whole run; per downstream call (total calls); the worker's wait for "
+            f"them per call; on-demand USD per million downstream calls at {prices.dynamodb_per_million_rru:g} USD per "
+            f"million RRU and {prices.dynamodb_per_million_wru:g} per million WRU (bench.cost's Prices); CLOSED to "
+            "OPEN transitions over all workers.",
+            _table(header, rows),
+        ]
+    )
 
 
 def render_sweep(rows: Sequence[SweepRow], scenario: Scenario) -> str:
@@ -1026,6 +1384,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--max-opens", type=_floats, default=SWEEP_MAX_OPEN_S, help="--sweep-breaker: max_open_s values"
     )
+    parser.add_argument(
+        "--store-s",
+        type=float,
+        default=default.store_s,
+        help="what one DynamoDB request of Powertools' breaker costs a worker (%(default)s)",
+    )
+    parser.add_argument(
+        "--no-powertools",
+        dest="powertools",
+        action="store_false",
+        help="leave out Powertools' circuit breaker (its runs take seconds, on moto; the others milliseconds)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
     if args.seeds < 1:
@@ -1069,6 +1439,7 @@ def scenario_from(args: argparse.Namespace) -> Scenario:
         service_s=args.service_s,
         max_attempts=args.max_attempts,
         hold_s=args.hold_s,
+        store_s=args.store_s,
     )
 
 
@@ -1114,6 +1485,12 @@ def report(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     immediate, fixed, _, backoff, breaker = results
     verdict = checks(immediate, fixed, backoff, scenario)
     breaker_verdict = breaker_checks(immediate, fixed, breaker, scenario)
+    powertools = (
+        [run_policy(policy, scenario, args.seed, args.seeds) for policy in powertools_policies()]
+        if args.powertools
+        else []
+    )
+    powertools_verdicts = [breaker_checks(immediate, fixed, result, scenario) for result in powertools]
     data = {
         "scenario": asdict(scenario),
         "queue_defaults": {
@@ -1135,8 +1512,32 @@ def report(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         ],
         "checks": [asdict(check) for check in verdict],
         "breaker_checks": [asdict(check) for check in breaker_verdict],
-    }
-    text = describe(scenario, args.seed, args.seeds) + "\n\n" + render(results, verdict, scenario, breaker_verdict)
+        "powertools": [
+            {
+                "label": result.policy.label,
+                "kind": result.policy.kind.value,
+                "settings": asdict(result.policy.powertools) if result.policy.powertools else None,
+                "summary": {
+                    metric: (asdict(s) if (s := result.spread(metric)) else None)
+                    for metric in (*METRICS, *POWERTOOLS_METRICS)
+                },
+                "store": {figure.name: asdict(store_spread(result, figure.name)) for figure in
+                          dataclasses.fields(StoreFigures)},
+                "runs": [asdict(run) for run in result.runs],
+                "breaker_checks": [asdict(check) for check in result_verdict],
+            }
+            for result, result_verdict in zip(powertools, powertools_verdicts, strict=True)
+        ],
+    }  # fmt: skip
+    text = (
+        describe(scenario, args.seed, args.seeds, powertools=bool(powertools))
+        + "\n\n"
+        + render([*results, *powertools], verdict, scenario, breaker_verdict)
+    )
+    for result, result_verdict in zip(powertools, powertools_verdicts, strict=True):
+        text += "\n" + "\n".join(_checks_text(f"The same goals, {result.policy.label}:", result_verdict))
+    if powertools:
+        text += "\n" + render_powertools(powertools)
     return text, data
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import time
 from typing import Any
 
 import pytest
+from aws_lambda_powertools.utilities.circuit_breaker import base as powertools_base
 
 import bench.outage
 from bench.outage import (
@@ -28,6 +30,7 @@ from bench.outage import (
     immediate_retry,
     main,
     percentile,
+    powertools_breaker,
     run_policy,
     runtime_backoff,
     runtime_breaker,
@@ -431,3 +434,25 @@ def test_the_command_sweeps_the_breaker(capsys: pytest.CaptureFixture[str]) -> N
     assert [(row["failure_threshold"], row["is_default"]) for row in data["breaker_sweep"]] == [(1, False), (5, True)]
     assert main([*argv, "--thresholds", "5", "--opens", "5", "--max-opens", "30"]) == 0
     assert "<- current default" in capsys.readouterr().out
+
+
+# --- Powertools' circuit breaker --------------------------------------------------------------------------
+
+
+def test_powertools_breaker_shares_its_state_and_calls_the_failing_downstream_less_than_the_backoff() -> None:
+    # Its real handler and DynamoDB persistence, on moto: each worker fails failure_threshold calls before it opens,
+    # then the workers elect one probe per recovery_timeout between them (per worker, it would be 5 x 12 probes).
+    powertools_globals = (powertools_base._LOCAL_FAILURES, powertools_base._probe_owner_id)
+    policy = powertools_breaker()
+    assert policy.powertools is not None
+    run = simulate(policy, SMALL, seed=1)
+    backoff = simulate(runtime_backoff(), SMALL, seed=1)
+    assert run.outage_calls < backoff.outage_calls
+    probes = SMALL.outage_s / policy.powertools.recovery_timeout
+    assert run.outage_calls <= SMALL.workers * policy.powertools.failure_threshold + probes
+    assert run.store_reads > 0 and run.store_writes > 0
+    assert run.holds > 0
+    assert (run.completed, run.dead_lettered) == (SMALL.jobs, 0)
+    # The virtual clock and the per-worker counters were Powertools' only during the run.
+    assert (powertools_base._LOCAL_FAILURES, powertools_base._probe_owner_id) == powertools_globals
+    assert abs(powertools_base.CircuitBreakerHandler._now() - time.time()) <= 1
