@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sqs_jobs.envelope import BATCH_FIELD
 from sqs_jobs.errors import EnvelopeFieldError, JobError
 
 if TYPE_CHECKING:
@@ -35,8 +36,6 @@ MAX_BATCH_MEMBERS = 1000
 MAX_BATCH_ITEM_BYTES = 350 * 1024
 MAX_DESCRIPTION_CHARS = 256
 BATCH_ITEM_PREFIX = "batch#"
-# The envelope's field: `<32 hex digits>.<index>`.
-BATCH_FIELD = "batch"
 _MEMBER_FIELD = re.compile(r"^([0-9a-f]{32})\.(0|[1-9][0-9]{0,2})$")
 _BATCH_ID = re.compile(r"^[0-9a-f]{32}$")
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqs_jobs.envelope import RESERVED_FIELDS
-from sqs_jobs.resources import NAME
+from sqs_jobs.limits import NAME
 from sqs_jobs.specs import Catalog, UnknownNameError
 
 # The shape of the published contract; a publisher refuses one of another version. Fields added since are

@@ -12,9 +12,8 @@ import math
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqs_jobs.batches import BATCH_FIELD, BatchMember, parse_member_field
 from sqs_jobs.errors import (
     EnvelopeFieldError,
     EnvelopeNotJSONError,
@@ -24,8 +23,13 @@ from sqs_jobs.errors import (
 )
 from sqs_jobs.visible import describe, first_hidden
 
+if TYPE_CHECKING:  # batches are loaded by the envelopes that carry one (most carry none)
+    from sqs_jobs.batches import BatchMember
+
 # The ID-only rule: a body that needs more than this is carrying data the worker should re-read.
 MAX_ENVELOPE_BYTES = 1024
+# A batch member's field: `<32 hex digits>.<index>` (sqs_jobs.batches).
+BATCH_FIELD = "batch"
 MAX_ID_CHARS = 256
 MAX_EXTRA_FIELDS = 8
 MAX_EXTRA_STRING_CHARS = 128
@@ -201,7 +205,11 @@ def parse_envelope(body: str | bytes, accepted_jobs: Collection[str]) -> Envelop
     assert entity_id is not None
     key = _identifier(decoded, "key", required=False)
     tenant = _tenant(decoded)
-    batch = parse_member_field(decoded[BATCH_FIELD]) if BATCH_FIELD in decoded else None
+    batch = None
+    if BATCH_FIELD in decoded:
+        from sqs_jobs.batches import parse_member_field
+
+        batch = parse_member_field(decoded[BATCH_FIELD])
     return Envelope(job=job, id=entity_id, key=key, extra=_extra_fields(decoded), tenant=tenant, batch=batch)
 
 
@@ -224,6 +232,8 @@ def build_envelope(
     if tenant is not None:
         body["tenant"] = tenant
     if batch is not None:
+        from sqs_jobs.batches import BatchMember
+
         if not isinstance(batch, BatchMember):
             raise EnvelopeFieldError(
                 f"batch is a {type(batch).__name__}; accepted: a BatchMember, e.g. "

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
+# Names of queues, jobs, schedules and resources: parts of physical names, environment variables and context keys.
+NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
 MINUTE = 60
 HOUR = 60 * MINUTE
 DAY = 24 * HOUR

@@ -35,7 +35,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqs_jobs.batches import (
-    BATCH_FIELD,
     CHAIN,
     COMPLETE,
     EXPIRATION,
@@ -54,7 +53,7 @@ from sqs_jobs.batches import (
     new_batch_id,
 )
 from sqs_jobs.contract import JobContract
-from sqs_jobs.envelope import MAX_EXTRA_FIELDS, Envelope, Scalar, build_envelope
+from sqs_jobs.envelope import BATCH_FIELD, MAX_EXTRA_FIELDS, Envelope, Scalar, build_envelope
 from sqs_jobs.errors import EnvelopeError, EnvelopeFieldError
 from sqs_jobs.limits import SQS_BATCH_MAX, SQS_MAX_DELAY_S
 from sqs_jobs.specs import Catalog, UnknownQueueError

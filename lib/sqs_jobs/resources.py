@@ -19,9 +19,8 @@ from typing import ClassVar
 from urllib.parse import urlsplit
 
 from sqs_jobs.flow_control import RateLimit, limit_problems
+from sqs_jobs.limits import NAME
 
-# Names of queues, jobs, schedules and resources: parts of physical names, environment variables and context keys.
-NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 # An e-mail address, as far as a setting can be checked without sending to it.
 EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 # DynamoDB attribute names of the keys the stack declares: plain names, so jobs and tables agree on them.

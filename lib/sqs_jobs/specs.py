@@ -8,20 +8,10 @@ docs/catalog.md; `tests/unit/test_catalog.py` proves each.
 from __future__ import annotations
 
 import re
-import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from sqs_jobs.durable import Durable, durable_job_problems
-from sqs_jobs.flow_control import (
-    DeclaredLimit,
-    KeyConcurrency,
-    RateLimit,
-    endpoint_rate_limit_name,
-    job_rate_limit_name,
-    key_concurrency_name,
-    limit_problems,
-)
 from sqs_jobs.limits import (
     DAY,
     DEAD_LETTER_HEADROOM_BYTES,
@@ -36,6 +26,7 @@ from sqs_jobs.limits import (
     MAX_PARALLEL_RECORDS,
     METRIC_LAG_S,
     MINUTE,
+    NAME,
     SETTLE_MARGIN_S,
     SQS_DEFAULT_MAX_MESSAGE_BYTES,
     SQS_MAX_BATCH_SIZE,
@@ -47,8 +38,13 @@ from sqs_jobs.limits import (
     SQS_MIN_MESSAGE_BYTES,
     SQS_MIN_RETENTION_S,
 )
-from sqs_jobs.resources import NAME, Endpoint, MailSender, Network, Resource
-from sqs_jobs.schedule_expressions import schedule_expression_problem
+
+# A catalog's features are loaded where it declares them (the worker of a plain queue imports none of them):
+# their types are only annotations here.
+if TYPE_CHECKING:
+    from sqs_jobs.durable import Durable
+    from sqs_jobs.flow_control import DeclaredLimit, KeyConcurrency, RateLimit
+    from sqs_jobs.resources import Resource
 
 _HANDLER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
@@ -223,6 +219,10 @@ class Schedule:
         found: list[str] = []
         if not NAME.fullmatch(self.name):
             found.append(f"{where}: schedule name {self.name!r} must match {NAME.pattern}")
+        import zoneinfo
+
+        from sqs_jobs.schedule_expressions import schedule_expression_problem
+
         problem = schedule_expression_problem(self.expression)
         if problem:
             found.append(f"{where}: schedule {self.name!r}: {problem}")
@@ -476,13 +476,7 @@ class QueueSpec:
             found += self._time_limit_problems(where, job)
             found += self._flow_problems(where, job)
             found += self._limit_problems(where, job)
-            found += durable_job_problems(
-                f"{where}: job {job.name!r}",
-                job.durable,
-                fifo=self.fifo,
-                limited=job.rate_limit is not None or job.concurrency is not None,
-                exclusive=job.unique_for_s is not None or job.debounce_s is not None,
-            )
+            found += self._durable_problems(where, job)
             seen_schedules: set[str] = set()
             for schedule in job.schedules:
                 found += schedule.problems(f"{where}: job {job.name!r}")
@@ -537,6 +531,10 @@ class QueueSpec:
     @staticmethod
     def _limit_problems(where: str, job: JobSpec) -> list[str]:
         """rate_limit and concurrency: of their types, each within its bounds."""
+        if job.rate_limit is None and job.concurrency is None:
+            return []
+        from sqs_jobs.flow_control import KeyConcurrency, RateLimit, limit_problems
+
         on_job = f"{where}: job {job.name!r}"
         wrong = limit_problems(on_job, "rate_limit", job.rate_limit, RateLimit)
         wrong += limit_problems(on_job, "concurrency", job.concurrency, KeyConcurrency)
@@ -585,6 +583,19 @@ class QueueSpec:
                 "could supersede it; debounce needs a standard queue"
             )
         return found
+
+    def _durable_problems(self, where: str, job: JobSpec) -> list[str]:
+        if job.durable is None:
+            return []
+        from sqs_jobs.durable import durable_job_problems
+
+        return durable_job_problems(
+            f"{where}: job {job.name!r}",
+            job.durable,
+            fifo=self.fifo,
+            limited=job.rate_limit is not None or job.concurrency is not None,
+            exclusive=job.unique_for_s is not None or job.debounce_s is not None,
+        )
 
     def _time_limit_problems(self, where: str, job: JobSpec) -> list[str]:
         if job.durable is not None:
@@ -674,6 +685,14 @@ class Catalog:
         """The limits the queue's runs pass (sqs_jobs.flow_control): each job's concurrency per key and rate
         limit, then the rate limit of each endpoint or mail sender its jobs call (shared with every other queue that
         calls it)."""
+        from sqs_jobs.flow_control import (
+            DeclaredLimit,
+            endpoint_rate_limit_name,
+            job_rate_limit_name,
+            key_concurrency_name,
+        )
+        from sqs_jobs.resources import Endpoint, MailSender
+
         spec = self.queue(queue)
         found: list[DeclaredLimit] = []
         for job in spec.jobs:
@@ -688,6 +707,10 @@ class Catalog:
         return tuple(found)
 
     def _resource_problems(self) -> list[str]:
+        if not self.resources and not any(job.resources for queue in self.queues for job in queue.jobs):
+            return []
+        from sqs_jobs.resources import Network
+
         found = [problem for resource in self.resources for problem in resource.problems()]
         names = [resource.name for resource in self.resources]
         found += [f"resource {name!r} is declared twice" for name in sorted({n for n in names if names.count(n) > 1})]

@@ -163,3 +163,61 @@ def test_the_arrows_inside_the_distribution_point_one_way(package: str, never: t
             )
             found += [f"{source.relative_to(ROOT)}: {name}" for name in names if name.startswith(never)]
     assert found == []
+
+
+# A feature's code, loaded only by a queue whose jobs declare it (issue 33: pay only for what a queue uses).
+FEATURE_MODULES = (
+    "sqs_jobs.flow_control",
+    "sqs_jobs.resources",
+    "sqs_jobs.durable",
+    "sqs_jobs.batches",
+    "sqs_jobs.schedule_expressions",
+    "sqs_jobs.worker.flow_control",
+    "sqs_jobs.worker.rate_limit",
+    "sqs_jobs.worker.key_concurrency",
+    "sqs_jobs.worker.uniqueness",
+    "sqs_jobs.worker.batch_members",
+    "sqs_jobs.worker.durable_start",
+    "sqs_jobs.worker.http",
+    "sqs_jobs.worker.secrets",
+    "sqs_jobs.worker.deadletter",
+    "zoneinfo",
+)
+
+
+@pytest.mark.parametrize(
+    ("job", "loaded"),
+    [
+        ({}, ()),
+        ({"unique_for_s": 60}, ("sqs_jobs.worker.uniqueness",)),
+        # The catalog's own import; the worker's flow control is loaded by the first record that passes it.
+        ({"concurrency": "KeyConcurrency(limit=2)"}, ("sqs_jobs.flow_control",)),
+    ],
+)
+def test_a_worker_loads_a_features_code_only_for_a_queue_that_uses_it(
+    job: dict[str, object], loaded: tuple[str, ...]
+) -> None:
+    settings = ", ".join(f"{name}={value}" for name, value in job.items())
+    probe = (
+        "import io, sys\n"
+        "from sqs_jobs.worker.entry import handler\n"
+        "from sqs_jobs.specs import Catalog, JobSpec, QueueSpec\n"
+        + ("from sqs_jobs.flow_control import KeyConcurrency\n" if "concurrency" in job else "")
+        + f"queue = QueueSpec(name='plain', jobs=(JobSpec(name='work', handler='bench.noop_job', {settings}),))\n"
+        "Catalog(queues=(queue,))\n"
+        "from sqs_jobs.worker.clients import ClientFactory, new_session\n"
+        "from sqs_jobs.worker.observability import Observability\n"
+        "from sqs_jobs.worker.runtime import Worker\n"
+        "from sqs_jobs.worker.settings import WorkerSettings\n"
+        "settings = WorkerSettings(\n"
+        "    queue=queue, queue_url='q', dlq_url='d', idempotency_table='t', runtime_role_id='r'\n"
+        ")\n"
+        "Worker(settings=settings, clients=ClientFactory(session=new_session(region_name='us-east-1')),\n"
+        "       observability=Observability.create(output=io.StringIO()))\n"
+        f"print(sorted(set({FEATURE_MODULES!r}) & set(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(sorted(loaded))

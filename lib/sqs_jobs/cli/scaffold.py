@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqs_jobs.cli.errors import OperatorUsageError
-from sqs_jobs.resources import NAME
+from sqs_jobs.limits import NAME
 from sqs_jobs.specs import Catalog
 
 _PACKAGE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")

@@ -25,7 +25,6 @@ from sqs_jobs.limits import SETTLE_MARGIN_S
 from sqs_jobs.worker.breaker import Breakers, Snapshot
 from sqs_jobs.worker.clients import ClientFactory
 from sqs_jobs.worker.errors import JobInProgressError
-from sqs_jobs.worker.flow_control import Admission, FlowControl
 from sqs_jobs.worker.follow_ups import FollowUps
 from sqs_jobs.worker.invocation import Delivery, Invocation, Outcome
 from sqs_jobs.worker.jobs import JobContext, JobResult, LoadedJob
@@ -49,6 +48,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from sqs_jobs.worker.batch_status import BatchStatus
+    from sqs_jobs.worker.flow_control import Admission, FlowControl
     from sqs_jobs.worker.http import HttpClient
     from sqs_jobs.worker.secrets import SecretCache
 
@@ -323,8 +323,12 @@ class JobExecutor:
     @cached_property
     def _flow_control(self) -> FlowControl | None:
         """The worker's flow control, if any of its jobs or endpoints has a limit (most have none)."""
-        if not any(FlowControl.limits(job) for job in self._queue.jobs) and not self._settings.endpoint_limits:
+        limited = any(job.rate_limit is not None or job.concurrency is not None for job in self._queue.jobs)
+        if not limited and not self._settings.endpoint_limits:
             return None
+        # Loaded only here: a queue with no limits never imports its code.
+        from sqs_jobs.worker.flow_control import FlowControl
+
         return FlowControl(
             # The runtime's own calls: bounded by what the invocation has left, as the run ledger's are.
             lambda: self._clients.within("dynamodb", self._invocation.call_time_s(SETTLE_MARGIN_S)),

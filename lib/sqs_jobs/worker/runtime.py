@@ -44,7 +44,6 @@ from sqs_jobs.worker.provenance import MessageAttributes, Provenance, from_event
 from sqs_jobs.worker.run_ledger import KeyEndingError, LedgerEntry, RunLedger
 from sqs_jobs.worker.settings import WorkerSettings
 from sqs_jobs.worker.settlement import Done, RetryLater, Settlement, Verdict
-from sqs_jobs.worker.uniqueness import Admitted, FlowStore, Uniqueness
 
 # Modules only a failure, a dead letter or a job's HTTP call needs are imported there, on first use, not at
 # cold start (docs/benchmarks.md, (a)).
@@ -59,6 +58,7 @@ if TYPE_CHECKING:
     from sqs_jobs.worker.durable_start import DurableDispatch, DurableStarter
     from sqs_jobs.worker.http import HttpClient
     from sqs_jobs.worker.tenant_keys import TenantKeys
+    from sqs_jobs.worker.uniqueness import Uniqueness
 
 __all__ = ["Outcome", "RetryLater", "Worker", "build_worker"]
 
@@ -127,18 +127,25 @@ class Worker:
             on_dead_lettered=self._member_dead_lettered,
         )
         # Unique and debounced jobs' state, in the idempotency table; `clock` is what their windows are judged by.
-        self._uniqueness = Uniqueness(
-            self._queue,
-            FlowStore(
-                lambda: clients.within("dynamodb", self._invocation.call_time_s(SETTLE_MARGIN_S)),
-                settings.idempotency_table,
-            ),
-            self._settlement,
-            self._tally,
-            self._obs.logger,
-            forget=lambda record_id: self._ledger.forget(record_id, None, time_left_s=self._invocation.call_time_s()),
-            clock=clock,
-        )
+        # Loaded only for a queue that has such jobs: the others' records never pass it.
+        self._uniqueness: Uniqueness | None = None
+        if any(job.unique_for_s is not None or job.debounce_s is not None for job in self._queue.jobs):
+            from sqs_jobs.worker.uniqueness import FlowStore, Uniqueness
+
+            self._uniqueness = Uniqueness(
+                self._queue,
+                FlowStore(
+                    lambda: clients.within("dynamodb", self._invocation.call_time_s(SETTLE_MARGIN_S)),
+                    settings.idempotency_table,
+                ),
+                self._settlement,
+                self._tally,
+                self._obs.logger,
+                forget=lambda record_id: self._ledger.forget(
+                    record_id, None, time_left_s=self._invocation.call_time_s()
+                ),
+                clock=clock,
+            )
         self._executor = JobExecutor(
             settings, clients, self._obs, self._tally, self._ledger, self._invocation, http_client=http_client
         )
@@ -409,17 +416,21 @@ class Worker:
                     delivery, envelope, self._settlement.backoff(delivery.receives), DeferReason.RUNTIME_FAULT, error
                 )
         # A unique or debounced job's copy may be dropped or wait here; one that runs may get its own key.
-        admission = self._uniqueness.admit(job, envelope, delivery, key)
-        if not isinstance(admission, Admitted):
-            return admission
+        if self._uniqueness is not None:
+            from sqs_jobs.worker.uniqueness import Admitted
+
+            admission = self._uniqueness.admit(job, envelope, delivery, key)
+            if not isinstance(admission, Admitted):
+                return admission
+            key = admission.key
         if job.spec.durable is not None:
-            verdict = self._durable.dispatch(envelope, delivery, admission.key)
+            verdict = self._durable.dispatch(envelope, delivery, key)
             if envelope.batch is not None and isinstance(verdict, Done) and verdict.outcome is Outcome.DUPLICATE:
                 # Its key's execution had already succeeded (and counted the members recorded before it ended):
                 # this member is counted here, as an ordinary job's duplicate is.
                 return self._count_member(envelope, delivery, verdict.outcome) or verdict
             return verdict
-        return self._run(job, envelope, delivery, admission.key, limit_s)
+        return self._run(job, envelope, delivery, key, limit_s)
 
     def _run(
         self, job: LoadedJob, envelope: Envelope, delivery: Delivery, key: str, limit_s: float, *, again: bool = True

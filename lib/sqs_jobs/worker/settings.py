@@ -9,12 +9,14 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqs_jobs.catalog_ref import ENV_CATALOG, CatalogRefError, load_catalog
-from sqs_jobs.flow_control import RateLimit
-from sqs_jobs.resources import Endpoint, MailSender
 from sqs_jobs.specs import Catalog, QueueSpec, UnknownQueueError
 from sqs_jobs.worker.errors import WorkerConfigError
+
+if TYPE_CHECKING:
+    from sqs_jobs.flow_control import RateLimit
 
 ENV_QUEUE_NAME = "JOBS_QUEUE_NAME"
 ENV_QUEUE_URL = "JOBS_QUEUE_URL"
@@ -58,6 +60,10 @@ def endpoint_rate_limits(catalog: Catalog, queue: QueueSpec) -> dict[str, tuple[
     """The rate limits of the downstreams the queue's jobs use, by resource name, with the resource's kind: HTTP
     endpoints (their URLs are their values) and mail senders (SES)."""
     found: dict[str, tuple[str, RateLimit]] = {}
+    if not queue.resources:
+        return found
+    from sqs_jobs.resources import Endpoint, MailSender  # loaded with the resources the catalog declares
+
     for name in queue.resources:
         resource = catalog.resource(name)
         if isinstance(resource, Endpoint | MailSender) and resource.rate_limit is not None:
