@@ -42,7 +42,7 @@ help:
 	@echo "make local   start the local engine (moto server + Lambda SQS emulator) until Ctrl-C"
 	@echo "make synth   synthesize the CloudFormation template offline into cdk.out/"
 	@echo "make deploy  cdk deploy to the account and region of your AWS credentials"
-	@echo "make bench   benchmarks (no AWS): outage retry policies and the circuit breaker, a batch of I/O-bound jobs side by side, DynamoDB writes, cost, import and per-record overhead, cold import of the deployed assets with and without bytecode, end-to-end jobs/s on the local engine, a rate limit shared by every worker, a noisy neighbour with and without fair queues, a debounced burst, a batch of 1,000 under chaos, a durable import of 100,000 rows killed mid-step"
+	@echo "make bench   benchmarks (no AWS): outage retry policies and the circuit breaker, a batch of I/O-bound jobs side by side, DynamoDB writes, cost, import and per-record overhead, cold import of the deployed assets with and without bytecode, end-to-end jobs/s on the local engine, a rate limit shared by every worker, a noisy neighbour with and without fair queues, a debounced burst, a batch of 1,000 under chaos, a durable import of 100,000 rows killed mid-step; then issue 33's goals, each met or not"
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -165,6 +165,7 @@ bench: $(VENV)/.synced bundle
 	$(BIN)/python -m bench.debounce
 	$(BIN)/python -m bench.batch
 	$(BIN)/python -m bench.durable_import
+	$(BIN)/python -m bench.goals
 
 # The chaos soak at full size (make test runs it at 2,000 jobs); `python -m example.soak --help`.
 SOAK_JOBS ?= 10000
