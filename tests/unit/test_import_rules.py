@@ -165,7 +165,8 @@ def test_the_arrows_inside_the_distribution_point_one_way(package: str, never: t
     assert found == []
 
 
-# A feature's code, loaded only by a queue whose jobs declare it (issue 33: pay only for what a queue uses).
+# A feature's code, loaded only by a queue whose jobs declare it (issue 33: pay only for what a queue uses), and the
+# failure path's.
 FEATURE_MODULES = (
     "sqs_jobs.flow_control",
     "sqs_jobs.resources",
@@ -181,6 +182,9 @@ FEATURE_MODULES = (
     "sqs_jobs.worker.http",
     "sqs_jobs.worker.secrets",
     "sqs_jobs.worker.deadletter",
+    # The failure path's: loaded by the first record that fails or is handed back.
+    "sqs_jobs.worker.failure_path",
+    "sqs_jobs.worker.classify",
     "zoneinfo",
 )
 

@@ -23,7 +23,7 @@ record comes back after a backoff without spending an attempt, and the runtime-f
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import ClientError
 
@@ -34,7 +34,10 @@ from sqs_jobs.envelope import Envelope
 from sqs_jobs.worker.invocation import Delivery, Outcome
 from sqs_jobs.worker.names import DUPLICATE, DURABLE_STARTED, DeferReason
 from sqs_jobs.worker.observability import BatchTally
-from sqs_jobs.worker.settlement import Done, Settlement, Verdict
+from sqs_jobs.worker.settlement import Done, Settlement
+
+if TYPE_CHECKING:
+    from sqs_jobs.worker.settlement import Verdict
 
 ALREADY_STARTED = "DurableExecutionAlreadyStartedException"
 

@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyItemAlreadyExistsError
@@ -78,6 +78,10 @@ from sqs_jobs.worker.names import (
     RecordStatus,
     life_partition,
 )
+
+# A failure's records are built by the first run that fails (sqs_jobs.worker.failure_path).
+if TYPE_CHECKING:
+    from sqs_jobs.worker.failure_path import DeadLettered, Failure
 
 INPROGRESS = RecordStatus.INPROGRESS.value
 COMPLETED = RecordStatus.COMPLETED.value
@@ -162,38 +166,6 @@ class RunsExhaustedError(Exception):
             + (f"; dead-lettering pending ({entry.pending_dead_letter})" if entry.pending_dead_letter else "")
         )
         self.entry = entry
-
-
-@dataclass(frozen=True)
-class Failure:
-    """How a run ended in failure, as the failure record keeps it."""
-
-    error_type: str
-    error: str
-    # The classification: permanent, retries_exhausted, transient, ...
-    kind: str
-    traceback: str = ""
-
-
-@dataclass(frozen=True)
-class DeadLettered:
-    """The message the DLQ has of a key (its identity, `Delivery.message_identity`) and, for a batch member whose
-    count may still be owed, its body: what an ENDING record names, and so does a cancelled one whose message was
-    dead-lettered, so that its redelivery never runs again, even after an undo."""
-
-    message_id: str
-    body: str | None = None
-
-    def assignments(self, at: str, names: dict[str, str], values: dict[str, Any]) -> list[str]:
-        """The SET clauses naming it (`at`: the placeholder of the dead letter's time)."""
-        names.update({"#dead_lettered_at": DEAD_LETTERED_AT, "#ending_message": ENDING_MESSAGE})
-        values[":ending_message"] = {"S": self.message_id}
-        clauses = [f"#dead_lettered_at = {at}", "#ending_message = :ending_message"]
-        if self.body is not None:
-            names["#ending_body"] = ENDING_BODY
-            values[":ending_body"] = {"S": self.body}
-            clauses.append("#ending_body = :ending_body")
-        return clauses
 
 
 class KeyCancelledError(Exception):
@@ -833,6 +805,8 @@ class RunLedger(DynamoDBPersistenceLayer):
         letter failed) finishes it, running and sending nothing; any other message of the key finishes it first,
         then runs. `body`: a batch member's, counted dead by whoever finishes it. Conditioned as `forget` is; with
         `unless_cancel_requested`, a key an operator asked to stop is left CANCELLED instead, as `forget` leaves it."""
+        from sqs_jobs.worker.failure_path import DeadLettered
+
         dead_lettered = DeadLettered(message_id, body)
         names, values, condition = self._as_last_seen(record_id, runs)
         names.update(

@@ -43,7 +43,7 @@ from sqs_jobs.worker.observability import BatchTally, Observability
 from sqs_jobs.worker.provenance import MessageAttributes, Provenance, from_event
 from sqs_jobs.worker.run_ledger import KeyEndingError, LedgerEntry, RunLedger
 from sqs_jobs.worker.settings import WorkerSettings
-from sqs_jobs.worker.settlement import Done, RetryLater, Settlement, Verdict
+from sqs_jobs.worker.settlement import Done, RetryLater, Settlement
 
 # Modules only a failure, a dead letter or a job's HTTP call needs are imported there, on first use, not at
 # cold start (docs/benchmarks.md, (a)).
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from sqs_jobs.worker.deadletter import DeadLetterQueue
     from sqs_jobs.worker.durable_start import DurableDispatch, DurableStarter
     from sqs_jobs.worker.http import HttpClient
+    from sqs_jobs.worker.settlement import Verdict
     from sqs_jobs.worker.tenant_keys import TenantKeys
     from sqs_jobs.worker.uniqueness import Uniqueness
 

@@ -19,7 +19,7 @@ import random
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
@@ -62,7 +62,6 @@ from sqs_jobs.worker.names import (
 )
 from sqs_jobs.worker.observability import BatchTally, Observability
 from sqs_jobs.worker.run_ledger import (
-    Failure,
     KeyCancelledError,
     LedgerEntry,
     RunLedger,
@@ -78,6 +77,7 @@ if TYPE_CHECKING:
     from sqs_jobs.worker.deadletter import DeadLetterQueue
     from sqs_jobs.worker.errors import HttpError
     from sqs_jobs.worker.execution import Execution
+    from sqs_jobs.worker.failure_path import Back, DeadLetter, KeyRecord
 
 # Errors the runtime raises about a record: classified by the runtime's rules alone, never the job's overrides.
 _RUNTIME_ERRORS = (
@@ -118,51 +118,9 @@ class Done:
     outcome: Outcome
 
 
-@dataclass(frozen=True)
-class KeyRecord:
-    """The key's run record to delete once the message is in the DLQ (a redrive then starts the count afresh):
-    only as the runtime last wrote it (`runs`), or, with runs None, unless a run holds it."""
-
-    record_id: str
-    runs: int | None
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """To the DLQ with this evidence, then acknowledged."""
-
-    error_type: str
-    error_message: str
-    traceback: str
-    failure: str
-    classification: str
-    reason: str
-    attempts: int
-    envelope: Envelope | None
-    first_failed_at: float | None = None
-    key_record: KeyRecord | None = None
-    # The run this dead letter ends, not yet written: if the DLQ refuses it, its failure is written as pending.
-    run: StartedRun | None = None
-    # The failed HTTP call behind the error, if there was one: its status and the start of its response.
-    http_status: int | None = None
-    http_body: str | None = None
-
-
-@dataclass(frozen=True)
-class Back:
-    """Back to the queue, due in `delay_s`: after a failed run (`reason` "retry") or handed back unrun."""
-
-    delay_s: int
-    reason: str
-    cause: BaseException
-    envelope: Envelope | None
-    attempts: int
-    first_failed_at: float | None = None
-    key_record: KeyRecord | None = None
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-
-Verdict = Done | DeadLetter | Back
+# A failed record's verdicts are built by the first record that fails (sqs_jobs.worker.failure_path).
+if TYPE_CHECKING:
+    Verdict = Done | DeadLetter | Back
 
 
 def _held_back(error: BaseException) -> HeldBackError | None:
@@ -326,6 +284,7 @@ class Settlement:
         self, job: LoadedJob, envelope: Envelope, delivery: Delivery, started: StartedRun, error: Exception
     ) -> Verdict:
         from sqs_jobs.worker.classify import Kind, classify
+        from sqs_jobs.worker.failure_path import Back, DeadLetter, Failure, KeyRecord
 
         if isinstance(error, _RUNTIME_ERRORS):
             classification = classify(error)  # the job's overrides are for the job's own errors
@@ -447,6 +406,8 @@ class Settlement:
         key_record: KeyRecord | None = None,
     ) -> Back:
         """Return a record that was not run (or whose run was given back) to its queue, due in `delay_s`."""
+        from sqs_jobs.worker.failure_path import Back
+
         self._tally.add(envelope.job if envelope else UNPARSEABLE_JOB, DEFERRED, reason=reason)
         return Back(
             delay_s=delay_s,
@@ -463,6 +424,8 @@ class Settlement:
     ) -> DeadLetter:
         """A record that ran no job this delivery (a bad envelope, an unservable limit, a bad key, its last
         receive spent), dead-lettered with `error` as its evidence."""
+        from sqs_jobs.worker.failure_path import DeadLetter, KeyRecord
+
         if failure is DeadLetterFailure.PERMANENT:  # the record itself failed (not merely its receives)
             self._tally.add(envelope.job if envelope else UNPARSEABLE_JOB, FAILED)
         record_id = None
@@ -486,6 +449,8 @@ class Settlement:
     def _dead_letter_exhausted(self, delivery: Delivery, envelope: Envelope, entry: LedgerEntry) -> DeadLetter:
         """The key may run no more: its last allowed run never reported back, or its dead-lettering was pending
         (the DLQ refused it before). Dead-lettered from its record's evidence, without a run."""
+        from sqs_jobs.worker.failure_path import DeadLetter, KeyRecord
+
         if entry.pending_dead_letter or not entry.never_reported:
             error_type = entry.last_error_type or RunNeverReportedError.__name__
             message = entry.last_error or "(no message)"
@@ -549,6 +514,8 @@ class Settlement:
         return Done(Outcome.SUCCEEDED)
 
     def _record_of(self, started: StartedRun, *, refunded: bool) -> KeyRecord:
+        from sqs_jobs.worker.failure_path import KeyRecord
+
         return KeyRecord(started.before.record_id, started.number - 1 if refunded else started.number)
 
     # --- carrying verdicts out ------------------------------------------------------------------------------------
@@ -556,6 +523,8 @@ class Settlement:
     def carry_out(self, delivery: Delivery, verdict: Verdict) -> Outcome:
         if isinstance(verdict, Done):
             return verdict.outcome
+        from sqs_jobs.worker.failure_path import DeadLetter
+
         if isinstance(verdict, DeadLetter):
             return self.send_dead_letter(delivery, verdict)
         if delivery.receives >= self._queue.receive_limit:
@@ -572,6 +541,8 @@ class Settlement:
         """The message may be received no more: one more receive and SQS's redrive policy moves it to the DLQ
         without evidence. A standard queue takes a fresh copy (its receive count starts again; its runs are the
         ledger's); a FIFO queue can't without breaking its group's order, so it is dead-lettered here."""
+        from sqs_jobs.worker.failure_path import DeadLetter
+
         record = delivery.record
         if not self._queue.fifo:
             from sqs_jobs.worker.deadletter import CopyTooLargeError
@@ -630,6 +601,7 @@ class Settlement:
 
     def send_dead_letter(self, delivery: Delivery, verdict: DeadLetter) -> Outcome:
         from sqs_jobs.worker.deadletter import Evidence, iso_from_epoch_ms
+        from sqs_jobs.worker.failure_path import Failure
 
         record = delivery.record
         job_name = verdict.envelope.job if verdict.envelope else UNPARSEABLE_JOB
@@ -687,7 +659,7 @@ class Settlement:
         clears, so a redrive starts afresh; or kept cancelled), and a batch member's end counted. The dead letter
         stands whatever happens here; a count that fails hands the message back, its record kept ENDING with the
         member's body so that its redelivery counts it and nothing more (docs/key-life.md), and raises RetryLater."""
-        from sqs_jobs.worker.run_ledger import DeadLettered
+        from sqs_jobs.worker.failure_path import DeadLettered
 
         key_record = verdict.key_record
         envelope = verdict.envelope
