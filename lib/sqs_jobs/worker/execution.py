@@ -13,7 +13,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -70,36 +69,55 @@ class _NoTimeLeft(Exception):
     """The run's start write took so long that the invocation can no longer serve the job's limit."""
 
 
-@dataclass
 class Execution:
-    """One run of a job, as the idempotency layer calls it; `ran` tells a fresh run from a replayed result."""
+    """One run of a job, as the idempotency layer calls it; `ran` tells a fresh run from a replayed result. A plain
+    class: its dataclass cost every cold start 0.75 ms (docs/benchmarks.md, issue 33)."""
 
-    job: LoadedJob
-    context_for: Callable[[int], JobContext]
-    limit_s: float
-    runner: JobRunner
-    breakers: Breakers
-    ledger: RunLedger
-    # The invocation's remaining seconds, and what a result that can't be kept says.
-    remaining_s: Callable[[], float]
-    on_result_dropped: Callable[[str, str], None]
-    # The record's log keys, for the job's own thread.
-    log_keys: Mapping[str, Any]
-    on_call_after_cut: Callable[[JobRun, str, str], None]
-    ran: bool = False
-    completed: bool = False
-    # The run's start left the job too little time: it was given back before the job's code started.
-    out_of_time: bool = False
-    run: JobRun | None = None
-    # The follow-up jobs the run asked for (sqs_jobs.worker.follow_ups), as its record keeps them.
-    follow_ups: str | None = None
-    # The job's flow control (its key's concurrency, its rate limit), passed before its code starts, and given
-    # back when it ends; None: the job has none. `call_limit` is what its HTTP calls pass.
-    admit: Callable[[StartedRun | None], Admission] | None = None
-    release: Callable[[Admission], None] | None = None
-    call_limit: Callable[[str, float], float] | None = None
-    # How long a run its start write left unlisted goes before its key is listed as running (the queue's setting).
-    list_running_after_s: float = 0.0
+    def __init__(
+        self,
+        *,
+        job: LoadedJob,
+        context_for: Callable[[int], JobContext],
+        limit_s: float,
+        runner: JobRunner,
+        breakers: Breakers,
+        ledger: RunLedger,
+        remaining_s: Callable[[], float],
+        on_result_dropped: Callable[[str, str], None],
+        log_keys: Mapping[str, Any],
+        on_call_after_cut: Callable[[JobRun, str, str], None],
+        admit: Callable[[StartedRun | None], Admission] | None = None,
+        release: Callable[[Admission], None] | None = None,
+        call_limit: Callable[[str, float], float] | None = None,
+        list_running_after_s: float = 0.0,
+    ) -> None:
+        self.job = job
+        self.context_for = context_for
+        self.limit_s = limit_s
+        self.runner = runner
+        self.breakers = breakers
+        self.ledger = ledger
+        # The invocation's remaining seconds, and what a result that can't be kept says.
+        self.remaining_s = remaining_s
+        self.on_result_dropped = on_result_dropped
+        # The record's log keys, for the job's own thread.
+        self.log_keys = log_keys
+        self.on_call_after_cut = on_call_after_cut
+        # The job's flow control (its key's concurrency, its rate limit), passed before its code starts, and given
+        # back when it ends; None: the job has none. `call_limit` is what its HTTP calls pass.
+        self.admit = admit
+        self.release = release
+        self.call_limit = call_limit
+        # How long a run its start write left unlisted goes before its key is listed as running (the queue's
+        # setting).
+        self.list_running_after_s = list_running_after_s
+        self.ran = False
+        self.completed = False
+        # The run's start left the job too little time: it was given back before the job's code started.
+        self.out_of_time = False
+        self.run: JobRun | None = None
+        # The follow-up jobs the run asked for (sqs_jobs.worker.follow_ups), as its record keeps them.
+        self.follow_ups: str | None = None
 
     def __call__(self) -> JobResult:
         started = self.ledger.started()

@@ -185,24 +185,34 @@ class KeyEndingError(Exception):
         self.entry = entry
 
 
-@dataclass
 class _Scope:
-    """Per record thread: what the next start write needs and what it learned."""
+    """Per record thread: what the next start write needs and what it learned. A plain class: its dataclass cost
+    every cold start half a millisecond (docs/benchmarks.md, issue 33)."""
 
-    max_runs: int = 1
-    seed_runs: int = 0
-    seed_held_since: float | None = None
-    # The seconds a write may take now, while the record's thread runs the key (its start and its completion).
-    time_left: Callable[[], float] = lambda: 60.0
-    # The message's first delivery, carrying no previous runtime's bookkeeping: its key most likely has no record.
-    first_delivery: bool = False
-    identity: RunIdentity = RunIdentity()
-    started: StartedRun | None = None
-    # The run's listing as running was sent (`list_running`): its completion takes the key out of the index.
-    listed_late: bool = False
-    # The follow-ups the run's completion write keeps, and those a completed record answered the start with.
-    follow_ups: str | None = None
-    replayed_follow_ups: str | None = None
+    def __init__(
+        self,
+        max_runs: int = 1,
+        seed_runs: int = 0,
+        seed_held_since: float | None = None,
+        time_left: Callable[[], float] = lambda: 60.0,
+        first_delivery: bool = False,
+        identity: RunIdentity | None = None,
+    ) -> None:
+        self.max_runs = max_runs
+        self.seed_runs = seed_runs
+        self.seed_held_since = seed_held_since
+        # The seconds a write may take now, while the record's thread runs the key (its start and its completion).
+        self.time_left = time_left
+        # The message's first delivery, carrying no previous runtime's bookkeeping: its key most likely has no
+        # record.
+        self.first_delivery = first_delivery
+        self.identity = identity if identity is not None else RunIdentity()
+        self.started: StartedRun | None = None
+        # The run's listing as running was sent (`list_running`): its completion takes the key out of the index.
+        self.listed_late = False
+        # The follow-ups the run's completion write keeps, and those a completed record answered the start with.
+        self.follow_ups: str | None = None
+        self.replayed_follow_ups: str | None = None
 
 
 class RunLedger(DynamoDBPersistenceLayer):

@@ -36,7 +36,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from enum import Enum
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -97,57 +96,76 @@ class RunState(Enum):
     CUT = "cut"
 
 
-@dataclass
 class JobRun:
-    """One run of a job's code in a job thread."""
+    """One run of a job's code in a job thread. A plain class, not a dataclass: it is built once per record, but its
+    class on every cold start, where a dataclass of its 31 fields cost 1.3 ms (docs/benchmarks.md, issue 33)."""
 
-    key: str
-    limit_s: float
-    target: Callable[..., Any]
-    args: tuple[Any, ...]
-    job: str = ""
-    # Which run of its key this is (1 = the first).
-    attempt: int = 0
-    # Run in the job thread before and after the job's code (outside the frame the interruption may land in).
-    on_start: Callable[[], None] | None = None
-    on_end: Callable[[], None] | None = None
-    # The worker's breakers, for the downstream calls this run makes.
-    breakers: Breakers | None = None
-    # Called (in the job thread) for every call the run makes or finishes after it was cut: (run, what, outcome).
-    on_call_after_cut: Callable[[JobRun, str, str], None] | None = None
-    # Raises JobCancelledError if an operator cancelled the run's key (sqs_jobs.worker.progress); it reads the
-    # key's record itself, a call the downstream hooks let through untouched (`runtime_calling`).
-    cancel_check: Callable[[], None] | None = None
-    # Before each HTTP call: waits for a token of the host's rate limit, for at most the seconds given, and says how
-    # long it waited, or raises RateLimitedError (sqs_jobs.worker.flow_control); its store calls pass the hooks
-    # untouched too. The wait is the runtime's, not the job's: the run's limit is moved out by it, as far as the
-    # invocation's time left (`invocation_left`) allows beyond the run's own time and the settle margin.
-    call_limit: Callable[[str, float], float] | None = None
-    invocation_left: Callable[[], float] | None = None
-    # Seconds the run's limit is moved out by: waits for tokens (during one, the whole time it may take).
-    paused_s: float = 0.0
-    # Called once (in the waiting thread) if the run is still going `long_run_after_s` after it started, with the
-    # seconds the call may take: the ledger then lists its key as running (the in-flight view).
-    on_long_run: Callable[[float], object] | None = None
-    long_run_after_s: float = 0.0
-    # Called once the thread of a run cut at its limit has ended (`when_ended`): what it held until then.
-    _after_end: list[Callable[[], None]] = field(default_factory=list)
-    _thread_ended: bool = False
-    # The runtime's own calls from the job thread (the cancel check's read, a rate limit's lease) are in progress.
-    runtime_calling: bool = False
-    state: RunState = RunState.RUNNING
-    started: float = 0.0
-    cut_at: float | None = None
-    ended: float | None = None
-    result: Any = None
-    error: BaseException | None = None
-    thread: threading.Thread | None = None
-    interruptions: int = 0
-    # Calls made or ended after the cut; only the first few are reported (a job looping on refusals says it once).
-    calls_after_cut: int = 0
-    done: threading.Event = field(default_factory=threading.Event)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _tickets: set[Ticket] = field(default_factory=set)
+    def __init__(
+        self,
+        key: str,
+        limit_s: float,
+        target: Callable[..., Any],
+        args: tuple[Any, ...],
+        job: str = "",
+        attempt: int = 0,
+        on_start: Callable[[], None] | None = None,
+        on_end: Callable[[], None] | None = None,
+        breakers: Breakers | None = None,
+        on_call_after_cut: Callable[[JobRun, str, str], None] | None = None,
+        cancel_check: Callable[[], None] | None = None,
+        call_limit: Callable[[str, float], float] | None = None,
+        invocation_left: Callable[[], float] | None = None,
+        on_long_run: Callable[[float], object] | None = None,
+        long_run_after_s: float = 0.0,
+    ) -> None:
+        self.key = key
+        self.limit_s = limit_s
+        self.target = target
+        self.args = args
+        self.job = job
+        # Which run of its key this is (1 = the first).
+        self.attempt = attempt
+        # Run in the job thread before and after the job's code (outside the frame the interruption may land in).
+        self.on_start = on_start
+        self.on_end = on_end
+        # The worker's breakers, for the downstream calls this run makes.
+        self.breakers = breakers
+        # Called (in the job thread) for every call the run makes or finishes after it was cut: (run, what, outcome).
+        self.on_call_after_cut = on_call_after_cut
+        # Raises JobCancelledError if an operator cancelled the run's key (sqs_jobs.worker.progress); it reads the
+        # key's record itself, a call the downstream hooks let through untouched (`runtime_calling`).
+        self.cancel_check = cancel_check
+        # Before each HTTP call: waits for a token of the host's rate limit, for at most the seconds given, and says
+        # how long it waited, or raises RateLimitedError (sqs_jobs.worker.flow_control); its store calls pass the
+        # hooks untouched too. The wait is the runtime's, not the job's: the run's limit is moved out by it, as far
+        # as the invocation's time left (`invocation_left`) allows beyond the run's own time and the settle margin.
+        self.call_limit = call_limit
+        self.invocation_left = invocation_left
+        # Called once (in the waiting thread) if the run is still going `long_run_after_s` after it started, with
+        # the seconds the call may take: the ledger then lists its key as running (the in-flight view).
+        self.on_long_run = on_long_run
+        self.long_run_after_s = long_run_after_s
+        # Seconds the run's limit is moved out by: waits for tokens (during one, the whole time it may take).
+        self.paused_s = 0.0
+        # Called once the thread of a run cut at its limit has ended (`when_ended`): what it held until then.
+        self._after_end: list[Callable[[], None]] = []
+        self._thread_ended = False
+        # The runtime's own calls from the job thread (the cancel check's read, a rate limit's lease) are going on.
+        self.runtime_calling = False
+        self.state = RunState.RUNNING
+        self.started = 0.0
+        self.cut_at: float | None = None
+        self.ended: float | None = None
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+        self.interruptions = 0
+        # Calls made or ended after the cut; only the first few are reported (a job looping on refusals says it
+        # once).
+        self.calls_after_cut = 0
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+        self._tickets: set[Ticket] = set()
 
     @property
     def was_cut(self) -> bool:
