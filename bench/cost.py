@@ -78,9 +78,10 @@ class Assumptions:
     # 1 KiB is 1 WRU; an eventually consistent read under 4 KiB is 0.5 RRU, strongly consistent 1 (assumed).
     idempotency_writes_per_job: float = 2.0
     # The sparse index of keys in flight (jobs-by-life), billed as table writes: a new key's first run enters it
-    # only once it has lasted the queue's `list_running_after_s` (1 WRU in, 1 WRU out at completion); the share of
-    # first runs that do (None: all if duration_ms_per_job reaches it, else none). A retry is listed as it fails
-    # and as it starts again: about 3 index writes a retry (a changed index key is a delete and a put).
+    # only once it has lasted the queue's `list_running_after_s`, by a write of its own (1 WRU, and 1 WRU for the
+    # index's entry) and leaves it with its completion (1 WRU for the index); the share of first runs that do
+    # (None: all if duration_ms_per_job reaches it, else none). A retry is listed as it fails and as it starts
+    # again: about 3 index writes a retry (a changed index key is a delete and a put).
     listed_share: float | None = None
     index_writes_per_retry: float = 3.0
     reads_per_job: float = 1.0
@@ -95,8 +96,8 @@ duplicates u, message S bytes (attempts a = 1 + r, invocations per job i = a / (
   Lambda GB-s       = (M / 1024) x (a x d x ((1 - w) + w / p) + i x o) / 1000, w = share of a run waiting on I/O,
                       p = records side by side (min(records_in_parallel, B x f)): their waits overlap
   DynamoDB WRU      = a x idempotency writes per job (2, from bench.writes) + u x 1 (conditional check)
-                      + index writes: 2 x the share of first runs that outlast list_running_after_s (the key enters
-                      and leaves the index of keys in flight; none if d is shorter) + 3 x r
+                      + listing writes: 3 x the share of first runs that outlast list_running_after_s (the
+                      listing, the index's entry in, and out at completion; none if d is shorter) + 3 x r
   DynamoDB RRU      = a x reads per job (1)
   Logs GB           = (log bytes per job + i x platform bytes per invocation) / 2^30
 fixed per month, spread over jobs_per_month:
@@ -147,7 +148,7 @@ def queue_cost(spec: QueueSpec, prices: Prices = Prices(), assume: Assumptions =
     listed = assume.listed_share
     if listed is None:
         listed = float(assume.duration_ms_per_job >= spec.list_running_after_s * 1000)
-    index_writes = 2 * listed + assume.index_writes_per_retry * assume.retries_per_job
+    index_writes = 3 * listed + assume.index_writes_per_retry * assume.retries_per_job
     wru = attempts * assume.idempotency_writes_per_job + index_writes + assume.duplicates_per_job
     rru = attempts * assume.reads_per_job
     log_gb = (assume.log_bytes_per_job + invocations * assume.platform_log_bytes_per_invocation) / 2**30

@@ -47,8 +47,10 @@ def _overhead_goals(records: int, rounds: int, imports: int) -> tuple[list[Goal]
         ),
         Goal(
             "cold import of a plain queue's worker vs the bare handler",
-            f"{result['cold_import_ratio']:.2f}x ({result['cold_import_ms'][overhead.PLAIN_IMPORT]:.0f} vs "
-            f"{result['cold_import_ms'][overhead.BARE_IMPORT]:.0f} ms; the example's every feature "
+            f"{result['cold_import_ratio']:.2f}x (best of {imports}: "
+            f"{result['cold_import_ms'][overhead.PLAIN_IMPORT]:.0f} vs "
+            f"{result['cold_import_ms'][overhead.BARE_IMPORT]:.0f} ms; by medians "
+            f"{result['cold_import_ratio_median']:.2f}x; the example's every feature "
             f"{result['cold_import_ratio_every_feature']:.2f}x)",
             f"<= {overhead.GOAL_RATIO:.2f}x",
             result["cold_import_ratio"] <= overhead.GOAL_RATIO,

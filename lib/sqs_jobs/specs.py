@@ -273,6 +273,27 @@ class JobSpec:
     durable: Durable | None = None
 
 
+# QueueSpec's numeric settings and their kinds, checked before their ranges.
+_NUMBERS: dict[str, type] = {
+    "max_attempts": int,
+    "function_timeout_s": int,
+    "memory_mb": int,
+    "batch_size": int,
+    "batching_window_s": int,
+    "max_concurrency": int,
+    "retention_s": int,
+    "dlq_retention_s": int,
+    "idempotency_expiry_s": int,
+    "backoff_base_s": int,
+    "backoff_cap_s": int,
+    "parallel_records": int,
+    "max_message_bytes": int,
+    "max_receives": int,
+    "list_running_after_s": float,
+}
+_OPTIONAL_NUMBERS = frozenset({"max_receives"})
+
+
 @dataclass(frozen=True)
 class QueueSpec:
     """One SQS queue, its DLQ and the worker Lambda that drains it."""
@@ -323,8 +344,8 @@ class QueueSpec:
     # A key enters the in-flight view (the `jobs-by-life` index: `jobctl job list`, the console's jobs page) as
     # running once its first run has lasted this long: a job that succeeds sooner costs no index write (two per job
     # otherwise, 1.9x Powertools' own writes; docs/capacity.md). 0 lists every run from its start; past the jobs'
-    # time limits, first runs are never listed. A retry, a held record and a cancel are listed at once whatever
-    # this says.
+    # time limits, first runs are never listed. A retry, a held record and a cancelled key are listed at once
+    # whatever this says; a run with a cancel requested is listed as any run is.
     list_running_after_s: float = 5.0
 
     @property
@@ -417,9 +438,22 @@ class QueueSpec:
             f"{DEAD_LETTER_HEADROOM_BYTES} bytes above the queue's limit for a dead letter's evidence"
         ]
 
+    def _type_problems(self, where: str) -> list[str]:
+        """A setting that is not a number is said as such, before any range is checked against it."""
+        return [
+            f"{where}: {name} must be {'a whole number' if kind is int else 'a number'}, not "
+            f"{type(value).__name__} {value!r:.40}"
+            for name, kind in _NUMBERS.items()
+            for value in [getattr(self, name)]
+            if not (value is None and name in _OPTIONAL_NUMBERS)
+            and (isinstance(value, bool) or not isinstance(value, int if kind is int else int | float))
+        ]
+
     def problems(self) -> list[str]:
         """Every rule this queue breaks, as sentences naming the accepted values."""
         where = f"queue {self.name!r}"
+        if wrong := self._type_problems(where):
+            return wrong
         found: list[str] = []
         if not NAME.fullmatch(self.name):
             found.append(f"{where}: name must match {NAME.pattern}")

@@ -148,9 +148,17 @@ def test_in_progress_is_read_from_an_in_progress_record(harness: Harness) -> Non
             "status": {"S": "INPROGRESS"},
             "expiration": {"N": str(int(now.timestamp()) + local.spec.idempotency_expiry_s)},
             "in_progress_expiration": {"N": str(int((now.timestamp() + 30) * 1000))},
+            "runs": {"N": "1"},
+            "started_at": {"N": f"{now.timestamp() - 2:.3f}"},
+            "run_by": {"S": "2026/12/04/[$LATEST]abc 1f2e-req"},
         },
     )
-    assert _lookup(harness, "order_confirmation", "55", now=now).verdict == IN_PROGRESS
+    found = _lookup(harness, "order_confirmation", "55", now=now)
+    assert found.verdict == IN_PROGRESS
+    # Since when and by which worker: what a run not listed yet (its first seconds) shows of itself.
+    started = datetime.fromtimestamp(round(now.timestamp() - 2, 3), tz=UTC)
+    assert f", since {started.isoformat()}, by 2026/12/04/[$LATEST]abc 1f2e-req;" in found.explanation()
+    assert found.to_dict()["record"]["run_by"] == "2026/12/04/[$LATEST]abc 1f2e-req"
     assert _lookup(harness, "order_confirmation", "55", now=now + timedelta(seconds=31)).verdict == NOT_FOUND
 
 

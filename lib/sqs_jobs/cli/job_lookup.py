@@ -138,6 +138,9 @@ class IdempotencyRecord:
     key_record: KeyRecord | None = None
     # When the DLQ took the key's dead letter (ENDING, until the key's next message clears it).
     dead_lettered_at: datetime | None = None
+    # When its last run started, and which worker ran it (the Lambda log stream and request ID).
+    started_at: datetime | None = None
+    run_by: str | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any], expiry_s: int) -> IdempotencyRecord:
@@ -156,6 +159,8 @@ class IdempotencyRecord:
             in_progress_until=datetime.fromtimestamp(in_progress / 1000, tz=UTC) if in_progress else None,
             runs=record.runs,
             completed_run=record.completed_run,
+            started_at=datetime.fromtimestamp(record.started_at, tz=UTC) if record.started_at is not None else None,
+            run_by=record.run_by,
             last_error_type=record.last_error_type,
             last_error=record.last_error,
             last_failed_at=_moment(record.last_failed_at),
@@ -373,7 +378,12 @@ class JobLookup:
             )
         if self.verdict == IN_PROGRESS and record is not None:
             until = record.in_progress_until.isoformat() if record.in_progress_until else "its invocation ends"
-            running = f"running now (run {record.runs} of {self.max_attempts}); the run holds the key until {until}"
+            running = f"running now (run {record.runs} of {self.max_attempts})"
+            if record.started_at is not None:
+                running += f", since {record.started_at.isoformat()}"
+            if record.run_by:
+                running += f", by {record.run_by}"
+            running += f"; the run holds the key until {until}"
             progress = record.progress
             if progress is not None and progress.run == record.runs:
                 running += f"; progress {progress.describe()}"
@@ -423,6 +433,8 @@ class JobLookup:
                 "in_progress_until": record.in_progress_until,
                 "runs": record.runs,
                 "completed_run": record.completed_run,
+                "started_at": record.started_at,
+                "run_by": record.run_by,
                 "last_error_type": record.last_error_type,
                 "last_error": record.last_error,
                 "first_failed_at": record.first_failed_at,

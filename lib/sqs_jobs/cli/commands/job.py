@@ -113,7 +113,9 @@ def list_(
     per_shard: int,
 ) -> None:
     """The jobs in flight: running (since when, by which worker, progress), retrying or held (runs so far, last
-    error, when due again), and cancelled, from the runtime's records (a Query per queue, state and shard)."""
+    error, when due again), and cancelled, from the runtime's records (a Query per queue, state and shard). A new
+    key's first run is listed once it has run its queue's list_running_after_s (5 s by default): `job show` any
+    job for its run."""
     from sqs_jobs.cli.job_life import jobs_in_flight
     from sqs_jobs.worker.names import LifeState
 
