@@ -14,7 +14,6 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from aws_lambda_powertools import Logger
@@ -40,14 +39,23 @@ EMF_MAX_VALUES = 99
 _SAMPLE_UNITS = {RETRY_ATTEMPT: MetricUnit.Count, STALLED_BATCHES: MetricUnit.Count, HOLD_SHARE: MetricUnit.NoUnit}
 
 
-@dataclass
 class Observability:
-    logger: Logger
-    metrics: AmazonCloudWatchEMFProvider
-    # Where logs and EMF documents go; None is stdout, which Lambda ships to CloudWatch Logs.
-    output: TextIO | None = None
-    # Also handed every EMF document: the local engine forwards them to its CloudWatch, as Lambda's logs would.
-    metrics_sink: Callable[[dict[str, Any]], None] | None = None
+    """The worker's logger and metrics. A plain class, as the other per-worker ones: a dataclass cost every cold
+    start about half a millisecond (docs/benchmarks.md, issue 33)."""
+
+    def __init__(
+        self,
+        logger: Logger,
+        metrics: AmazonCloudWatchEMFProvider,
+        output: TextIO | None = None,
+        metrics_sink: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.logger = logger
+        self.metrics = metrics
+        # Where logs and EMF documents go; None is stdout, which Lambda ships to CloudWatch Logs.
+        self.output = output
+        # Also handed every EMF document: the local engine forwards them to its CloudWatch, as Lambda's logs would.
+        self.metrics_sink = metrics_sink
 
     @classmethod
     def create(
@@ -85,16 +93,17 @@ class Observability:
             self.metrics_sink(dict(document))
 
 
-@dataclass
 class BatchTally:
     """Counts of outcomes in one batch, flushed as one EMF document per job (dimensions queue, job), plus one
     per job and reason for counts that have a reason (dimensions queue, job, reason)."""
 
-    counts: Counter[tuple[str, str, str]] = field(default_factory=Counter)
-    # Per job, values that are not counts (durations, attempts): EMF carries them as a list, CloudWatch keeps each.
-    samples: dict[tuple[str, str], list[float]] = field(default_factory=dict)
-    # A batch's records are counted from several threads at once.
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str, str]] = Counter()
+        # Per job, values that are not counts (durations, attempts): EMF carries them as a list, CloudWatch keeps
+        # each.
+        self.samples: dict[tuple[str, str], list[float]] = {}
+        # A batch's records are counted from several threads at once.
+        self._lock = threading.Lock()
 
     def add(self, job: str, metric: str, reason: str = "") -> None:
         with self._lock:
