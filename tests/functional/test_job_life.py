@@ -171,9 +171,10 @@ def test_a_short_run_is_never_listed_and_its_record_never_enters_the_index(harne
 def test_a_run_that_lasts_is_listed_as_running_since_its_start_then_leaves_the_list(harness: Harness) -> None:
     before = datetime.now(UTC)
 
-    seen = _listed_during(harness, "slow-1", step_s=LONG_S)
+    seen = _listed_during(harness, "slow-1", step_s=LONG_S * 1.5)
 
-    # Step 1 came before LONG_S; by step 3 the waiting thread had listed it, since when it started.
+    # Step 1 came before LONG_S; by step 3 (0.5 LONG_S later than it, margin for the listing's own thread) it was
+    # listed, since when it started.
     assert seen[0].jobs == []
     [running] = seen[2].of(LifeState.RUNNING)
     assert (running.job, running.job_id, running.runs) == ("late_steps", "slow-1", 1)
@@ -198,5 +199,9 @@ def test_a_late_listing_never_brings_a_finished_runs_key_back(harness: Harness) 
         number=1, before=LedgerEntry(record_id=record_id), listed=False, identity=RunIdentity(queue="late")
     )
 
-    assert ledger.list_running(5.0) is False
-    assert LIFE not in key_record(harness, "late_steps:quick-2")
+    sent = ledger.list_running(5.0)
+    assert sent is not None
+    sent.join(5)
+    assert not sent.is_alive() and LIFE not in key_record(harness, "late_steps:quick-2")
+    # Once is enough: a second call sends nothing.
+    assert ledger.list_running(5.0) is None

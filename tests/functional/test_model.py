@@ -63,6 +63,7 @@ from sqs_jobs.worker.clients import ClientFactory, new_session
 from sqs_jobs.worker.key_life import KeyRecord, KeyState, scoped_key, split_key
 from sqs_jobs.worker.names import FLOW_SLOT_PREFIX, LifeState
 from sqs_jobs.worker.observability import Observability
+from sqs_jobs.worker.run_ledger import LISTING_UPDATE
 from sqs_jobs.worker.runtime import Worker
 from sqs_jobs.worker.settings import IDEMPOTENCY_KEY_PREFIX, idempotency_record_id
 from sqs_jobs.worker.time_limit import current_run
@@ -204,6 +205,7 @@ class Faults:
         self.refused_endings: Counter[str] = Counter()
         self.rate = 0.0
         self.rng = random.Random(0)
+        self.listing_rng = random.Random(1)
 
     def arm(self, service: str, operation: str, skip: int) -> None:
         self.armed[(service, operation)] = skip
@@ -212,6 +214,16 @@ class Faults:
         def refuse(params: dict[str, Any], model: Any, **_: Any) -> None:
             target = (service, model.name)
             if current_run() is not None:
+                return
+            if params.get("UpdateExpression") == LISTING_UPDATE:
+                # A run's late listing is sent from a thread of its own, at a moment its run's timing decides: it
+                # is refused at the delivery's rate by a generator of its own, and never takes an armed fault
+                # meant for the writes that settle a key (their order stays the one drawn).
+                if self.rate > 0.0 and self.listing_rng.random() < self.rate:
+                    self.fired["dynamodb.listing"] += 1
+                    raise ClientError(
+                        {"Error": {"Code": THROTTLED[service], "Message": "injected by the model"}}, "UpdateItem"
+                    )
                 return
             if target not in self.armed:
                 if self.rate <= 0.0 or self.rng.random() >= self.rate:

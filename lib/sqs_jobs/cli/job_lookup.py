@@ -156,7 +156,12 @@ class IdempotencyRecord:
             status=status,
             remembered_until=remembered_until,
             completed_at=remembered_until - timedelta(seconds=expiry_s) if status == RecordStatus.COMPLETED else None,
-            in_progress_until=datetime.fromtimestamp(in_progress / 1000, tz=UTC) if in_progress else None,
+            # A run's hold counts only while it is in progress (a completion may leave it behind).
+            in_progress_until=(
+                datetime.fromtimestamp(in_progress / 1000, tz=UTC)
+                if in_progress and status == RecordStatus.INPROGRESS
+                else None
+            ),
             runs=record.runs,
             completed_run=record.completed_run,
             started_at=datetime.fromtimestamp(record.started_at, tz=UTC) if record.started_at is not None else None,

@@ -102,7 +102,7 @@ class Writer(StrEnum):
     CANCEL = "operator's cancel (jobctl)"
     UNDO = "operator's undo (jobctl)"
     PROGRESS = "run's progress report (progress.py)"
-    LISTING = "run outlasting list_running_after_s (ledger, from the record's waiting thread)"
+    LISTING = "run outlasting list_running_after_s (ledger, sent by a thread of its own)"
     EXPIRY = "the record's expiry (DynamoDB TTL, read as expired at once)"
 
 

@@ -32,6 +32,7 @@ failure); 2 for a run that is dead-lettered (start, delete). A hand-back before 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -185,6 +186,16 @@ class KeyEndingError(Exception):
         self.entry = entry
 
 
+# The late listing's update (`RunLedger.list_running`): the one write that lists a running key after its start.
+LISTING_UPDATE = "SET #life = :life, #life_at = :started_at"
+
+
+def _send_listing(client: Any, request: dict[str, Any]) -> None:
+    # A refused or failed listing leaves the run unlisted; its completion (or failure) settles the key as ever.
+    with contextlib.suppress(ClientError, BotoCoreError):
+        client.update_item(**request)
+
+
 class _Scope:
     """Per record thread: what the next start write needs and what it learned. A plain class: its dataclass cost
     every cold start half a millisecond (docs/benchmarks.md, issue 33)."""
@@ -255,38 +266,41 @@ class RunLedger(DynamoDBPersistenceLayer):
         """The follow-ups this thread's run asked for, written with its completion (no write of their own)."""
         self._scope().follow_ups = encoded
 
-    def list_running(self, time_left_s: float) -> bool:
+    def list_running(self, time_left_s: float) -> threading.Thread | None:
         """This thread's run has lasted the queue's `list_running_after_s`: list its key as running, since its start,
         if its start write didn't. Only while the record is still this run's and in progress: a late listing never
-        brings a completed, failed or later run's key back into the index. False if not written (best effort: the
-        run goes on either way, unlisted)."""
+        brings a completed, failed or later run's key back into the index. Sent from a thread of its own, within
+        `time_left_s`: the waiting thread that calls it keeps the run's limit whatever the store does (an
+        in-process store has no socket timeout to bound a call). Best effort: the run goes on, unlisted, if the
+        write fails. The thread it started, or None when there is nothing to list."""
         scope = self._scope()
         run = scope.started
         if run is None or run.listed or scope.listed_late or not run.identity.queue:
-            return False
+            return None
         scope.listed_late = True  # before the write: a completion that follows it takes the key out again
-        try:
-            self._client(time_left_s).update_item(
-                TableName=self.table_name,
-                Key=self._key(run.before.record_id),
-                UpdateExpression="SET #life = :life, #life_at = :started_at",
-                ConditionExpression="#status = :inprogress AND #runs = :run AND attribute_not_exists(#life)",
-                ExpressionAttributeNames={
-                    "#life": LIFE,
-                    "#life_at": LIFE_AT,
-                    "#status": self.status_attr,
-                    "#runs": RUNS,
-                },
-                ExpressionAttributeValues={
-                    ":life": {"S": life_partition(run.identity.queue, LifeState.RUNNING, run.before.record_id)},
-                    ":started_at": {"N": f"{run.started_at:.3f}"},
-                    ":inprogress": {"S": INPROGRESS},
-                    ":run": {"N": str(run.number)},
-                },
-            )
-        except (ClientError, BotoCoreError):
-            return False
-        return True
+        request = {
+            "TableName": self.table_name,
+            "Key": self._key(run.before.record_id),
+            "UpdateExpression": LISTING_UPDATE,
+            "ConditionExpression": "#status = :inprogress AND #runs = :run AND attribute_not_exists(#life)",
+            "ExpressionAttributeNames": {
+                "#life": LIFE,
+                "#life_at": LIFE_AT,
+                "#status": self.status_attr,
+                "#runs": RUNS,
+            },
+            "ExpressionAttributeValues": {
+                ":life": {"S": life_partition(run.identity.queue, LifeState.RUNNING, run.before.record_id)},
+                ":started_at": {"N": f"{run.started_at:.3f}"},
+                ":inprogress": {"S": INPROGRESS},
+                ":run": {"N": str(run.number)},
+            },
+        }
+        thread = threading.Thread(
+            target=_send_listing, args=(self._client_for(time_left_s), request), name="run-listing", daemon=True
+        )
+        thread.start()
+        return thread
 
     def replayed_follow_ups(self) -> str | None:
         """The follow-ups the key's completed record holds, when this thread's start was answered as a duplicate."""
@@ -542,7 +556,9 @@ class RunLedger(DynamoDBPersistenceLayer):
         # listing or due time to take away.
         unlisted = run is not None and not run.listed and not self._scope().listed_late
         stale = {
-            "#in_progress_expiry": self.in_progress_expiry_attr,
+            # The run's hold: read only while the record is INPROGRESS, so a new key's completion leaves it, as
+            # Powertools' own does (one clause less for every job that succeeds at once).
+            **({} if unlisted else {"#in_progress_expiry": self.in_progress_expiry_attr}),
             # A completed key leaves the lists (the sparse index holds keys in flight only).
             **({} if unlisted else {"#life": LIFE, "#life_at": LIFE_AT, "#next_retry_at": NEXT_RETRY_AT}),
             **({"#held_since": HELD_SINCE} if held else {}),
@@ -553,7 +569,7 @@ class RunLedger(DynamoDBPersistenceLayer):
         self._client(time_left_s).update_item(
             TableName=self.table_name,
             Key=self._key(record_id),
-            UpdateExpression="SET " + ", ".join(assignments) + " REMOVE " + ", ".join(stale),
+            UpdateExpression="SET " + ", ".join(assignments) + (" REMOVE " + ", ".join(stale) if stale else ""),
             ExpressionAttributeNames={**names, **stale},
             ExpressionAttributeValues=values,
             **condition,

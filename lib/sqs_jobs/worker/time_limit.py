@@ -46,7 +46,7 @@ from sqs_jobs.worker.errors import JobCodeExitError, JobTimeLimitError, TimeLimi
 if TYPE_CHECKING:
     from sqs_jobs.worker.breaker import Breakers, Ticket
 
-# The most the long-run hook's call (the key's listing as running) may hold up the wait for the run's end.
+# The most the long-run hook's call (the key's listing as running, sent from a thread of its own) may take.
 LONG_RUN_CALL_S = 2.0
 # After a run is cut, how often its thread is interrupted again while it keeps running the job's own code.
 INTERRUPT_AGAIN_EVERY_S = 1.0
@@ -300,8 +300,9 @@ class JobRun:
 
 
 def _note_long_run(run: JobRun, until_limit_s: float) -> None:
-    """The run's long-run hook, in the waiting thread: its call may take at most LONG_RUN_CALL_S, and never past
-    the run's limit (the cut must not wait for it). What it raises is its own: the run goes on either way."""
+    """The run's long-run hook, in the waiting thread: it must not hold the wait up (the ledger sends its listing
+    from a thread of its own), and its call may take at most LONG_RUN_CALL_S, never past the run's limit. What it
+    raises is its own: the run goes on either way."""
     budget_s = min(LONG_RUN_CALL_S, until_limit_s - 0.05)
     if run.on_long_run is None or budget_s <= 0:
         return
