@@ -22,11 +22,3 @@ def test_a_run_listed_from_its_start_would_miss_it(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(cost, "Assumptions", lambda: replace(original(), listed_share=1.0))
     goal = goals._cost_goal()
     assert not goal.met and goal.figure.startswith("2.60x")
-
-
-def test_writes_per_new_job_and_duplicate_are_judged_against_bench_writes_goals() -> None:
-    judged = goals._write_goals(2)
-    assert [(goal.name.split(" per ")[1], goal.goal, goal.met) for goal in judged] == [
-        ("new job (bench.writes)", "2", True),
-        ("duplicate job (bench.writes)", "0", True),
-    ]
