@@ -799,6 +799,10 @@ class Spread:
     low: float
     high: float
 
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        return cls(mean=statistics.fmean(values), low=min(values), high=max(values))
+
 
 @dataclass(frozen=True)
 class Result:
@@ -809,7 +813,7 @@ class Result:
         values = [getattr(run, metric) for run in self.runs]
         if any(value is None for value in values):
             return None
-        return Spread(mean=statistics.fmean(values), low=min(values), high=max(values))
+        return Spread.of(values)
 
 
 def seeds_for(policy: Policy, first: int, count: int) -> list[int]:
@@ -1204,8 +1208,7 @@ class StoreFigures:
 
 
 def store_spread(result: Result, figure: str) -> Spread:
-    values = [getattr(StoreFigures.of(run), figure) for run in result.runs]
-    return Spread(mean=statistics.fmean(values), low=min(values), high=max(values))
+    return Spread.of([getattr(StoreFigures.of(run), figure) for run in result.runs])
 
 
 def render_powertools(results: Sequence[Result]) -> str:

@@ -21,7 +21,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,13 +100,13 @@ FEATURES: dict[str, dict[str, Any]] = {
 ALL_FEATURES = "all of them"
 
 
-def _job_and_queue(features: Mapping[str, Any]) -> tuple[Any, Any]:
-    """The no-op job and its queue with `features` on (FEATURES' settings, merged)."""
+def _queue(index: int, features: Mapping[str, Any]) -> Any:
+    """Queue `bench<index>` with its no-op job `noop<index>`, `features` on (FEATURES' settings, merged)."""
     from sqs_jobs.flow_control import KeyConcurrency, RateLimit
     from sqs_jobs.specs import JobSpec, QueueSpec
 
-    job: dict[str, Any] = {"name": "noop", "handler": "bench.noop_job"}
-    queue: dict[str, Any] = {"name": "bench", "parallel_records": 1}
+    job: dict[str, Any] = {"name": f"noop{index}", "handler": "bench.noop_job"}
+    queue: dict[str, Any] = {"name": f"bench{index}", "parallel_records": 1}
     for name, value in features.items():
         if name == "rate_limit":
             job[name] = RateLimit(**value)
@@ -117,7 +116,7 @@ def _job_and_queue(features: Mapping[str, Any]) -> tuple[Any, Any]:
             queue[name] = value
         else:
             job[name] = value
-    return JobSpec(**job), QueueSpec(jobs=(JobSpec(**job),), **queue)
+    return QueueSpec(jobs=(JobSpec(**job),), **queue)
 
 
 def per_record_us(
@@ -164,11 +163,7 @@ def per_record_us(
         )
     # One record at a time, as the bare handler runs them: what the runtime adds per record, not what running
     # records side by side changes (bench.parallel measures that).
-    queues = []
-    for index, settings in enumerate(variants.values()):
-        job, queue = _job_and_queue(settings)
-        queues.append(replace(queue, name=f"bench{index}", jobs=(replace(job, name=f"noop{index}"),)))
-    catalog = Catalog(queues=tuple(queues))
+    catalog = Catalog(queues=tuple(_queue(index, settings) for index, settings in enumerate(variants.values())))
     timings: dict[str, list[float]] = {"bare Powertools": [], **{f"this runtime, {name}": [] for name in variants}}
     store: dict[str, list[float]] = {name: [] for name in timings}
     BotocoreStubber.__call__ = timed_serve  # type: ignore[method-assign]

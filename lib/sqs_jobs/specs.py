@@ -272,6 +272,16 @@ class JobSpec:
     # (sqs_jobs.durable; docs/workflows.md). None: an ordinary job, one run within the worker's invocation.
     durable: Durable | None = None
 
+    @property
+    def limited(self) -> bool:
+        """Whether its runs pass a limit before they start: a rate limit, a concurrency per key."""
+        return self.rate_limit is not None or self.concurrency is not None
+
+    @property
+    def exclusive(self) -> bool:
+        """Whether its copies are judged by a window before they run: unique_for_s, debounce_s."""
+        return self.unique_for_s is not None or self.debounce_s is not None
+
 
 # QueueSpec's numeric settings and their kinds, checked before their ranges.
 _NUMBERS: dict[str, type] = {
@@ -627,8 +637,8 @@ class QueueSpec:
             f"{where}: job {job.name!r}",
             job.durable,
             fifo=self.fifo,
-            limited=job.rate_limit is not None or job.concurrency is not None,
-            exclusive=job.unique_for_s is not None or job.debounce_s is not None,
+            limited=job.limited,
+            exclusive=job.exclusive,
         )
 
     def _time_limit_problems(self, where: str, job: JobSpec) -> list[str]:

@@ -63,7 +63,7 @@ from sqs_jobs.worker.clients import ClientFactory, new_session
 from sqs_jobs.worker.key_life import KeyRecord, KeyState, scoped_key, split_key
 from sqs_jobs.worker.names import FLOW_SLOT_PREFIX, LifeState
 from sqs_jobs.worker.observability import Observability
-from sqs_jobs.worker.run_ledger import LISTING_UPDATE
+from sqs_jobs.worker.run_ledger import LISTING_CONDITION
 from sqs_jobs.worker.runtime import Worker
 from sqs_jobs.worker.settings import IDEMPOTENCY_KEY_PREFIX, idempotency_record_id
 from sqs_jobs.worker.time_limit import current_run
@@ -215,7 +215,7 @@ class Faults:
             target = (service, model.name)
             if current_run() is not None:
                 return
-            if params.get("UpdateExpression") == LISTING_UPDATE:
+            if params.get("ConditionExpression") == LISTING_CONDITION:
                 # A run's late listing is sent from a thread of its own, at a moment its run's timing decides: it
                 # is refused at the delivery's rate by a generator of its own, and never takes an armed fault
                 # meant for the writes that settle a key (their order stays the one drawn).

@@ -295,7 +295,7 @@ class JobExecutor:
 
         flow = self._flow_control
         execution = Execution(
-            admit=self._admission(job, envelope, key, lambda_context) if flow and flow.limits(job.spec) else None,
+            admit=self._admission(job, envelope, key, lambda_context) if flow and job.spec.limited else None,
             release=self._release if flow else None,
             call_limit=flow.call_limit(envelope) if flow else None,
             job=job,
@@ -341,8 +341,7 @@ class JobExecutor:
     @cached_property
     def _flow_control(self) -> FlowControl | None:
         """The worker's flow control, if any of its jobs or endpoints has a limit (most have none)."""
-        limited = any(job.rate_limit is not None or job.concurrency is not None for job in self._queue.jobs)
-        if not limited and not self._settings.endpoint_limits:
+        if not any(job.limited for job in self._queue.jobs) and not self._settings.endpoint_limits:
             return None
         # Loaded only here: a queue with no limits never imports its code.
         from sqs_jobs.worker.flow_control import FlowControl

@@ -69,11 +69,6 @@ class FlowControl:
             else:
                 self._hosts[http_downstream(endpoints[name])] = named
 
-    @staticmethod
-    def limits(job: JobSpec) -> bool:
-        """Whether a run of `job` has anything to pass before it starts."""
-        return job.rate_limit is not None or job.concurrency is not None
-
     def admit(
         self, job: JobSpec, envelope: Envelope, holder: str, wait_s: float, lease_until: float, held_s: float
     ) -> Admission:

@@ -186,8 +186,9 @@ class KeyEndingError(Exception):
         self.entry = entry
 
 
-# The late listing's update (`RunLedger.list_running`): the one write that lists a running key after its start.
-LISTING_UPDATE = "SET #life = :life, #life_at = :started_at"
+# The late listing's condition (`RunLedger.list_running`), which tells that write apart from every other: while the
+# record is still the run's, in progress, and unlisted.
+LISTING_CONDITION = "#status = :inprogress AND #runs = :run AND attribute_not_exists(#life)"
 
 
 def _send_listing(client: Any, request: dict[str, Any]) -> None:
@@ -278,23 +279,20 @@ class RunLedger(DynamoDBPersistenceLayer):
         if run is None or run.listed or scope.listed_late or not run.identity.queue:
             return None
         scope.listed_late = True  # before the write: a completion that follows it takes the key out again
+        names = {"#status": self.status_attr, "#runs": RUNS}
+        values = {
+            ":started_at": {"N": f"{run.started_at:.3f}"},
+            ":inprogress": {"S": INPROGRESS},
+            ":run": {"N": str(run.number)},
+        }
+        listed = _listed(run.identity.queue, LifeState.RUNNING, run.before.record_id, ":started_at", names, values)
         request = {
             "TableName": self.table_name,
             "Key": self._key(run.before.record_id),
-            "UpdateExpression": LISTING_UPDATE,
-            "ConditionExpression": "#status = :inprogress AND #runs = :run AND attribute_not_exists(#life)",
-            "ExpressionAttributeNames": {
-                "#life": LIFE,
-                "#life_at": LIFE_AT,
-                "#status": self.status_attr,
-                "#runs": RUNS,
-            },
-            "ExpressionAttributeValues": {
-                ":life": {"S": life_partition(run.identity.queue, LifeState.RUNNING, run.before.record_id)},
-                ":started_at": {"N": f"{run.started_at:.3f}"},
-                ":inprogress": {"S": INPROGRESS},
-                ":run": {"N": str(run.number)},
-            },
+            "UpdateExpression": "SET " + ", ".join(listed),
+            "ConditionExpression": LISTING_CONDITION,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
         }
         thread = threading.Thread(
             target=_send_listing, args=(self._client_for(time_left_s), request), name="run-listing", daemon=True

@@ -130,7 +130,7 @@ class Worker:
         # Unique and debounced jobs' state, in the idempotency table; `clock` is what their windows are judged by.
         # Loaded only for a queue that has such jobs: the others' records never pass it.
         self._uniqueness: Uniqueness | None = None
-        if any(job.unique_for_s is not None or job.debounce_s is not None for job in self._queue.jobs):
+        if any(job.exclusive for job in self._queue.jobs):
             from sqs_jobs.worker.uniqueness import FlowStore, Uniqueness
 
             self._uniqueness = Uniqueness(

@@ -418,8 +418,9 @@ class JobRunner:
 
     def run(self, run: JobRun) -> Any:
         """Run `run` and return what its job returned, or raise what it raised; JobTimeLimitError at its limit."""
-        deadline = time.monotonic() + run.limit_s
-        long_at = deadline - run.limit_s + run.long_run_after_s if run.on_long_run is not None else math.inf
+        started = time.monotonic()
+        deadline = started + run.limit_s
+        long_at = started + run.long_run_after_s if run.on_long_run is not None else math.inf
         self._thread().submit(run)
         while not run.done.wait(max(0.0, min(long_at, deadline + run.paused_s) - time.monotonic())):
             now = time.monotonic()
