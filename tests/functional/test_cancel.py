@@ -174,3 +174,28 @@ def test_a_key_whose_cancelled_record_expired_runs_again(harness: Harness) -> No
 
     assert stepwise.STEPS["e-1"] == [1, 2, 3]
     assert "cancel_requested_at" not in key_record(harness, "stepwise:e-1")
+
+
+def test_a_cancel_of_an_expired_completion_and_its_undo_leave_the_key_to_start_afresh(harness: Harness) -> None:
+    # Given a key that completed on its third run, its record since expired (a completion keeps its run's number)
+    dynamodb, table = harness.clients("dynamodb"), harness.deployment.idempotency_table
+    dynamodb.put_item(
+        TableName=table,
+        Item={
+            "id": {"S": idempotency_record_id("stepwise:a-1")},
+            "status": {"S": "COMPLETED"},
+            "runs": {"N": "3"},
+            "expiration": {"N": str(int(time.time()) - 10)},
+        },
+    )
+    # When an operator cancels the key, then withdraws the cancel
+    assert _cancel(harness, "a-1").outcome is CancelOutcome.CANCELLED
+    cancelled = key_record(harness, "stepwise:a-1")
+    assert cancelled["status"] == "CANCELLED" and "runs" not in cancelled
+    assert withdraw(dynamodb, table, _target("a-1")).outcome is CancelOutcome.WITHDRAWN
+    # Then the key's next message runs as the first run of a new life, not the fourth of the old
+    harness.send(envelope("stepwise", "a-1"), queue="steps")
+    assert (invocation := harness.deliver("steps")) is not None and invocation.failed_ids == []
+    assert stepwise.STEPS["a-1"] == [1, 2, 3]
+    record = key_record(harness, "stepwise:a-1")
+    assert (record["status"], record["runs"]) == ("COMPLETED", 1)

@@ -72,7 +72,7 @@ def test_a_result_that_cannot_be_stored_as_it_is_never_repeats_the_side_effect(
     # Then the mail went out once, the key is completed, and nothing was dead-lettered or blamed on the store
     assert odd_result.SIDE_EFFECTS[entity_id] == 1
     record = key_record(mail, f"odd_result:{entity_id}")
-    assert record["status"] == "COMPLETED" and record["completed_run"] == 1
+    assert record["status"] == "COMPLETED" and record["runs"] == 1
     assert mail.dead_letters("mail") == []
     assert metric_total(mail, RUNTIME_FAULT) == 0
     if kept is None:
@@ -111,7 +111,7 @@ def test_a_completion_write_that_fails_is_tried_again_without_the_result(mail: H
     drain(mail)
     assert odd_result.SIDE_EFFECTS["string-7"] == 1
     record = key_record(mail, "odd_result:string-7")
-    assert (record["status"], record["completed_run"]) == ("COMPLETED", 1)
+    assert (record["status"], record["runs"]) == ("COMPLETED", 1)
     assert "data" not in record  # the second try keeps no result
     assert len(calls) == 2
     assert metric_total(mail, RUNTIME_FAULT) == 0

@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from sqs_jobs.worker.clients import ClientFactory
 from sqs_jobs.worker.run_ledger import RunLedger
-from sqs_jobs.worker.settings import IDEMPOTENCY_KEY_PREFIX
+from sqs_jobs.worker.settings import IDEMPOTENCY_KEY_PREFIX, idempotency_record_id
 from tests.functional.conftest import Harness, attributes_of, envelope, key_record
 from tests.functional.sample_jobs import flaky, late_finisher, nap
 
@@ -101,7 +101,7 @@ def test_a_run_that_never_reported_back_counts(accounting: Harness) -> None:
     assert invocation is not None and invocation.failed_ids == []
     assert flaky.ATTEMPTS_SEEN == [2]
     record = key_record(accounting, "flaky:1")
-    assert (record["status"], record["completed_run"], record["runs"]) == ("COMPLETED", 2, 0)
+    assert (record["status"], record["runs"]) == ("COMPLETED", 2)
 
 
 def test_a_key_whose_last_run_never_reported_back_is_dead_lettered_with_evidence_and_a_redrive_starts_afresh(
@@ -144,7 +144,7 @@ def test_a_failed_run_is_kept_in_the_record_for_the_next_delivery(accounting: Ha
     accounting.deliver("standard")
     assert flaky.ATTEMPTS_SEEN == [1, 2]
     done = key_record(accounting, "flaky:1")
-    assert (done["status"], done["completed_run"], done["runs"]) == ("COMPLETED", 2, 0)
+    assert (done["status"], done["runs"]) == ("COMPLETED", 2)
     assert "first_failed_at" not in done  # a key reused after its record expires starts clean
 
 
@@ -253,10 +253,69 @@ def test_a_run_cut_after_its_work_was_done_is_recorded_completed_so_its_retry_do
     [ended] = ended_lines
     assert (ended["outcome"], ended["interruptions"], ended["recorded_completed"]) == ("returned", 0, True)
     record = key_record(accounting, "late_finisher:1")
-    assert (record["status"], record["completed_run"]) == ("COMPLETED", 1)
+    assert (record["status"], record["runs"]) == ("COMPLETED", 1)
     # And the retry is a duplicate: the side effect stays one
     accounting.expire_visibility(first, "late")
     second = accounting.deliver("late", worker=worker)
     assert second is not None and second.failed_ids == []
     assert late_finisher.SIDE_EFFECTS["1"] == 1
     assert [line["message"] for line in accounting.log_lines() if line.get("message") == "duplicate skipped"]
+
+
+def _expire(harness: Harness, key: str, **old_format: int) -> None:
+    """The key's record past its expiry (DynamoDB's TTL deletes it within days; until then every reader takes it
+    as gone); `old_format`: attributes to set as a runtime before 0.3.0 left a completion."""
+    assignments = ["#expiry = :past", *(f"#{name} = :{name}" for name in old_format)]
+    harness.clients("dynamodb").update_item(
+        TableName=harness.deployment.idempotency_table,
+        Key={"id": {"S": idempotency_record_id(key)}},
+        UpdateExpression="SET " + ", ".join(assignments),
+        ExpressionAttributeNames={"#expiry": "expiration", **{f"#{name}": name for name in old_format}},
+        ExpressionAttributeValues={
+            ":past": {"N": str(int(time.time()) - 1)},
+            **{f":{name}": {"N": str(value)} for name, value in old_format.items()},
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    "old_format", [{}, {"runs": 0, "completed_run": 3}], ids=["completed since 0.3.0", "completed before 0.3.0"]
+)
+def test_a_key_reused_after_its_completion_expired_runs_afresh_even_if_it_had_completed_on_its_last_run(
+    accounting: Harness, old_format: dict[str, int]
+) -> None:
+    # Given a key that completed on its last run (3 of 3): the completion keeps that number
+    crashed_runs(accounting, "flaky:7", 2)
+    accounting.send(envelope("flaky", "7"), queue="standard")
+    assert (done := accounting.deliver("standard")) is not None and done.failed_ids == []
+    assert (key_record(accounting, "flaky:7")["status"], key_record(accounting, "flaky:7")["runs"]) == ("COMPLETED", 3)
+    # When its record has expired and the key is published again
+    _expire(accounting, "flaky:7", **old_format)
+    flaky.ATTEMPTS_SEEN.clear()
+    accounting.send(envelope("flaky", "7"), queue="standard")
+    again = accounting.deliver("standard")
+    # Then it runs as the first run of a new life, nothing dead-lettered, and completes with that number
+    assert again is not None and again.failed_ids == [] and flaky.ATTEMPTS_SEEN == [1]
+    assert flaky.SIDE_EFFECTS["7"] == 2
+    record = key_record(accounting, "flaky:7")
+    assert (record["status"], record["runs"], "completed_run" in record) == ("COMPLETED", 1, False)
+    assert accounting.dead_letters("standard") == []
+
+
+def test_a_counting_start_that_finds_an_expired_completion_starts_its_key_afresh(accounting: Harness) -> None:
+    """A start that isn't a first delivery (a redelivery, a message a previous runtime counted) counts on with its
+    UpdateItem, which refuses an expired completion; the ledger then starts the key at run 1."""
+    crashed_runs(accounting, "flaky:8", 2)
+    accounting.send(envelope("flaky", "8"), queue="standard")
+    assert (done := accounting.deliver("standard")) is not None and done.failed_ids == []
+    _expire(accounting, "flaky:8")
+    ledger = RunLedger(accounting.deployment.idempotency_table, lambda _: accounting.clients("dynamodb"))
+    ledger.configure(IdempotencyConfig(event_key_jmespath="key"), key_prefix=IDEMPOTENCY_KEY_PREFIX)
+    ledger.prepare(max_runs=3, time_left=lambda: 5.0, first_delivery=False)
+
+    ledger.save_inprogress(data={"key": "flaky:8"}, remaining_time_in_millis=60_000)
+
+    started = ledger.started()
+    assert started is not None and started.number == 1
+    record = key_record(accounting, "flaky:8")
+    assert (record["status"], record["runs"]) == ("INPROGRESS", 1)

@@ -263,7 +263,7 @@ def test_a_cancel_asked_of_a_run_that_then_fails_holds_is_listed_and_can_be_undo
     steps.send(envelope("stepwise", "f-1"), queue="steps")
     assert steps.deliver("steps") is not None
     assert stepwise.STEPS["f-1"] == [1, 1, 2, 3]
-    assert key_record(steps, "stepwise:f-1")["completed_run"] == 2
+    assert key_record(steps, "stepwise:f-1")["runs"] == 2
 
 
 def test_an_undo_answered_before_the_runs_cancelled_write_lands_leaves_the_key_to_run(steps: Harness) -> None:
@@ -293,7 +293,7 @@ def test_an_undo_answered_before_the_runs_cancelled_write_lands_leaves_the_key_t
     assert "cancel_requested_at" not in record
     steps.expire_visibility(first, "steps")
     assert (second := steps.deliver("steps")) is not None and second.failed_ids == []
-    assert key_record(steps, "stepwise:w-1")["completed_run"] == 2
+    assert key_record(steps, "stepwise:w-1")["runs"] == 2
 
 
 def test_cancel_then_undo_keeps_the_runs_a_key_has_used(steps: Harness) -> None:
@@ -533,7 +533,7 @@ def test_a_tenants_job_retrying_across_the_upgrade_counts_on_under_its_old_key(t
 
     # Then it runs once more, as its third run, under the key its earlier runs had (what a downstream saw)
     assert tallied.KEYS == ["mail:9001"]
-    assert key_record(tenanted, "mail:9001")["completed_run"] == 3
+    assert key_record(tenanted, "mail:9001")["runs"] == 3
 
 
 def test_once_old_keys_can_no_longer_live_a_tenants_job_looks_for_none(tenanted: Harness) -> None:

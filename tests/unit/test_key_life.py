@@ -69,12 +69,32 @@ def _item(**attributes: Any) -> dict[str, Any]:
         (_item(status="FAILED", runs=3, pending_dead_letter="permanent"), KeyState.DEAD_LETTER_PENDING),
         (_item(status="FAILED", runs=3, dead_lettered_at=NOW, ending_message="m-1"), KeyState.ENDING),
         (_item(status="COMPLETED", runs=0, completed_run=1), KeyState.COMPLETED),
+        (_item(status="COMPLETED", runs=1), KeyState.COMPLETED),
         (_item(status="CANCELLED", runs=2), KeyState.CANCELLED),
     ],
     ids=lambda value: value.value if isinstance(value, KeyState) else "",
 )
 def test_the_codec_reads_each_state(item: dict[str, Any] | None, state: KeyState) -> None:
     assert KeyRecord.from_item("jobs#x", item).state(NOW) is state
+
+
+@pytest.mark.parametrize(
+    "item",
+    [_item(status="COMPLETED", runs=2), _item(status="COMPLETED", runs=0, completed_run=2)],
+    ids=["as written since 0.3.0", "as written before"],
+)
+def test_a_completion_reads_as_its_runs_number_and_no_count_left(item: dict[str, Any]) -> None:
+    """A completion keeps its run's number in `runs` (the three attributes Powertools' own completion sets); a
+    runtime before 0.3.0 set `runs` back to 0 and kept the number in `completed_run`. Both read the same."""
+    record = KeyRecord.from_item("jobs#x", item)
+    assert (record.completed_run, record.runs) == (2, 0)
+
+
+def test_a_record_that_started_from_an_old_completion_reads_its_own_count() -> None:
+    # An old completion's key run again by a runtime before 0.3.0 kept the stale `completed_run`; the run's own
+    # `runs` wins once it completes.
+    record = KeyRecord.from_item("jobs#x", _item(status="COMPLETED", runs=1, completed_run=3))
+    assert (record.completed_run, record.runs) == (1, 0)
 
 
 def test_the_codec_keeps_what_a_record_says() -> None:

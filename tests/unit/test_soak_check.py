@@ -405,8 +405,6 @@ LIMITED_RUNS = [
 def _record(job: SoakJob, status: str, runs: int) -> tuple[str, KeyRecord]:
     record_id = idempotency_record_id(job.name)
     item = {"id": {"S": record_id}, "status": {"S": status}, "runs": {"N": str(runs)}, "expiration": {"N": "9e9"}}
-    if status == "COMPLETED":  # as the ledger's completion write leaves it
-        item.update({"runs": {"N": "0"}, "completed_run": {"N": str(runs)}})
     if status == "CANCELLED":
         item["cancelled_at"] = {"N": "1"}
     return record_id, KeyRecord.from_item(record_id, item)

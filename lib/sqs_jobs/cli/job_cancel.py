@@ -22,7 +22,7 @@ from typing import Any
 
 from sqs_jobs.cli.errors import OperatorError
 from sqs_jobs.specs import QueueSpec
-from sqs_jobs.worker.key_life import RUNS, KeyRecord, KeyState
+from sqs_jobs.worker.key_life import COMPLETED_RUN, RUNS, KeyRecord, KeyState
 from sqs_jobs.worker.names import (
     CANCEL_REQUESTED_AT,
     CANCELLED_AT,
@@ -95,10 +95,12 @@ def _condition_failed(error: BaseException) -> dict[str, Any] | None:
 
 def cancel_job(dynamodb: Any, table: str, target: CancelTarget, by: str, now: float | None = None) -> CancelResult:
     """Cancel the key (see the module's docstring); `by` says who, kept in the record."""
+    expired_completion = False
     for _ in range(MAX_TRIES):
         moment = time.time() if now is None else now
         try:
-            before = dynamodb.update_item(**_cancel_free_key(table, target, by, moment)).get("Attributes")
+            request = _cancel_free_key(table, target, by, moment, expired_completion=expired_completion)
+            before = dynamodb.update_item(**request).get("Attributes")
             unseen = (
                 ""
                 if before
@@ -117,6 +119,9 @@ def cancel_job(dynamodb: Any, table: str, target: CancelTarget, by: str, now: fl
                 raise
         record = KeyRecord.from_item(target.record_id, old)
         state = record.state(moment)
+        expired_completion = state is KeyState.NEW and record.status == RecordStatus.COMPLETED
+        if expired_completion:
+            continue  # its count must start afresh: the next try cancels that completion only
         if state is KeyState.COMPLETED:
             completed = record.expires_at
             at = _iso(completed - target.expiry_s) if completed else "(unknown)"
@@ -238,8 +243,12 @@ def _withdraw_request(table: str, target: CancelTarget, record: KeyRecord) -> di
     }
 
 
-def _cancel_free_key(table: str, target: CancelTarget, by: str, now: float) -> dict[str, Any]:
-    """CANCELLED, only while no run holds the key and it has not completed (the worker's own idea of a free key)."""
+def _cancel_free_key(
+    table: str, target: CancelTarget, by: str, now: float, *, expired_completion: bool = False
+) -> dict[str, Any]:
+    """CANCELLED, only while no run holds the key and it has not completed (the worker's own idea of a free key);
+    `expired_completion`: only while the record is the expired completion read, its count removed (a completion
+    keeps its run's number in `runs`; the key's next life, withdrawn or redriven, starts afresh)."""
     names = {
         "#id": "id",
         "#status": "status",
@@ -258,6 +267,7 @@ def _cancel_free_key(table: str, target: CancelTarget, by: str, now: float) -> d
     }
     values = {
         ":cancelled": {"S": RecordStatus.CANCELLED},
+        ":completed": {"S": RecordStatus.COMPLETED},
         ":failed": {"S": RecordStatus.FAILED},
         ":inprogress": {"S": RecordStatus.INPROGRESS},
         ":now": {"N": str(int(now))},
@@ -272,18 +282,26 @@ def _cancel_free_key(table: str, target: CancelTarget, by: str, now: float) -> d
         ":job_key": {"S": target.key},
         ":tenant": {"S": target.tenant},
     }
+    removed = "#in_progress_expiry, #next_retry_at"
+    if expired_completion:
+        condition = "#status = :completed AND #expiry < :now"
+        del names["#id"], values[":failed"], values[":inprogress"], values[":now_in_millis"]
+        names.update({"#runs": RUNS, "#completed_run": COMPLETED_RUN})
+        removed += ", #runs, #completed_run"
+    else:
+        condition = (
+            "attribute_not_exists(#id) OR (#expiry < :now AND #status <> :completed) OR #status = :failed OR "
+            "(#status = :inprogress AND #in_progress_expiry < :now_in_millis)"
+        )
     return {
         "TableName": table,
         "Key": {"id": {"S": target.record_id}},
         "UpdateExpression": (
             "SET #status = :cancelled, #expiry = :expiry, #cancelled_at = :now_at, #cancelled_by = :by, "
             "#life = :life, #life_at = :now_at, #queue = :queue, #job = :job, #job_id = :job_id, "
-            "#job_key = :job_key, #tenant = :tenant REMOVE #in_progress_expiry, #next_retry_at"
+            f"#job_key = :job_key, #tenant = :tenant REMOVE {removed}"
         ),
-        "ConditionExpression": (
-            "attribute_not_exists(#id) OR #expiry < :now OR #status = :failed OR "
-            "(#status = :inprogress AND #in_progress_expiry < :now_in_millis)"
-        ),
+        "ConditionExpression": condition,
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,
         "ReturnValues": "ALL_OLD",

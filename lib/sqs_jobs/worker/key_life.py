@@ -92,6 +92,7 @@ FINAL_STATES = frozenset({KeyState.COMPLETED, KeyState.CANCELLED})
 
 class Writer(StrEnum):
     START = "run start (ledger)"
+    START_AFRESH = "run start on an expired completion (ledger)"
     COMPLETE = "run completion (ledger)"
     COMPLETE_AFTER_CUT = "cut run that finished untouched (ledger)"
     FAIL = "run failure (ledger)"
@@ -110,6 +111,7 @@ class Writer(StrEnum):
 # one no writer's condition allows.
 TRANSITIONS: tuple[tuple[KeyState, KeyState, Writer], ...] = (
     (KeyState.NEW, KeyState.RUNNING, Writer.START),
+    (KeyState.NEW, KeyState.RUNNING, Writer.START_AFRESH),
     (KeyState.RETRYING, KeyState.RUNNING, Writer.START),
     (KeyState.STALLED, KeyState.RUNNING, Writer.START),
     (KeyState.RUNNING, KeyState.COMPLETED, Writer.COMPLETE),
@@ -209,7 +211,13 @@ class KeyRecord:
         if not item:
             return cls(record_id=record_id)
         in_progress = _number(item, IN_PROGRESS_EXPIRATION)
+        runs = int(_number(item, RUNS) or 0)
         completed_run = _number(item, COMPLETED_RUN)
+        if _text(item, STATUS) == RecordStatus.COMPLETED:
+            # A completion keeps its run's number in `runs` (before 0.3.0: `runs` 0, the number in `completed_run`);
+            # read as the count it leaves, none: the key's next life starts afresh.
+            completed_run = runs or completed_run
+            runs = 0
         progress_run = _number(item, PROGRESS_RUN)
         return cls(
             record_id=record_id,
@@ -217,7 +225,7 @@ class KeyRecord:
             status=_text(item, STATUS),
             expires_at=_number(item, EXPIRATION),
             in_progress_until_ms=int(in_progress) if in_progress is not None else None,
-            runs=int(_number(item, RUNS) or 0),
+            runs=runs,
             has_runs=RUNS in item,
             completed_run=int(completed_run) if completed_run is not None else None,
             held_since=_number(item, HELD_SINCE),

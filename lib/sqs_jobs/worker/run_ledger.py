@@ -12,8 +12,10 @@ item Powertools' idempotency already writes for every run, at no extra write:
   breakers held it, and when it first failed. On a message's first delivery the key nearly always has no record:
   a PutItem `runs = 1` only if it has none (Powertools' own write) tries that first, and a record it finds (a
   duplicate, a busy key) answers as Powertools would; anything else takes the UpdateItem.
-- **Completion** (Powertools' success write): status COMPLETED with the result, `runs` back to 0 (a key reused
-  after the record expires starts afresh) and the completing run's number kept as `completed_run`.
+- **Completion** (Powertools' success write): status COMPLETED with the result, `runs` kept as the completing
+  run's number: the same three attributes Powertools sets. A key reused after its completion expires starts
+  afresh: the counting write refuses an expired completion, and a second write, conditioned on that completion,
+  sets `runs = 1` (readers see a completion's `runs` as its `completed_run`, the count as 0).
 - **Failure** (in place of Powertools' delete): status FAILED with the error's type and message, `runs` kept, so
   the next delivery counts on; a run refused by an open breaker is given its run back (`runs - 1`) and
   `held_since` set once. The runtime writes this after it has classified the failure.
@@ -155,6 +157,10 @@ class StartedRun:
     listed: bool = True
     # When its start write was made (epoch seconds): since when it runs, as the list says.
     started_at: float = 0.0
+
+
+class _ExpiredCompletionError(Exception):
+    """The start write found the key's completion expired: its key starts a new life, counted from 1."""
 
 
 class RunsExhaustedError(Exception):
@@ -328,8 +334,23 @@ class RunLedger(DynamoDBPersistenceLayer):
         scope.listed_late = False
         scope.follow_ups = scope.replayed_follow_ups = None
         now = time.time()
-        if scope.first_delivery and self._start_new_key(data_record, scope, now):
-            return
+        if scope.first_delivery:
+            started = self._start_new_key(data_record, scope, now)
+            if started is not None:
+                if started:
+                    return
+                self._start_counted(data_record, scope, now, afresh=True)
+                return
+        try:
+            self._start_counted(data_record, scope, now, afresh=False)
+        except _ExpiredCompletionError:
+            self._start_counted(data_record, scope, now, afresh=True)
+
+    def _start_counted(self, data_record: DataRecord, scope: _Scope, now: float, *, afresh: bool) -> None:
+        """The start write that counts the run on the key's record: `runs + 1` on a free key's (absent, failed, an
+        in-progress run past its deadline, expired); `afresh`: `runs = 1` on an expired completion's, whose key
+        starts a new life (a completion keeps its run's number in `runs`). Raises _ExpiredCompletionError when the
+        counting write finds an expired completion, so its caller starts afresh instead."""
         names = {
             "#id": self.key_attr,
             "#expiry": self.expiry_attr,
@@ -352,7 +373,7 @@ class RunLedger(DynamoDBPersistenceLayer):
         assignments = [
             "#status = :inprogress",
             "#expiry = :expiry",
-            "#runs = if_not_exists(#runs, :seed) + :one",
+            "#runs = :one" if afresh else "#runs = if_not_exists(#runs, :seed) + :one",
             *self._running(data_record.idempotency_key, scope.identity, now, names, values),
         ]
         if data_record.in_progress_expiry_timestamp is not None:
@@ -362,22 +383,34 @@ class RunLedger(DynamoDBPersistenceLayer):
             names["#held_since"] = HELD_SINCE
             values[":seed_held_since"] = {"N": f"{scope.seed_held_since:.3f}"}
             assignments.append("#held_since = if_not_exists(#held_since, :seed_held_since)")
-        free = (
-            "attribute_not_exists(#id) OR #expiry < :now OR #status = :failed OR "
-            "(#status = :inprogress AND attribute_exists(#in_progress_expiry) AND #in_progress_expiry < :now_in_millis)"
-        )
-        # A run an operator asked to stop that never reported back (a crash): its key is cancelled all the same.
-        condition = (
-            f"({free}) AND (attribute_not_exists(#runs) OR #runs < :max) AND attribute_not_exists(#pending) "
-            "AND (attribute_not_exists(#cancel_requested_at) OR #expiry < :now) "
-            "AND (attribute_not_exists(#dead_lettered_at) OR #expiry < :now)"
-        )
+        values[":completed"] = {"S": COMPLETED}
+        if afresh:
+            # Only the expired completion it found: anything else written since is answered as the count would be.
+            condition = "#status = :completed AND #expiry < :now"
+            del values[":seed"], values[":max"], values[":failed"], values[":now_in_millis"]
+            del names["#id"], names["#pending"]
+            if data_record.in_progress_expiry_timestamp is None:
+                del names["#in_progress_expiry"]
+        else:
+            free = (
+                "attribute_not_exists(#id) OR (#expiry < :now AND #status <> :completed) OR #status = :failed OR "
+                "(#status = :inprogress AND attribute_exists(#in_progress_expiry) AND "
+                "#in_progress_expiry < :now_in_millis)"
+            )
+            # A run an operator asked to stop that never reported back (a crash): its key is cancelled all the same.
+            condition = (
+                f"({free}) AND (attribute_not_exists(#runs) OR #runs < :max) AND attribute_not_exists(#pending) "
+                "AND (attribute_not_exists(#cancel_requested_at) OR #expiry < :now) "
+                "AND (attribute_not_exists(#dead_lettered_at) OR #expiry < :now)"
+            )
         # What an earlier life of the key left: a due time, and a cancel that has expired.
         stale = {"#next_retry_at": NEXT_RETRY_AT, "#cancelled_at": CANCELLED_AT, "#cancelled_by": CANCELLED_BY}
         stale["#cancel_requested_at"] = CANCEL_REQUESTED_AT
         stale.update({"#ending_message": ENDING_MESSAGE, "#ending_body": ENDING_BODY})
         # A run's follow-ups are those of the run that completes: an expired completion's never carry over.
         stale["#follow_ups"] = FOLLOW_UPS
+        # Where a completion of a runtime before 0.3.0 kept its run's number.
+        stale["#completed_run"] = COMPLETED_RUN
         names.update(stale)
         stale = {**stale, "#dead_lettered_at": DEAD_LETTERED_AT}
         try:
@@ -397,7 +430,12 @@ class RunLedger(DynamoDBPersistenceLayer):
             item: Mapping[str, Any] | None = error.response.get("Item")  # type: ignore[assignment]
             if item is None:  # the record vanished between the write and its answer: Powertools retries
                 raise IdempotencyItemAlreadyExistsError() from error
-            raise self._refusal(data_record.idempotency_key, item, now) from error
+            refusal = self._refusal(data_record.idempotency_key, item, now)
+            if isinstance(refusal, _ExpiredCompletionError) and afresh:
+                # Another start took the expired completion first and has since completed again: Powertools reads
+                # the record again and answers from it.
+                raise IdempotencyItemAlreadyExistsError() from error
+            raise refusal from error
         old = response.get("Attributes") or {}
         before = LedgerEntry.from_item(data_record.idempotency_key, old)
         # No runs before: a new key, or a record a previous runtime wrote (the seed then stands for them).
@@ -417,11 +455,11 @@ class RunLedger(DynamoDBPersistenceLayer):
         clauses = [*identity.assignments(names, values), "#started_at = :started_at"]
         return clauses + _listed(identity.queue, LifeState.RUNNING, record_id, ":started_at", names, values)
 
-    def _start_new_key(self, data_record: DataRecord, scope: _Scope, now: float) -> bool:
+    def _start_new_key(self, data_record: DataRecord, scope: _Scope, now: float) -> bool | None:
         """A message's first delivery is nearly always its key's first run: start it with a plain conditional
-        PutItem, as Powertools does (an UpdateItem costs DynamoDB nothing more, but moto twice as much). False when
-        the key has a record after all that this write can't settle (a failed run, an expired record): the caller
-        counts on with its UpdateItem."""
+        PutItem, as Powertools does (an UpdateItem costs DynamoDB nothing more, but moto twice as much). True: it
+        started; False: the key's record is an expired completion (the caller starts afresh); None: a record this
+        write can't settle (a failed run, another expired record), so the caller counts on with its UpdateItem."""
         item = {
             **self._key(data_record.idempotency_key),
             self.status_attr: {"S": INPROGRESS},
@@ -451,7 +489,7 @@ class RunLedger(DynamoDBPersistenceLayer):
             refusal = self._refusal(data_record.idempotency_key, old or {}, now)
             if isinstance(refusal, IdempotencyItemAlreadyExistsError):
                 raise refusal from error  # a duplicate, or its key busy: Powertools' answers
-            return False
+            return False if isinstance(refusal, _ExpiredCompletionError) else None
         scope.started = StartedRun(
             number=1,
             before=LedgerEntry(record_id=data_record.idempotency_key),
@@ -462,7 +500,8 @@ class RunLedger(DynamoDBPersistenceLayer):
         return True
 
     def _refusal(self, record_id: str, item: Mapping[str, Any], now: float) -> Exception:
-        """Why the start write's condition failed: a duplicate or a busy key (Powertools' answers), or no run left."""
+        """Why the start write's condition failed: a duplicate or a busy key (Powertools' answers), an expired
+        completion (the key starts afresh), or no run left."""
         status = item.get(self.status_attr, {}).get("S")
         expiry = int(item.get(self.expiry_attr, {}).get("N", "0"))
         in_progress_expiry = item.get(self.in_progress_expiry_attr, {}).get("N")
@@ -476,6 +515,8 @@ class RunLedger(DynamoDBPersistenceLayer):
             return KeyCancelledError(LedgerEntry.from_item(record_id, item))
         if live and DEAD_LETTERED_AT in item:
             return KeyEndingError(LedgerEntry.from_item(record_id, item))
+        if status == COMPLETED:
+            return _ExpiredCompletionError()
         return RunsExhaustedError(LedgerEntry.from_item(record_id, item))
 
     def _update_record(self, data_record: DataRecord) -> None:
@@ -528,15 +569,16 @@ class RunLedger(DynamoDBPersistenceLayer):
         only_if: str | None = None,
         follow_ups: str | None = None,
     ) -> None:
-        """COMPLETED, `runs` back to 0 and the completing run kept; `values` the expiry, if given the result, and
-        the values `only_if` (the write's condition) names; the run's follow-ups, if it asked for any.
+        """COMPLETED, `runs` kept (the completing run's number); `values` the expiry, if given the result, and the
+        values `only_if` (the write's condition) names; the run's follow-ups, if it asked for any. As Powertools'
+        own completion: three attributes set for a run that returns at once.
 
         The failure bookkeeping the record held when the run started is removed (a key reused after its record
         expires starts clean); only what was there, so a first run's completion stays as small a write as
         Powertools' own."""
-        values = {**values, ":completed": {"S": COMPLETED}, ":zero": {"N": "0"}}
-        names = {"#status": self.status_attr, "#expiry": self.expiry_attr, "#runs": RUNS}
-        assignments = ["#status = :completed", "#expiry = :expiry", "#runs = :zero"]
+        values = {**values, ":completed": {"S": COMPLETED}}
+        names = {"#status": self.status_attr, "#expiry": self.expiry_attr}
+        assignments = ["#status = :completed", "#expiry = :expiry"]
         if ":response_data" in values:
             names["#response_data"] = self.data_attr
             assignments.append("#response_data = :response_data")
@@ -544,11 +586,10 @@ class RunLedger(DynamoDBPersistenceLayer):
             names["#follow_ups"] = FOLLOW_UPS
             values[":follow_ups"] = {"S": follow_ups}
             assignments.append("#follow_ups = :follow_ups")
-        if run is not None:
-            values[":run"] = {"N": str(run.number)}
-        if ":run" in values:
-            names["#completed_run"] = COMPLETED_RUN
-            assignments.append("#completed_run = :run")
+        if only_if is not None and "#runs" in only_if:
+            names["#runs"] = RUNS
+            if run is not None:
+                values[":run"] = {"N": str(run.number)}
         held = run is None or run.held_since is not None
         # A new key's first run that was never listed (most runs: they end before `list_running_after_s`) has no
         # listing or due time to take away.
