@@ -6,7 +6,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from aws_lambda_powertools import Logger
 
@@ -161,16 +161,27 @@ class JobModule(Protocol):
     # classifier for this job's own errors (sqs_jobs.worker.classify).
 
 
-@dataclass(frozen=True)
 class LoadedJob:
-    spec: JobSpec
-    run: Callable[[Envelope, JobContext], JobResult]
-    key_function: Callable[[Envelope], str]
-    # The job's classification overrides: exception types it knows to be permanent or transient.
-    permanent_errors: ErrorTypes = ()
-    transient_errors: ErrorTypes = ()
-    # The module's `unique_key(envelope)`, for a unique or debounced job; None: the entity ID.
-    unique_key_function: Callable[[Envelope], str] | None = None
+    # A plain class: a dataclass's generated methods cost every cold start half a millisecond.
+    __slots__ = ("key_function", "permanent_errors", "run", "spec", "transient_errors", "unique_key_function")
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        run: Callable[[Envelope, JobContext], JobResult],
+        key_function: Callable[[Envelope], str],
+        permanent_errors: ErrorTypes = (),
+        transient_errors: ErrorTypes = (),
+        unique_key_function: Callable[[Envelope], str] | None = None,
+    ) -> None:
+        self.spec: Final = spec
+        self.run: Final = run
+        self.key_function: Final = key_function
+        # The job's classification overrides: exception types it knows to be permanent or transient.
+        self.permanent_errors: Final = permanent_errors
+        self.transient_errors: Final = transient_errors
+        # The module's `unique_key(envelope)`, for a unique or debounced job; None: the entity ID.
+        self.unique_key_function: Final = unique_key_function
 
     def derives_key(self, envelope: Envelope) -> bool:
         """Whether the record's idempotency key is the runtime's default, `<job>:<id>`: neither the publisher nor
