@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqs_jobs.envelope import RESERVED_FIELDS
 from sqs_jobs.limits import NAME
@@ -37,12 +37,16 @@ class JobContract:
     routes: Mapping[str, str]
     fifo_queues: frozenset[str] = frozenset()
     reserved_fields: frozenset[str] = frozenset(RESERVED_FIELDS)
+    # How long each queue's key records (and with them, results) are kept, in seconds; a stack from before results
+    # doesn't say.
+    expiry_s: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_catalog(cls, catalog: Catalog) -> JobContract:
         return cls(
             routes={job.name: queue.name for queue in catalog for job in queue.jobs},
             fifo_queues=frozenset(queue.name for queue in catalog if queue.fifo),
+            expiry_s={queue.name: queue.idempotency_expiry_s for queue in catalog},
         )
 
     @property
@@ -70,7 +74,10 @@ class JobContract:
         return "tenant" in self.reserved_fields
 
     def to_json(self) -> str:
-        queues = {queue: {"fifo": self.is_fifo(queue)} for queue in self.queue_names}
+        queues: dict[str, dict[str, object]] = {queue: {"fifo": self.is_fifo(queue)} for queue in self.queue_names}
+        for queue, seconds in self.expiry_s.items():
+            if queue in queues:
+                queues[queue]["expiry_s"] = seconds
         document = {
             "version": CONTRACT_VERSION,
             "jobs": dict(self.routes),
@@ -101,12 +108,18 @@ class JobContract:
                 raise ContractError(f"the job contract routes {job!r} to {queue!r}, which it does not declare")
             routes[job] = queue
         fifo = set()
+        expiry: dict[str, int] = {}
         for queue, settings in queues.items():
             if not (NAME.fullmatch(queue) and isinstance(settings, dict) and isinstance(settings.get("fifo"), bool)):
                 raise ContractError(f"the job contract's queue {queue!r} needs a name and a boolean 'fifo'")
             if settings["fifo"]:
                 fifo.add(queue)
+            seconds = settings.get("expiry_s")
+            if seconds is not None:
+                if not (isinstance(seconds, int) and not isinstance(seconds, bool) and seconds > 0):
+                    raise ContractError(f"the job contract's queue {queue!r} has 'expiry_s' {seconds!r}: seconds > 0")
+                expiry[queue] = seconds
         reserved = document.get("reserved_fields", sorted(FIRST_RESERVED_FIELDS))
         if not (isinstance(reserved, list) and all(isinstance(name, str) for name in reserved)):
             raise ContractError("the job contract's 'reserved_fields' must be a list of field names")
-        return cls(routes=routes, fifo_queues=frozenset(fifo), reserved_fields=frozenset(reserved))
+        return cls(routes=routes, fifo_queues=frozenset(fifo), reserved_fields=frozenset(reserved), expiry_s=expiry)

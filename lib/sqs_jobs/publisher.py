@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqs_jobs.batches import (
     CHAIN,
@@ -69,8 +69,12 @@ from sqs_jobs.stack_names import (
     contract_parameter_name,
     one_time_schedule_prefix,
     parameter_name,
+    results_parameter_name,
     schedules_parameter_name,
 )
+
+if TYPE_CHECKING:
+    from sqs_jobs.results import JobResult, JobResults
 
 MAX_DELAY_S = SQS_MAX_DELAY_S
 # How far ahead a job may be scheduled: our limit, not the scheduler's (it has none documented). A job due in
@@ -178,6 +182,12 @@ def _published_contract(ssm_client: Any, stack_name: str) -> JobContract | None:
     return JobContract.from_json(found[0]["Value"]) if found else None
 
 
+def _results_reader(dynamodb_client: Any, table: str) -> JobResults:
+    from sqs_jobs.results import JobResults  # the key record's codec, loaded by services that read results only
+
+    return JobResults(dynamodb_client, table)
+
+
 class JobPublisher:
     def __init__(
         self,
@@ -189,13 +199,16 @@ class JobPublisher:
         contract: JobContract | None = None,
         batches: BatchTable | None = None,
         message_attributes: Callable[[Envelope], Mapping[str, Any]] | None = None,
+        results: JobResults | None = None,
     ) -> None:
         """`contract`: the deployed stack's job contract (what from_stack reads); None: the one of `catalog`, the
         project's catalog where the service has it (one of the two is required: ContractNotGivenError).
         `batches`: where `batch` defines its batches (from_stack with a dynamodb_client finds the stack's).
         `message_attributes`: SQS message attributes sent with each envelope (the worker runtime stamps what it
-        sends with its identity; a service needs none)."""
+        sends with its identity; a service needs none).
+        `results`: where `result` reads how a job stands (from_stack with a results_client finds the stack's)."""
         self._batches = batches
+        self._results = results
         self._message_attributes = message_attributes
         if contract is None and catalog is None:
             raise ContractNotGivenError(
@@ -220,6 +233,7 @@ class JobPublisher:
         clock: Callable[[], datetime] | None = None,
         queues: Iterable[str] | None = None,
         dynamodb_client: Any = None,
+        results_client: Any = None,
     ) -> JobPublisher:
         """A publisher for a deployed stack, from its SSM parameters: its job contract (which jobs exist, on which
         queue: so a job added to the stack after this service was built is published too; a stack without one,
@@ -227,7 +241,8 @@ class JobPublisher:
         what delays beyond 15 minutes need. Name only the queues the service was granted
         (`JobQueue.grant_publish`): SSM refuses a whole GetParameters call that names one parameter it may not
         read. Raises QueueNotConfiguredError when a parameter is missing (the stack is not deployed here, or has
-        another name). With a `dynamodb_client`, `batch` defines batches in the stack's table."""
+        another name). With a `dynamodb_client`, `batch` defines batches in the stack's table; with a
+        `results_client` (a DynamoDB client; `JobsStack.grant_read_results`), `result` reads jobs' results."""
         contract = _published_contract(ssm_client, stack_name)
         if contract is None:
             if catalog is None:
@@ -246,6 +261,8 @@ class JobPublisher:
             names += [schedules_parameter_name(stack_name, key) for key in (SCHEDULE_GROUP, SCHEDULES_DLQ_ARN)]
         if dynamodb_client is not None:
             names.append(batches_parameter_name(stack_name))
+        if results_client is not None:
+            names.append(results_parameter_name(stack_name))
         values: dict[str, str] = {}
         for start in range(0, len(names), 10):  # GetParameters takes 10 names at most
             response = ssm_client.get_parameters(Names=names[start : start + 10])
@@ -253,7 +270,9 @@ class JobPublisher:
         required = [
             name
             for name in names
-            if name.endswith(f"/{QUEUE_URL}") or scheduler_client is not None or name.startswith(f"/{stack_name}/batch")
+            if name.endswith(f"/{QUEUE_URL}")
+            or scheduler_client is not None
+            or name.startswith((f"/{stack_name}/batch", f"/{stack_name}/results"))
         ]
         missing = [name for name in required if name not in values]
         if missing:
@@ -280,8 +299,20 @@ class JobPublisher:
             if dynamodb_client is not None
             else None
         )
+        results = (
+            _results_reader(results_client, values[results_parameter_name(stack_name)])
+            if results_client is not None
+            else None
+        )
         return cls(
-            sqs_client, urls, catalog=catalog, scheduling=scheduling, clock=clock, contract=contract, batches=batches
+            sqs_client,
+            urls,
+            catalog=catalog,
+            scheduling=scheduling,
+            clock=clock,
+            contract=contract,
+            batches=batches,
+            results=results,
         )
 
     def envelope(
@@ -473,6 +504,39 @@ class JobPublisher:
         if failed:
             raise PartialPublishError(sent, failed)
         return [message_id for message_id in sent if message_id is not None]
+
+    def result(
+        self,
+        job: str,
+        entity_id: str,
+        key: str | None = None,
+        *,
+        tenant: str | None = None,
+        wait: float | None = None,
+        published_at: datetime | None = None,
+    ) -> JobResult:
+        """How the job published as (`job`, `entity_id`, `key`, `tenant`) stands, and once it succeeded what it
+        returned (docs/results.md). `wait`: seconds to poll until it is done (succeeded, dead, cancelled,
+        expired); past them the state as it is comes back (check `done`). `published_at`: when it was published,
+        so that a job whose record has expired and been deleted says EXPIRED, not PENDING. Raises
+        UnknownContractJobError for a job the stack doesn't have, ResultsNotConfiguredError without a reader."""
+        if self._results is None:
+            from sqs_jobs.results import ResultsNotConfiguredError
+
+            raise ResultsNotConfiguredError(
+                "this publisher reads no results: build it with JobPublisher.from_stack(..., results_client=dynamodb) "
+                "(the service granted JobsStack.grant_read_results), or pass results=JobResults(dynamodb, table)"
+            )
+        queue = self._contract.queue_for_job(job)
+        return self._results.read(
+            job,
+            entity_id,
+            key=key,
+            tenant=tenant,
+            wait_s=wait,
+            published_at=published_at,
+            expiry_s=self._contract.expiry_s.get(queue),
+        )
 
     def batch(
         self,

@@ -97,6 +97,12 @@ def batches_parameter_name(stack_name: str) -> str:
     return f"/{stack_name}/batches/table"
 
 
+def results_parameter_name(stack_name: str) -> str:
+    """The SSM parameter holding the table job results are read from (the idempotency table, whose key records a
+    service granted `grant_read_results` may read): `/<stack_name>/results/table`."""
+    return f"/{stack_name}/results/table"
+
+
 # The alias a durable job's function is invoked through: durable functions are invoked by a qualified ARN, and an
 # alias pins each execution to the version it started on (https://docs.aws.amazon.com/lambda/latest/dg/durable-invoking.html).
 DURABLE_ALIAS = "live"

@@ -1,5 +1,6 @@
 """Batches in the stack: the parameter publishers find the batch table by, the publishers' grant to define batches
-(its `batch#` items only), and each worker's routes to the queues of the jobs its jobs publish (and no others).
+(its `batch#` items only), and each worker's routes to the queues of the jobs its jobs publish (and no others); and
+beside them in the same table, a service's grant to read its jobs' results (key records, result attributes only).
 One extra synth of a small two-queue catalog, built as app.py builds it."""
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from aws_cdk.assertions import Template
 
 from functions.catalog import RESOURCES as APP_RESOURCES
 from sqs_jobs.cdk.stack import JobsStack, build_app
+from sqs_jobs.results import RESULT_ATTRIBUTES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
-from sqs_jobs.stack_names import batches_parameter_name
+from sqs_jobs.stack_names import batches_parameter_name, results_parameter_name
 from sqs_jobs.worker.settings import ENV_ROUTES
 from tests.infra.cfn import of_type, props
 
@@ -34,6 +36,8 @@ def built(cdk_context: dict[str, Any]) -> tuple[JobsStack, dict[str, Any]]:
     _, stack = build_app(cdk_context, catalog=CATALOG)
     publisher = iam.Role(stack, "TestPublisher", assumed_by=iam.AccountRootPrincipal())
     stack.batches.grant_define(publisher)
+    reader = iam.Role(stack, "TestResultsReader", assumed_by=iam.AccountRootPrincipal())
+    stack.grant_read_results(reader)
     return stack, Template.from_stack(stack).to_json()["Resources"]
 
 
@@ -95,6 +99,9 @@ def test_publishers_find_the_batch_table_and_may_write_its_batch_items_only(
     assert writing["Action"] == "dynamodb:PutItem"
     assert writing["Resource"] == {"Fn::GetAtt": [_logical_id(stack, stack.idempotency_table), "Arn"]}
     assert writing["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["batch#*"]}}
+    # The parameter's ARN as IAM matches it: its name once, not a token that resolves to "/<name>" after "parameter/".
+    [ssm] = [statement for statement in statements if statement["Action"] == "ssm:GetParameters"]
+    assert f":parameter{batches_parameter_name(stack.stack_name)}" in json.dumps(ssm["Resource"])
     assert all("*" != statement["Resource"] for statement in statements)
 
 
@@ -126,3 +133,32 @@ def test_each_worker_may_count_the_open_batches_only_and_one_alarm_pages_on_a_st
     )
     assert all(metric["MetricName"] == "StalledBatches" for metric in watched)
     assert "a-batch-does-not-complete" in alarm["AlarmDescription"]
+
+
+def test_a_service_finds_the_results_table_and_may_read_only_a_results_attributes_of_key_records(
+    built: tuple[JobsStack, dict[str, Any]],
+) -> None:
+    stack, resources = built
+    table = _logical_id(stack, stack.idempotency_table)
+    [parameter] = [
+        props(resources, key)
+        for key in of_type(resources, "AWS::SSM::Parameter")
+        if props(resources, key)["Name"] == results_parameter_name(stack.stack_name)
+    ]
+    assert parameter["Value"] == {"Ref": table}
+    reader = next(key for key in of_type(resources, "AWS::IAM::Role") if key.startswith("TestResultsReader"))
+    statements = _statements_of(resources, reader)
+    [reading] = [statement for statement in statements if "dynamodb" in json.dumps(statement["Action"])]
+    assert reading["Action"] == "dynamodb:GetItem"
+    assert reading["Resource"] == {"Fn::GetAtt": [table, "Arn"]}
+    # AWS's own example of attribute-level access (IAM User Guide, "Allows access to specific attributes"), on
+    # key records only: never a traceback, a dead letter's body or who ran it.
+    assert reading["Condition"] == {
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["jobs#*"]},
+        "ForAllValues:StringEquals": {"dynamodb:Attributes": list(RESULT_ATTRIBUTES)},
+        "StringEqualsIfExists": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+    }
+    assert not {"last_traceback", "ending_body", "run_by"} & set(RESULT_ATTRIBUTES)
+    [ssm] = [statement for statement in statements if statement["Action"] == "ssm:GetParameters"]
+    assert f":parameter{results_parameter_name(stack.stack_name)}" in json.dumps(ssm["Resource"])
+    assert all("*" != statement["Resource"] for statement in statements)

@@ -282,7 +282,8 @@ def test_parameter_names_follow_the_documented_pattern(synth: Synth) -> None:
     schedules = {f"/{stack_name}/schedules/{key}" for key in ("group", "dlq-arn", "dlq-url")}
     resources = {f"/{stack_name}/resources/{spec.name}" for spec in CATALOG.resources if _published(spec)}
     queues = {f"/{stack_name}/queues/{spec.name}/{key}" for spec in CATALOG for key in keys}
-    assert names == queues | schedules | resources | {f"/{stack_name}/contract", f"/{stack_name}/batches/table"}
+    tables = {f"/{stack_name}/batches/table", f"/{stack_name}/results/table"}
+    assert names == queues | schedules | resources | tables | {f"/{stack_name}/contract"}
 
 
 def test_the_job_contract_parameter_holds_the_catalogs_contract(synth: Synth) -> None:

@@ -161,8 +161,31 @@ def test_the_arrows_inside_the_distribution_point_one_way(package: str, never: t
                 if isinstance(node, ast.ImportFrom)
                 else []
             )
-            found += [f"{source.relative_to(ROOT)}: {name}" for name in names if name.startswith(never)]
+            found += [
+                f"{source.relative_to(ROOT)}: {name}"
+                for name in names
+                if name.startswith(never) and name not in SHARED_CODEC
+            ]
     assert found == []
+
+
+# The worker's standard-library-only modules every side reads a key's record with: the names and the codec the
+# runtime writes it with (the publisher's results, jobctl, the stack). They import nothing else, so a service
+# that reads results still needs boto3 alone.
+SHARED_CODEC = ("sqs_jobs.worker.key_life", "sqs_jobs.worker.names")
+
+
+@pytest.mark.parametrize("module", SHARED_CODEC)
+def test_the_shared_codec_imports_the_standard_library_and_itself_only(module: str) -> None:
+    source = ROOT / "lib" / (module.replace(".", "/") + ".py")
+    imported = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            imported.add(node.module or "")
+    outside = {name for name in imported if name.split(".")[0] not in sys.stdlib_module_names}
+    assert outside <= set(SHARED_CODEC), outside
 
 
 # A feature's code, loaded only by a queue whose jobs declare it (issue 33: pay only for what a queue uses), and the

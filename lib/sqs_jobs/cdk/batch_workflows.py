@@ -54,10 +54,12 @@ class BatchWorkflows(Construct):
         counts the batch members it ends (sqs_jobs.durable.runtime): it is given the worker's routes too."""
         super().__init__(scope, construct_id)
         self._table = table
+        # The name as written, not the parameter's `parameter_name` (a token: its ARN would not be the grant's).
+        self._parameter_name = batches_parameter_name(stack_name)
         self.parameter = ssm.StringParameter(
             self,
             "TableParameter",
-            parameter_name=batches_parameter_name(stack_name),
+            parameter_name=self._parameter_name,
             string_value=table.table_name,
             description="The table publishers define batches in (sqs_jobs.batches; its batch# items)",
         )
@@ -135,7 +137,7 @@ class BatchWorkflows(Construct):
                 Stack.of(self).format_arn(
                     service="ssm",
                     resource="parameter",
-                    resource_name=self.parameter.parameter_name.removeprefix("/"),
+                    resource_name=self._parameter_name.removeprefix("/"),
                     arn_format=ArnFormat.SLASH_RESOURCE_NAME,
                 )
             ],

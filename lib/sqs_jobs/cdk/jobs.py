@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, cast
 
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
@@ -27,6 +28,7 @@ from sqs_jobs.cdk.durable_function import DurableJobFunction
 from sqs_jobs.cdk.heartbeat_canary import HeartbeatCanary
 from sqs_jobs.cdk.job_queue import JobQueue
 from sqs_jobs.cdk.job_resources import GivenResource, JobResources
+from sqs_jobs.cdk.job_results import JobResultsReading
 from sqs_jobs.cdk.job_schedules import JobSchedules
 from sqs_jobs.cdk.jobs_dashboard import DashboardQueue, DashboardSchedules, JobsDashboard
 from sqs_jobs.cdk.naming import (
@@ -67,6 +69,7 @@ class JobsComposition:
     durable_functions: dict[str, DurableJobFunction]
     alarms: dict[str, QueueAlarms]
     batches: BatchWorkflows
+    results: JobResultsReading
     heartbeat: HeartbeatCanary
     dashboard: cloudwatch.Dashboard
 
@@ -200,6 +203,8 @@ class JobsComposition:
             topic=self.alarm_topic,
             durable_functions={job: durable.function for job, durable in self.durable_functions.items()},
         )
+        # Where services read how their jobs stand and what they returned (grant_read_results).
+        self.results = JobResultsReading(scope, "Results", stack_name=context.stack_name, table=self.idempotency_table)
         self.heartbeat = HeartbeatCanary(
             scope, "Heartbeat", queues=[(item.spec, item.queue) for item in self.queues.values()]
         )
@@ -261,6 +266,11 @@ class JobsComposition:
         )
         # cdk-nag acknowledgements, each with its reason (construct metadata only: the template is unchanged).
         nag_suppressions.acknowledge(self)
+
+    def grant_read_results(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let `grantee` (a service's role) read how its jobs stand and what they returned (JobPublisher.result):
+        GetItem of the idempotency table's key records, of a result's attributes only (sqs_jobs.cdk.job_results)."""
+        return self.results.grant_read(grantee)
 
 
 class Jobs(Construct, JobsComposition):

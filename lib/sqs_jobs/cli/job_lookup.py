@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqs_jobs.cli.discovery import QueueLocation
 from sqs_jobs.cli.dlq import DeadLetter, DeadLetterQueue
@@ -38,6 +38,9 @@ from sqs_jobs.worker.uniqueness import (
     flow_key,
     flow_kind,
 )
+
+if TYPE_CHECKING:
+    from sqs_jobs.results import JobResult
 
 COMPLETED = "completed"
 CANCELLED = "cancelled"
@@ -350,6 +353,32 @@ class JobLookup:
             return NOT_FOUND
         return _VERDICTS.get(record.state(self.looked_at), NOT_FOUND)
 
+    def outcome(self) -> JobResult:
+        """How the job stands as its publisher reads it (sqs_jobs.results): the same codec, the same states; a job
+        whose dead letter is in the DLQ is dead whatever its record says."""
+        from sqs_jobs.results import JobResult, JobState, job_result
+
+        durable = self.durable
+        if durable is not None and durable.status is not None:
+            # The worker only started it (its key record says so); the execution's own record says how it stands.
+            state = {"SUCCEEDED": JobState.SUCCEEDED, "FAILED": JobState.DEAD}.get(durable.status, JobState.RUNNING)
+            failed = state is JobState.DEAD
+            return JobResult(
+                self.job,
+                self.entity_id,
+                self.idempotency_key,
+                state,
+                error_type=durable.last_error_type if failed else None,
+                error=durable.last_error if failed else None,
+            )
+        key_record = (
+            self.record.key_record
+            if self.record is not None and self.record.key_record is not None
+            else KeyRecord(record_id=idempotency_record_id(self.idempotency_key))
+        )
+        found = job_result(self.job, self.entity_id, self.idempotency_key, key_record, self.looked_at.timestamp())
+        return replace(found, state=JobState.DEAD) if self.dead_letters and not found.done else found
+
     def explanation(self) -> str:
         record = self.record
         if self.durable is not None and self.durable.status is not None and not self.dead_letters:
@@ -422,12 +451,16 @@ class JobLookup:
 
     def to_dict(self) -> dict[str, Any]:
         record = self.record
+        outcome = self.outcome()
         return {
             "queue": self.queue,
             "job": self.job,
             "id": self.entity_id,
             "idempotency_key": self.idempotency_key,
             "verdict": self.verdict,
+            # As JobPublisher.result says it: the state, and once it succeeded what the job returned.
+            "state": outcome.state.value,
+            "result": outcome.value,
             "explanation": self.explanation(),
             "record": None
             if record is None

@@ -27,6 +27,7 @@ from sqs_jobs.stack_names import (
     contract_parameter_name,
     durable_function_name,
     resource_parameter_name,
+    results_parameter_name,
 )
 from sqs_jobs.worker.clients import new_session
 from sqs_jobs.worker.names import LIFE, LIFE_AT, LIFE_INDEX
@@ -278,6 +279,8 @@ def provision(
             ssm.put_parameter(Name=parameter, Value=resources[resource.name], Type="String", Overwrite=True)
     # Where publishers define batches, as the stack writes it.
     ssm.put_parameter(Name=batches_parameter_name(stack_name), Value=idempotency_table, Type="String", Overwrite=True)
+    # Where services read their jobs' results, as the stack writes it.
+    ssm.put_parameter(Name=results_parameter_name(stack_name), Value=idempotency_table, Type="String", Overwrite=True)
     # The job contract publishers read, as the stack writes it.
     ssm.put_parameter(
         Name=contract_parameter_name(stack_name),

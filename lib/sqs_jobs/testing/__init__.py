@@ -152,13 +152,15 @@ class JobHarness:
         return names[0]
 
     def publisher(self) -> JobPublisher:
-        """A publisher as a service builds it from the stack's parameters, with the batch table (batches, chains)."""
+        """A publisher as a service builds it from the stack's parameters, with the batch table (batches, chains)
+        and its jobs' results (`result`)."""
         return JobPublisher.from_stack(
             self.clients("ssm"),
             self.clients("sqs"),
             stack_name=self.deployment.stack_name,
             catalog=self.catalog,
             dynamodb_client=self.clients("dynamodb"),
+            results_client=self.clients("dynamodb"),
         )
 
     def publish(self, job: str, entity_id: str, **options: Any) -> str | None:

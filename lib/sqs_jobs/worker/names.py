@@ -5,6 +5,7 @@ namespace. Dependency-free (the standard library only), so the stack (`sqs_jobs.
 from __future__ import annotations
 
 import hashlib
+import json
 import zlib
 from enum import StrEnum
 
@@ -230,3 +231,15 @@ FLOW_SLOT_PREFIX = "flow#key#"
 def flow_slot_id(limit_name: str, key: str, slot: int) -> str:
     """The partition key of slot `slot` (0 .. limit - 1) of a key's concurrency limit."""
     return f"{FLOW_SLOT_PREFIX}{_flow_digest(limit_name, key)}#{slot}"
+
+
+# Prefix of idempotency records; independent of the function name, so a renamed function keeps its records.
+IDEMPOTENCY_KEY_PREFIX = "jobs"
+
+
+def idempotency_record_id(idempotency_key: str) -> str:
+    """The idempotency table's partition key for a job key (`<job>:<key>`), as Powertools writes it with this
+    worker's configuration: the prefix, `#`, the MD5 of the key's JSON (tests/functional/test_job_lookup.py
+    checks it against records Powertools wrote)."""
+    digest = hashlib.md5(json.dumps(idempotency_key, sort_keys=True).encode(), usedforsecurity=False)
+    return f"{IDEMPOTENCY_KEY_PREFIX}#{digest.hexdigest()}"

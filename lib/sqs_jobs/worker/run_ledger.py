@@ -38,8 +38,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyItemAlreadyExistsError
@@ -101,18 +100,29 @@ MAX_IDENTITY_CHARS = 1024
 ClientFor = Callable[[float], Any]
 
 
-@dataclass(frozen=True)
 class RunIdentity:
     """Whose key a run holds, written with its start so the operator's lists need no scan: the queue, the job, the
-    envelope's ID, the idempotency key, and which worker runs it (log stream and request ID)."""
+    envelope's ID, the idempotency key, and which worker runs it (log stream and request ID). A plain class, as is
+    StartedRun: a dataclass's generated methods cost every cold start half a millisecond."""
 
-    queue: str = ""
-    job: str = ""
-    job_id: str = ""
-    key: str = ""
-    run_by: str = ""
-    # The envelope's tenant ("" for none), or None: not said (the record then says nothing of it).
-    tenant: str | None = None
+    __slots__ = ("job", "job_id", "key", "queue", "run_by", "tenant")
+
+    def __init__(
+        self,
+        queue: str = "",
+        job: str = "",
+        job_id: str = "",
+        key: str = "",
+        run_by: str = "",
+        tenant: str | None = None,
+    ) -> None:
+        self.queue: Final = queue
+        self.job: Final = job
+        self.job_id: Final = job_id
+        self.key: Final = key
+        self.run_by: Final = run_by
+        # The envelope's tenant ("" for none), or None: not said (the record then says nothing of it).
+        self.tenant: Final = tenant
 
     def assignments(self, names: dict[str, str], values: dict[str, Any]) -> list[str]:
         """The start write's SET clauses for these (and the names and values they use)."""
@@ -143,20 +153,30 @@ class RunIdentity:
 LedgerEntry = KeyRecord
 
 
-@dataclass(frozen=True)
 class StartedRun:
     """A run the ledger let start: its number (1 = the key's first run), the record as it was before, and since
     when open breakers have held the key (the record's, or the seed it took over)."""
 
-    number: int
-    before: LedgerEntry
-    held_since: float | None = None
-    identity: RunIdentity = field(default_factory=RunIdentity)
-    # Whether its start write listed the key as running (the in-flight index); a new key's first run is listed
-    # only once it has lasted the queue's `list_running_after_s` (`list_running`).
-    listed: bool = True
-    # When its start write was made (epoch seconds): since when it runs, as the list says.
-    started_at: float = 0.0
+    __slots__ = ("before", "held_since", "identity", "listed", "number", "started_at")
+
+    def __init__(
+        self,
+        number: int,
+        before: LedgerEntry,
+        held_since: float | None = None,
+        identity: RunIdentity | None = None,
+        listed: bool = True,
+        started_at: float = 0.0,
+    ) -> None:
+        self.number: Final = number
+        self.before: Final = before
+        self.held_since: Final = held_since
+        self.identity: Final = identity if identity is not None else RunIdentity()
+        # Whether its start write listed the key as running (the in-flight index); a new key's first run is listed
+        # only once it has lasted the queue's `list_running_after_s` (`list_running`).
+        self.listed: Final = listed
+        # When its start write was made (epoch seconds): since when it runs, as the list says.
+        self.started_at: Final = started_at
 
 
 class _ExpiredCompletionError(Exception):
@@ -864,12 +884,15 @@ class RunLedger(DynamoDBPersistenceLayer):
         tenant: str,
         time_left_s: float,
         unless_cancel_requested: bool = False,
+        died_of: tuple[str, str] | None = None,
     ) -> None:
         """The key's message is in the DLQ: the record keeps that (ENDING) until another message of the key comes,
         so the message's own redelivery (its invocation ended before its acknowledgement, or what follows its dead
         letter failed) finishes it, running and sending nothing; any other message of the key finishes it first,
         then runs. `body`: a batch member's, counted dead by whoever finishes it. Conditioned as `forget` is; with
-        `unless_cancel_requested`, a key an operator asked to stop is left CANCELLED instead, as `forget` leaves it."""
+        `unless_cancel_requested`, a key an operator asked to stop is left CANCELLED instead, as `forget` leaves it.
+        `died_of`: the dead letter's error type and message, kept as the key's last error (what a result reader says
+        it died of; a run that failed before it already wrote its own)."""
         from sqs_jobs.worker.failure_path import DeadLettered
 
         dead_lettered = DeadLettered(message_id, body)
@@ -897,6 +920,15 @@ class RunLedger(DynamoDBPersistenceLayer):
             "#expiry = if_not_exists(#expiry, :expiry)",
             "#tenant = if_not_exists(#tenant, :tenant)",
         ]
+        if died_of is not None:
+            names.update({"#last_error_type": LAST_ERROR_TYPE, "#last_error": LAST_ERROR})
+            values.update(
+                {
+                    ":error_type": {"S": died_of[0][:256] or "Exception"},
+                    ":error": {"S": died_of[1][:MAX_ERROR_CHARS] or "(no message)"},
+                }
+            )
+            assignments += ["#last_error_type = :error_type", "#last_error = :error"]
         removed = ["#pending", "#in_progress_expiry", "#life"]
         if body is None:
             names["#ending_body"] = ENDING_BODY

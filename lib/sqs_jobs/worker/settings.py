@@ -5,7 +5,6 @@ Read once per execution environment, on the first invocation, never at import ti
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +13,9 @@ from typing import TYPE_CHECKING
 from sqs_jobs.catalog_ref import ENV_CATALOG, CatalogRefError, load_catalog
 from sqs_jobs.specs import Catalog, QueueSpec, UnknownQueueError
 from sqs_jobs.worker.errors import WorkerConfigError
+from sqs_jobs.worker.names import IDEMPOTENCY_KEY_PREFIX, idempotency_record_id
+
+__all__ = ["IDEMPOTENCY_KEY_PREFIX", "idempotency_record_id"]  # where they were first defined (callers import them)
 
 if TYPE_CHECKING:
     from sqs_jobs.flow_control import RateLimit
@@ -35,17 +37,6 @@ RESOURCE_ENV_PREFIX = "JOBS_RESOURCE_"
 DURABLE_FUNCTION_ENV_PREFIX = "JOBS_DURABLE_FUNCTION_"
 # A durable job's function's own variable, beside the worker's: which of the queue's durable jobs it runs.
 ENV_DURABLE_JOB = "JOBS_DURABLE_JOB"
-
-# Prefix of idempotency records; independent of the function name, so a renamed function keeps its records.
-IDEMPOTENCY_KEY_PREFIX = "jobs"
-
-
-def idempotency_record_id(idempotency_key: str) -> str:
-    """The idempotency table's partition key for a job key (`<job>:<key>`), as Powertools writes it with this
-    worker's configuration: the prefix, `#`, the MD5 of the key's JSON (tests/functional/test_job_lookup.py
-    checks it against records Powertools wrote)."""
-    digest = hashlib.md5(json.dumps(idempotency_key, sort_keys=True).encode(), usedforsecurity=False)
-    return f"{IDEMPOTENCY_KEY_PREFIX}#{digest.hexdigest()}"
 
 
 def resource_env_name(resource: str) -> str:

@@ -3,6 +3,7 @@ and cancelling one (sqs_jobs.cli.job_cancel)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import click
@@ -14,6 +15,9 @@ from sqs_jobs.cli.durable_shown import durable_lines
 from sqs_jobs.cli.errors import EXIT_FAILED, EXIT_USAGE
 from sqs_jobs.cli.job_lookup import JobLookup, idempotency_table, lookup
 from sqs_jobs.cli.shown import cell, console, shown
+
+# How much of a job's result `job show` prints as text (--output json has all of it).
+MAX_RESULT_SHOWN = 500
 
 
 @click.group(cls=JobctlGroup)
@@ -66,6 +70,12 @@ def show(
                 click.echo(shown(f"  cancelled:        {record.cancelled_at.isoformat(timespec='seconds')}"))
         for letter in found.dead_letters:
             click.echo(shown(f"  dead letter {letter.message_id}: {letter.error_type}: {letter.error_message}"))
+        outcome = found.outcome()
+        if outcome.value is not None:
+            # What the job returned, as its publisher reads it (JobPublisher.result); the whole of it in --output json.
+            returned = json.dumps(outcome.value, ensure_ascii=False, separators=(",", ":"))
+            clipped = returned if len(returned) <= MAX_RESULT_SHOWN else returned[:MAX_RESULT_SHOWN] + "..."
+            click.echo(shown(f"  result:           {clipped}"))
         if found.flow is not None:
             click.echo(shown(f"  {found.flow.describe(found.looked_at)}"))
         for line in key_slot_lines(found):

@@ -1,0 +1,65 @@
+"""Job results in the stack: where a service reads how its jobs stand and what they returned (docs/results.md).
+
+Results live in the idempotency table's key records (sqs_jobs.results), so the table's name is an SSM parameter a
+service reads (JobPublisher.from_stack with a results_client), and `grant_read` lets it read exactly what a result
+is made of: GetItem of key records only (`dynamodb:LeadingKeys`), of the attributes `RESULT_ATTRIBUTES` names only
+(`dynamodb:Attributes`, with `dynamodb:Select` so no request may ask for more): never a run's traceback, a dead
+letter's body or which worker ran it. The conditions are AWS's own, as the IAM User Guide's example writes them
+(https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_examples_dynamodb_attributes.html).
+"""
+
+from __future__ import annotations
+
+from aws_cdk import ArnFormat, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from sqs_jobs.results import RESULT_ATTRIBUTES, RESULT_KEYS
+from sqs_jobs.stack_names import results_parameter_name
+
+
+class JobResultsReading(Construct):
+    """The parameter naming the table results are read from, and the grant to read them."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, stack_name: str, table: dynamodb.ITable) -> None:
+        super().__init__(scope, construct_id)
+        self._table = table
+        # The name as written, not the parameter's `parameter_name` (a token: its ARN would not be the grant's).
+        self._parameter_name = results_parameter_name(stack_name)
+        self.parameter = ssm.StringParameter(
+            self,
+            "TableParameter",
+            parameter_name=self._parameter_name,
+            string_value=table.table_name,
+            description="The table job results are read from (sqs_jobs.results; its key records)",
+        )
+
+    def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let `grantee` read job results (JobPublisher.result, JobResults): GetItem of key records, of the result's
+        attributes only, and the parameter naming the table. The table is encrypted with the AWS-managed key, which
+        needs no grant. Reading the contract (which jobs exist) is `JobQueue.grant_publish`'s, or the catalog's."""
+        reading = iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["ssm:GetParameters"],
+            resource_arns=[
+                Stack.of(self).format_arn(
+                    service="ssm",
+                    resource="parameter",
+                    resource_name=self._parameter_name.removeprefix("/"),
+                    arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+                )
+            ],
+        )
+        results = iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["dynamodb:GetItem"],
+            resource_arns=[self._table.table_arn],
+            conditions={
+                "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [RESULT_KEYS]},
+                "ForAllValues:StringEquals": {"dynamodb:Attributes": list(RESULT_ATTRIBUTES)},
+                "StringEqualsIfExists": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+            },
+        )
+        return results.combine(reading)
