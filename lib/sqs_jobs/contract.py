@@ -40,6 +40,9 @@ class JobContract:
     # How long each queue's key records (and with them, results) are kept, in seconds; a stack from before results
     # doesn't say.
     expiry_s: Mapping[str, int] = field(default_factory=dict)
+    # The durable jobs (their state is their execution's record's, sqs_jobs.results); a stack from before results
+    # doesn't say.
+    durable_jobs: frozenset[str] = frozenset()
 
     @classmethod
     def from_catalog(cls, catalog: Catalog) -> JobContract:
@@ -47,6 +50,7 @@ class JobContract:
             routes={job.name: queue.name for queue in catalog for job in queue.jobs},
             fifo_queues=frozenset(queue.name for queue in catalog if queue.fifo),
             expiry_s={queue.name: queue.idempotency_expiry_s for queue in catalog},
+            durable_jobs=frozenset(job.name for queue in catalog for job in queue.jobs if job.durable is not None),
         )
 
     @property
@@ -84,6 +88,8 @@ class JobContract:
             "queues": queues,
             "reserved_fields": sorted(self.reserved_fields),
         }
+        if self.durable_jobs:
+            document["durable_jobs"] = sorted(self.durable_jobs)
         return json.dumps(document, separators=(",", ":"), sort_keys=True)
 
     @classmethod
@@ -122,4 +128,13 @@ class JobContract:
         reserved = document.get("reserved_fields", sorted(FIRST_RESERVED_FIELDS))
         if not (isinstance(reserved, list) and all(isinstance(name, str) for name in reserved)):
             raise ContractError("the job contract's 'reserved_fields' must be a list of field names")
-        return cls(routes=routes, fifo_queues=frozenset(fifo), reserved_fields=frozenset(reserved), expiry_s=expiry)
+        durable = document.get("durable_jobs", [])
+        if not (isinstance(durable, list) and all(isinstance(job, str) and job in routes for job in durable)):
+            raise ContractError("the job contract's 'durable_jobs' must be a list of the jobs it routes")
+        return cls(
+            routes=routes,
+            fifo_queues=frozenset(fifo),
+            reserved_fields=frozenset(reserved),
+            expiry_s=expiry,
+            durable_jobs=frozenset(durable),
+        )

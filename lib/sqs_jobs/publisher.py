@@ -536,6 +536,7 @@ class JobPublisher:
             wait_s=wait,
             published_at=published_at,
             expiry_s=self._contract.expiry_s.get(queue),
+            durable=job in self._contract.durable_jobs,
         )
 
     def batch(

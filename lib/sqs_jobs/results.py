@@ -37,9 +37,11 @@ from sqs_jobs.worker.key_life import (
 from sqs_jobs.worker.names import (
     CANCEL_REQUESTED_AT,
     CANCELLED_AT,
+    DURABLE_RECORD_PREFIX,
     IDEMPOTENCY_KEY_PREFIX,
     NEXT_RETRY_AT,
     STARTED_AT,
+    durable_record_id,
     idempotency_record_id,
 )
 
@@ -63,9 +65,12 @@ RESULT_ATTRIBUTES = (
     DEAD_LETTERED_AT,
     CANCELLED_AT,
     CANCEL_REQUESTED_AT,
+    # A durable job's record (sqs_jobs.durable.record) has the same status, error and time attributes, and this.
+    "ended_at",
 )
-# Every job key's record, and nothing else the table holds (a batch's, a unique window's, a rate limit's items).
-RESULT_KEYS = f"{IDEMPOTENCY_KEY_PREFIX}#*"
+# Every job key's record and durable job's record, and nothing else the table holds (a batch's, a unique window's,
+# a rate limit's items, a durable sweep's).
+RESULT_KEYS = (f"{IDEMPOTENCY_KEY_PREFIX}#*", f"{DURABLE_RECORD_PREFIX}*")
 # How often a waiting read polls: from the first interval, doubling, up to the last.
 FIRST_POLL_S = 0.1
 LONGEST_POLL_S = 1.0
@@ -193,12 +198,14 @@ class JobResults:
         wait_s: float | None = None,
         published_at: datetime | None = None,
         expiry_s: int | None = None,
+        durable: bool = False,
     ) -> JobResult:
         """How job `job` published with ID `job_id` stands: its key is `<job>:<key or id>` (a tenant's
         `<job>@<tenant> <key or id>`), as the worker keys it; a job whose own `idempotency_key` derives another key
         is read by passing that key. `wait_s`: poll until the state is final or that many seconds have passed,
         then return the state as it is (check `done`). `published_at` and `expiry_s` (the job's queue's record
-        expiry): a job with no record past both is EXPIRED, not PENDING."""
+        expiry): a job with no record past both is EXPIRED, not PENDING. `durable`: a durable job, whose
+        execution's own record says how it stands once the worker has started it."""
         scoped = scoped_key(job, key if key is not None else job_id, tenant)
         forgotten_after_s = (
             published_at.timestamp() + expiry_s if published_at is not None and expiry_s is not None else None
@@ -209,6 +216,8 @@ class JobResults:
             result = job_result(
                 job, job_id, scoped, self._record(scoped), self._clock(), forgotten_after_s=forgotten_after_s
             )
+            if durable:
+                result = self._execution(result, scoped)
             left = deadline - self._monotonic()
             if result.done or left <= 0:
                 return result
@@ -217,15 +226,42 @@ class JobResults:
 
     def _record(self, scoped: str) -> KeyRecord:
         record_id = idempotency_record_id(scoped)
+        return KeyRecord.from_item(record_id, self._item(record_id))
+
+    def _execution(self, started: JobResult, scoped: str) -> JobResult:
+        """A durable job: as its execution's record says once the worker has started one, running until the
+        execution ends (SUCCEEDED; FAILED, dead-lettered with its error); before that, as its key record says (a
+        message dead-lettered unstarted). No value: the execution's result is Lambda's (GetDurableExecution)."""
+        item = self._item(durable_record_id(scoped)) or {}
+        status = item.get(STATUS, {}).get("S")
+        if status is None:
+            return started
+        state = {"SUCCEEDED": JobState.SUCCEEDED, "FAILED": JobState.DEAD}.get(status or "", JobState.RUNNING)
+        started_at = item.get(STARTED_AT, {}).get("N")
+        expires = item.get(EXPIRATION, {}).get("N")
+        failed = state is JobState.DEAD
+        return JobResult(
+            started.job,
+            started.id,
+            started.key,
+            state,
+            runs=started.runs,
+            error_type=item.get(LAST_ERROR_TYPE, {}).get("S") if failed else None,
+            error=item.get(LAST_ERROR, {}).get("S") if failed else None,
+            started_at=_moment(float(started_at)) if started_at is not None else started.started_at,
+            remembered_until=_moment(float(expires)) if expires is not None else started.remembered_until,
+        )
+
+    def _item(self, record_id: str) -> dict[str, Any] | None:
         names = {f"#a{index}": name for index, name in enumerate(RESULT_ATTRIBUTES)}
-        item = self._dynamodb.get_item(
+        item: dict[str, Any] | None = self._dynamodb.get_item(
             TableName=self._table,
             Key={RECORD_KEY: {"S": record_id}},
             ConsistentRead=True,
             ProjectionExpression=", ".join(names),
             ExpressionAttributeNames=names,
         ).get("Item")
-        return KeyRecord.from_item(record_id, item)
+        return item
 
 
 def _decoded(text: str | None) -> Any:

@@ -454,3 +454,28 @@ def test_an_execution_under_another_key_with_a_members_batch_field_counts_nothin
     item = durables.harness.clients("dynamodb").get_item(TableName=table, Key={"id": {"S": batch_item_id(batch_id)}})
     assert "succeeded" not in item["Item"] and "dead" not in item["Item"]
     assert durables.harness.queue_counts(QUEUE) == (0, 1)  # the member's own message, still in flight
+
+
+def test_a_durable_jobs_result_is_how_its_execution_ended_not_its_start(durables: Durables) -> None:
+    """The worker completes a durable job's key record once it has started the execution: a service reading the
+    result (JobPublisher.result) gets the execution's own end, succeeded or dead with its error."""
+    from sqs_jobs.publisher import JobPublisher
+    from sqs_jobs.results import JobState
+
+    harness = durables.harness
+    service = JobPublisher.from_stack(
+        harness.clients("ssm"),
+        harness.clients("sqs"),
+        stack_name=harness.deployment.stack_name,
+        results_client=harness.clients("dynamodb"),
+    )
+    durables.put_csv("imp-r1", rows=10)
+    durables.publish("imp-r1")
+    durables.wait(durables.only_execution().durable_execution_arn)
+    assert service.result(JOB, "imp-r1").state is JobState.SUCCEEDED
+
+    durables.put_csv("imp-r2", rows=10, bad_row=5)
+    durables.publish("imp-r2")
+    durables.wait(durables.functions.executions(JOB)[-1].durable_execution_arn)
+    dead = service.result(JOB, "imp-r2")
+    assert (dead.state, dead.error_type, dead.done) == (JobState.DEAD, "ImportFileError", True)

@@ -61,6 +61,22 @@ def test_the_contract_round_trips_and_says_which_queues_are_fifo() -> None:
     assert contract.queue_for_job("make_thumbnail") == "images" and contract.is_fifo("images")
     assert not contract.is_fifo("orders")
     assert set(contract.job_names) == set(DEPLOYED.job_names)
+    # What a result reader needs: how long each queue keeps its records, which jobs are durable.
+    assert contract.expiry_s == {queue.name: queue.idempotency_expiry_s for queue in DEPLOYED}
+    assert contract.durable_jobs == {job.name for queue in DEPLOYED for job in queue.jobs if job.durable is not None}
+    assert contract.durable_jobs  # the example has one: the round trip above carried it
+
+
+def test_a_contract_from_before_results_reads_with_no_expiry_and_no_durable_job() -> None:
+    document = json.loads(JobContract.from_catalog(DEPLOYED).to_json())
+    document.pop("durable_jobs")
+    for settings in document["queues"].values():
+        settings.pop("expiry_s")
+
+    older = JobContract.from_json(json.dumps(document))
+
+    assert (dict(older.expiry_s), older.durable_jobs) == ({}, frozenset())
+    assert older.routes == JobContract.from_catalog(DEPLOYED).routes
 
 
 @pytest.mark.parametrize(
@@ -72,6 +88,8 @@ def test_the_contract_round_trips_and_says_which_queues_are_fifo() -> None:
         (json.dumps({"version": CONTRACT_VERSION, "jobs": {}, "queues": {"q": {"fifo": "yes"}}}), "boolean"),
         (json.dumps({"version": CONTRACT_VERSION, "jobs": [], "queues": {}}), "needs objects"),
         (json.dumps({"version": CONTRACT_VERSION, "jobs": {}, "queues": {}, "reserved_fields": "tenant"}), "list"),
+        (json.dumps({"version": CONTRACT_VERSION, "jobs": {}, "queues": {"q": {"fifo": False, "expiry_s": 0}}}), "> 0"),
+        (json.dumps({"version": CONTRACT_VERSION, "jobs": {}, "queues": {}, "durable_jobs": ["x"]}), "routes"),
     ],
 )
 def test_a_contract_that_cant_be_used_is_refused_saying_why(text: str, problem: str) -> None:

@@ -2,9 +2,10 @@
 
 Results live in the idempotency table's key records (sqs_jobs.results), so the table's name is an SSM parameter a
 service reads (JobPublisher.from_stack with a results_client), and `grant_read` lets it read exactly what a result
-is made of: GetItem of key records only (`dynamodb:LeadingKeys`), of the attributes `RESULT_ATTRIBUTES` names only
-(`dynamodb:Attributes`, with `dynamodb:Select` so no request may ask for more): never a run's traceback, a dead
-letter's body or which worker ran it. The conditions are AWS's own, as the IAM User Guide's example writes them
+is made of: GetItem of key records and durable jobs' records only (`dynamodb:LeadingKeys`), of the attributes
+`RESULT_ATTRIBUTES` names only (`dynamodb:Attributes`, with `dynamodb:Select` so no request may ask for more):
+never a run's traceback, a dead letter's body or which worker ran it. The conditions are AWS's own, as the IAM
+User Guide's example writes them
 (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_examples_dynamodb_attributes.html).
 """
 
@@ -57,7 +58,7 @@ class JobResultsReading(Construct):
             actions=["dynamodb:GetItem"],
             resource_arns=[self._table.table_arn],
             conditions={
-                "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [RESULT_KEYS]},
+                "ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(RESULT_KEYS)},
                 "ForAllValues:StringEquals": {"dynamodb:Attributes": list(RESULT_ATTRIBUTES)},
                 "StringEqualsIfExists": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
             },

@@ -17,7 +17,6 @@ retried end step, a sweep after it) is written once.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,7 +24,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-RECORD_PREFIX = "durable#"
+from sqs_jobs.worker.names import DURABLE_RECORD_PREFIX, durable_record_id
+
+RECORD_PREFIX = DURABLE_RECORD_PREFIX
 
 # Statuses, as Lambda names an execution's (API_Execution's Status), plus STARTING: dispatched, not yet running.
 STARTING = "STARTING"
@@ -59,11 +60,6 @@ BATCH_MEMBERS = "batch_members"
 # its start: a copy of one whose generation has ended (its acknowledgement lost) starts no second life.
 DISPATCHED = "dispatched"
 MAX_TEXT_CHARS = 1024
-
-
-def durable_record_id(key: str) -> str:
-    """The record's partition key for a job key (`<job>:<key>`): its own prefix, never a Powertools record's."""
-    return RECORD_PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -243,3 +243,13 @@ def idempotency_record_id(idempotency_key: str) -> str:
     checks it against records Powertools wrote)."""
     digest = hashlib.md5(json.dumps(idempotency_key, sort_keys=True).encode(), usedforsecurity=False)
     return f"{IDEMPOTENCY_KEY_PREFIX}#{digest.hexdigest()}"
+
+
+# A durable job's own record, beside its key's: the execution's state (sqs_jobs.durable.record).
+DURABLE_RECORD_PREFIX = "durable#"
+
+
+def durable_record_id(key: str) -> str:
+    """The durable record's partition key for a job key (`<job>:<key>`): its own prefix, never a Powertools
+    record's."""
+    return DURABLE_RECORD_PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()
