@@ -287,6 +287,10 @@ class JobLives(RuleBasedStateMachine):
         self.redriven: Counter[str] = Counter()
         # Messages whose acknowledgement a crash lost, and the messages delivered of each key.
         self.crashed_messages: set[str] = set()
+        # Messages whose last delivery was left on the queue (not acknowledged), and those of them left there after
+        # their dead letter: a hand-back after it (the count or the record's clearing refused), as a crash leaves it.
+        self.left_on_queue: set[str] = set()
+        self.unacknowledged_dead: set[str] = set()
         self.delivered_of_key: defaultdict[str, set[str]] = defaultdict(set)
         modelled.CANCEL.append(self._cancel_mid_run)
         if os.environ.get("MODEL_TRACE"):
@@ -668,7 +672,14 @@ class JobLives(RuleBasedStateMachine):
             body = json.loads(record["body"])
             if "job" in body and "id" in body:
                 key = scoped_key(body["job"], body.get("key") or body["id"], body.get("tenant"))
-                self.delivered_of_key[key].add(message_of(body))
+                sent = message_of(body)
+                self.delivered_of_key[key].add(sent)
+                if record["messageId"] in invocation.deleted:
+                    self.left_on_queue.discard(sent)
+                else:
+                    self.left_on_queue.add(sent)
+                    if self.dead_letters_of[sent]:
+                        self.unacknowledged_dead.add(sent)
         self.receipts.extend(
             record["receiptHandle"]
             for record in invocation.event["Records"]
@@ -703,11 +714,15 @@ class JobLives(RuleBasedStateMachine):
             assert 1 <= int(attributes["jobs.attempts"]) <= MAX_ATTEMPTS, f"{key}: attempts {attributes}"
             self.dead[key].add(message.id)
             sent = message_of(body)
+            if message.id not in self.dead_letters_of[sent] and sent in self.left_on_queue:
+                self.unacknowledged_dead.add(sent)  # dead-lettered by the delivery that left it on the queue
             self.dead_letters_of[sent].add(message.id)
             unwritten_ending = self.faults.refused_endings[idempotency_record_id(key)] >= 2
             # What the key's record can't answer: a message whose acknowledgement was lost twice, or whose
-            # redelivery another message of its key overtook (docs/key-life.md, "The promises").
-            overtaken = sent in self.crashed_messages
+            # redelivery another message of its key overtook (docs/key-life.md, "The promises"): lost to a crash,
+            # or handed back after its dead letter (its batch count or the record's clearing refused).
+            others = self.delivered_of_key[key] - {sent}
+            overtaken = sent in self.crashed_messages or (sent in self.unacknowledged_dead and bool(others))
             excused = unwritten_ending or overtaken
             assert len(self.dead_letters_of[sent]) <= 1 + self.redriven[sent] or excused, (
                 f"message {sent} of {key} dead-lettered {len(self.dead_letters_of[sent])} times, redriven "

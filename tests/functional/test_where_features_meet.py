@@ -4,6 +4,7 @@ outside trial found breaking a promise; each failed before its fix."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -665,3 +666,45 @@ def test_a_dead_letters_record_write_throttled_once_still_answers_its_redelivery
     # Then its second try kept the record, and the redelivery is acknowledged with no second dead letter
     assert redelivered is not None and redelivered.deleted == [message_id]
     assert len(plain.dead_letters("plain")) == 1
+
+
+def test_two_copies_of_a_published_job_whose_dead_letter_is_pending_send_one_dead_letter(plain: Harness) -> None:
+    # Given a job the runtime publishes (a chain's next step, sent again after its batch mark failed), whose first
+    # copy failed permanently while the DLQ refused its dead letter: its record keeps the dead letter pending
+    dlq_url = plain.deployment.queues["plain"].dlq_url
+    refused = throttle_once(
+        plain, "plain", "before-parameter-build.sqs.SendMessage", lambda params: params["QueueUrl"] == dlq_url
+    )
+    publisher = routed_publisher(
+        {"tallied_job": ("plain", plain.deployment.queues["plain"].url)}, plain.worker_clients("plain")("sqs")
+    )
+    job = Envelope(job="tallied_job", id="bad-4")
+    first = publisher.publish_many([job])
+    pending = plain.deliver("plain")
+    assert pending is not None and pending.failed_ids == first and refused == [1]
+    assert key_record(plain, "tallied_job:bad-4").get("pending_dead_letter")
+    second = publisher.publish_many([job])
+    plain.expire_visibility(pending, "plain")
+
+    # When both copies come in one batch, run side by side (each DLQ send waits a moment for the other's)
+    arrived = threading.Barrier(2)
+
+    def meet(params: dict[str, Any], **_: Any) -> None:
+        if params.get("QueueUrl") == dlq_url:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                arrived.wait(timeout=1.0)
+
+    plain.worker_clients("plain").register("before-parameter-build.sqs.SendMessage", meet)
+    both = plain.deliver("plain")
+    assert both is not None and sorted(r["messageId"] for r in both.event["Records"]) == sorted(first + second)
+    plain.drain("plain")
+    for _ in range(3):  # a copy handed back while the other held the key comes back for its answer
+        plain.expire_visibility(both, "plain")
+        if (again := plain.deliver("plain")) is None:
+            break
+        both = again
+
+    # Then they are one message to the key's dead letter: one dead letter, and neither copy left on the queue
+    assert len(plain.dead_letters("plain")) == 1
+    assert plain.queue_counts("plain") == (0, 0)
+    assert tallied.RUNS[("tallied_job", "bad-4")] == 0

@@ -97,6 +97,7 @@ class Writer(StrEnum):
     FAIL = "run failure (ledger)"
     REFUND = "run held back or out of time (ledger)"
     DEAD_LETTER = "dead letter sent (ledger, settlement)"
+    HOLD_FOR_DEAD_LETTER = "delivery about to dead-letter a spent key (ledger)"
     ENDED = "the key's next delivery after its dead letter (ledger)"
     CANCEL_RUN = "run stopped by a cancel (ledger)"
     CANCEL = "operator's cancel (jobctl)"
@@ -123,6 +124,9 @@ TRANSITIONS: tuple[tuple[KeyState, KeyState, Writer], ...] = (
     (KeyState.CANCEL_REQUESTED, KeyState.CANCELLED, Writer.FAIL),
     (KeyState.RUNNING, KeyState.RETRYING, Writer.REFUND),
     (KeyState.CANCEL_REQUESTED, KeyState.CANCELLED, Writer.REFUND),
+    (KeyState.STALLED, KeyState.RUNNING, Writer.HOLD_FOR_DEAD_LETTER),
+    (KeyState.RETRYING, KeyState.RUNNING, Writer.HOLD_FOR_DEAD_LETTER),
+    (KeyState.DEAD_LETTER_PENDING, KeyState.RUNNING, Writer.HOLD_FOR_DEAD_LETTER),
     (KeyState.RUNNING, KeyState.ENDING, Writer.DEAD_LETTER),
     (KeyState.STALLED, KeyState.ENDING, Writer.DEAD_LETTER),
     (KeyState.RETRYING, KeyState.ENDING, Writer.DEAD_LETTER),

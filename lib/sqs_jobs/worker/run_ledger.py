@@ -950,6 +950,41 @@ class RunLedger(DynamoDBPersistenceLayer):
                 raise
             self._cancel_dead_lettered(record_id, runs, dead_lettered, time_left_s)
 
+    def hold_for_dead_letter(self, entry: LedgerEntry, *, until_s: float, time_left_s: float) -> None:
+        """A delivery that found the key's runs spent (or its dead letter pending) is about to dead-letter it from
+        this record: it holds the record first, as a run's start does (INPROGRESS until `until_s`, its invocation's
+        deadline), so that no other delivery of the key (another copy of the same published job, side by side)
+        sends a second dead letter. Only the record as read, never one ENDING or held by a live run; refused
+        (a condition failure): another delivery is dead-lettering it. The dead letter's ENDING write ends the
+        hold; a delivery that dies first leaves it to expire, and the next one dead-letters the key."""
+        names, values, condition = self._as_last_seen(entry.record_id, entry.runs)
+        names.update(
+            {
+                "#in_progress_expiry": self.in_progress_expiry_attr,
+                "#dead_lettered_at": DEAD_LETTERED_AT,
+            }
+        )
+        values.update(
+            {
+                ":inprogress": {"S": INPROGRESS},
+                ":now_in_millis": {"N": str(int(time.time() * 1000))},
+                ":until": {"N": str(int(until_s * 1000))},
+            }
+        )
+        if entry.runs is not None:  # (without `runs`, _as_last_seen refuses a live hold already)
+            condition += (
+                " AND NOT (#status = :inprogress AND attribute_exists(#in_progress_expiry) "
+                "AND #in_progress_expiry >= :now_in_millis)"
+            )
+        self._client(time_left_s).update_item(
+            TableName=self.table_name,
+            Key=self._key(entry.record_id),
+            UpdateExpression="SET #status = :inprogress, #in_progress_expiry = :until",
+            ConditionExpression=f"{condition} AND attribute_not_exists(#dead_lettered_at)",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
     def ended(self, entry: LedgerEntry, *, time_left_s: float) -> None:
         """The key's next delivery after its dead letter, what followed that dead letter done: its record goes (only
         the ENDING record read, never a newer one)."""

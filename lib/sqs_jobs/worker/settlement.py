@@ -231,7 +231,9 @@ class Settlement:
         if isinstance(error, IdempotencyPersistenceLayerError):
             cause = error.__cause__
             if isinstance(cause, RunsExhaustedError):
-                return self._dead_letter_exhausted(delivery, envelope, cause.entry)
+                return self._held_for_dead_letter(delivery, envelope, cause.entry) or self._dead_letter_exhausted(
+                    delivery, envelope, cause.entry
+                )
             if isinstance(cause, KeyCancelledError):
                 return self._cancelled_copy(envelope)
             if execution.completed:
@@ -447,6 +449,41 @@ class Settlement:
             envelope=envelope,
             key_record=KeyRecord(record_id, None) if record_id else None,
         )
+
+    def _held_for_dead_letter(self, delivery: Delivery, envelope: Envelope, entry: LedgerEntry) -> Back | None:
+        """Before a key is dead-lettered from its record, its record is held for this delivery (the ledger's
+        `hold_for_dead_letter`): None, held. Two copies of one message (a job the runtime published twice) side by
+        side would otherwise each send a dead letter. A copy that finds the record held or ENDING goes back, and
+        its redelivery is answered from the record (acknowledged, as that message's redelivery is)."""
+        from sqs_jobs.worker.run_ledger import is_condition_failure
+
+        try:
+            self._ledger.hold_for_dead_letter(
+                entry,
+                until_s=time.time() + self._invocation.remaining_s(),
+                time_left_s=self._invocation.call_time_s(),
+            )
+        except Exception as error:
+            if is_condition_failure(error):
+                return self.hand_back(
+                    delivery,
+                    envelope,
+                    self.backoff(delivery.receives),
+                    DeferReason.IN_PROGRESS,
+                    JobInProgressError("another delivery is dead-lettering the key"),
+                    {"error": "another delivery is dead-lettering the key"},
+                )
+            self._tally.runtime_fault("idempotency_store")
+            self._obs.logger.exception("could not hold the key's record for its dead letter; handed back")
+            return self.hand_back(
+                delivery,
+                envelope,
+                self.backoff(delivery.receives),
+                DeferReason.RUNTIME_FAULT,
+                RuntimeInfrastructureError(f"idempotency store: {error}"),
+                {"error": str(error)[:1024]},
+            )
+        return None
 
     def _dead_letter_exhausted(self, delivery: Delivery, envelope: Envelope, entry: LedgerEntry) -> DeadLetter:
         """The key may run no more: its last allowed run never reported back, or its dead-lettering was pending
