@@ -96,6 +96,8 @@ FEATURES: dict[str, dict[str, Any]] = {
     "key concurrency": {"concurrency": {"limit": 100}},
     "uniqueness": {"unique_for_s": 60},
     "listed from its start": {"list_running_after_s": 0},
+    # Spans to OpenTelemetry's no-op tracer unless a provider is set: the runtime's own cost of tracing.
+    "tracing": {"tracing": True},
 }
 ALL_FEATURES = "all of them"
 
@@ -112,7 +114,7 @@ def _queue(index: int, features: Mapping[str, Any]) -> Any:
             job[name] = RateLimit(**value)
         elif name == "concurrency":
             job[name] = KeyConcurrency(**value)
-        elif name == "list_running_after_s":
+        elif name in ("list_running_after_s", "tracing"):
             queue[name] = value
         else:
             job[name] = value

@@ -18,6 +18,8 @@ SQS_MAX_DELAY_S = 15 * MINUTE
 SQS_MAX_RETENTION_S = 14 * DAY
 SQS_MIN_RETENTION_S = MINUTE
 SQS_MAX_RECEIVE_COUNT = 1000
+# Message attributes per message (the SQS Developer Guide, "Amazon SQS message attributes").
+SQS_MAX_MESSAGE_ATTRIBUTES = 10
 # Messages per SendMessageBatch, ReceiveMessage or DeleteMessageBatch call.
 SQS_BATCH_MAX = 10
 # A queue's MaximumMessageSize: the body plus every attribute's name, data type and value (UTF-8; binary values as

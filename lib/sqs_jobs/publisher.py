@@ -55,7 +55,7 @@ from sqs_jobs.batches import (
 from sqs_jobs.contract import JobContract
 from sqs_jobs.envelope import BATCH_FIELD, MAX_EXTRA_FIELDS, Envelope, Scalar, build_envelope
 from sqs_jobs.errors import EnvelopeError, EnvelopeFieldError
-from sqs_jobs.limits import SQS_BATCH_MAX, SQS_MAX_DELAY_S
+from sqs_jobs.limits import SQS_BATCH_MAX, SQS_MAX_DELAY_S, SQS_MAX_MESSAGE_ATTRIBUTES
 from sqs_jobs.specs import Catalog, UnknownQueueError
 from sqs_jobs.stack_names import (
     DEFAULT_STACK_NAME,
@@ -72,6 +72,7 @@ from sqs_jobs.stack_names import (
     results_parameter_name,
     schedules_parameter_name,
 )
+from sqs_jobs.tracing import TRACEPARENT, current_traceparent, traceparent_attribute
 
 if TYPE_CHECKING:
     from sqs_jobs.results import JobResult, JobResults
@@ -337,8 +338,14 @@ class JobPublisher:
 
     def _send_fields(self, envelope: Envelope, delay_s: int, group: str | None) -> dict[str, Any]:
         fields = self._delivery_fields(envelope, delay_s, group)
-        if self._message_attributes is not None:
-            fields["MessageAttributes"] = dict(self._message_attributes(envelope))
+        attributes = dict(self._message_attributes(envelope)) if self._message_attributes is not None else {}
+        # The caller's trace, if OpenTelemetry is installed and a span is active (sqs_jobs.tracing); within SQS's
+        # 10 attributes, a message with all of them otherwise goes untraced.
+        traceparent = current_traceparent()
+        if traceparent is not None and len(attributes) < SQS_MAX_MESSAGE_ATTRIBUTES:
+            attributes[TRACEPARENT] = traceparent_attribute(traceparent)
+        if attributes:
+            fields["MessageAttributes"] = attributes
         return fields
 
     def _delivery_fields(self, envelope: Envelope, delay_s: int, group: str | None) -> dict[str, Any]:

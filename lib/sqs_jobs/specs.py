@@ -357,6 +357,9 @@ class QueueSpec:
     # time limits, first runs are never listed. A retry, a held record and a cancelled key are listed at once
     # whatever this says; a run with a cancel requested is listed as any run is.
     list_running_after_s: float = 5.0
+    # Each run a span in its publisher's trace (OpenTelemetry; the `tracing` extra in the workers' layer;
+    # docs/tracing.md). Off, the worker imports and does nothing of it.
+    tracing: bool = False
 
     @property
     def dlq_max_message_bytes(self) -> int:
@@ -449,8 +452,14 @@ class QueueSpec:
         ]
 
     def _type_problems(self, where: str) -> list[str]:
-        """A setting that is not a number is said as such, before any range is checked against it."""
-        return [
+        """A setting that is not a number (or a switch that is not True or False) is said as such, before any range
+        is checked against it."""
+        switch: list[str] = (
+            []
+            if isinstance(self.tracing, bool)
+            else [f"{where}: tracing must be True or False, not {self.tracing!r:.40}"]
+        )
+        return switch + [
             f"{where}: {name} must be {'a whole number' if kind is int else 'a number'}, not "
             f"{type(value).__name__} {value!r:.40}"
             for name, kind in _NUMBERS.items()

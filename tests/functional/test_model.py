@@ -88,6 +88,9 @@ CATALOG = Catalog(
             # Half the jobs' time limit: a run that hangs is listed as running by the waiting thread before its cut,
             # and the listing meets the cut, the completion and a cancel.
             list_running_after_s=0.5,
+            # Every delivery a span (docs/tracing.md): tracing meets every feature and fault here, and must change
+            # no promise (with no tracer provider set, OpenTelemetry's own no-op spans).
+            tracing=True,
             jobs=(
                 # A chain's steps are `work` jobs, and each may publish the next.
                 JobSpec(name="work", publishes=("done", "work"), **_JOB),  # type: ignore[arg-type]

@@ -166,6 +166,7 @@ def test_the_wheel_holds_the_framework_and_no_example_app(tmp_path: Path) -> Non
         "cdk",
         "cli",
         "testing",
+        "tracing",
     }
     assert "jobctl = sqs_jobs.cli.cli:main" in entry_points
     assert "Requires-Python: >=3.11" in metadata

@@ -205,6 +205,9 @@ FEATURE_MODULES = (
     "sqs_jobs.worker.http",
     "sqs_jobs.worker.secrets",
     "sqs_jobs.worker.deadletter",
+    # Traces: OpenTelemetry and the worker's spans, for a queue that says `tracing` only.
+    "sqs_jobs.worker.tracing",
+    "opentelemetry",
     # The failure path's: loaded by the first record that fails or is handed back.
     "sqs_jobs.worker.failure_path",
     "sqs_jobs.worker.classify",

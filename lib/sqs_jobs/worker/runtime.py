@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from sqs_jobs.worker.http import HttpClient
     from sqs_jobs.worker.settlement import Verdict
     from sqs_jobs.worker.tenant_keys import TenantKeys
+    from sqs_jobs.worker.tracing import RunTracing
     from sqs_jobs.worker.uniqueness import Uniqueness
 
 __all__ = ["Outcome", "RetryLater", "Worker", "build_worker"]
@@ -127,6 +128,12 @@ class Worker:
             dead_letters=lambda: self._dead_letters,
             on_dead_lettered=self._member_dead_lettered,
         )
+        # Each run a span in its publisher's trace (OpenTelemetry): loaded only for a queue that says `tracing`.
+        self._tracing: RunTracing | None = None
+        if self._queue.tracing:
+            from sqs_jobs.worker.tracing import RunTracing
+
+            self._tracing = RunTracing(self._queue.name)
         # Unique and debounced jobs' state, in the idempotency table; `clock` is what their windows are judged by.
         # Loaded only for a queue that has such jobs: the others' records never pass it.
         self._uniqueness: Uniqueness | None = None
@@ -344,10 +351,25 @@ class Worker:
         logger = self._obs.logger
         logger.thread_safe_append_keys(message_id=record.message_id, receive=delivery.receives)
         try:
-            verdict = self._verdict_safely(delivery)
-            return self._settlement.carry_out(delivery, verdict)
+            if self._tracing is None:
+                verdict = self._verdict_safely(delivery)
+                return self._settlement.carry_out(delivery, verdict)
+            return self._traced(delivery)
         finally:
             logger.thread_safe_remove_keys(_RECORD_LOG_KEYS)
+
+    def _traced(self, delivery: Delivery) -> Outcome:
+        """The record's delivery as a span in its publisher's trace (a queue with `tracing`)."""
+        assert self._tracing is not None
+        with self._tracing.run(delivery) as traced:
+            verdict = self._verdict_safely(delivery)
+            try:
+                outcome = self._settlement.carry_out(delivery, verdict)
+            except RetryLater:
+                traced.ended(None, verdict)
+                raise
+            traced.ended(outcome, verdict)
+            return outcome
 
     # --- verdicts -------------------------------------------------------------------------------------------------
 

@@ -1,0 +1,139 @@
+"""A job published from a traced request is a span in that trace, each of its attempts a sibling span (the real
+worker on moto, OpenTelemetry's SDK with its in-memory exporter); a producer's forged trace context places a span
+and changes nothing else; a queue without `tracing` makes none."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.tracing import TRACEPARENT, valid_traceparent
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.names import SUCCEEDED
+from tests.functional.conftest import Harness, envelope, metric_values
+from tests.functional.sample_jobs import flaky
+
+TRACED = QueueSpec(
+    name="traced",
+    tracing=True,
+    backoff_base_s=1,
+    backoff_cap_s=1,
+    jobs=(JobSpec(name="flaky", handler="tests.functional.sample_jobs.flaky"),),
+)
+PLAIN = QueueSpec(name="plain", jobs=(JobSpec(name="plain_flaky", handler="tests.functional.sample_jobs.flaky"),))
+CATALOG = Catalog(queues=(TRACED, PLAIN))
+
+
+@pytest.fixture(scope="module")
+def exporter() -> InMemorySpanExporter:
+    """The process's tracer provider (OpenTelemetry allows one), with an in-memory exporter of its own."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    found = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(found))
+    return found
+
+
+@pytest.fixture
+def harness(clients: ClientFactory, exporter: InMemorySpanExporter) -> Iterator[Harness]:
+    flaky.FAILURES.clear()
+    flaky.SIDE_EFFECTS.clear()
+    exporter.clear()
+    yield Harness.provisioned(clients, CATALOG)
+
+
+def _runs(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
+    return [span for span in exporter.get_finished_spans() if span.kind is SpanKind.CONSUMER]
+
+
+def test_a_job_published_in_a_traced_request_runs_as_a_span_of_that_trace(
+    harness: Harness, exporter: InMemorySpanExporter
+) -> None:
+    with trace.get_tracer("checkout").start_as_current_span("POST /checkout") as request:
+        harness.publish("flaky", "order-1")
+    assert (invocation := harness.deliver("traced")) is not None and invocation.failed_ids == []
+
+    [run] = _runs(exporter)
+    assert run.context is not None and run.parent is not None
+    assert run.context.trace_id == request.get_span_context().trace_id
+    assert run.parent.span_id == request.get_span_context().span_id
+    assert run.name == "flaky process"
+    attributes = dict(run.attributes or {})
+    assert (attributes["jobs.job"], attributes["jobs.id"], attributes["jobs.outcome"]) == (
+        "flaky",
+        "order-1",
+        "succeeded",
+    )
+    assert attributes["messaging.destination.name"] == "traced" and isinstance(attributes["jobs.queue_wait_ms"], int)
+    assert 0 <= attributes["jobs.queue_wait_ms"] < 60_000
+    assert run.status.status_code is not StatusCode.ERROR
+
+
+def test_each_attempt_is_a_sibling_span_and_a_failed_one_says_so(
+    harness: Harness, exporter: InMemorySpanExporter
+) -> None:
+    flaky.FAILURES["order-2"] = 1
+    with trace.get_tracer("checkout").start_as_current_span("POST /checkout") as request:
+        harness.publish("flaky", "order-2")
+    first = harness.deliver("traced")
+    assert first is not None and first.failed_ids
+    harness.expire_visibility(first, "traced")
+    assert (second := harness.deliver("traced")) is not None and second.failed_ids == []
+
+    failed, succeeded = _runs(exporter)
+    for span in (failed, succeeded):
+        assert span.parent is not None and span.parent.span_id == request.get_span_context().span_id
+    assert dict(failed.attributes or {})["jobs.outcome"] == "retried"
+    assert failed.status.status_code is StatusCode.ERROR
+    assert dict(failed.attributes or {})["error.type"]
+    assert (dict(succeeded.attributes or {})["jobs.outcome"], dict(succeeded.attributes or {})["jobs.receive"]) == (
+        "succeeded",
+        2,
+    )
+
+
+@pytest.mark.parametrize(
+    "forged",
+    ["00-zzzz-not-a-trace-01", "00-" + "0" * 32 + "-" + "1" * 16 + "-01", "00-" + "a" * 32 + "-" + "b" * 16 + "-01"],
+    ids=["malformed", "zero trace ID", "well-formed"],
+)
+def test_a_producers_traceparent_places_the_span_and_changes_nothing_counted(
+    harness: Harness, exporter: InMemorySpanExporter, forged: str
+) -> None:
+    sqs = harness.clients("sqs")
+    sqs.send_message(
+        QueueUrl=harness.deployment.queues["traced"].url,
+        MessageBody=envelope("flaky", "order-3"),
+        MessageAttributes={TRACEPARENT: {"DataType": "String", "StringValue": forged}},
+    )
+
+    assert (invocation := harness.deliver("traced")) is not None and invocation.failed_ids == []
+
+    [run] = _runs(exporter)
+    assert run.context is not None
+    placed = valid_traceparent(forged) is not None
+    assert (run.parent is not None) is placed
+    if placed:
+        assert f"{run.context.trace_id:032x}" == "a" * 32
+    assert flaky.SIDE_EFFECTS["order-3"] == 1
+    assert sum(sum(metric_values(doc, SUCCEEDED)) for doc in harness.metrics() if SUCCEEDED in doc) == 1
+
+
+def test_a_queue_without_tracing_makes_no_span(harness: Harness, exporter: InMemorySpanExporter) -> None:
+    with trace.get_tracer("checkout").start_as_current_span("POST /checkout"):
+        harness.publish("plain_flaky", "order-4")
+    assert (invocation := harness.deliver("plain")) is not None and invocation.failed_ids == []
+
+    assert _runs(exporter) == []
+    # The message still carried the caller's trace: a queue that turns tracing on later links it.
+    [producer_span] = exporter.get_finished_spans()
+    assert producer_span.name == "POST /checkout"
