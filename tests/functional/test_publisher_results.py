@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sqs_jobs.cli.console.app import create_app
+from sqs_jobs.cli.console.security import Guard
 from sqs_jobs.cli.dlq import DeadLetterQueue
-from sqs_jobs.cli.job_lookup import find_job
+from sqs_jobs.cli.job_lookup import JobLookup, find_job
 from sqs_jobs.contract import UnknownContractJobError
 from sqs_jobs.publisher import JobPublisher
 from sqs_jobs.results import RESULT_ATTRIBUTES, JobResults, JobState, ResultsNotConfiguredError
@@ -177,22 +181,60 @@ def test_a_publisher_without_a_reader_or_an_unknown_job_is_told_so(mail: Harness
         _service(mail).result("no_such_job", "1")
 
 
+def _lookup(harness: Harness, job: str, entity_id: str) -> JobLookup:
+    """`jobctl job show`'s lookup of the job on the mail queue."""
+    local = harness.deployment.queues["mail"]
+    dead = DeadLetterQueue(
+        harness.clients("sqs"), local.dlq_url, local.url, Provenance.of([local.worker_role_id]), receive_wait_s=0
+    )
+    return find_job(
+        spec=QUEUE,
+        job=job,
+        entity_id=entity_id,
+        key=None,
+        dynamodb=harness.clients("dynamodb"),
+        table=harness.deployment.idempotency_table,
+        dead_letter_queue=dead,
+    )
+
+
 def test_job_show_says_the_state_and_result_a_service_reads(mail: Harness) -> None:
     mail.publish("odd_result", "string-7")
     assert mail.deliver("mail") is not None
-    local = mail.deployment.queues["mail"]
-    dead = DeadLetterQueue(
-        mail.clients("sqs"), local.dlq_url, local.url, Provenance.of([local.worker_role_id]), receive_wait_s=0
-    )
 
-    shown = find_job(
-        spec=QUEUE,
-        job="odd_result",
-        entity_id="string-7",
-        key=None,
-        dynamodb=mail.clients("dynamodb"),
-        table=mail.deployment.idempotency_table,
-        dead_letter_queue=dead,
-    ).to_dict()
+    shown = _lookup(mail, "odd_result", "string-7").to_dict()
 
     assert (shown["state"], shown["result"]) == ("succeeded", "0100018c-ses-message-id")
+
+
+@dataclass
+class _Backend:
+    """The console's backend, as far as its job page reads it: this harness's catalog and lookups."""
+
+    harness: Harness
+    stack: str = "SqsJobs"
+
+    @property
+    def catalog(self) -> Catalog:
+        return CATALOG
+
+    def find_job(self, queue: str, job: str, entity_id: str, key: str | None, tenant: str | None = None) -> JobLookup:
+        return _lookup(self.harness, job, entity_id)
+
+
+def test_the_consoles_job_page_shows_the_state_and_the_result_as_text(mail: Harness, tmp_path: Path) -> None:
+    mail.publish("odd_result", "datetime-9")
+    assert mail.deliver("mail") is not None
+    guard = Guard(host="127.0.0.1", port=8000)
+    app = create_app(_Backend(mail), guard, tmp_path)  # type: ignore[arg-type]
+
+    page = app.test_client().get(
+        f"/jobs?job=odd_result&id=datetime-9&token={guard.access_token}",
+        base_url="http://127.0.0.1:8000",
+        follow_redirects=True,
+    )
+
+    assert page.status_code == 200
+    text = page.get_data(as_text=True)
+    assert '<dd class="job-state">succeeded</dd>' in text
+    assert '<pre class="job-result">' in text and "sent_at" in text

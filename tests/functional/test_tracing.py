@@ -12,41 +12,53 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.util._once import Once
 
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from sqs_jobs.tracing import TRACEPARENT, valid_traceparent
 from sqs_jobs.worker.clients import ClientFactory
 from sqs_jobs.worker.names import SUCCEEDED
 from tests.functional.conftest import Harness, envelope, metric_values
-from tests.functional.sample_jobs import flaky
+from tests.functional.sample_jobs import flaky, span_seen
 
 TRACED = QueueSpec(
     name="traced",
     tracing=True,
     backoff_base_s=1,
     backoff_cap_s=1,
-    jobs=(JobSpec(name="flaky", handler="tests.functional.sample_jobs.flaky"),),
+    jobs=(
+        JobSpec(name="flaky", handler="tests.functional.sample_jobs.flaky"),
+        JobSpec(name="span_seen", handler="tests.functional.sample_jobs.span_seen"),
+    ),
 )
 PLAIN = QueueSpec(name="plain", jobs=(JobSpec(name="plain_flaky", handler="tests.functional.sample_jobs.flaky"),))
 CATALOG = Catalog(queues=(TRACED, PLAIN))
 
 
 @pytest.fixture(scope="module")
-def exporter() -> InMemorySpanExporter:
-    """The process's tracer provider (OpenTelemetry allows one), with an in-memory exporter of its own."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
+def exporter() -> Iterator[InMemorySpanExporter]:
+    """A tracer provider of this module's own, exporting to memory; afterwards the process has none again (the
+    other tests' traced workers record nothing), reset as OpenTelemetry's own test utilities reset it."""
+    provider = TracerProvider()
     found = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(found))
-    return found
+    _reset_tracer_provider()
+    trace.set_tracer_provider(provider)
+    yield found
+    provider.shutdown()
+    _reset_tracer_provider()
+
+
+def _reset_tracer_provider() -> None:
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
 
 
 @pytest.fixture
 def harness(clients: ClientFactory, exporter: InMemorySpanExporter) -> Iterator[Harness]:
     flaky.FAILURES.clear()
     flaky.SIDE_EFFECTS.clear()
+    span_seen.SEEN.clear()
     exporter.clear()
     yield Harness.provisioned(clients, CATALOG)
 
@@ -137,3 +149,15 @@ def test_a_queue_without_tracing_makes_no_span(harness: Harness, exporter: InMem
     # The message still carried the caller's trace: a queue that turns tracing on later links it.
     [producer_span] = exporter.get_finished_spans()
     assert producer_span.name == "POST /checkout"
+
+
+def test_the_jobs_own_code_runs_under_the_runs_span(harness: Harness, exporter: InMemorySpanExporter) -> None:
+    """A job's own instrumented calls (and the jobs it publishes) are children of its run, though its code runs in a
+    job thread of its own (its time limit)."""
+    with trace.get_tracer("checkout").start_as_current_span("POST /checkout"):
+        harness.publish("span_seen", "order-5")
+    assert (invocation := harness.deliver("traced")) is not None and invocation.failed_ids == []
+
+    [run] = _runs(exporter)
+    [seen] = span_seen.SEEN
+    assert run.context is not None and seen.span_id == run.context.span_id

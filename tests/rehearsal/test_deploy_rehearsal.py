@@ -320,7 +320,13 @@ def test_cancel_stops_a_running_move_task_and_what_it_did_not_move_stays(
 
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["cancelled"] is True
+    # A cancel is asynchronous: the task is CANCELLING until the move in flight ends, then CANCELLED
+    # (ListMessageMoveTasksResultEntry.Status, the SQS API Reference); nothing moves after it.
     latest = tasks.latest()
+    deadline = time.monotonic() + 30
+    while latest is not None and latest.status == "CANCELLING" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        latest = tasks.latest()
     assert latest is not None and latest.status == "CANCELLED"
     left = queue_busy(orders.operator, orders.dlq_url)
     assert 0 < left < len(failures)

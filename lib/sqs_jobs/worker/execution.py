@@ -9,6 +9,7 @@ the key's record) or in the error that stopped it; what that means for the recor
 
 from __future__ import annotations
 
+import contextvars
 import math
 import threading
 import time
@@ -90,6 +91,7 @@ class Execution:
         release: Callable[[Admission], None] | None = None,
         call_limit: Callable[[str, float], float] | None = None,
         list_running_after_s: float = 0.0,
+        carry_context: bool = False,
     ) -> None:
         self.job = job
         self.context_for = context_for
@@ -111,6 +113,9 @@ class Execution:
         # How long a run its start write left unlisted goes before its key is listed as running (the queue's
         # setting).
         self.list_running_after_s = list_running_after_s
+        # The job's code runs in the record's context (a traced queue's span): its own instrumented calls and the
+        # jobs it publishes are the run's children.
+        self.carry_context = carry_context
         self.ran = False
         self.completed = False
         # The run's start left the job too little time: it was given back before the job's code started.
@@ -162,6 +167,7 @@ class Execution:
             on_end=logger.thread_safe_clear_keys,
             on_long_run=self.ledger.list_running if started is not None and not started.listed else None,
             long_run_after_s=self.list_running_after_s,
+            context=contextvars.copy_context() if self.carry_context else None,
         )
         result = self.runner.run(self.run)
         self.completed = True
@@ -310,6 +316,7 @@ class JobExecutor:
             log_keys=self._obs.logger.thread_safe_get_current_keys(),
             on_call_after_cut=self._call_after_cut,
             list_running_after_s=self._queue.list_running_after_s,
+            carry_context=self._queue.tracing,
         )
         # A copy a previous runtime handed back carries the runs its ancestors used, and since when open breakers
         # held it; the ledger takes them over when it has no count of its own for the key.

@@ -29,6 +29,7 @@ would make the record wait for ever.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
 import math
 import queue
@@ -117,6 +118,7 @@ class JobRun:
         invocation_left: Callable[[], float] | None = None,
         on_long_run: Callable[[float], object] | None = None,
         long_run_after_s: float = 0.0,
+        context: contextvars.Context | None = None,
     ) -> None:
         self.key = key
         self.limit_s = limit_s
@@ -145,6 +147,8 @@ class JobRun:
         # the seconds the call may take: the ledger then lists its key as running (the in-flight view).
         self.on_long_run = on_long_run
         self.long_run_after_s = long_run_after_s
+        # The context the job's code runs in (contextvars: a traced run's span), or None: the job thread's own.
+        self.context = context
         # Seconds the run's limit is moved out by: waits for tokens (during one, the whole time it may take).
         self.paused_s = 0.0
         # Called once the thread of a run cut at its limit has ended (`when_ended`): what it held until then.
@@ -283,7 +287,10 @@ class JobRun:
         try:
             if self.on_start is not None:
                 self.on_start()
-            self.result = _run_job(self.target, self.args)
+            if self.context is None:
+                self.result = _run_job(self.target, self.args)
+            else:
+                self.result = self.context.run(_run_job, self.target, self.args)
         except BaseException as error:
             self.error = error
         self.ended = time.monotonic()
