@@ -227,6 +227,8 @@ def soak_catalog(catalog: Catalog = CATALOG) -> Catalog:
                 queue,
                 function_timeout_s=SOAK_FUNCTION_TIMEOUT_S,
                 list_running_after_s=SOAK_LIST_RUNNING_AFTER_S,
+                # Every delivery a span (docs/tracing.md), through every fault: no promise may change for it.
+                tracing=True,
                 backoff_base_s=SOAK_BACKOFF_BASE_S,
                 backoff_cap_s=SOAK_BACKOFF_CAP_S,
                 circuit_breaker=replace(
