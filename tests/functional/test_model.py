@@ -63,6 +63,7 @@ from sqs_jobs.worker.clients import ClientFactory, new_session
 from sqs_jobs.worker.key_life import KeyRecord, KeyState, scoped_key, split_key
 from sqs_jobs.worker.names import FLOW_SLOT_PREFIX, LifeState
 from sqs_jobs.worker.observability import Observability
+from sqs_jobs.worker.provenance import ORIGINAL_MESSAGE
 from sqs_jobs.worker.run_ledger import LISTING_CONDITION
 from sqs_jobs.worker.runtime import Worker
 from sqs_jobs.worker.settings import IDEMPOTENCY_KEY_PREFIX, idempotency_record_id
@@ -290,10 +291,16 @@ class JobLives(RuleBasedStateMachine):
         self.redriven: Counter[str] = Counter()
         # Messages whose acknowledgement a crash lost, and the messages delivered of each key.
         self.crashed_messages: set[str] = set()
-        # Messages whose last delivery was left on the queue (not acknowledged), and those of them left there after
-        # their dead letter: a hand-back after it (the count or the record's clearing refused), as a crash leaves it.
+        # The SQS messages (each delivery's identity: a redrive of a message is another one, as a new publish is; a
+        # fresh copy the runtime sent on a last receive is its original) whose last delivery was left on the queue
+        # (not acknowledged); the dead-lettered ones (a new dead letter is the delivery's of its message since the
+        # last check); and per published message, those left on the queue after their own dead letter: a hand-back
+        # after it (the count or the record's clearing refused), as a crash leaves it.
         self.left_on_queue: set[str] = set()
-        self.unacknowledged_dead: set[str] = set()
+        self.dead_identities: set[str] = set()
+        self.delivered_since_check: defaultdict[str, set[str]] = defaultdict(set)
+        self.unacknowledged_dead: defaultdict[str, set[str]] = defaultdict(set)
+        # The SQS messages delivered of each key.
         self.delivered_of_key: defaultdict[str, set[str]] = defaultdict(set)
         modelled.CANCEL.append(self._cancel_mid_run)
         if os.environ.get("MODEL_TRACE"):
@@ -675,14 +682,15 @@ class JobLives(RuleBasedStateMachine):
             body = json.loads(record["body"])
             if "job" in body and "id" in body:
                 key = scoped_key(body["job"], body.get("key") or body["id"], body.get("tenant"))
-                sent = message_of(body)
-                self.delivered_of_key[key].add(sent)
+                sent, identity = message_of(body), _identity_of(record)
+                self.delivered_of_key[key].add(identity)
+                self.delivered_since_check[sent].add(identity)
                 if record["messageId"] in invocation.deleted:
-                    self.left_on_queue.discard(sent)
+                    self.left_on_queue.discard(identity)
                 else:
-                    self.left_on_queue.add(sent)
-                    if self.dead_letters_of[sent]:
-                        self.unacknowledged_dead.add(sent)
+                    self.left_on_queue.add(identity)
+                    if identity in self.dead_identities:
+                        self.unacknowledged_dead[sent].add(identity)
         self.receipts.extend(
             record["receiptHandle"]
             for record in invocation.event["Records"]
@@ -717,20 +725,33 @@ class JobLives(RuleBasedStateMachine):
             assert 1 <= int(attributes["jobs.attempts"]) <= MAX_ATTEMPTS, f"{key}: attempts {attributes}"
             self.dead[key].add(message.id)
             sent = message_of(body)
-            if message.id not in self.dead_letters_of[sent] and sent in self.left_on_queue:
-                self.unacknowledged_dead.add(sent)  # dead-lettered by the delivery that left it on the queue
+            if message.id not in self.dead_letters_of[sent]:
+                dead_now = self.delivered_since_check[sent]
+                self.dead_identities.update(dead_now)
+                # dead-lettered by the delivery that left it on the queue
+                self.unacknowledged_dead[sent].update(dead_now & self.left_on_queue)
             self.dead_letters_of[sent].add(message.id)
             unwritten_ending = self.faults.refused_endings[idempotency_record_id(key)] >= 2
             # What the key's record can't answer: a message whose acknowledgement was lost twice, or whose
-            # redelivery another message of its key overtook (docs/key-life.md, "The promises"): lost to a crash,
-            # or handed back after its dead letter (its batch count or the record's clearing refused).
-            others = self.delivered_of_key[key] - {sent}
-            overtaken = sent in self.crashed_messages or (sent in self.unacknowledged_dead and bool(others))
+            # redelivery another message of its key (a redrive of it too) overtook (docs/key-life.md, "The
+            # promises"): lost to a crash, or handed back after its dead letter (its batch count or the record's
+            # clearing refused).
+            left = self.unacknowledged_dead[sent]
+            others = self.delivered_of_key[key] - left
+            overtaken = sent in self.crashed_messages or (bool(left) and bool(others))
             excused = unwritten_ending or overtaken
             assert len(self.dead_letters_of[sent]) <= 1 + self.redriven[sent] or excused, (
                 f"message {sent} of {key} dead-lettered {len(self.dead_letters_of[sent])} times, redriven "
                 f"{self.redriven[sent]}: a second dead letter of one life"
             )
+        self.delivered_since_check.clear()
+
+
+def _identity_of(record: dict[str, Any]) -> str:
+    """Which SQS message a delivery is, as the runtime tells them apart (`Delivery.message_identity`): its message
+    ID, or on a fresh copy the runtime sent, its original's (`jobs.original_message`)."""
+    original = record.get("messageAttributes", {}).get(ORIGINAL_MESSAGE, {}).get("stringValue")
+    return str(original or record["messageId"])
 
 
 def test_every_promise_holds_where_the_features_meet(monkeypatch: pytest.MonkeyPatch) -> None:
