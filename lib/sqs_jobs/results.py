@@ -102,6 +102,11 @@ _STATE_OF = {
 }
 
 
+def execution_state(status: str) -> JobState:
+    """A durable execution's state, from its record's status (sqs_jobs.durable.record): running until it ends."""
+    return {"SUCCEEDED": JobState.SUCCEEDED, "FAILED": JobState.DEAD}.get(status, JobState.RUNNING)
+
+
 class ResultsNotConfiguredError(RuntimeError):
     """The publisher was built without a results reader (JobPublisher.from_stack(..., results_client=...))."""
 
@@ -236,7 +241,7 @@ class JobResults:
         status = item.get(STATUS, {}).get("S")
         if status is None:
             return started
-        state = {"SUCCEEDED": JobState.SUCCEEDED, "FAILED": JobState.DEAD}.get(status or "", JobState.RUNNING)
+        state = execution_state(status)
         started_at = item.get(STARTED_AT, {}).get("N")
         expires = item.get(EXPIRATION, {}).get("N")
         failed = state is JobState.DEAD

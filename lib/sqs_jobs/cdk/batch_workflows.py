@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_dynamodb as dynamodb
@@ -28,6 +28,7 @@ from sqs_jobs.batches import BATCH_ITEM_PREFIX, OPEN_LIFE_PREFIX, STALLED_AFTER_
 from sqs_jobs.cdk.job_queue import JobQueue
 from sqs_jobs.cdk.monitoring import job_metric
 from sqs_jobs.cdk.naming import alarm_name_prefix
+from sqs_jobs.cdk.parameter_reads import grant_parameter_reads
 from sqs_jobs.cdk.queue_alarms import describe
 from sqs_jobs.specs import Catalog
 from sqs_jobs.stack_names import batches_parameter_name
@@ -54,7 +55,6 @@ class BatchWorkflows(Construct):
         counts the batch members it ends (sqs_jobs.durable.runtime): it is given the worker's routes too."""
         super().__init__(scope, construct_id)
         self._table = table
-        # The name as written, not the parameter's `parameter_name` (a token: its ARN would not be the grant's).
         self._parameter_name = batches_parameter_name(stack_name)
         self.parameter = ssm.StringParameter(
             self,
@@ -130,18 +130,7 @@ class BatchWorkflows(Construct):
     def grant_define(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let `grantee` define batches (JobPublisher.batch): PutItem of the table's `batch#` items only, and read
         the parameter naming the table. Sending the members is `JobQueue.grant_publish` of their queues."""
-        reading = iam.Grant.add_to_principal(
-            grantee=grantee,
-            actions=["ssm:GetParameters"],
-            resource_arns=[
-                Stack.of(self).format_arn(
-                    service="ssm",
-                    resource="parameter",
-                    resource_name=self._parameter_name.removeprefix("/"),
-                    arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-                )
-            ],
-        )
+        reading = grant_parameter_reads(self, grantee, [self._parameter_name])
         writing = iam.Grant.add_to_principal(
             grantee=grantee,
             actions=["dynamodb:PutItem"],

@@ -26,6 +26,7 @@ from sqs_jobs.cdk.naming import (
     physical_queue_name,
     schedules_parameter_name,
 )
+from sqs_jobs.cdk.parameter_reads import grant_parameter_reads
 from sqs_jobs.cdk.resource_providers import MissingResourceError, ProvidedResource
 from sqs_jobs.cdk.worker_code import ARCHITECTURE, HANDLER, RUNTIME
 from sqs_jobs.specs import QueueSpec
@@ -225,24 +226,13 @@ class JobQueue(Construct):
         beyond 15 minutes (one-time schedules in the stack's group, sent with this queue's scheduler role); and read
         the SSM parameters that say where all that is, and the stack's job contract."""
         scheduling = self._schedules.grant_one_time_schedules(grantee, self.spec)
-        stack = Stack.of(self)
         names = [
             *(parameter_name(self._stack_name, self.spec.name, key) for key in PUBLISHER_QUEUE_PARAMETERS),
             *(schedules_parameter_name(self._stack_name, key) for key in PUBLISHER_SCHEDULES_PARAMETERS),
             # The job contract: which jobs exist and where they go, so an older wheel publishes newer jobs.
             contract_parameter_name(self._stack_name),
         ]
-        parameters = [
-            stack.format_arn(
-                service="ssm",
-                resource="parameter",
-                # The names start with "/", which the ARN's "parameter/" already holds.
-                resource_name=name.removeprefix("/"),
-                arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-            )
-            for name in names
-        ]
-        reading = iam.Grant.add_to_principal(grantee=grantee, actions=["ssm:GetParameters"], resource_arns=parameters)
+        reading = grant_parameter_reads(self, grantee, names)
         return self.queue.grant_send_messages(grantee).combine(scheduling).combine(reading)
 
 

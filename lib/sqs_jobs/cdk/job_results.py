@@ -11,12 +11,12 @@ User Guide's example writes them
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from sqs_jobs.cdk.parameter_reads import grant_parameter_reads
 from sqs_jobs.results import RESULT_ATTRIBUTES, RESULT_KEYS
 from sqs_jobs.stack_names import results_parameter_name
 
@@ -27,7 +27,6 @@ class JobResultsReading(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, stack_name: str, table: dynamodb.ITable) -> None:
         super().__init__(scope, construct_id)
         self._table = table
-        # The name as written, not the parameter's `parameter_name` (a token: its ARN would not be the grant's).
         self._parameter_name = results_parameter_name(stack_name)
         self.parameter = ssm.StringParameter(
             self,
@@ -41,18 +40,7 @@ class JobResultsReading(Construct):
         """Let `grantee` read job results (JobPublisher.result, JobResults): GetItem of key records, of the result's
         attributes only, and the parameter naming the table. The table is encrypted with the AWS-managed key, which
         needs no grant. Reading the contract (which jobs exist) is `JobQueue.grant_publish`'s, or the catalog's."""
-        reading = iam.Grant.add_to_principal(
-            grantee=grantee,
-            actions=["ssm:GetParameters"],
-            resource_arns=[
-                Stack.of(self).format_arn(
-                    service="ssm",
-                    resource="parameter",
-                    resource_name=self._parameter_name.removeprefix("/"),
-                    arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-                )
-            ],
-        )
+        reading = grant_parameter_reads(self, grantee, [self._parameter_name])
         results = iam.Grant.add_to_principal(
             grantee=grantee,
             actions=["dynamodb:GetItem"],

@@ -356,12 +356,12 @@ class JobLookup:
     def outcome(self) -> JobResult:
         """How the job stands as its publisher reads it (sqs_jobs.results): the same codec, the same states; a job
         whose dead letter is in the DLQ is dead whatever its record says."""
-        from sqs_jobs.results import JobResult, JobState, job_result
+        from sqs_jobs.results import JobResult, JobState, execution_state, job_result
 
         durable = self.durable
         if durable is not None and durable.status is not None:
             # The worker only started it (its key record says so); the execution's own record says how it stands.
-            state = {"SUCCEEDED": JobState.SUCCEEDED, "FAILED": JobState.DEAD}.get(durable.status, JobState.RUNNING)
+            state = execution_state(durable.status)
             failed = state is JobState.DEAD
             return JobResult(
                 self.job,
