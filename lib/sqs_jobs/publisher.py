@@ -75,6 +75,7 @@ from sqs_jobs.stack_names import (
 from sqs_jobs.tracing import TRACEPARENT, current_traceparent, traceparent_attribute
 
 if TYPE_CHECKING:
+    from sqs_jobs.events import JobEvents
     from sqs_jobs.results import JobResult, JobResults
 
 MAX_DELAY_S = SQS_MAX_DELAY_S
@@ -189,6 +190,12 @@ def _results_reader(dynamodb_client: Any, table: str) -> JobResults:
     return JobResults(dynamodb_client, table)
 
 
+def _events_sender(dynamodb_client: Any, lambda_client: Any, table: str) -> JobEvents:
+    from sqs_jobs.events import JobEvents
+
+    return JobEvents(dynamodb_client, lambda_client, table)
+
+
 class JobPublisher:
     def __init__(
         self,
@@ -201,15 +208,18 @@ class JobPublisher:
         batches: BatchTable | None = None,
         message_attributes: Callable[[Envelope], Mapping[str, Any]] | None = None,
         results: JobResults | None = None,
+        events: JobEvents | None = None,
     ) -> None:
         """`contract`: the deployed stack's job contract (what from_stack reads); None: the one of `catalog`, the
         project's catalog where the service has it (one of the two is required: ContractNotGivenError).
         `batches`: where `batch` defines its batches (from_stack with a dynamodb_client finds the stack's).
         `message_attributes`: SQS message attributes sent with each envelope (the worker runtime stamps what it
         sends with its identity; a service needs none).
-        `results`: where `result` reads how a job stands (from_stack with a results_client finds the stack's)."""
+        `results`: where `result` reads how a job stands (from_stack with a results_client finds the stack's).
+        `events`: what `send_event` sends with (from_stack with a results_client and a lambda_client)."""
         self._batches = batches
         self._results = results
+        self._events = events
         self._message_attributes = message_attributes
         if contract is None and catalog is None:
             raise ContractNotGivenError(
@@ -235,6 +245,7 @@ class JobPublisher:
         queues: Iterable[str] | None = None,
         dynamodb_client: Any = None,
         results_client: Any = None,
+        lambda_client: Any = None,
     ) -> JobPublisher:
         """A publisher for a deployed stack, from its SSM parameters: its job contract (which jobs exist, on which
         queue: so a job added to the stack after this service was built is published too; a stack without one,
@@ -243,7 +254,15 @@ class JobPublisher:
         (`JobQueue.grant_publish`): SSM refuses a whole GetParameters call that names one parameter it may not
         read. Raises QueueNotConfiguredError when a parameter is missing (the stack is not deployed here, or has
         another name). With a `dynamodb_client`, `batch` defines batches in the stack's table; with a
-        `results_client` (a DynamoDB client; `JobsStack.grant_read_results`), `result` reads jobs' results."""
+        `results_client` (a DynamoDB client; `JobsStack.grant_read_results`), `result` reads jobs' results; with it
+        and a `lambda_client` (`JobsStack.grant_send_events`), `send_event` sends events to waiting durable jobs."""
+        if lambda_client is not None and results_client is None:
+            from sqs_jobs.events import EventsNotConfiguredError
+
+            raise EventsNotConfiguredError(
+                "lambda_client sends events to the durable jobs a DynamoDB client finds waiting: pass results_client= "
+                "too (a DynamoDB client; the service granted JobsStack.grant_send_events)"
+            )
         contract = _published_contract(ssm_client, stack_name)
         if contract is None:
             if catalog is None:
@@ -305,6 +324,11 @@ class JobPublisher:
             if results_client is not None
             else None
         )
+        events = (
+            _events_sender(results_client, lambda_client, values[results_parameter_name(stack_name)])
+            if lambda_client is not None
+            else None
+        )
         return cls(
             sqs_client,
             urls,
@@ -314,6 +338,7 @@ class JobPublisher:
             contract=contract,
             batches=batches,
             results=results,
+            events=events,
         )
 
     def envelope(
@@ -545,6 +570,37 @@ class JobPublisher:
             expiry_s=self._contract.expiry_s.get(queue),
             durable=job in self._contract.durable_jobs,
         )
+
+    def send_event(
+        self,
+        job: str,
+        entity_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        key: str | None = None,
+        tenant: str | None = None,
+    ) -> None:
+        """Send the event `name` with `payload` (JSON, at most 256 KB) to the durable job published as (`job`,
+        `entity_id`, `key`, `tenant`), which is waiting for it (`context.wait_for_event`; docs/workflows.md). Raises
+        EventNotAwaitedError when it isn't waiting for it (not yet, no longer, or for another event): an event is
+        never kept for later. UnknownContractJobError for a job the stack doesn't have, NotADurableJobError for one
+        that isn't durable, EventsNotConfiguredError without a sender."""
+        from sqs_jobs.events import EventsNotConfiguredError, NotADurableJobError
+
+        self._contract.queue_for_job(job)
+        if job not in self._contract.durable_jobs:
+            durable = ", ".join(sorted(self._contract.durable_jobs)) or "none"
+            raise NotADurableJobError(
+                f"job {job!r} is not a durable job: only durable jobs wait for events (the stack's: {durable})"
+            )
+        if self._events is None:
+            raise EventsNotConfiguredError(
+                "this publisher sends no events: build it with JobPublisher.from_stack(..., results_client=dynamodb, "
+                "lambda_client=lambda) (the service granted JobsStack.grant_send_events), or pass "
+                "events=JobEvents(dynamodb, lambda, table)"
+            )
+        self._events.send(job, entity_id, name, payload, key=key, tenant=tenant)
 
     def batch(
         self,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
 import traceback
@@ -28,8 +29,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from aws_durable_execution_sdk_python.config import Duration, StepConfig
-from aws_durable_execution_sdk_python.exceptions import DurableOperationError, NonDeterministicExecutionError, StepError
+from aws_durable_execution_sdk_python.config import CallbackConfig, Duration, StepConfig
+from aws_durable_execution_sdk_python.exceptions import (
+    CallbackError,
+    CallbackTimeoutError,
+    DurableOperationError,
+    NonDeterministicExecutionError,
+    StepError,
+)
 from aws_durable_execution_sdk_python.retries import RetryDecision
 
 from sqs_jobs.durable.record import (
@@ -48,12 +55,25 @@ from sqs_jobs.worker.deadletter import MAX_ERROR_MESSAGE_BYTES, MAX_TRACEBACK_BY
 from sqs_jobs.worker.errors import (
     DurableMisuseError,
     DurableStepFailedError,
+    EventRefusedError,
+    EventTimeoutError,
+    EventWaitError,
     JobCodeExitError,
     StepTimeLimitError,
     WorkerConfigError,
 )
 from sqs_jobs.worker.jobs import read_secret, resource_of
-from sqs_jobs.worker.names import DURATION, FAILED, RETRIED, RETRY_ATTEMPT, DeadLetterFailure
+from sqs_jobs.worker.names import (
+    CALLBACK_ID,
+    DURATION,
+    FAILED,
+    RETRIED,
+    RETRY_ATTEMPT,
+    WAITING_FOR,
+    WAITING_SINCE,
+    WAITING_UNTIL,
+    DeadLetterFailure,
+)
 from sqs_jobs.worker.observability import BatchTally
 
 if TYPE_CHECKING:
@@ -79,6 +99,8 @@ MAX_NOTE_CHARS = 200
 # or a replay that no longer matched the execution's checkpoints.
 OUTSIDE_STEPS = "(outside steps)"
 REPLAY = "(replay)"
+# An event's name: what its sender names it by (JobPublisher.send_event, `jobctl job event`).
+EVENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -257,6 +279,79 @@ class DurableJobContext:
         self._refuse_in_step("context.wait", "a step's attempt runs within one invocation")
         self._sdk.wait(Duration.from_seconds(seconds), name=name)
 
+    def wait_for_event(self, name: str, *, timeout_s: int) -> Any:
+        """Suspend the execution until the event `name` is sent to this job (JobPublisher.send_event, `jobctl job
+        event`; docs/workflows.md "Waiting for an event") and return its payload (JSON-decoded; None when none was
+        sent). No invocation runs, and none is billed, meanwhile; `jobctl job show` says what it waits for and until
+        when. No event within `timeout_s` (1 s up to the execution's timeout): EventTimeoutError, permanent (listed
+        in the job's TRANSIENT_ERRORS, the wait starts again, up to the queue's max_attempts waits). A sender's
+        failure in its place, or a payload that is not JSON: EventRefusedError. Names follow step names' rules:
+        unique within the execution, stable across deployments; an event sent before the job waits for it is
+        refused to its sender (EventNotAwaitedError), never kept."""
+        self._refuse_in_step(f"context.wait_for_event({name!r})", "a step's attempt runs within one invocation")
+        if not isinstance(name, str) or not EVENT_NAME.fullmatch(name) or name.startswith(RUNTIME_STEP_PREFIX):
+            raise DurableMisuseError(
+                f"event name {name!r}: 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit, "
+                f"not starting {RUNTIME_STEP_PREFIX!r}"
+            )
+        limit_s = self._job.spec.durable.execution_timeout_s if self._job.spec.durable else None
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int) or timeout_s < 1:
+            raise DurableMisuseError(f"wait_for_event({name!r}): timeout_s {timeout_s!r} is not a whole number >= 1")
+        if limit_s is not None and timeout_s > limit_s:
+            raise DurableMisuseError(
+                f"wait_for_event({name!r}): timeout_s {timeout_s} is past the execution's timeout ({limit_s} s)"
+            )
+        if name in self._names:
+            raise DurableMisuseError(f"event name {name!r} is taken twice: each wait needs a name of its own")
+        if self.replay_error is not None:
+            raise self.replay_error
+        self._names.add(name)
+        attempt = 1
+        while True:
+            try:
+                return self._waited(name, f"{name}#{attempt}" if attempt > 1 else name, timeout_s)
+            except EventTimeoutError as error:
+                found = classify(error, self._job.permanent_errors, self._job.transient_errors)
+                if not found.transient or attempt >= self._queue.max_attempts:
+                    raise
+                self.logger.info("no event within the wait's timeout; waiting again", extra={"event": name})
+                attempt += 1
+
+    def _waited(self, name: str, operation: str, timeout_s: int) -> Any:
+        """One wait for `name`, as the checkpointed callback `operation`: its callback written to the durable
+        record while it is pending (so the event's sender finds it), removed once it has ended."""
+        try:
+            callback = self._sdk.create_callback(
+                name=operation, config=CallbackConfig(timeout=Duration.from_seconds(timeout_s))
+            )
+        except NonDeterministicExecutionError as error:
+            self.replay_error = error
+            raise
+        checkpoint = callback.state.get_checkpoint_result(callback.operation_id)
+        ended = checkpoint.is_succeeded() or checkpoint.is_failed() or checkpoint.is_timed_out()
+        ended = ended or checkpoint.is_cancelled() or checkpoint.is_stopped()
+        if not ended:  # a replay past its end wrote its end already
+            started = checkpoint.operation.start_timestamp if checkpoint.operation is not None else None
+            since = started.timestamp() if started is not None else self._clock()
+            waiting = {WAITING_FOR: name, CALLBACK_ID: callback.callback_id, WAITING_SINCE: since}
+            self._beat(**waiting, **{WAITING_UNTIL: since + timeout_s, NEXT_RETRY_AT: None})
+        done = dict.fromkeys((WAITING_FOR, CALLBACK_ID, WAITING_SINCE, WAITING_UNTIL))
+        try:
+            payload = callback.result()  # suspends the execution until the callback ends
+        except CallbackTimeoutError as error:
+            self._beat(**done)
+            raise EventTimeoutError(name, f"no event {name!r} came within {timeout_s} s") from error
+        except CallbackError as error:
+            self._beat(**done)
+            raise EventRefusedError(name, f"event {name!r} was sent as a failure: {error.message}") from error
+        self._beat(**done)
+        if payload is None or payload == "":
+            return None
+        try:
+            return json.loads(payload)
+        except ValueError as error:
+            raise EventRefusedError(name, f"event {name!r}'s payload is not JSON: {error}") from error
+
     def heartbeat(self, note: str = "") -> None:
         """Say the execution is alive (and, optionally, how far it is): written to its durable record now."""
         self._beat(**({NOTE: note[:MAX_NOTE_CHARS]} if note else {}))
@@ -279,6 +374,8 @@ class DurableJobContext:
             return error
         if isinstance(error, NonDeterministicExecutionError):
             return failed_for_good(REPLAY, error)
+        if isinstance(error, EventWaitError):
+            return failed_for_good(f"(event {error.event})", error)
         return failed_for_good(OUTSIDE_STEPS, error)
 
     def _refuse_in_step(self, call: str, why: str) -> None:

@@ -24,7 +24,14 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from sqs_jobs.worker.names import DURABLE_RECORD_PREFIX, durable_record_id
+from sqs_jobs.worker.names import (
+    CALLBACK_ID,
+    DURABLE_RECORD_PREFIX,
+    WAITING_FOR,
+    WAITING_SINCE,
+    WAITING_UNTIL,
+    durable_record_id,
+)
 
 RECORD_PREFIX = DURABLE_RECORD_PREFIX
 
@@ -60,6 +67,8 @@ BATCH_MEMBERS = "batch_members"
 # its start: a copy of one whose generation has ended (its acknowledgement lost) starts no second life.
 DISPATCHED = "dispatched"
 MAX_TEXT_CHARS = 1024
+# What an execution waiting for an event writes, and what its end removes.
+WAITING = (WAITING_FOR, CALLBACK_ID, WAITING_SINCE, WAITING_UNTIL)
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,10 @@ class DurableState:
     note: str | None
     # `<generation>:<message identity>` of each message handed to an execution of the key (DISPATCHED).
     dispatched: frozenset[str] = frozenset()
+    # The event the execution waits for (DurableJobContext.wait_for_event), since and until when; None: none.
+    waiting_for: str | None = None
+    waiting_since: float | None = None
+    waiting_until: float | None = None
 
     @classmethod
     def of(cls, key: str, item: Mapping[str, Any] | None) -> DurableState:
@@ -114,6 +127,9 @@ class DurableState:
             ended_at=number(ENDED_AT),
             note=text(NOTE),
             dispatched=frozenset(item.get(DISPATCHED, ())),
+            waiting_for=text(WAITING_FOR),
+            waiting_since=number(WAITING_SINCE),
+            waiting_until=number(WAITING_UNTIL),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -241,6 +257,7 @@ class DurableRecords:
             BEAT_AT: now,
             NEXT_RETRY_AT: None,
             CLAIMED_UNTIL: None,
+            **dict.fromkeys(WAITING),
         }
         if not succeeded:
             values[LAST_ERROR_TYPE] = error_type[:MAX_TEXT_CHARS] or "(unknown)"

@@ -14,6 +14,9 @@ does and the runner doesn't, this module adds:
 It is also the workers' DurableExecutions (sqs_jobs.durable.executions), what their heartbeat's sweep asks:
 the runner's own answers to ListDurableExecutionsByFunction, GetDurableExecution and GetDurableExecutionHistory, in
 those APIs' shapes; and `stop()` is StopDurableExecution.
+And `serve_callbacks()` serves Lambda's callback API (SendDurableExecutionCallbackSuccess, ...Failure, ...Heartbeat)
+over HTTP with the testing SDK's own web server, so an event's sender (sqs_jobs.events: a service, jobctl) calls it
+with an ordinary boto3 Lambda client whose endpoint is that server's URL.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class LocalDurableFunctions:
         assert self.state_dir is not None
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._callback_server: Any = None
         self.functions: dict[str, LocalDurableFunction] = {}
         for job, (function_name, runtime) in runtimes.items():
             durable = runtime.settings.worker.queue.job(job).durable
@@ -173,7 +177,36 @@ class LocalDurableFunctions:
             return DurableFunctionTestResult.create(execution=execution)
         return function.runner.wait_for_result(arn, timeout=int(timeout_s))
 
+    def serve_callbacks(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Start serving Lambda's callback API for every function's executions (the testing SDK's WebServer, in a
+        thread of its own) and return its URL; the same URL when already serving. Only the callback routes are
+        served: the server's other routes answer an error."""
+        if self._callback_server is None:
+            from aws_durable_execution_sdk_python_testing.web.server import WebServer, WebServiceConfig
+
+            server = WebServer(WebServiceConfig(host=host, port=port), _CallbackRouter(self))  # type: ignore[arg-type]
+            threading.Thread(target=server.serve_forever, name="durable-callbacks", daemon=True).start()
+            self._callback_server = server
+        address = self._callback_server.server_address
+        return f"http://{address[0]}:{address[1]}"
+
+    def function_of(self, execution_arn: str) -> LocalDurableFunction:
+        """The function an execution is of (KeyError: none here)."""
+        from aws_durable_execution_sdk_python_testing.exceptions import ResourceNotFoundException
+
+        for function in self.functions.values():
+            try:
+                function.store.load(execution_arn)
+            except ResourceNotFoundException:
+                continue
+            return function
+        raise KeyError(execution_arn)
+
     def close(self) -> None:
+        if self._callback_server is not None:
+            self._callback_server.shutdown()
+            self._callback_server.server_close()
+            self._callback_server = None
         for function in self.functions.values():
             function.runner.close()  # type: ignore[no-untyped-call]
         if self._temporary is not None:
@@ -196,3 +229,32 @@ def _relaunch(runner: DurableFunctionTestRunner, execution: Execution, execution
     left_s = max(1, int(execution_timeout_s - elapsed_s))
     launch: Callable[[Execution, int], None] = runner._executor._launch_execution
     launch(execution, left_s)
+
+
+class _CallbackRouter:
+    """What the testing SDK's web server asks of its executor for the callback routes, each sent on to the executor
+    of the function whose execution the callback is of (the callback ID names its execution: the SDK's
+    CallbackToken). A callback of no execution here is ResourceNotFoundException, as Lambda answers."""
+
+    def __init__(self, functions: LocalDurableFunctions) -> None:
+        self._functions = functions
+
+    def send_callback_success(self, callback_id: str, result: bytes | None = None) -> Any:
+        return self._executor_of(callback_id).send_callback_success(callback_id=callback_id, result=result)
+
+    def send_callback_failure(self, callback_id: str, error: Any = None) -> Any:
+        return self._executor_of(callback_id).send_callback_failure(callback_id=callback_id, error=error)
+
+    def send_callback_heartbeat(self, callback_id: str) -> Any:
+        return self._executor_of(callback_id).send_callback_heartbeat(callback_id=callback_id)
+
+    def _executor_of(self, callback_id: str) -> Any:
+        from aws_durable_execution_sdk_python_testing.exceptions import ResourceNotFoundException
+        from aws_durable_execution_sdk_python_testing.token import CallbackToken
+
+        try:
+            arn = CallbackToken.from_str(callback_id).execution_arn
+            function = self._functions.function_of(arn)
+        except (KeyError, ValueError) as error:
+            raise ResourceNotFoundException(f"no durable execution has callback {callback_id[:64]!r}") from error
+        return function.runner._executor

@@ -276,3 +276,23 @@ class DurableStepFailedError(JobError):
         self.failure = failure
         self.attempts = attempts
         self.traceback_text = traceback
+
+
+class EventWaitError(JobError):
+    """A durable job's wait for an event (DurableJobContext.wait_for_event) ended without the event. `event`: its
+    name. The execution's evidence names the event (`(event <name>)`) when the job's code lets it through."""
+
+    def __init__(self, event: str, message: str) -> None:
+        super().__init__(message)
+        self.event = event
+
+
+class EventTimeoutError(EventWaitError, PermanentError):
+    """No event came within the wait's timeout. Permanent, so the execution is dead-lettered with this evidence; a
+    job that lists it in TRANSIENT_ERRORS waits again (a fresh wait of the same name), up to the queue's
+    max_attempts waits in all."""
+
+
+class EventRefusedError(EventWaitError, PermanentError):
+    """The event's sender reported a failure in its place (Lambda's SendDurableExecutionCallbackFailure), or sent a
+    payload that is not JSON: the job gets no event to go on with."""

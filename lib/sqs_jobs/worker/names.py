@@ -152,6 +152,13 @@ RECORD_TENANT = "tenant"
 STARTED_AT = "started_at"  # when the key's newest run started (epoch seconds)
 RUN_BY = "run_by"  # which worker runs it: the Lambda log stream and request ID
 NEXT_RETRY_AT = "next_retry_at"  # when a failed or held key's message is due again (epoch seconds)
+# A durable job waiting for an event (DurableJobContext.wait_for_event), in its durable record: the event's name,
+# the callback Lambda completes the wait with (only the event's sender reads it: sqs_jobs.events), since when and
+# until when (epoch seconds). Removed once the event came, the wait timed out or the execution ended.
+WAITING_FOR = "waiting_for"
+CALLBACK_ID = "callback_id"
+WAITING_SINCE = "waiting_since"
+WAITING_UNTIL = "waiting_until"
 
 
 class RecordStatus(StrEnum):

@@ -1,0 +1,189 @@
+"""Durable jobs waiting for an event (context.wait_for_event), on moto and AWS's durable execution testing SDK: the
+event is sent by the publisher (JobPublisher.send_event) through an ordinary boto3 Lambda client to the testing SDK's
+own web server (Lambda's callback API); a wait that times out dead-letters the job with its evidence."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+
+from sqs_jobs.durable import Durable
+from sqs_jobs.durable.record import DurableRecords, DurableState
+from sqs_jobs.durable.runtime import DurableRuntime, DurableSettings
+from sqs_jobs.events import EventNotAwaitedError, EventPayloadError, NotADurableJobError
+from sqs_jobs.local.durable import LocalDurableFunctions
+from sqs_jobs.publisher import JobPublisher
+from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.stack_names import durable_function_name
+from sqs_jobs.worker.clients import ClientFactory
+from sqs_jobs.worker.observability import Observability
+from sqs_jobs.worker.runtime import Worker
+from tests.functional.conftest import REGION, Harness, envelope
+from tests.functional.sample_jobs import awaits_approval
+
+QUEUE = "approvals"
+JOB, AGAIN, PLAIN = "approve_refund", "approve_refund_again", "plain_job"
+HANDLER = "tests.functional.sample_jobs.awaits_approval"
+DURABLE = Durable(execution_timeout_s=600, retention_days=1, function_timeout_s=60, step_time_limit_s=5)
+CATALOG = Catalog(
+    queues=(
+        QueueSpec(
+            name=QUEUE,
+            max_attempts=2,
+            backoff_base_s=1,
+            jobs=(
+                JobSpec(name=JOB, handler=HANDLER, durable=DURABLE),
+                JobSpec(name=AGAIN, handler=f"{HANDLER}_again", durable=DURABLE),
+                JobSpec(name=PLAIN, handler="tests.functional.sample_jobs.nap"),
+            ),
+        ),
+    ),
+)
+
+
+@dataclass
+class Approvals:
+    harness: Harness
+    functions: LocalDurableFunctions
+    publisher: JobPublisher
+
+    def start(self, job: str, job_id: str) -> str:
+        """Publish and deliver `job`: its worker starts the execution; its ARN."""
+        self.harness.send(envelope(job, job_id), queue=QUEUE)
+        worker = Worker(
+            settings=self.harness.deployment.worker_settings(QUEUE),
+            clients=self.harness.worker_clients(QUEUE),
+            observability=Observability.create(output=self.harness.output),
+            durable_starter=self.functions,
+        )
+        invocation = self.harness.deliver(QUEUE, worker=worker)
+        assert invocation is not None and invocation.failed_ids == []
+        [execution] = self.functions.executions(job)  # one per test and job
+        return str(execution.durable_execution_arn)
+
+    def record(self, job: str, job_id: str) -> DurableState:
+        records = DurableRecords(
+            lambda: self.harness.clients("dynamodb"), self.harness.deployment.idempotency_table, 60
+        )
+        return records.read(f"{job}:{job_id}")
+
+    def until_waiting(self, job: str, job_id: str, timeout_s: float = 30) -> DurableState:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self.record(job, job_id)
+            if state.waiting_for is not None:
+                return state
+            time.sleep(0.05)
+        raise AssertionError(f"{job}:{job_id} never waited for an event: {self.record(job, job_id)}")
+
+    def ended(self, job: str, arn: str) -> Any:
+        return self.functions.wait(job, arn, timeout_s=60)
+
+
+@pytest.fixture
+def approvals(clients: ClientFactory) -> Iterator[Approvals]:
+    harness = Harness.provisioned(clients, CATALOG)
+    runtimes = {}
+    for job in (JOB, AGAIN):
+        settings = DurableSettings(worker=harness.deployment.worker_settings(QUEUE), job=job)
+        runtime = DurableRuntime(
+            settings, harness.worker_clients(QUEUE), observability=Observability.create(output=harness.output)
+        )
+        runtimes[job] = (durable_function_name("test", job), runtime)
+    functions = LocalDurableFunctions(runtimes, state_dir=None, skip_time=True)
+    url = functions.serve_callbacks()
+    # An ordinary boto3 Lambda client, as a service's: its callback calls go to the testing SDK's server.
+    lambda_client = boto3.client(
+        "lambda", region_name=REGION, endpoint_url=url, aws_access_key_id="test", aws_secret_access_key="test"
+    )
+    publisher = JobPublisher.from_stack(
+        harness.clients("ssm"),
+        harness.clients("sqs"),
+        stack_name=harness.deployment.stack_name,
+        catalog=CATALOG,
+        results_client=harness.clients("dynamodb"),
+        lambda_client=lambda_client,
+    )
+    awaits_approval.RAN.clear()
+    yield Approvals(harness, functions, publisher)
+    functions.close()
+
+
+def test_a_durable_job_waits_for_its_event_and_goes_on_with_its_payload(approvals: Approvals) -> None:
+    arn = approvals.start(JOB, "patient-1")
+    waiting = approvals.until_waiting(JOB, "patient-1")
+    assert waiting.waiting_for == "approved" and waiting.status == "RUNNING"
+    assert waiting.waiting_since is not None and waiting.waiting_until is not None
+    assert waiting.waiting_until - waiting.waiting_since == pytest.approx(awaits_approval.WAIT_S, abs=1)
+    assert awaits_approval.RAN["patient-1"] == ["prepare"]
+
+    approvals.publisher.send_event(JOB, "patient-1", "approved", {"by": "ops@example.com"})
+
+    ended = approvals.ended(JOB, arn)
+    assert ended.status.value == "SUCCEEDED"
+    assert json.loads(ended.result) == {"decision": {"by": "ops@example.com"}}
+    assert awaits_approval.RAN["patient-1"] == ["prepare", "apply"]  # the first step ran once, not on the replay
+    after = approvals.record(JOB, "patient-1")
+    assert after.status == "SUCCEEDED" and after.waiting_for is None and after.waiting_until is None
+    with pytest.raises(EventNotAwaitedError, match="waits for no event now"):
+        approvals.publisher.send_event(JOB, "patient-1", "approved", {"by": "twice"})
+
+
+def test_an_event_the_job_does_not_wait_for_is_refused_to_its_sender_and_changes_nothing(
+    approvals: Approvals,
+) -> None:
+    with pytest.raises(EventNotAwaitedError, match="waits for no event now"):
+        approvals.publisher.send_event(JOB, "patient-2", "approved")  # not published yet
+    arn = approvals.start(JOB, "patient-2")
+    approvals.until_waiting(JOB, "patient-2")
+    with pytest.raises(EventNotAwaitedError, match="waits for event 'approved'") as refused:
+        approvals.publisher.send_event(JOB, "patient-2", "rejected", {"why": "no"})
+    assert refused.value.waiting_for == "approved"
+    with pytest.raises(EventPayloadError, match="not JSON-serializable"):
+        approvals.publisher.send_event(JOB, "patient-2", "approved", {"at": object()})
+    with pytest.raises(EventPayloadError, match="Lambda takes at most 262144"):
+        approvals.publisher.send_event(JOB, "patient-2", "approved", "x" * 262_144)
+    with pytest.raises(NotADurableJobError, match="only durable jobs wait for events"):
+        approvals.publisher.send_event(PLAIN, "patient-2", "approved")
+    assert approvals.record(JOB, "patient-2").waiting_for == "approved"  # still waiting
+
+    approvals.publisher.send_event(JOB, "patient-2", "approved", None)
+    ended = approvals.ended(JOB, arn)
+    assert json.loads(ended.result) == {"decision": None}
+
+
+def test_a_wait_that_times_out_dead_letters_the_job_with_the_events_evidence(approvals: Approvals) -> None:
+    arn = approvals.start(JOB, "hasty-1")
+
+    ended = approvals.ended(JOB, arn)
+
+    assert ended.status.value == "FAILED"
+    [dead] = approvals.harness.dead_letters(QUEUE)
+    assert json.loads(dead["Body"]) == json.loads(envelope(JOB, "hasty-1"))
+    attributes = {name: value.get("StringValue") for name, value in dead["MessageAttributes"].items()}
+    assert attributes["jobs.error_type"] == "EventTimeoutError"
+    assert "no event 'approved' came within 1 s" in attributes["jobs.error_message"]
+    assert attributes["jobs.failure"] == "permanent"
+    state = approvals.record(JOB, "hasty-1")
+    assert state.status == "FAILED" and state.waiting_for is None
+    assert state.last_error_type == "EventTimeoutError"
+    assert awaits_approval.RAN["hasty-1"] == ["prepare"]  # nothing after the wait ran
+
+
+def test_a_timeout_listed_as_transient_waits_again_up_to_the_queues_attempts(approvals: Approvals) -> None:
+    arn = approvals.start(AGAIN, "hasty-2")
+
+    ended = approvals.ended(AGAIN, arn)
+
+    assert ended.status.value == "FAILED"
+    history = approvals.functions.functions[AGAIN].runner.get_execution_history(arn, include_execution_data=True)
+    callbacks = [e for e in history.to_dict()["Events"] if e.get("EventType") == "CallbackStarted"]
+    assert [e["Name"] for e in callbacks] == ["approved", "approved#2"]  # max_attempts=2 waits in all
+    [dead] = approvals.harness.dead_letters(QUEUE)
+    assert dead["MessageAttributes"]["jobs.error_type"]["StringValue"] == "EventTimeoutError"
