@@ -6,6 +6,7 @@ One extra synth of a small two-queue catalog, built as app.py builds it."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -13,7 +14,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
 from functions.catalog import RESOURCES as APP_RESOURCES
+from sqs_jobs.cdk.job_results import NotDurableJobsError
 from sqs_jobs.cdk.stack import JobsStack, build_app
+from sqs_jobs.durable import Durable
+from sqs_jobs.events import EVENT_ATTRIBUTES
 from sqs_jobs.results import RESULT_ATTRIBUTES
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
 from sqs_jobs.stack_names import batches_parameter_name, results_parameter_name
@@ -26,7 +30,14 @@ CATALOG = Catalog(
     queues=(
         QueueSpec(name="rows", jobs=(JobSpec(name="import_row", handler=HANDLER, publishes=("import_done",)),)),
         QueueSpec(name="finish", jobs=(JobSpec(name="import_done", handler=HANDLER),)),
-        QueueSpec(name="other", jobs=(JobSpec(name="unrelated", handler=HANDLER),)),
+        QueueSpec(
+            name="other",
+            jobs=(
+                JobSpec(name="unrelated", handler=HANDLER),
+                JobSpec(name="approve", handler=HANDLER, durable=Durable()),
+                JobSpec(name="approve_too", handler=HANDLER, durable=Durable()),
+            ),
+        ),
     ),
 )
 
@@ -38,6 +49,8 @@ def built(cdk_context: dict[str, Any]) -> tuple[JobsStack, dict[str, Any]]:
     stack.batches.grant_define(publisher)
     reader = iam.Role(stack, "TestResultsReader", assumed_by=iam.AccountRootPrincipal())
     stack.grant_read_results(reader)
+    sender = iam.Role(stack, "TestEventSender", assumed_by=iam.AccountRootPrincipal())
+    stack.grant_send_events(sender, ["approve"])
     return stack, Template.from_stack(stack).to_json()["Resources"]
 
 
@@ -162,3 +175,42 @@ def test_a_service_finds_the_results_table_and_may_read_only_a_results_attribute
     [ssm] = [statement for statement in statements if statement["Action"] == "ssm:GetParameters"]
     assert f":parameter{results_parameter_name(stack.stack_name)}" in json.dumps(ssm["Resource"])
     assert all("*" != statement["Resource"] for statement in statements)
+
+
+def test_an_event_sender_may_read_only_whether_its_durable_jobs_wait_and_complete_only_their_waits(
+    built: tuple[JobsStack, dict[str, Any]],
+) -> None:
+    stack, resources = built
+    table = _logical_id(stack, stack.idempotency_table)
+    sender = next(key for key in of_type(resources, "AWS::IAM::Role") if key.startswith("TestEventSender"))
+    statements = _statements_of(resources, sender)
+    [reading] = [statement for statement in statements if "dynamodb" in json.dumps(statement["Action"])]
+    assert reading["Action"] == "dynamodb:GetItem"
+    assert reading["Resource"] == {"Fn::GetAtt": [table, "Arn"]}
+    # The granted job's records only (a tenant's too), and of them only whether and for what it waits.
+    assert reading["Condition"] == {
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["durable#approve:*", "durable#approve@*"]},
+        "ForAllValues:StringEquals": {"dynamodb:Attributes": list(EVENT_ATTRIBUTES)},
+        "StringEqualsIfExists": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+    }
+    [sending] = [statement for statement in statements if "lambda:" in json.dumps(statement["Action"])]
+    assert sending["Action"] == "lambda:SendDurableExecutionCallbackSuccess"
+    approve = _logical_id(stack, stack.durable_functions["approve"].function)
+    other = _logical_id(stack, stack.durable_functions["approve_too"].function)
+    assert sending["Resource"] == {"Fn::Join": ["", [{"Fn::GetAtt": [approve, "Arn"]}, ":*"]]}
+    assert other not in json.dumps(statements)
+    [ssm] = [statement for statement in statements if statement["Action"] == "ssm:GetParameters"]
+    assert f":parameter{results_parameter_name(stack.stack_name)}" in json.dumps(ssm["Resource"])
+    assert all("*" != statement["Resource"] for statement in statements)
+
+
+def test_a_grant_to_send_events_to_a_job_that_waits_for_none_is_refused_at_synth(
+    built: tuple[JobsStack, dict[str, Any]],
+) -> None:
+    stack, _ = built
+    role = iam.Role(stack, "TestRefusedSender", assumed_by=iam.AccountRootPrincipal())
+    with pytest.raises(
+        NotDurableJobsError,
+        match=re.escape("unrelated is not a durable job of this stack (its durable jobs: approve, approve_too)"),
+    ):
+        stack.grant_send_events(role, ["unrelated"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqs_jobs.cdk.asset_staging import BytecodeError, HandlerNotShippedError, WrongInterpreterError
 from sqs_jobs.cdk.context import ContextError
 from sqs_jobs.cdk.dependencies_layer import LayerMissingError
+from sqs_jobs.cdk.job_results import NotDurableJobsError
 from sqs_jobs.cdk.monitoring import MonitoringError
 from sqs_jobs.cdk.resource_providers import MissingResourceError
 
@@ -13,6 +14,7 @@ SYNTH_ERRORS: tuple[type[Exception], ...] = (
     LayerMissingError,
     MissingResourceError,
     MonitoringError,
+    NotDurableJobsError,
     WrongInterpreterError,
     BytecodeError,
     HandlerNotShippedError,

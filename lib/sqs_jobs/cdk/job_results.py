@@ -7,18 +7,34 @@ is made of: GetItem of key records and durable jobs' records only (`dynamodb:Lea
 never a run's traceback, a dead letter's body or which worker ran it. The conditions are AWS's own, as the IAM
 User Guide's example writes them
 (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_examples_dynamodb_attributes.html).
+
+`grant_send_events` lets a sender complete durable jobs' waits for events (sqs_jobs.events): the same parameter;
+GetItem of the named durable jobs' records only, of what says whether and for what they wait (`EVENT_ATTRIBUTES`);
+and lambda:SendDurableExecutionCallbackSuccess on those jobs' durable functions' executions (`<function ARN>:*`).
+The Lambda API Reference names no resource for the callback actions (a request names only its callback ID); the
+grant scopes them as Lambda scopes a durable function's own checkpoint actions, to its executions' ARNs
+(https://docs.aws.amazon.com/lambda/latest/dg/durable-security.html).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from sqs_jobs.cdk.parameter_reads import grant_parameter_reads
+from sqs_jobs.events import EVENT_ATTRIBUTES
 from sqs_jobs.results import RESULT_ATTRIBUTES, RESULT_KEYS
 from sqs_jobs.stack_names import results_parameter_name
+from sqs_jobs.worker.names import DURABLE_RECORD_PREFIX
+
+
+class NotDurableJobsError(ValueError):
+    """grant_send_events named a job that waits for no event: not the stack's, or not durable."""
 
 
 class JobResultsReading(Construct):
@@ -52,3 +68,26 @@ class JobResultsReading(Construct):
             },
         )
         return results.combine(reading)
+
+    def grant_send_events(self, grantee: iam.IGrantable, functions: Mapping[str, lambda_.IFunction]) -> iam.Grant:
+        """Let `grantee` send events to the durable jobs `functions` names (job -> its durable function;
+        JobPublisher.send_event, `jobctl job event`): read whether each waits, and complete its wait."""
+        reading = grant_parameter_reads(self, grantee, [self._parameter_name])
+        # A job's records: `durable#<job>:<key>`, a tenant's `durable#<job>@<tenant> <key>` (scoped_key).
+        keys = [f"{DURABLE_RECORD_PREFIX}{job}{joint}*" for job in sorted(functions) for joint in (":", "@")]
+        waits = iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["dynamodb:GetItem"],
+            resource_arns=[self._table.table_arn],
+            conditions={
+                "ForAllValues:StringLike": {"dynamodb:LeadingKeys": keys},
+                "ForAllValues:StringEquals": {"dynamodb:Attributes": list(EVENT_ATTRIBUTES)},
+                "StringEqualsIfExists": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+            },
+        )
+        sends = iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["lambda:SendDurableExecutionCallbackSuccess"],
+            resource_arns=[f"{functions[job].function_arn}:*" for job in sorted(functions)],
+        )
+        return waits.combine(sends).combine(reading)

@@ -8,7 +8,7 @@ table}`: an `ITable`, `IBucket` or `ISecret`): the jobs use and are granted thos
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -271,6 +271,23 @@ class JobsComposition:
         """Let `grantee` (a service's role) read how its jobs stand and what they returned (JobPublisher.result):
         GetItem of the idempotency table's key records, of a result's attributes only (sqs_jobs.cdk.job_results)."""
         return self.results.grant_read(grantee)
+
+    def grant_send_events(self, grantee: iam.IGrantable, jobs: Iterable[str] | None = None) -> iam.Grant:
+        """Let `grantee` (a service's role, an approval tool's) send events to durable jobs waiting for them
+        (JobPublisher.send_event, `jobctl job event`): of `jobs` only (default: every durable job of the stack),
+        reading whether each waits and completing its wait (sqs_jobs.cdk.job_results). NotDurableJobsError names a
+        job that is not one of the stack's durable jobs."""
+        from sqs_jobs.cdk.job_results import NotDurableJobsError
+
+        chosen = sorted(set(jobs)) if jobs is not None else sorted(self.durable_functions)
+        unknown = [job for job in chosen if job not in self.durable_functions]
+        if unknown or not chosen:
+            durable = ", ".join(sorted(self.durable_functions)) or "none"
+            raise NotDurableJobsError(
+                f"grant_send_events: {', '.join(unknown) or 'no job'} is not a durable job of this stack (its durable "
+                f"jobs: {durable})"
+            )
+        return self.results.grant_send_events(grantee, {job: self.durable_functions[job].function for job in chosen})
 
 
 class Jobs(Construct, JobsComposition):
