@@ -103,6 +103,12 @@ def results_parameter_name(stack_name: str) -> str:
     return f"/{stack_name}/results/table"
 
 
+def local_callbacks_parameter_name(stack_name: str) -> str:
+    """The local engine's own SSM parameter (never a deployed stack's): the URL where its durable functions take
+    Lambda's callback API (sqs_jobs.local.durable), which `jobctl job event` calls on the local engine."""
+    return f"/{stack_name}/local/durable-callbacks"
+
+
 # The alias a durable job's function is invoked through: durable functions are invoked by a qualified ARN, and an
 # alias pins each execution to the version it started on (https://docs.aws.amazon.com/lambda/latest/dg/durable-invoking.html).
 DURABLE_ALIAS = "live"

@@ -41,7 +41,10 @@ COMMANDS = {
         "sqs_jobs.cli.commands.init:init",
         "Write a new project: the catalog with one queue and one job, its test, the CDK app and a README.",
     ),
-    "job": LazyCommand("sqs_jobs.cli.commands.job:job", "Look up one job, list the jobs in flight, cancel one."),
+    "job": LazyCommand(
+        "sqs_jobs.cli.commands.job:job",
+        "Look up one job, list the jobs in flight, cancel one, send an event to a waiting durable job.",
+    ),
     "local": LazyCommand(
         "sqs_jobs.cli.commands.local:local",
         "Run the local engine: moto server + the real workers behind an SQS event source emulator, every resource "

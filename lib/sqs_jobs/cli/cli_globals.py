@@ -134,14 +134,15 @@ class Options:
     def show_progress(self) -> bool:
         return self.progress if self.progress is not None else sys.stderr.isatty()
 
-    def client(self, service: str) -> Any:
+    def client(self, service: str, endpoint_url: str | None = None) -> Any:
+        """A client of `service` at `endpoint_url`, else at --endpoint-url (else AWS's)."""
         # Imported here: the CLI's help, version and completion never load boto3.
         import boto3
         import botocore.exceptions
 
         session = boto3.session.Session(profile_name=self.profile, region_name=self.region)
         try:
-            return session.client(service, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
+            return session.client(service, endpoint_url=endpoint_url or self.endpoint_url)  # type: ignore[call-overload]
         except ValueError as error:
             # botocore rejects a malformed endpoint URL with a bare ValueError; its own errors keep their types.
             if isinstance(error, botocore.exceptions.BotoCoreError) or self.endpoint_url is None:

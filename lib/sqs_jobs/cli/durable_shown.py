@@ -29,6 +29,10 @@ def durable_lines(state: DurableState, now: datetime) -> list[str]:
         lines.append(f"  current step: {state.step}{attempt}")
     if state.next_retry_at is not None and state.status == "RUNNING":
         lines.append(f"  next retry:   {_at(state.next_retry_at)}")
+    if state.waiting_for is not None and state.status == "RUNNING":
+        since = f" since {_at(state.waiting_since)}" if state.waiting_since is not None else ""
+        until = f", until {_at(state.waiting_until)}" if state.waiting_until is not None else ""
+        lines.append(f"  waiting for:  event {state.waiting_for!r}{since}{until} (jobctl job event sends it)")
     if state.last_error_type is not None:
         lines.append(f"  last error:   {state.last_error_type}: {state.last_error or ''}")
     if state.execution_arn:
@@ -42,7 +46,8 @@ def durable_lines(state: DurableState, now: datetime) -> list[str]:
     if state.beat_at is not None:
         age_s = now.timestamp() - state.beat_at
         beat = f"  heartbeat:    {_at(state.beat_at)} ({age_s:.0f} s ago)"
-        if state.status == "RUNNING" and age_s > STALE_BEAT_S and state.next_retry_at is None:
+        waits = state.next_retry_at is not None or state.waiting_for is not None
+        if state.status == "RUNNING" and age_s > STALE_BEAT_S and not waits:
             beat += "; stale: a long step, a lost invocation Lambda replays, or a timed-out execution"
         lines.append(beat)
     if state.status == "FAILED":

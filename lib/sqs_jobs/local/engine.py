@@ -42,7 +42,7 @@ from sqs_jobs.local.provision import LocalDeployment, provision, worker_function
 from sqs_jobs.local.scheduler import LocalScheduler, LocalSchedules, provision_schedules
 from sqs_jobs.local.standins import build_standins
 from sqs_jobs.specs import Catalog
-from sqs_jobs.stack_names import DEFAULT_STACK_NAME, durable_function_name
+from sqs_jobs.stack_names import DEFAULT_STACK_NAME, durable_function_name, local_callbacks_parameter_name
 from sqs_jobs.worker.clients import ClientFactory, new_session
 from sqs_jobs.worker.http import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_READ_TIMEOUT_S, HttpClient
 from sqs_jobs.worker.observability import Observability
@@ -288,6 +288,13 @@ class LocalEngine:
         if not runtimes:
             return None
         durables = LocalDurableFunctions(runtimes, self._durable_state_dir, skip_time=self._durable_skip_time)
+        # Where an event's sender (jobctl job event, a service's JobPublisher) completes a waiting execution.
+        self.clients()("ssm").put_parameter(
+            Name=local_callbacks_parameter_name(self.stack_name),
+            Value=durables.serve_callbacks(host=self.host),
+            Type="String",
+            Overwrite=True,
+        )
         resumed = durables.resume()
         if resumed:
             log.info("resumed %d durable execution(s) left running: %s", len(resumed), ", ".join(resumed))

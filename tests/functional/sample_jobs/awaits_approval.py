@@ -22,4 +22,5 @@ def run(envelope: Envelope, context: Any) -> dict[str, Any]:
         RAN.setdefault(envelope.id, []).append("apply")
         return {"decision": decision}
 
-    return context.step("apply", apply)
+    applied: dict[str, Any] = context.step("apply", apply)
+    return applied

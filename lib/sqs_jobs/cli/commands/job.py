@@ -1,5 +1,6 @@
-"""`jobctl job show|list|cancel`: one job's fate (sqs_jobs.cli.job_lookup), the keys in flight (sqs_jobs.cli.job_life),
-and cancelling one (sqs_jobs.cli.job_cancel)."""
+"""`jobctl job show|list|cancel|event`: one job's fate (sqs_jobs.cli.job_lookup), the keys in flight
+(sqs_jobs.cli.job_life), cancelling one (sqs_jobs.cli.job_cancel), and sending an event to a durable job waiting for
+it (sqs_jobs.events)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ MAX_RESULT_SHOWN = 500
 
 @click.group(cls=JobctlGroup)
 def job() -> None:
-    """Look up one job, list the jobs in flight, cancel one."""
+    """Look up one job, list the jobs in flight, cancel one, send an event to a waiting durable job."""
 
 
 def _queue_of(options: Options, name: str) -> str:
@@ -226,3 +227,46 @@ def cancel(
     emit(options, payload, lambda: click.echo(shown(said)))
     if result.outcome in (CancelOutcome.COMPLETED, CancelOutcome.NOT_CANCELLED):
         raise SystemExit(EXIT_FAILED)
+
+
+@job.command()
+@click.argument("name", metavar="JOB", shell_complete=complete_job)
+@click.argument("entity_id", metavar="ID")
+@click.argument("event")
+@click.option("--payload", default="null", show_default=True, help="The event's payload, as JSON.")
+@click.option("--key", help="The idempotency key, if the publisher chose one (default: the job's own, from the ID).")
+@click.option("--tenant", help="The tenant the job was published for, if any (its key is the tenant's).")
+@click.pass_obj
+def event(
+    options: Options, name: str, entity_id: str, event: str, payload: str, key: str | None, tenant: str | None
+) -> None:
+    """Send EVENT to durable job JOB ID, which waits for it (context.wait_for_event): its execution goes on with the
+    payload. Refused (exit 1) when it isn't waiting for EVENT now: not yet, no longer, or for another event."""
+    from sqs_jobs.events import EventNotAwaitedError, EventPayloadError, JobEvents
+    from sqs_jobs.stack_names import local_callbacks_parameter_name
+
+    queue = _queue_of(options, name)
+    if options.catalog().queue_for_job(name).job(name).durable is None:
+        fail(f"{shown(name)} is not a durable job: only durable jobs wait for events", EXIT_USAGE)
+    try:
+        value = json.loads(payload)
+    except ValueError as error:
+        fail(f"--payload is not JSON ({error}); e.g. --payload '{{\"approved\": true}}'", EXIT_USAGE)
+    with operator_errors():
+        [(_, where)] = queues_of(options, queue)
+        table = idempotency_table(options.client("lambda"), where.arn)
+        callbacks = options.client("lambda")
+        if options.endpoint_url is not None:  # the local engine: its durable functions take callbacks apart
+            parameter = options.client("ssm").get_parameter(Name=local_callbacks_parameter_name(options.stack))
+            callbacks = options.client("lambda", endpoint_url=parameter["Parameter"]["Value"])
+        sender = JobEvents(options.client("dynamodb"), callbacks, table)
+        try:
+            sender.send(name, entity_id, event, value, key=key, tenant=tenant)
+        except (EventNotAwaitedError, EventPayloadError) as refused:
+            fail(str(refused), EXIT_FAILED if isinstance(refused, EventNotAwaitedError) else EXIT_USAGE)
+    said = f"{name}:{entity_id} on {queue}: event {event!r} sent; its execution goes on"
+    emit(
+        options,
+        {"queue": queue, "job": name, "id": entity_id, "event": event, "sent": True},
+        lambda: click.echo(shown(said)),
+    )

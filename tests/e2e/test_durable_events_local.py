@@ -1,0 +1,122 @@
+"""A durable job waiting for an approval on the local engine, as an operator and a service send it: `jobctl job show`
+says what it waits for and until when, `jobctl job event` sends the event, and a service's JobPublisher (built from
+the stack's parameters, its Lambda client at the engine's callback endpoint) sends another job's."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Iterator
+
+import boto3
+import pytest
+
+from sqs_jobs.durable.record import DurableRecords, DurableState
+from sqs_jobs.local.engine import LocalEngine
+from sqs_jobs.publisher import JobPublisher
+from sqs_jobs.stack_names import local_callbacks_parameter_name
+from tests.e2e.jobctl_runs import as_json, run
+from tests.functional.test_durable_events import CATALOG, JOB
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+CATALOG_REF = "tests.functional.test_durable_events:CATALOG"
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[LocalEngine]:
+    with LocalEngine(port=0, worker_output=io.StringIO(), catalog=CATALOG, durable_skip_time=True) as running:
+        yield running
+
+
+def _record(engine: LocalEngine, job_id: str) -> DurableState:
+    assert engine.deployment is not None
+    dynamodb = engine.clients()("dynamodb")
+    return DurableRecords(lambda: dynamodb, engine.deployment.idempotency_table, 60).read(f"{JOB}:{job_id}")
+
+
+def _until(engine: LocalEngine, job_id: str, done: bool, timeout_s: float = 60) -> DurableState:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = _record(engine, job_id)
+        if (state.status == "SUCCEEDED") if done else (state.waiting_for is not None):
+            return state
+        time.sleep(0.1)
+    raise AssertionError(f"{JOB}:{job_id}: {_record(engine, job_id)}")
+
+
+def _publisher(engine: LocalEngine) -> JobPublisher:
+    """A service's publisher, from the stack's parameters; its Lambda client at the engine's callback endpoint."""
+    clients = engine.clients()
+    endpoint = clients("ssm").get_parameter(Name=local_callbacks_parameter_name(engine.stack_name))
+    lambda_client = boto3.client(
+        "lambda",
+        region_name=engine.region,
+        endpoint_url=endpoint["Parameter"]["Value"],
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    return JobPublisher.from_stack(
+        clients("ssm"),
+        clients("sqs"),
+        stack_name=engine.stack_name,
+        results_client=clients("dynamodb"),
+        lambda_client=lambda_client,
+    )
+
+
+def test_an_operator_sees_what_a_durable_job_waits_for_and_sends_it_the_approval_with_jobctl(
+    engine: LocalEngine,
+) -> None:
+    publisher = _publisher(engine)
+    publisher.publish(JOB, "patient-op")
+    _until(engine, "patient-op", done=False)
+
+    shown = run(engine, "--catalog", CATALOG_REF, "job", "show", JOB, "patient-op")
+    assert shown.exit_code == 0, shown.output
+    assert "waiting for:  event 'approved' since " in shown.output and ", until " in shown.output
+    other = run(engine, "--catalog", CATALOG_REF, "job", "event", JOB, "patient-op", "rejected")
+    assert other.exit_code == 1 and "is not waiting for event 'rejected': it waits for event 'approved'" in other.output
+    bad = run(engine, "--catalog", CATALOG_REF, "job", "event", JOB, "patient-op", "approved", "--payload", "{by")
+    assert bad.exit_code == 2 and "--payload is not JSON" in bad.output
+
+    sent = run(
+        engine,
+        "--catalog",
+        CATALOG_REF,
+        "--output",
+        "json",
+        "job",
+        "event",
+        JOB,
+        "patient-op",
+        "approved",
+        "--payload",
+        '{"by": "ops"}',
+    )
+
+    assert sent.exit_code == 0, sent.output
+    assert as_json(sent)["sent"] is True and as_json(sent)["event"] == "approved"
+    assert _until(engine, "patient-op", done=True).waiting_for is None
+    result = publisher.result(JOB, "patient-op")
+    assert result.state.value == "succeeded"
+    again = run(engine, "--catalog", CATALOG_REF, "job", "event", JOB, "patient-op", "approved")
+    assert again.exit_code == 1 and "waits for no event now" in again.output
+
+
+def test_a_service_sends_the_approval_with_its_publisher(engine: LocalEngine) -> None:
+    publisher = _publisher(engine)
+    publisher.publish(JOB, "patient-svc")
+    _until(engine, "patient-svc", done=False)
+
+    publisher.send_event(JOB, "patient-svc", "approved", {"by": "billing-service"})
+
+    assert _until(engine, "patient-svc", done=True).status == "SUCCEEDED"
+    assert engine.durables is not None
+    [execution] = [
+        found
+        for found in engine.durables.executions(JOB)
+        if json.loads(json.loads(found.start_input.input or "{}")["body"])["id"] == "patient-svc"
+    ]
+    ended = engine.durables.wait(JOB, execution.durable_execution_arn, timeout_s=30)
+    assert json.loads(ended.result) == {"decision": {"by": "billing-service"}}
