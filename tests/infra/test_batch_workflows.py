@@ -187,9 +187,10 @@ def test_an_event_sender_may_read_only_whether_its_durable_jobs_wait_and_complet
     [reading] = [statement for statement in statements if "dynamodb" in json.dumps(statement["Action"])]
     assert reading["Action"] == "dynamodb:GetItem"
     assert reading["Resource"] == {"Fn::GetAtt": [table, "Arn"]}
-    # The granted job's records only (a tenant's too), and of them only whether and for what it waits.
+    # Durable records only (their IDs hash the key, so not one job's), and of them only whether and for what they
+    # wait; completing a wait is the granted job's alone (below).
     assert reading["Condition"] == {
-        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["durable#approve:*", "durable#approve@*"]},
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["durable#*"]},
         "ForAllValues:StringEquals": {"dynamodb:Attributes": list(EVENT_ATTRIBUTES)},
         "StringEqualsIfExists": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
     }

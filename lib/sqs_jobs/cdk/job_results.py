@@ -9,8 +9,9 @@ User Guide's example writes them
 (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_examples_dynamodb_attributes.html).
 
 `grant_send_events` lets a sender complete durable jobs' waits for events (sqs_jobs.events): the same parameter;
-GetItem of the named durable jobs' records only, of what says whether and for what they wait (`EVENT_ATTRIBUTES`);
-and lambda:SendDurableExecutionCallbackSuccess on those jobs' durable functions' executions (`<function ARN>:*`).
+GetItem of durable jobs' records only, of what says whether and for what they wait (`EVENT_ATTRIBUTES`; a record's
+ID is a hash of its key, so the read can't be narrowed to the named jobs); and
+lambda:SendDurableExecutionCallbackSuccess on the named jobs' durable functions' executions (`<function ARN>:*`).
 The Lambda API Reference names no resource for the callback actions (a request names only its callback ID); the
 grant scopes them as Lambda scopes a durable function's own checkpoint actions, to its executions' ARNs
 (https://docs.aws.amazon.com/lambda/latest/dg/durable-security.html).
@@ -27,10 +28,9 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from sqs_jobs.cdk.parameter_reads import grant_parameter_reads
-from sqs_jobs.events import EVENT_ATTRIBUTES
+from sqs_jobs.events import EVENT_ATTRIBUTES, EVENT_KEYS
 from sqs_jobs.results import RESULT_ATTRIBUTES, RESULT_KEYS
 from sqs_jobs.stack_names import results_parameter_name
-from sqs_jobs.worker.names import DURABLE_RECORD_PREFIX
 
 
 class NotDurableJobsError(ValueError):
@@ -73,8 +73,9 @@ class JobResultsReading(Construct):
         """Let `grantee` send events to the durable jobs `functions` names (job -> its durable function;
         JobPublisher.send_event, `jobctl job event`): read whether each waits, and complete its wait."""
         reading = grant_parameter_reads(self, grantee, [self._parameter_name])
-        # A job's records: `durable#<job>:<key>`, a tenant's `durable#<job>@<tenant> <key>` (scoped_key).
-        keys = [f"{DURABLE_RECORD_PREFIX}{job}{joint}*" for job in sorted(functions) for joint in (":", "@")]
+        # Durable records only. Their IDs are a hash of the job's key (durable_record_id), so no condition can tell one
+        # job's from another's: what is per job is the Lambda grant below, which completes only these jobs' waits.
+        keys = list(EVENT_KEYS)
         waits = iam.Grant.add_to_principal(
             grantee=grantee,
             actions=["dynamodb:GetItem"],
