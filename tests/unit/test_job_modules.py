@@ -59,12 +59,12 @@ def test_a_module_that_breaks_the_protocol_fails_the_start_saying_what(
 
 
 def test_a_job_module_that_isnt_deployed_fails_the_start_in_one_line() -> None:
-    queue = QueueSpec(name="q", jobs=(JobSpec(name="j", handler="shop_jobs_7f3a.jobs.missing"),))
+    queue = QueueSpec(name="q", jobs=(JobSpec(name="j", handler="no_such_jobs_e41c.jobs.missing"),))
 
     with pytest.raises(WorkerConfigError) as raised:
         load_jobs(queue)
 
     assert str(raised.value) == (
-        "job 'j': its module 'shop_jobs_7f3a.jobs.missing' can't be imported: No module named 'shop_jobs_7f3a' "
+        "job 'j': its module 'no_such_jobs_e41c.jobs.missing' can't be imported: No module named 'no_such_jobs_e41c' "
         "(not in the functions' code or their layer)"
     )
