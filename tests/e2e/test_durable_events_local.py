@@ -17,7 +17,7 @@ from sqs_jobs.local.engine import LocalEngine
 from sqs_jobs.publisher import JobPublisher
 from sqs_jobs.stack_names import local_callbacks_parameter_name
 from tests.e2e.jobctl_runs import as_json, run
-from tests.functional.test_durable_events import CATALOG, JOB
+from tests.functional.test_durable_events import CATALOG, JOB, QUEUE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 CATALOG_REF = "tests.functional.test_durable_events:CATALOG"
@@ -75,6 +75,11 @@ def test_an_operator_sees_what_a_durable_job_waits_for_and_sends_it_the_approval
     shown = run(engine, "--catalog", CATALOG_REF, "job", "show", JOB, "patient-op")
     assert shown.exit_code == 0, shown.output
     assert "waiting for:  event 'approved' since " in shown.output and ", until " in shown.output
+    listed = run(engine, "--catalog", CATALOG_REF, "--output", "json", "job", "list", QUEUE)
+    assert listed.exit_code == 0, listed.output
+    [running] = [job for job in as_json(listed)["jobs"] if job["id"] == "patient-op"]
+    assert running["state"] == "running" and running["job"] == JOB
+    assert "waiting for event 'approved' until " in running["progress"]["note"]
     other = run(engine, "--catalog", CATALOG_REF, "job", "event", JOB, "patient-op", "rejected")
     assert other.exit_code == 1 and "is not waiting for event 'rejected': it waits for event 'approved'" in other.output
     bad = run(engine, "--catalog", CATALOG_REF, "job", "event", JOB, "patient-op", "approved", "--payload", "{by")

@@ -82,6 +82,12 @@ class Approvals:
             time.sleep(0.05)
         raise AssertionError(f"{job}:{job_id} never waited for an event: {self.record(job, job_id)}")
 
+    def in_flight(self) -> list[Any]:
+        from sqs_jobs.cli.job_life import jobs_in_flight
+
+        dynamodb = self.harness.clients("dynamodb")
+        return jobs_in_flight(dynamodb, self.harness.deployment.idempotency_table, [QUEUE]).jobs
+
     def ended(self, job: str, arn: str) -> Any:
         return self.functions.wait(job, arn, timeout_s=60)
 
@@ -122,6 +128,10 @@ def test_a_durable_job_waits_for_its_event_and_goes_on_with_its_payload(approval
     assert waiting.waiting_since is not None and waiting.waiting_until is not None
     assert waiting.waiting_until - waiting.waiting_since == pytest.approx(awaits_approval.WAIT_S, abs=1)
     assert awaits_approval.RAN["patient-1"] == ["prepare"]
+    [listed] = approvals.in_flight()  # jobctl job list's and the console's view: running, and what it waits for
+    assert (listed.queue, listed.job, listed.job_id, listed.state.value) == (QUEUE, JOB, "patient-1", "running")
+    assert listed.progress is not None and "waiting for event 'approved' until " in listed.progress.note
+    assert listed.run_by.startswith("durable execution ")
 
     approvals.publisher.send_event(JOB, "patient-1", "approved", {"by": "ops@example.com"})
 
@@ -133,6 +143,7 @@ def test_a_durable_job_waits_for_its_event_and_goes_on_with_its_payload(approval
     assert after.status == "SUCCEEDED" and after.waiting_for is None and after.waiting_until is None
     with pytest.raises(EventNotAwaitedError, match="waits for no event now"):
         approvals.publisher.send_event(JOB, "patient-1", "approved", {"by": "twice"})
+    assert approvals.in_flight() == []  # ended: no longer in flight
 
 
 def test_an_event_the_job_does_not_wait_for_is_refused_to_its_sender_and_changes_nothing(

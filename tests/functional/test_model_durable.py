@@ -8,8 +8,9 @@ step's attempt past its time limit and report late, hang outside steps, name a f
 durable job (duplicates of a key included) and batches of it with a completion callback, delivers through the event
 source emulator, crashes an environment after its starts, throttles one of the runtime's own DynamoDB or SQS calls
 (the worker's or the durable function's, whichever comes next of a kind, after a success too, or each at a rate),
-stops hung executions or times them out, sends the heartbeat whose sweep ends what ended without its end, cancels
-and undoes follow-ups, fixes entities and redrives. Executions run in the background; each step waits until they
+stops hung executions or times them out, sends the event an awaiting execution waits for (early, late or twice too:
+refused), sends the heartbeat whose sweep ends what ended without its end, cancels and undoes follow-ups, fixes
+entities and redrives. Executions run in the background; each step waits until they
 are at rest (ended, or hung). After every step it checks what must always hold; at the end it lets everything
 settle, with no fault, and checks what must hold then:
 
@@ -19,9 +20,11 @@ settle, with no fault, and checks what must hold then:
   end is being written), and a published message is dead-lettered at most once plus once per redrive;
 - no step attempt of a key starts, and no side effect of it is made (but by an attempt cut before it), once its
   record said SUCCEEDED; a follow-up or a batch callback runs at most once;
+- an event the sender was told it sent reached its wait: the job's code after the wait got its payload, and no wait
+  it completed timed out;
 - settled: nothing is lost (every published key SUCCEEDED, or FAILED with as many dead letters as generations; no
-  record STARTING or RUNNING, no execution running), every success's follow-up ran once and no failure's did, and
-  every batch's members were all counted and its callback ran once.
+  record STARTING or RUNNING, no execution running nor listed in flight), every success's follow-up ran once and no
+  failure's did, and every batch's members were all counted and its callback ran once.
 
 `make test` runs it with a fixed budget (MODEL_EXAMPLES x MODEL_STEPS, derandomized); `make soak` runs it longer,
 randomized, and prints what it ran.
@@ -37,6 +40,7 @@ import time
 from collections import Counter, defaultdict
 from typing import Any
 
+import boto3
 import pytest
 from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, settings
@@ -46,9 +50,11 @@ from moto import mock_aws
 
 from sqs_jobs.batches import batch_item_id, callback_key, member_indices
 from sqs_jobs.cli.job_cancel import CancelTarget, cancel_job, withdraw
+from sqs_jobs.cli.job_life import jobs_in_flight
 from sqs_jobs.durable import Durable, execution_name
 from sqs_jobs.durable.record import FAILED, RUNNING, STARTING, SUCCEEDED, DurableRecords
 from sqs_jobs.durable.runtime import DurableRuntime, DurableSettings
+from sqs_jobs.events import EventNotAwaitedError, JobEvents
 from sqs_jobs.local.chaos import Chaos, ChaosSettings
 from sqs_jobs.local.durable import LocalDurableFunctions
 from sqs_jobs.local.heartbeat import heartbeat_body
@@ -129,6 +135,7 @@ plans = st.builds(
     slow=st.sampled_from([False] * 3 + [True]),
     hang=st.sampled_from([False] * 4 + [True]),
     follow_up=st.booleans(),
+    awaits=st.sampled_from([False] * 2 + [True]),
 )
 
 # What follows a success is where the durable runtime's promises break (a follow-up's publish, the record's end):
@@ -153,6 +160,7 @@ ACTIONS: dict[str, dict[str, st.SearchStrategy[Any]]] = {
     "cancel": {"entity": st.sampled_from(ENTITIES), "undo": st.booleans()},
     "fix": {"entity": st.sampled_from(ENTITIES)},
     "redrive": {},
+    "send_event": {"entity": st.sampled_from(ENTITIES)},
 }
 WEIGHTS = {
     "publish": 3,
@@ -166,6 +174,7 @@ WEIGHTS = {
     "cancel": 1,
     "fix": 1,
     "redrive": 1,
+    "send_event": 2,
 }
 
 
@@ -233,6 +242,17 @@ class DurableLives(RuleBasedStateMachine):
         self.table = self.harness.deployment.idempotency_table
         self.local = self.harness.deployment.queues[QUEUE]
         self.records = DurableRecords(lambda: self.harness.clients("dynamodb"), self.table, 3600)
+        # A sender's: an ordinary boto3 Lambda client at the durable functions' callback API.
+        callbacks = boto3.client(
+            "lambda",
+            region_name=REGION,
+            endpoint_url=self.functions.serve_callbacks(),
+            aws_access_key_id="model",
+            aws_secret_access_key="model",
+        )
+        self.events = JobEvents(self.harness.clients("dynamodb"), callbacks, self.table)
+        # Per key, the nonces of the events its sender was told it sent.
+        self.sent: defaultdict[str, set[int]] = defaultdict(set)
         self.published = 0
         self.keys: set[str] = set()
         self.batches: list[tuple[str, list[str]]] = []
@@ -393,6 +413,17 @@ class DurableLives(RuleBasedStateMachine):
     def redrive(self) -> None:
         RAN["redriven"] += redrive_all(self.harness, self.local, self.redriven)
 
+    def send_event(self, entity: str) -> None:
+        """A sender sends the event EVENT to the entity's job: taken by a waiting execution, else refused."""
+        nonce = sum(len(sent) for sent in self.sent.values()) + RAN["event refused"]
+        try:
+            self.events.send(JOB, entity, modelled.EVENT, {"n": nonce})
+        except EventNotAwaitedError:
+            RAN["event refused"] += 1
+            return
+        self.sent[_key(entity)].add(nonce)
+        RAN["event sent"] += 1
+
     # --- what must always hold --------------------------------------------------------------------------------------
 
     @invariant()
@@ -472,6 +503,8 @@ class DurableLives(RuleBasedStateMachine):
             explained.add("NonDeterministicExecutionError")
         if plan.nested:
             explained.add("DurableMisuseError")
+        if plan.awaits:
+            explained.add("EventTimeoutError")
         return explained
 
     # --- settling -----------------------------------------------------------------------------------------------
@@ -519,6 +552,13 @@ class DurableLives(RuleBasedStateMachine):
             else:
                 assert returned[follow_up] == 0, f"{key} is {record.status}, yet its follow-up ran"
         self._check_batches(returned)
+        listed = jobs_in_flight(self.harness.clients("dynamodb"), self.table, [QUEUE]).jobs
+        assert not [job for job in listed if job.job == JOB], f"ended executions still listed in flight: {listed}"
+        received = {(key, nonce) for key, _, nonce in modelled.RECEIVED}
+        for key, nonces in self.sent.items():
+            lost = {nonce for nonce in nonces if (key, nonce) not in received}
+            assert not lost, f"{key}: events {sorted(lost)} were sent, and no wait of its got them"
+            RAN["event checked"] += len(nonces)
         RAN["examples"] += 1
 
     def _check_batches(self, returned: Counter[str]) -> None:
@@ -554,13 +594,16 @@ class DurableLives(RuleBasedStateMachine):
         """Wait until every execution has ended or hangs, and no code of the job runs but the hung executions'."""
         deadline = time.monotonic() + REST_S
         while True:
-            if hung_too:  # settling: what hangs from now on is let go too
+            if hung_too:  # settling: what hangs from now on is let go too, and what waits gets its event
                 modelled.release()
+                for entity in ENTITIES:
+                    if self.records.read(_key(entity)).waiting_for is not None:
+                        self.send_event(entity)
             hung = {execution_name(key, generation) for key, generation in modelled.HUNG}
             running = [
                 e
                 for e in self.functions.executions(JOB)
-                if not e.is_complete and (hung_too or e.start_input.execution_name not in hung)
+                if not e.is_complete and (hung_too or e.start_input.execution_name not in hung) and not _awaits_event(e)
             ]
             if not running and modelled.active() == (0 if hung_too else len(hung)):
                 return
@@ -584,6 +627,14 @@ class DurableLives(RuleBasedStateMachine):
 
 def _key(entity: str) -> str:
     return f"{JOB}:{entity}"
+
+
+def _awaits_event(execution: Any) -> bool:
+    """The execution is suspended on a callback: at rest until its event is sent or its wait times out."""
+    return any(
+        operation.operation_type.value == "CALLBACK" and operation.status.value == "STARTED"
+        for operation in execution.operations
+    )
 
 
 def test_every_durable_ending_keeps_its_promises(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,9 @@ from typing import Any
 from sqs_jobs.cli.job_lookup import Progress
 from sqs_jobs.worker.key_life import KeyRecord, KeyState, split_key
 from sqs_jobs.worker.names import (
+    DURABLE_RECORD_PREFIX,
     LIFE,
+    LIFE_AT,
     LIFE_INDEX,
     LIFE_SHARDS,
     LifeState,
@@ -72,7 +74,10 @@ class JobInFlight:
 
     @classmethod
     def from_item(cls, item: dict[str, Any], now: datetime) -> JobInFlight:
-        record = KeyRecord.from_item(str(item.get("id", {}).get("S", "")), item)
+        record_id = str(item.get("id", {}).get("S", ""))
+        if record_id.startswith(DURABLE_RECORD_PREFIX):
+            return cls.from_durable_item(item)
+        record = KeyRecord.from_item(record_id, item)
         listed = LifeState((record.life or "").split("#")[-2])
         key_state = record.state(now.timestamp())
         progress = Progress.of(record)
@@ -95,6 +100,41 @@ class JobInFlight:
             cancel_requested_at=_moment(record.cancel_requested_at) or _moment(record.cancelled_at),
             cancelled_by=record.cancelled_by or "",
             stalled=key_state is KeyState.STALLED,
+        )
+
+    @classmethod
+    def from_durable_item(cls, item: dict[str, Any]) -> JobInFlight:
+        """A durable job's execution, listed running from its start until it ends (sqs_jobs.durable.record); its
+        progress says its steps done and the step it is in, or the event it waits for and until when."""
+        from sqs_jobs.durable.record import DurableState
+
+        state = DurableState.from_item(item)
+        job, _, job_key = split_key(state.key) if state.key else ("", None, "")
+        where = f"waiting for event {state.waiting_for!r}" if state.waiting_for else ""
+        if where and state.waiting_until is not None:
+            where += f" until {datetime.fromtimestamp(state.waiting_until, tz=UTC).isoformat(timespec='seconds')}"
+        elif not where and state.step is not None:
+            where = f"step {state.step}" + (f" (attempt {state.step_attempt})" if state.step_attempt else " (done)")
+        note = "; ".join(part for part in ("step(s) done", where, state.note or "") if part)
+        listed_at = item.get(LIFE_AT, {}).get("N")
+        beat_at = _moment(state.beat_at)
+        return cls(
+            queue=str(item.get(LIFE, {}).get("S", "")).split("#")[0],
+            state=LifeState.RUNNING,
+            job=job,
+            job_id=job_key,
+            key=state.key,
+            runs=state.generation + 1,
+            at=_moment(float(listed_at)) if listed_at is not None else _moment(state.started_at),
+            started_at=_moment(state.started_at),
+            run_by=f"durable execution {state.execution_name or '?'}",
+            last_error_type=state.last_error_type or "",
+            last_error=state.last_error or "",
+            last_failed_at=None,
+            progress=Progress(float(state.steps_done), None, note, beat_at, state.generation + 1) if beat_at else None,
+            cancel_requested_at=None,
+            cancelled_by="",
+            stalled=False,
         )
 
     @property

@@ -101,6 +101,9 @@ OUTSIDE_STEPS = "(outside steps)"
 REPLAY = "(replay)"
 # An event's name: what its sender names it by (JobPublisher.send_event, `jobctl job event`).
 EVENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# How often the write naming a wait's callback is tried, from how long a pause, doubling (about 3 s in all).
+WAITING_WRITE_ATTEMPTS = 5
+WAITING_WRITE_BACKOFF_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -333,8 +336,15 @@ class DurableJobContext:
         if not ended:  # a replay past its end wrote its end already
             started = checkpoint.operation.start_timestamp if checkpoint.operation is not None else None
             since = started.timestamp() if started is not None else self._clock()
-            waiting = {WAITING_FOR: name, CALLBACK_ID: callback.callback_id, WAITING_SINCE: since}
-            self._beat(**waiting, **{WAITING_UNTIL: since + timeout_s, NEXT_RETRY_AT: None})
+            self._mark_waiting(
+                {
+                    WAITING_FOR: name,
+                    CALLBACK_ID: callback.callback_id,
+                    WAITING_SINCE: since,
+                    WAITING_UNTIL: since + timeout_s,
+                    NEXT_RETRY_AT: None,
+                }
+            )
         done = dict.fromkeys((WAITING_FOR, CALLBACK_ID, WAITING_SINCE, WAITING_UNTIL))
         try:
             payload = callback.result()  # suspends the execution until the callback ends
@@ -351,6 +361,22 @@ class DurableJobContext:
             return json.loads(payload)
         except ValueError as error:
             raise EventRefusedError(name, f"event {name!r}'s payload is not JSON: {error}") from error
+
+    def _mark_waiting(self, values: dict[str, Any]) -> None:
+        """Write what the execution waits for: unlike a heartbeat, its sender can't find the wait without it, so a
+        refused write is tried again (a throttle passes). If it never holds, the wait times out into the DLQ with its
+        evidence, and a redrive waits again."""
+        for attempt in range(WAITING_WRITE_ATTEMPTS):
+            try:
+                self._records.beat(self.key, self.generation, **values)
+                return
+            except StaleGenerationError:  # its execution ended (or its key moved on): the end stands
+                return
+            except Exception:
+                if attempt == WAITING_WRITE_ATTEMPTS - 1:
+                    self.logger.warning("could not write what the execution waits for", exc_info=True)
+                    return
+                time.sleep(WAITING_WRITE_BACKOFF_S * 2**attempt)
 
     def heartbeat(self, note: str = "") -> None:
         """Say the execution is alive (and, optionally, how far it is): written to its durable record now."""

@@ -27,10 +27,14 @@ from botocore.exceptions import ClientError
 from sqs_jobs.worker.names import (
     CALLBACK_ID,
     DURABLE_RECORD_PREFIX,
+    LIFE,
+    LIFE_AT,
     WAITING_FOR,
     WAITING_SINCE,
     WAITING_UNTIL,
+    LifeState,
     durable_record_id,
+    life_partition,
 )
 
 RECORD_PREFIX = DURABLE_RECORD_PREFIX
@@ -132,6 +136,12 @@ class DurableState:
             waiting_until=number(WAITING_UNTIL),
         )
 
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> DurableState:
+        """A record as DynamoDB returns it (typed attribute values), the key read from its own attribute."""
+        plain = _plain(item) or {}
+        return cls.of(str(plain.get(KEY, "")), plain)
+
     def to_json(self) -> dict[str, Any]:
         return {name: value for name, value in self.__dict__.items() if value is not None and name != DISPATCHED}
 
@@ -155,7 +165,9 @@ class ClaimedError(Exception):
 
 class DurableRecords:
     """Reads and writes durable jobs' records in the idempotency table. `client()` gives the DynamoDB client for one
-    call; `expiry_s` is how long a record outlives its last write (the queue's idempotency_expiry_s)."""
+    call; `expiry_s` is how long a record outlives its last write (the queue's idempotency_expiry_s). `queue`: the
+    job's queue, under which a started execution is listed as running (the `jobs-by-life` index: `jobctl job list`,
+    the console's jobs page) until it ends; None (a reader's): nothing listed."""
 
     def __init__(
         self,
@@ -163,11 +175,19 @@ class DurableRecords:
         table: str,
         expiry_s: int,
         clock: Callable[[], float] = time.time,
+        queue: str | None = None,
     ) -> None:
         self._client = client
         self._table = table
         self._expiry_s = expiry_s
         self._clock = clock
+        self._queue = queue
+
+    def _listed(self, key: str, since: float) -> dict[str, Any]:
+        """The attributes that list the key's execution as running since `since` (none without a queue)."""
+        if self._queue is None:
+            return {}
+        return {LIFE: life_partition(self._queue, LifeState.RUNNING, durable_record_id(key)), LIFE_AT: since}
 
     def read(self, key: str) -> DurableState:
         response = self._client().get_item(
@@ -182,12 +202,19 @@ class DurableRecords:
         values: dict[str, Any] = {KEY: key, JOB: job, EXECUTION_NAME: execution_name}
         if execution_arn:
             values[EXECUTION_ARN] = execution_arn
+        listed = self._listed(key, now)
         try:
             self._update(
-                key, generation, {**values, STATUS: STARTING, BEAT_AT: now}, unless_status=(RUNNING, SUCCEEDED)
+                key,
+                generation,
+                {**values, **listed, STATUS: STARTING, BEAT_AT: now},
+                unless_status=(RUNNING, SUCCEEDED),
             )
         except ConditionRefusedError:
-            self._update(key, generation, values)
+            try:  # it runs already: listed with its state kept; ended already: never listed again
+                self._update(key, generation, {**values, **listed}, unless_status=(SUCCEEDED, FAILED))
+            except ConditionRefusedError:
+                self._update(key, generation, values)
 
     def beat(self, key: str, generation: int, **values: Any) -> None:
         """The execution's handler says where it is (RUNNING, a step, steps done, a retry's time, a note); refused
@@ -258,6 +285,9 @@ class DurableRecords:
             NEXT_RETRY_AT: None,
             CLAIMED_UNTIL: None,
             **dict.fromkeys(WAITING),
+            # No longer in flight.
+            LIFE: None,
+            LIFE_AT: None,
         }
         if not succeeded:
             values[LAST_ERROR_TYPE] = error_type[:MAX_TEXT_CHARS] or "(unknown)"

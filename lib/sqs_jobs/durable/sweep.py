@@ -96,7 +96,11 @@ class DurableSweep:
         self._stop_at_s = min(MIN_TIME_LEFT_S, self._queue.function_timeout_s / 3)
         self._clock = clock
         self._records = DurableRecords(
-            lambda: client("dynamodb"), worker.idempotency_table, self._queue.idempotency_expiry_s, clock
+            lambda: client("dynamodb"),
+            worker.idempotency_table,
+            self._queue.idempotency_expiry_s,
+            clock,
+            self._queue.name,
         )
 
     def sweep(self) -> int:

@@ -262,7 +262,10 @@ class Worker:
             lambda: call_client("lambda"), self.settings.durable_functions
         )
         records = DurableRecords(
-            lambda: call_client("dynamodb"), self.settings.idempotency_table, self._queue.idempotency_expiry_s
+            lambda: call_client("dynamodb"),
+            self.settings.idempotency_table,
+            self._queue.idempotency_expiry_s,
+            queue=self._queue.name,
         )
         return DurableDispatch(starter, records, self._settlement, self._tally, self._obs.logger)
 

@@ -4,7 +4,8 @@ for its ID, and the ordinary job its follow-ups and batch callbacks run.
 The durable job names its follow-up (outside steps, as it must), runs one step `fetch` that records its start and
 its side effect here and then follows the plan (a late progress report of an attempt cut at its time limit, a
 transient failure, a permanent one, a step inside the step), waits (so every execution is replayed at least once),
-and runs a second step. Planned non-deterministic, its first step's name changes on every replay of its code; planned
+planned to await, waits for the event `go` (recording the payload it got in RECEIVED) until AWAIT_S pass, and runs a
+second step. Planned non-deterministic, its first step's name changes on every replay of its code; planned
 to hang, its code outside steps blocks (a call that never answers) until the model stops the execution, times it out
 or lets it go. What the plan breaks holds until the model fixes the entity."""
 
@@ -27,13 +28,17 @@ FOLLOW_UP_JOB = "dnext"
 # An attempt planned slow sleeps this long: past its step's 1 s time limit, and past its retry's success (the retry
 # after a 1-2 s backoff, then a 1 s wait and a last step), so its late report meets a record that says SUCCEEDED.
 SLOW_S = 4.0
+# The event a planned `awaits` execution waits for, and how long before its wait times out (EventTimeoutError).
+EVENT = "go"
+AWAIT_S = 3
 
 
 @dataclass
 class Plan:
     """What executions of one ID do: fail the step's first `transient` attempts; fail it permanently, be
-    non-deterministic outside steps, or call a step inside a step until fixed; run its first attempt past the step's
-    time limit and report progress late (`slow`); block outside steps until released (`hang`); name a follow-up."""
+        non-deterministic outside steps, or call a step inside a step until fixed; run its first attempt past the step's
+        time limit and report progress late (`slow`); block outside steps until released (`hang`); name a follow-up;
+    wait for the event EVENT (`awaits`)."""
 
     transient: int = 0
     permanent: bool = False
@@ -42,6 +47,7 @@ class Plan:
     slow: bool = False
     hang: bool = False
     follow_up: bool = False
+    awaits: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,8 @@ STARTS: list[Start] = []
 EFFECTS: list[Effect] = []
 # The keys of the ordinary runs (follow-ups, callbacks) that returned.
 RETURNED: list[str] = []
+# What each awaiting execution's wait returned: (key, generation, the payload's nonce).
+RECEIVED: set[tuple[str, int, int]] = set()
 # Executions blocked outside steps, by (key, generation), each until its event is set; those that hung once.
 HUNG: dict[tuple[str, int], threading.Event] = {}
 _HUNG_ONCE: set[tuple[str, int]] = set()
@@ -89,6 +97,7 @@ def reset() -> None:
         STARTS.clear()
         EFFECTS.clear()
         RETURNED.clear()
+        RECEIVED.clear()
         HUNG.clear()
         _HUNG_ONCE.clear()
 
@@ -144,6 +153,10 @@ def _durable(envelope: Envelope, context: Any) -> dict[str, str]:
     name = f"fetch-{next(_REPLAYS)}" if plan.nondeterministic and not fixed else "fetch"
     context.step(name, lambda: _fetch(envelope, context, plan, name))
     context.wait(1)
+    if plan.awaits:
+        payload = context.wait_for_event(EVENT, timeout_s=AWAIT_S)
+        with _LOCK:
+            RECEIVED.add((key, generation, int(payload["n"])))
     context.step("after", lambda: 2)
     return {"done": envelope.id}
 
