@@ -14,6 +14,7 @@ import pytest
 
 from sqs_jobs.durable.record import DurableRecords, DurableState
 from sqs_jobs.local.engine import LocalEngine
+from sqs_jobs.local.heartbeat import heartbeat_body
 from sqs_jobs.publisher import JobPublisher
 from sqs_jobs.stack_names import local_callbacks_parameter_name
 from tests.e2e.jobctl_runs import as_json, run
@@ -125,3 +126,46 @@ def test_a_service_sends_the_approval_with_its_publisher(engine: LocalEngine) ->
     ]
     ended = engine.durables.wait(JOB, execution.durable_execution_arn, timeout_s=30)
     assert json.loads(ended.result) == {"decision": {"by": "billing-service"}}
+
+
+def test_an_operator_cancels_a_waiting_durable_job_its_execution_stops_and_later_copies_start_nothing(
+    engine: LocalEngine,
+) -> None:
+    assert engine.durables is not None and engine.deployment is not None
+    publisher = _publisher(engine)
+    publisher.publish(JOB, "patient-cancel")
+    waiting = _until(engine, "patient-cancel", done=False)
+
+    cancelled = run(
+        engine, "--catalog", CATALOG_REF, "--output", "json", "job", "cancel", JOB, "patient-cancel", "--yes"
+    )
+
+    assert cancelled.exit_code == 0, cancelled.output
+    assert as_json(cancelled)["outcome"] == "requested"  # stopped; the next heartbeat dead-letters it
+    assert as_json(cancelled)["stopped_execution"] == waiting.execution_arn
+    stopped = engine.durables.wait(JOB, str(waiting.execution_arn), timeout_s=30)
+    assert stopped.status.value in ("STOPPED", "FAILED")  # the testing SDK reports a stop as FAILED
+    # The queue's next heartbeat ends the stopped execution: one dead letter naming the operator's cancel.
+    sqs = engine.clients()("sqs")
+    sqs.send_message(QueueUrl=engine.deployment.queues[QUEUE].url, MessageBody=heartbeat_body())
+    deadline = time.monotonic() + 60
+    while _record(engine, "patient-cancel").status != "FAILED" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    record = _record(engine, "patient-cancel")
+    assert record.status == "FAILED" and record.cancelled_at is not None and record.waiting_for is None
+    assert record.last_error_type == "JobCancelledError" and "an operator cancelled the job" in (
+        record.last_error or ""
+    )
+    listed = run(engine, "--catalog", CATALOG_REF, "--output", "json", "job", "list", QUEUE)
+    assert not [job for job in as_json(listed)["jobs"] if job["id"] == "patient-cancel"]
+    # A later copy (a new publish, a redrive) is acknowledged without starting while the cancel stands.
+    executions = len(engine.durables.executions(JOB))
+    publisher.publish(JOB, "patient-cancel")
+    assert engine.wait_until_idle(timeout_s=30)
+    assert len(engine.durables.executions(JOB)) == executions
+
+    undone = run(engine, "--catalog", CATALOG_REF, "job", "cancel", JOB, "patient-cancel", "--undo", "--yes")
+
+    assert undone.exit_code == 0 and "cancel withdrawn" in undone.output
+    publisher.publish(JOB, "patient-cancel")
+    assert _until(engine, "patient-cancel", done=False).generation == record.generation

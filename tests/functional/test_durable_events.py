@@ -52,6 +52,7 @@ class Approvals:
     harness: Harness
     functions: LocalDurableFunctions
     publisher: JobPublisher
+    lambda_client: Any
 
     def start(self, job: str, job_id: str) -> str:
         """Publish and deliver `job`: its worker starts the execution; its ARN."""
@@ -117,7 +118,7 @@ def approvals(clients: ClientFactory) -> Iterator[Approvals]:
         lambda_client=lambda_client,
     )
     awaits_approval.RAN.clear()
-    yield Approvals(harness, functions, publisher)
+    yield Approvals(harness, functions, publisher, lambda_client)
     functions.close()
 
 
@@ -198,3 +199,25 @@ def test_a_timeout_listed_as_transient_waits_again_up_to_the_queues_attempts(app
     assert [e["Name"] for e in callbacks] == ["approved", "approved#2"]  # max_attempts=2 waits in all
     [dead] = approvals.harness.dead_letters(QUEUE)
     assert dead["MessageAttributes"]["jobs.error_type"]["StringValue"] == "EventTimeoutError"
+
+
+def test_the_consoles_cancel_of_a_waiting_durable_job_stops_its_execution(approvals: Approvals) -> None:
+    from sqs_jobs.cli.console.backend import ConsoleBackend
+    from sqs_jobs.cli.job_cancel import CancelOutcome
+
+    class Backend(ConsoleBackend):
+        def _idempotency_table(self) -> str:  # the stack's, found from its worker on AWS
+            return approvals.harness.deployment.idempotency_table
+
+    # What the console stops an execution with: a boto3 Lambda client, here at the local durable functions' server.
+    backend = Backend(approvals.harness.clients, "test", CATALOG, durable_api=lambda: approvals.lambda_client)
+    arn = approvals.start(JOB, "patient-3")
+    approvals.until_waiting(JOB, "patient-3")
+
+    result = backend.cancel(JOB, "patient-3", None)
+
+    assert result.outcome is CancelOutcome.REQUESTED and arn in result.explanation
+    assert approvals.ended(JOB, arn).status.value in ("STOPPED", "FAILED")
+    assert approvals.record(JOB, "patient-3").cancelled_at is not None
+    assert backend.cancel(JOB, "patient-3", None, undo=True).outcome is CancelOutcome.WITHDRAWN
+    assert approvals.record(JOB, "patient-3").cancelled_at is None

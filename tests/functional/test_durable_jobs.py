@@ -244,18 +244,6 @@ def test_job_show_says_where_a_durable_execution_is(durables: Durables) -> None:
     assert lines[-1].strip() == "a redrive of its dead letter starts execution generation 1"
 
 
-def test_jobctl_refuses_to_cancel_a_durable_job_and_says_how_to_stop_its_execution() -> None:
-    from click.testing import CliRunner
-
-    from sqs_jobs.cli.cli import main as jobctl
-
-    result = CliRunner().invoke(jobctl, ["job", "cancel", JOB, "imp-6", "--yes"])
-
-    assert result.exit_code == 2
-    assert "durable job: jobctl can't cancel its execution yet" in result.output
-    assert "stop-durable-execution" in result.output
-
-
 @pytest.mark.slow
 def test_an_execution_left_running_resumes_from_its_last_checkpoint_in_a_new_engine(
     durables: Durables, monkeypatch: pytest.MonkeyPatch, tmp_path: Any

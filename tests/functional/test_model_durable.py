@@ -8,11 +8,11 @@ step's attempt past its time limit and report late, hang outside steps, name a f
 durable job (duplicates of a key included) and batches of it with a completion callback, delivers through the event
 source emulator, crashes an environment after its starts, throttles one of the runtime's own DynamoDB or SQS calls
 (the worker's or the durable function's, whichever comes next of a kind, after a success too, or each at a rate),
-stops hung executions or times them out, sends the event an awaiting execution waits for (early, late or twice too:
-refused), sends the heartbeat whose sweep ends what ended without its end, cancels and undoes follow-ups, fixes
-entities and redrives. Executions run in the background; each step waits until they
-are at rest (ended, or hung). After every step it checks what must always hold; at the end it lets everything
-settle, with no fault, and checks what must hold then:
+stops hung executions or times them out, cancels durable jobs as jobctl does (and undoes it), sends the event an
+awaiting execution waits for (early, late or twice too: refused), sends the heartbeat whose sweep ends what ended
+without its end, cancels and undoes follow-ups, fixes entities and redrives. Executions run in the background; each
+step waits until they are at rest (ended, or hung). After every step it checks what must always hold; at the end it
+lets everything settle, with no fault, and checks what must hold then:
 
 - a durable record's end is final: SUCCEEDED stays SUCCEEDED at its generation, and a generation never goes back;
 - every dead letter carries true evidence (its job, attempts within max_attempts, an error type the plan, a stop
@@ -161,6 +161,7 @@ ACTIONS: dict[str, dict[str, st.SearchStrategy[Any]]] = {
     "fix": {"entity": st.sampled_from(ENTITIES)},
     "redrive": {},
     "send_event": {"entity": st.sampled_from(ENTITIES)},
+    "cancel_durable": {"entity": st.sampled_from(ENTITIES), "undo": st.booleans()},
 }
 WEIGHTS = {
     "publish": 3,
@@ -175,6 +176,7 @@ WEIGHTS = {
     "fix": 1,
     "redrive": 1,
     "send_event": 2,
+    "cancel_durable": 1,
 }
 
 
@@ -267,6 +269,8 @@ class DurableLives(RuleBasedStateMachine):
         self.redriven: Counter[str] = Counter()
         self.ended_by: defaultdict[str, set[str]] = defaultdict(set)
         self.ever_cancelled: set[str] = set()
+        # Durable keys an operator cancelled at least once (their later copies start nothing while it stands).
+        self.durable_cancelled: set[str] = set()
 
     def _new_worker(self) -> Worker:
         return Worker(
@@ -406,6 +410,22 @@ class DurableLives(RuleBasedStateMachine):
             self.ever_cancelled.add(key)
             RAN["cancel"] += 1
 
+    def cancel_durable(self, entity: str, undo: bool) -> None:
+        """The operator cancels the entity's durable job as `jobctl job cancel` does (its record says cancelled, its
+        running execution is stopped), or withdraws the cancel."""
+        key = _key(entity)
+        if undo:
+            self.records.withdraw_cancel(key)
+            RAN["durable undo"] += 1
+            return
+        state = self.records.cancel(key, OPERATOR)
+        self.durable_cancelled.add(key)
+        if state.status in (STARTING, RUNNING) and state.execution_arn:
+            with contextlib.suppress(Exception):  # it ended meanwhile: nothing to stop
+                self.functions.stop(JOB, state.execution_arn, f"cancelled by {OPERATOR}")
+            self.ended_by[key].update({"JobCancelledError", "DurableExecutionStopped"})
+        RAN["durable cancel"] += 1
+
     def fix(self, entity: str) -> None:
         modelled.FIXED.add(entity)
         RAN["fixed"] += 1
@@ -539,6 +559,9 @@ class DurableLives(RuleBasedStateMachine):
         returned = Counter(modelled.RETURNED)
         for key in self.keys:
             record = self.records.read(key)
+            if record.status is None and key in self.durable_cancelled:
+                RAN["cancelled unstarted"] += 1  # cancelled before any start: its copies were acknowledged unrun
+                continue
             assert record.status not in (STARTING, RUNNING, None), f"{key} was published and is {record.status}: lost"
             if record.status == FAILED:
                 assert len(self.dead[key]) == record.generation >= 1, (

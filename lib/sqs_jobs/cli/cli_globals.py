@@ -149,6 +149,16 @@ class Options:
                 raise
             raise EndpointError(f"--endpoint-url {self.endpoint_url!r}: {error}") from None
 
+    def durable_api(self) -> Any:
+        """A Lambda client for durable executions' callbacks and stops: Lambda's; on the local engine
+        (--endpoint-url), its durable functions', whose URL the engine names in its SSM parameter."""
+        from sqs_jobs.stack_names import local_callbacks_parameter_name
+
+        if self.endpoint_url is None:
+            return self.client("lambda")
+        parameter = self.client("ssm").get_parameter(Name=local_callbacks_parameter_name(self.stack))
+        return self.client("lambda", endpoint_url=parameter["Parameter"]["Value"])
+
 
 class EndpointError(OperatorUnreachableError):
     """The endpoint URL can't be used."""

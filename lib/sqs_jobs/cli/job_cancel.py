@@ -16,6 +16,7 @@ it yet.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -361,3 +362,46 @@ def target_for(spec: QueueSpec, job: str, job_id: str, key: str | None, tenant: 
         expiry_s=spec.idempotency_expiry_s,
         tenant=tenant or "",
     )
+
+
+def cancel_durable(
+    dynamodb: Any, table: str, target: CancelTarget, by: str, stop: Callable[[str, str], None]
+) -> tuple[CancelResult, str | None]:
+    """Cancel a durable job: its durable record says cancelled (every later copy of the key is acknowledged without
+    starting), and an execution starting or running is stopped with `stop(arn, by)` (StopDurableExecution), which
+    the queue's next heartbeat ends with its dead letter (JobCancelledError). The result, and the ARN stopped."""
+    from sqs_jobs.durable.record import RUNNING, STARTING, DurableRecords
+
+    state = DurableRecords(lambda: dynamodb, table, target.expiry_s).cancel(target.key, by)
+    if state.status in (STARTING, RUNNING) and state.execution_arn:
+        stop(state.execution_arn, by)
+        explanation = (
+            f"cancelled: its execution was stopped ({state.execution_arn}); the queue's next heartbeat dead-letters "
+            "it (JobCancelledError), and its copies are acknowledged without starting"
+        )
+        return CancelResult(CancelOutcome.REQUESTED, explanation), state.execution_arn
+    return CancelResult(CancelOutcome.CANCELLED, "cancelled: its copies are acknowledged without starting"), None
+
+
+def withdraw_durable(dynamodb: Any, table: str, target: CancelTarget) -> CancelResult:
+    """Withdraw a durable job's cancel: its next copy starts an execution (a redrive too). A stopped execution
+    stays stopped."""
+    from sqs_jobs.durable.record import DurableRecords
+
+    if DurableRecords(lambda: dynamodb, table, target.expiry_s).withdraw_cancel(target.key):
+        return CancelResult(CancelOutcome.WITHDRAWN, "cancel withdrawn: its next copy starts an execution")
+    return CancelResult(CancelOutcome.NOT_CANCELLED, "not cancelled: nothing to withdraw")
+
+
+def stop_execution_with(lambda_client: Any) -> Callable[[str, str], None]:
+    """StopDurableExecution through `lambda_client`, naming who cancelled in its error (the dead letter's
+    evidence names them from the record). One Lambda refuses (it ended meanwhile, access) raises as AWS's errors do;
+    the cancel is written already."""
+
+    def stop(arn: str, by: str) -> None:
+        lambda_client.stop_durable_execution(
+            DurableExecutionArn=arn,
+            Error={"ErrorType": "JobCancelledError", "ErrorMessage": f"cancelled by {by}"[:1024]},
+        )
+
+    return stop

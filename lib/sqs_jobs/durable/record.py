@@ -26,6 +26,8 @@ from botocore.exceptions import ClientError
 
 from sqs_jobs.worker.names import (
     CALLBACK_ID,
+    CANCELLED_AT,
+    CANCELLED_BY,
     DURABLE_RECORD_PREFIX,
     LIFE,
     LIFE_AT,
@@ -100,6 +102,9 @@ class DurableState:
     waiting_for: str | None = None
     waiting_since: float | None = None
     waiting_until: float | None = None
+    # An operator cancelled the key (`jobctl job cancel`): when and who. Every copy of it is acknowledged unrun.
+    cancelled_at: float | None = None
+    cancelled_by: str | None = None
 
     @classmethod
     def of(cls, key: str, item: Mapping[str, Any] | None) -> DurableState:
@@ -134,6 +139,8 @@ class DurableState:
             waiting_for=text(WAITING_FOR),
             waiting_since=number(WAITING_SINCE),
             waiting_until=number(WAITING_UNTIL),
+            cancelled_at=number(CANCELLED_AT),
+            cancelled_by=text(CANCELLED_BY),
         )
 
     @classmethod
@@ -309,6 +316,42 @@ class DurableRecords:
                     f"{key}: generation {generation} can't end {'SUCCEEDED' if succeeded else 'FAILED'}: the record "
                     f"is at generation {state.generation}, {state.status}"
                 ) from refused
+
+    def cancel(self, key: str, by: str) -> DurableState:
+        """An operator cancels the key: every later copy of it is acknowledged unrun (the dispatcher reads this),
+        until its record expires or the cancel is withdrawn; the record as it is then. Stopping a running execution
+        is the caller's (StopDurableExecution): its end is then written as any stopped execution's."""
+        now = self._clock()
+        response = self._client().update_item(
+            TableName=self._table,
+            Key={"id": {"S": durable_record_id(key)}},
+            UpdateExpression="SET #at = :at, #by = :by, #key = if_not_exists(#key, :key), #expiration = :expiration",
+            ExpressionAttributeNames={"#at": CANCELLED_AT, "#by": CANCELLED_BY, "#key": KEY, "#expiration": EXPIRATION},
+            ExpressionAttributeValues={
+                ":at": _attribute(now),
+                ":by": {"S": by[:MAX_TEXT_CHARS]},
+                ":key": {"S": key},
+                ":expiration": {"N": str(int(now) + self._expiry_s)},
+            },
+            ReturnValues="ALL_NEW",
+        )
+        return DurableState.of(key, _plain(response.get("Attributes")))
+
+    def withdraw_cancel(self, key: str) -> bool:
+        """Withdraw an operator's cancel: the next copy starts (a redrive too). Whether there was one."""
+        try:
+            self._client().update_item(
+                TableName=self._table,
+                Key={"id": {"S": durable_record_id(key)}},
+                UpdateExpression="REMOVE #at, #by",
+                ConditionExpression="attribute_exists(#at)",
+                ExpressionAttributeNames={"#at": CANCELLED_AT, "#by": CANCELLED_BY},
+            )
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
 
     def claim(self, key: str, generation: int, until: float) -> None:
         """A sweep's claim on ending `generation` (sqs_jobs.durable.sweep), so two sweeps never both send its

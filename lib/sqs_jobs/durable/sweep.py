@@ -58,6 +58,7 @@ MIN_TIME_LEFT_S = 10.0
 # The evidence of an execution that ended with no outcome of the job's: how it ended.
 TIMED_OUT_ERROR = "DurableExecutionTimedOut"
 STOPPED_ERROR = "DurableExecutionStopped"
+CANCELLED_ERROR = "JobCancelledError"  # as an ordinary job's cancel says (sqs_jobs.worker.errors.JobCancelledError)
 FAILED_ERROR = "DurableExecutionFailed"
 
 
@@ -241,6 +242,10 @@ def _failure_of(job: JobSpec, end: ExecutionEnd, state: DurableState) -> Durable
     if end.status == TIMED_OUT:
         error_type, failure = TIMED_OUT_ERROR, DeadLetterFailure.TIMED_OUT
         how = f"the execution ran past its {job.durable.execution_timeout_s}s execution timeout and Lambda stopped it"
+    elif end.status == STOPPED and state.cancelled_at is not None:
+        # `jobctl job cancel` stopped it: the evidence of an ordinary job's cancel.
+        error_type, failure = CANCELLED_ERROR, DeadLetterFailure.CANCELLED
+        how = f"an operator cancelled the job ({state.cancelled_by or 'unknown'}) and its execution was stopped"
     elif end.status == STOPPED:
         error_type, failure = STOPPED_ERROR, DeadLetterFailure.STOPPED
         how = "the execution was stopped (StopDurableExecution)"

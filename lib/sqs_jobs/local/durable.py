@@ -15,8 +15,9 @@ It is also the workers' DurableExecutions (sqs_jobs.durable.executions), what th
 the runner's own answers to ListDurableExecutionsByFunction, GetDurableExecution and GetDurableExecutionHistory, in
 those APIs' shapes; and `stop()` is StopDurableExecution.
 And `serve_callbacks()` serves Lambda's callback API (SendDurableExecutionCallbackSuccess, ...Failure, ...Heartbeat)
-over HTTP with the testing SDK's own web server, so an event's sender (sqs_jobs.events: a service, jobctl) calls it
-with an ordinary boto3 Lambda client whose endpoint is that server's URL.
+and StopDurableExecution over HTTP with the testing SDK's own web server, so an event's sender (sqs_jobs.events: a
+service, jobctl) and `jobctl job cancel` call them with an ordinary boto3 Lambda client whose endpoint is that
+server's URL.
 """
 
 from __future__ import annotations
@@ -178,9 +179,9 @@ class LocalDurableFunctions:
         return function.runner.wait_for_result(arn, timeout=int(timeout_s))
 
     def serve_callbacks(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Start serving Lambda's callback API for every function's executions (the testing SDK's WebServer, in a
-        thread of its own) and return its URL; the same URL when already serving. Only the callback routes are
-        served: the server's other routes answer an error."""
+        """Start serving Lambda's callback API and StopDurableExecution for every function's executions (the testing
+        SDK's WebServer, in a thread of its own) and return its URL; the same URL when already serving. Only those
+        routes are served: the server's others answer an error."""
         if self._callback_server is None:
             from aws_durable_execution_sdk_python_testing.web.server import WebServer, WebServiceConfig
 
@@ -232,9 +233,9 @@ def _relaunch(runner: DurableFunctionTestRunner, execution: Execution, execution
 
 
 class _CallbackRouter:
-    """What the testing SDK's web server asks of its executor for the callback routes, each sent on to the executor
-    of the function whose execution the callback is of (the callback ID names its execution: the SDK's
-    CallbackToken). A callback of no execution here is ResourceNotFoundException, as Lambda answers."""
+    """What the testing SDK's web server asks of its executor for the callback routes and StopDurableExecution, each
+    sent on to the executor of the function whose execution it names (a callback ID names its execution: the SDK's
+    CallbackToken). A callback or an execution not here is ResourceNotFoundException, as Lambda answers."""
 
     def __init__(self, functions: LocalDurableFunctions) -> None:
         self._functions = functions
@@ -247,6 +248,15 @@ class _CallbackRouter:
 
     def send_callback_heartbeat(self, callback_id: str) -> Any:
         return self._executor_of(callback_id).send_callback_heartbeat(callback_id=callback_id)
+
+    def stop_execution(self, execution_arn: str, error: Any = None) -> Any:
+        from aws_durable_execution_sdk_python_testing.exceptions import ResourceNotFoundException
+
+        try:
+            function = self._functions.function_of(execution_arn)
+        except KeyError as missing:
+            raise ResourceNotFoundException(f"no durable execution {execution_arn[:200]!r}") from missing
+        return function.runner._executor.stop_execution(execution_arn, error)
 
     def _executor_of(self, callback_id: str) -> Any:
         from aws_durable_execution_sdk_python_testing.exceptions import ResourceNotFoundException

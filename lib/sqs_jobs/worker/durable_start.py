@@ -32,7 +32,7 @@ from sqs_jobs.durable.payload import DurableStart
 from sqs_jobs.durable.record import SUCCEEDED, DurableRecords
 from sqs_jobs.envelope import Envelope
 from sqs_jobs.worker.invocation import Delivery, Outcome
-from sqs_jobs.worker.names import DUPLICATE, DURABLE_STARTED, DeferReason
+from sqs_jobs.worker.names import CANCELLED_COPY, DUPLICATE, DURABLE_STARTED, DeferReason
 from sqs_jobs.worker.observability import BatchTally
 from sqs_jobs.worker.settlement import Done, Settlement
 
@@ -96,6 +96,12 @@ class DurableDispatch:
                 self._tally.add(envelope.job, DUPLICATE)
                 self._logger.info("durable job already succeeded; duplicate skipped")
                 return Done(Outcome.DUPLICATE)
+            if state.cancelled_at is not None:
+                # An operator cancelled the key (jobctl job cancel): its copies are acknowledged unrun, as an
+                # ordinary job's are, until the cancel is withdrawn or the record expires.
+                self._tally.add(envelope.job, CANCELLED_COPY)
+                self._logger.info("durable job cancelled by an operator; acknowledged without starting")
+                return Done(Outcome.CANCELLED)
             if state.ended_for(delivery.message_identity):
                 # A copy of a message whose execution ended (its acknowledgement was lost: a crash, a hand-back after
                 # the start): that life's end (its dead letter, its batch members counted) stands; a new publish or a

@@ -455,6 +455,8 @@ class Worker:
                 # Its key's execution had already succeeded (and counted the members recorded before it ended):
                 # this member is counted here, as an ordinary job's duplicate is.
                 return self._count_member(envelope, delivery, verdict.outcome) or verdict
+            if envelope.batch is not None and isinstance(verdict, Done) and verdict.outcome is Outcome.CANCELLED:
+                return self._count_dead(envelope, delivery) or verdict  # as an ordinary cancelled member is
             return verdict
         return self._run(job, envelope, delivery, key, limit_s)
 

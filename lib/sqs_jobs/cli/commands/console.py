@@ -39,7 +39,14 @@ def console(options: Options, port: int, host: str, allow_hosts: tuple[str, ...]
     with operator_errors():
         try:
             server = ConsoleServer(
-                options.client, options.stack, host, port, allow_hosts, archive_dir, catalog=options.catalog()
+                options.client,
+                options.stack,
+                host,
+                port,
+                allow_hosts,
+                archive_dir,
+                catalog=options.catalog(),
+                durable_api=options.durable_api,
             )
         except OSError as error:
             fail(f"cannot listen on {host}:{port}: {error.strerror}", EXIT_FAILED)

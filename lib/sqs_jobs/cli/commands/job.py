@@ -203,15 +203,9 @@ def cancel(
     from sqs_jobs.cli.job_cancel import CancelOutcome, cancel_job, operator_identity, target_for, withdraw
 
     queue = _queue_of(options, name)
-    if options.catalog().queue_for_job(name).job(name).durable is not None and not undo:
-        # Its execution runs in its own function, which does not read the cancel between steps (yet): saying
-        # "cancelled" would be a lie while its steps go on.
-        fail(
-            f"{shown(name)} is a durable job: jobctl can't cancel its execution yet; stop it with `aws lambda "
-            "stop-durable-execution --durable-execution-arn <ARN>` (jobctl job show prints the ARN); the queue's "
-            "next heartbeat then dead-letters it (failure stopped)",
-            EXIT_USAGE,
-        )
+    if options.catalog().queue_for_job(name).job(name).durable is not None:
+        _cancel_durable(options, queue, name, entity_id, key, tenant, undo, yes)
+        return
     with operator_errors():
         [(spec, where)] = queues_of(options, queue)
         target = target_for(spec, name, entity_id, key, tenant)
@@ -229,6 +223,46 @@ def cancel(
         raise SystemExit(EXIT_FAILED)
 
 
+def _cancel_durable(
+    options: Options, queue: str, name: str, entity_id: str, key: str | None, tenant: str | None, undo: bool, yes: bool
+) -> None:
+    """A durable job's cancel (sqs_jobs.cli.job_cancel.cancel_durable): its copies start nothing, its running
+    execution is stopped. --undo withdraws the cancel; a stopped execution stays stopped."""
+    from sqs_jobs.cli.job_cancel import (
+        CancelOutcome,
+        cancel_durable,
+        operator_identity,
+        stop_execution_with,
+        target_for,
+        withdraw_durable,
+    )
+
+    with operator_errors():
+        [(spec, where)] = queues_of(options, queue)
+        target = target_for(spec, name, entity_id, key, tenant)
+        confirm(f"{'withdraw the cancel of' if undo else 'cancel'} {shown(name)}:{shown(entity_id)} on {queue}?", yes)
+        dynamodb = options.client("dynamodb")
+        table = idempotency_table(options.client("lambda"), where.arn)
+        stopped: str | None = None
+        if undo:
+            result = withdraw_durable(dynamodb, table, target)
+        else:
+            stop = stop_execution_with(options.durable_api())
+            result, stopped = cancel_durable(dynamodb, table, target, operator_identity(options.client("sts")), stop)
+    payload = {
+        "queue": queue,
+        "job": name,
+        "id": entity_id,
+        "idempotency_key": target.key,
+        **result.to_dict(),
+        "stopped_execution": stopped,
+    }
+    said = f"{name}:{entity_id} on {queue} (key {target.key}): {result.explanation}"
+    emit(options, payload, lambda: click.echo(shown(said)))
+    if result.outcome is CancelOutcome.NOT_CANCELLED:
+        raise SystemExit(EXIT_FAILED)
+
+
 @job.command()
 @click.argument("name", metavar="JOB", shell_complete=complete_job)
 @click.argument("entity_id", metavar="ID")
@@ -243,7 +277,6 @@ def event(
     """Send EVENT to durable job JOB ID, which waits for it (context.wait_for_event): its execution goes on with the
     payload. Refused (exit 1) when it isn't waiting for EVENT now: not yet, no longer, or for another event."""
     from sqs_jobs.events import EventNotAwaitedError, EventPayloadError, JobEvents
-    from sqs_jobs.stack_names import local_callbacks_parameter_name
 
     queue = _queue_of(options, name)
     if options.catalog().queue_for_job(name).job(name).durable is None:
@@ -255,11 +288,7 @@ def event(
     with operator_errors():
         [(_, where)] = queues_of(options, queue)
         table = idempotency_table(options.client("lambda"), where.arn)
-        callbacks = options.client("lambda")
-        if options.endpoint_url is not None:  # the local engine: its durable functions take callbacks apart
-            parameter = options.client("ssm").get_parameter(Name=local_callbacks_parameter_name(options.stack))
-            callbacks = options.client("lambda", endpoint_url=parameter["Parameter"]["Value"])
-        sender = JobEvents(options.client("dynamodb"), callbacks, table)
+        sender = JobEvents(options.client("dynamodb"), options.durable_api(), table)
         try:
             sender.send(name, entity_id, event, value, key=key, tenant=tenant)
         except (EventNotAwaitedError, EventPayloadError) as refused:

@@ -30,7 +30,16 @@ from sqs_jobs.cli.dlq import (
     open_archive,
     verify,
 )
-from sqs_jobs.cli.job_cancel import CancelResult, cancel_job, operator_identity, target_for, withdraw
+from sqs_jobs.cli.job_cancel import (
+    CancelResult,
+    cancel_durable,
+    cancel_job,
+    operator_identity,
+    stop_execution_with,
+    target_for,
+    withdraw,
+    withdraw_durable,
+)
 from sqs_jobs.cli.job_life import InFlight, jobs_in_flight
 from sqs_jobs.cli.job_lookup import JobLookup, idempotency_table, lookup
 from sqs_jobs.cli.schedule_list import Schedules, list_schedules
@@ -86,9 +95,17 @@ class DlqBusyError(DlqError):
 
 class ConsoleBackend:
     def __init__(
-        self, client: Callable[[str], Any], stack: str, catalog: Catalog, dlq_wait_s: float = DLQ_WAIT_S
+        self,
+        client: Callable[[str], Any],
+        stack: str,
+        catalog: Catalog,
+        dlq_wait_s: float = DLQ_WAIT_S,
+        durable_api: Callable[[], Any] | None = None,
     ) -> None:
+        """`durable_api`: the Lambda client durable executions are stopped with (the local engine's, there);
+        default: `client("lambda")`."""
         self._client = client
+        self._durable_api = durable_api or (lambda: client("lambda"))
         self.stack = stack
         self.catalog = catalog
         self._dlq_wait_s = dlq_wait_s
@@ -220,6 +237,12 @@ class ConsoleBackend:
         spec = self.catalog.queue_for_job(job)
         target = target_for(spec, job, entity_id, key, tenant)
         dynamodb = self._client("dynamodb")
+        if spec.job(job).durable is not None:  # its durable record, and its execution (sqs_jobs.cli.job_cancel)
+            if undo:
+                return withdraw_durable(dynamodb, self._idempotency_table(), target)
+            stop = stop_execution_with(self._durable_api())
+            by = operator_identity(self._client("sts"))
+            return cancel_durable(dynamodb, self._idempotency_table(), target, by, stop)[0]
         if undo:
             return withdraw(dynamodb, self._idempotency_table(), target)
         return cancel_job(dynamodb, self._idempotency_table(), target, operator_identity(self._client("sts")))

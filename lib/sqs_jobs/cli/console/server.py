@@ -36,11 +36,12 @@ class ConsoleServer:
         archive_dir: Path = DEFAULT_ARCHIVE_DIR,
         *,
         catalog: Catalog,
+        durable_api: Callable[[], Any] | None = None,
     ) -> None:
         # The guard is made before the bind so a bad --host fails before any port is taken.
         self.guard = Guard.for_bind(host, port, allow_hosts)
         self.archive_dir = archive_dir
-        app = create_app(ConsoleBackend(client, stack, catalog), self.guard, archive_dir)
+        app = create_app(ConsoleBackend(client, stack, catalog, durable_api=durable_api), self.guard, archive_dir)
         # Werkzeug logs every request; an operator's terminal wants errors only.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         self._server: BaseWSGIServer = make_server(host, port, app, threaded=True)
