@@ -23,6 +23,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sqs_jobs.contract import UnknownPriorityError
     from sqs_jobs.envelope import Envelope, build_envelope, parse_envelope
     from sqs_jobs.errors import (
         EnvelopeError,
@@ -66,6 +67,7 @@ _EXPORTS = {
     "EnvelopeNotObjectError": "sqs_jobs.errors",
     "EnvelopeTooLargeError": "sqs_jobs.errors",
     "UnknownJobError": "sqs_jobs.errors",
+    "UnknownPriorityError": "sqs_jobs.contract",
     "ConflictingDelaysError": "sqs_jobs.publisher",
     "ContractNotGivenError": "sqs_jobs.publisher",
     "InvalidDelayError": "sqs_jobs.publisher",
@@ -124,6 +126,7 @@ __all__ = [
     "SecretStore",
     "Table",
     "UnknownJobError",
+    "UnknownPriorityError",
     "__version__",
     "build_envelope",
     "parse_envelope",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from sqs_jobs.envelope import RESERVED_FIELDS
 from sqs_jobs.limits import NAME
-from sqs_jobs.specs import Catalog, UnknownNameError
+from sqs_jobs.specs import LANE_NAME, Catalog, UnknownNameError
 
 # The shape of the published contract; a publisher refuses one of another version. Fields added since are
 # optional, so a wheel that doesn't know them reads the contract still (it ignores what it doesn't know).
@@ -30,6 +30,10 @@ class UnknownContractJobError(UnknownNameError):
     """A job the contract does not list."""
 
 
+class UnknownPriorityError(UnknownNameError):
+    """A priority that is not one of the job's queue's lanes (or any priority, on a queue without lanes)."""
+
+
 @dataclass(frozen=True)
 class JobContract:
     """Job -> queue, the FIFO queues, and the envelope fields the stack's workers reserve."""
@@ -43,6 +47,10 @@ class JobContract:
     # The durable jobs (their state is their execution's record's, sqs_jobs.results); a stack from before results
     # doesn't say.
     durable_jobs: frozenset[str] = frozenset()
+    # Per queue with priority lanes, its lanes (the most urgent first) and its default lane; a queue without lanes,
+    # or a stack from before them, is not listed.
+    lanes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    default_lanes: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_catalog(cls, catalog: Catalog) -> JobContract:
@@ -51,7 +59,20 @@ class JobContract:
             fifo_queues=frozenset(queue.name for queue in catalog if queue.fifo),
             expiry_s={queue.name: queue.idempotency_expiry_s for queue in catalog},
             durable_jobs=frozenset(job.name for queue in catalog for job in queue.jobs if job.durable is not None),
+            lanes={queue.name: queue.lanes for queue in catalog if queue.lanes},
+            default_lanes={queue.name: queue.default_lane for queue in catalog if queue.default_lane is not None},
         )
+
+    def lane(self, queue: str, priority: str | None) -> str | None:
+        """The lane a publish to `queue` with `priority` goes to: its default lane when None, None for a queue
+        without lanes. UnknownPriorityError names the lanes it has."""
+        lanes = self.lanes.get(queue, ())
+        if priority is None:
+            return self.default_lanes.get(queue) if lanes else None
+        if priority not in lanes:
+            accepted = f"its lanes are {', '.join(lanes)}" if lanes else "it has no lanes (publish without one)"
+            raise UnknownPriorityError(f"unknown priority {priority!r} for queue {queue!r}; {accepted}")
+        return priority
 
     @property
     def job_names(self) -> tuple[str, ...]:
@@ -82,6 +103,10 @@ class JobContract:
         for queue, seconds in self.expiry_s.items():
             if queue in queues:
                 queues[queue]["expiry_s"] = seconds
+        for queue, lanes in self.lanes.items():
+            if queue in queues:
+                queues[queue]["lanes"] = list(lanes)
+                queues[queue]["default_lane"] = self.default_lanes[queue]
         document = {
             "version": CONTRACT_VERSION,
             "jobs": dict(self.routes),
@@ -115,6 +140,8 @@ class JobContract:
             routes[job] = queue
         fifo = set()
         expiry: dict[str, int] = {}
+        lanes: dict[str, tuple[str, ...]] = {}
+        default_lanes: dict[str, str] = {}
         for queue, settings in queues.items():
             if not (NAME.fullmatch(queue) and isinstance(settings, dict) and isinstance(settings.get("fifo"), bool)):
                 raise ContractError(f"the job contract's queue {queue!r} needs a name and a boolean 'fifo'")
@@ -125,6 +152,21 @@ class JobContract:
                 if not (isinstance(seconds, int) and not isinstance(seconds, bool) and seconds > 0):
                     raise ContractError(f"the job contract's queue {queue!r} has 'expiry_s' {seconds!r}: seconds > 0")
                 expiry[queue] = seconds
+            named = settings.get("lanes")
+            if named is not None:
+                default = settings.get("default_lane")
+                if not (
+                    isinstance(named, list)
+                    and len(named) >= 2
+                    and all(isinstance(lane, str) and LANE_NAME.fullmatch(lane) for lane in named)
+                    and default in named
+                ):
+                    raise ContractError(
+                        f"the job contract's queue {queue!r} needs 'lanes' (a list of lane names) and a "
+                        "'default_lane' among them"
+                    )
+                lanes[queue] = tuple(named)
+                default_lanes[queue] = str(default)
         reserved = document.get("reserved_fields", sorted(FIRST_RESERVED_FIELDS))
         if not (isinstance(reserved, list) and all(isinstance(name, str) for name in reserved)):
             raise ContractError("the job contract's 'reserved_fields' must be a list of field names")
@@ -137,4 +179,6 @@ class JobContract:
             reserved_fields=frozenset(reserved),
             expiry_s=expiry,
             durable_jobs=frozenset(durable),
+            lanes=lanes,
+            default_lanes=default_lanes,
         )

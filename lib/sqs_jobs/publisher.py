@@ -4,6 +4,7 @@
     publisher.publish("send_receipt", "123")                      # -> SQS message ID
     publisher.publish_many([("send_receipt", "124"), ...])        # SendMessageBatch, chunks of 10
     publisher.publish("send_receipt", "127", tenant="acme-eu")    # a tenant's: body and MessageGroupId
+    publisher.publish("send_receipt", "128", priority="high")     # a queue's priority lane (docs/priorities.md)
 
     publisher = JobPublisher.from_stack(ssm, sqs, scheduler)            # the stack's queues and its scheduler
     publisher.publish("send_receipt", "125", delay=timedelta(hours=2))   # -> one-time schedule's name
@@ -16,6 +17,10 @@ A delay up to 15 minutes is SQS's DelaySeconds; beyond, an EventBridge Scheduler
 stack's group sends the job at its time and deletes itself. `delay_s`, `delay` and `at` are three ways to say
 when: give at most one (None means not given). Two together, even a zero (`delay_s=0, at=...`), contradict each
 other and raise ConflictingDelaysError.
+
+A queue with priority lanes (QueueSpec.priorities) is one SQS queue per lane: `priority` picks the lane, and a
+publish without one goes to the queue's default lane (its own queue). The job, its key and its idempotency record
+are the same on every lane, so a job published on two lanes still runs once.
 
 A tenant goes in the body (the envelope's `tenant`) and, on a standard queue, is the message's MessageGroupId:
 SQS's fair queues deliver a noisy tenant's backlog after the other tenants' messages. On a FIFO queue the
@@ -30,7 +35,7 @@ import itertools
 import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -52,13 +57,14 @@ from sqs_jobs.batches import (
     member_digest,
     new_batch_id,
 )
-from sqs_jobs.contract import JobContract
+from sqs_jobs.contract import JobContract, UnknownPriorityError
 from sqs_jobs.envelope import BATCH_FIELD, MAX_EXTRA_FIELDS, Envelope, Scalar, build_envelope
 from sqs_jobs.errors import EnvelopeError, EnvelopeFieldError
 from sqs_jobs.limits import SQS_BATCH_MAX, SQS_MAX_DELAY_S, SQS_MAX_MESSAGE_ATTRIBUTES
 from sqs_jobs.specs import Catalog, UnknownQueueError
 from sqs_jobs.stack_names import (
     DEFAULT_STACK_NAME,
+    LANE_ENDPOINT_KEYS,
     ONE_TIME_PREFIX,
     QUEUE_ARN,
     QUEUE_URL,
@@ -67,6 +73,7 @@ from sqs_jobs.stack_names import (
     SCHEDULES_DLQ_ARN,
     batches_parameter_name,
     contract_parameter_name,
+    lane_parameter_name,
     one_time_schedule_prefix,
     parameter_name,
     results_parameter_name,
@@ -115,10 +122,12 @@ class SchedulingNotConfiguredError(PublishError):
 
 @dataclass(frozen=True)
 class ScheduleTarget:
-    """Where a queue's one-time schedules send, and the role they send with."""
+    """Where a queue's one-time schedules send, and the role they send with; `lane_arns`: its priority lanes' queues
+    other than the default lane's (the role may send to each)."""
 
     queue_arn: str
     role_arn: str
+    lane_arns: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -184,6 +193,12 @@ def _published_contract(ssm_client: Any, stack_name: str) -> JobContract | None:
     return JobContract.from_json(found[0]["Value"]) if found else None
 
 
+def _other_lanes(contract: JobContract, queue: str) -> tuple[str, ...]:
+    """A queue's priority lanes other than its default lane (whose queue is the queue's own)."""
+    default = contract.default_lanes.get(queue)
+    return tuple(lane for lane in contract.lanes.get(queue, ()) if lane != default)
+
+
 def _results_reader(dynamodb_client: Any, table: str) -> JobResults:
     from sqs_jobs.results import JobResults  # the key record's codec, loaded by services that read results only
 
@@ -209,8 +224,11 @@ class JobPublisher:
         message_attributes: Callable[[Envelope], Mapping[str, Any]] | None = None,
         results: JobResults | None = None,
         events: JobEvents | None = None,
+        lane_urls: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
-        """`contract`: the deployed stack's job contract (what from_stack reads); None: the one of `catalog`, the
+        """`queue_urls`: each queue's URL (of a queue with priority lanes, its default lane's). `lane_urls`: per queue
+        with lanes, the URL of each other lane (from_stack reads them).
+        `contract`: the deployed stack's job contract (what from_stack reads); None: the one of `catalog`, the
         project's catalog where the service has it (one of the two is required: ContractNotGivenError).
         `batches`: where `batch` defines its batches (from_stack with a dynamodb_client finds the stack's).
         `message_attributes`: SQS message attributes sent with each envelope (the worker runtime stamps what it
@@ -229,6 +247,7 @@ class JobPublisher:
         self._catalog = catalog
         self._sqs = sqs_client
         self._queue_urls = dict(queue_urls)
+        self._lane_urls = {queue: dict(urls) for queue, urls in (lane_urls or {}).items()}
         self._contract = contract or JobContract.from_catalog(catalog)  # type: ignore[arg-type]  # one is given
         self._scheduling = scheduling
         self._clock = clock or (lambda: datetime.now(UTC))
@@ -277,6 +296,14 @@ class JobPublisher:
                 raise UnknownQueueError(f"unknown queue {queue!r}; the stack has: {', '.join(contract.queue_names)}")
         keys = [QUEUE_URL, QUEUE_ARN, SCHEDULER_ROLE_ARN]
         names = [parameter_name(stack_name, queue, key) for queue in chosen for key in keys]
+        # The priority lanes' own queues (the default lane's is the queue's): only a queue that has lanes costs more.
+        other_lanes = {queue: _other_lanes(contract, queue) for queue in chosen}
+        names += [
+            lane_parameter_name(stack_name, queue, lane, key)
+            for queue in chosen
+            for lane in other_lanes[queue]
+            for key in LANE_ENDPOINT_KEYS
+        ]
         if scheduler_client is not None:
             names += [schedules_parameter_name(stack_name, key) for key in (SCHEDULE_GROUP, SCHEDULES_DLQ_ARN)]
         if dynamodb_client is not None:
@@ -300,6 +327,11 @@ class JobPublisher:
                 f"stack {stack_name!r} has no SSM parameter {missing[0]}: is it deployed to this account and region?"
             )
         urls = {queue: values[parameter_name(stack_name, queue, QUEUE_URL)] for queue in chosen}
+        lane_urls = {
+            queue: {lane: values[lane_parameter_name(stack_name, queue, lane, QUEUE_URL)] for lane in lanes}
+            for queue, lanes in other_lanes.items()
+            if lanes
+        }
         scheduling = None
         if scheduler_client is not None:
             scheduling = Scheduling(
@@ -310,6 +342,10 @@ class JobPublisher:
                     queue: ScheduleTarget(
                         queue_arn=values[parameter_name(stack_name, queue, QUEUE_ARN)],
                         role_arn=values[parameter_name(stack_name, queue, SCHEDULER_ROLE_ARN)],
+                        lane_arns={
+                            lane: values[lane_parameter_name(stack_name, queue, lane, QUEUE_ARN)]
+                            for lane in other_lanes[queue]
+                        },
                     )
                     for queue in chosen
                 },
@@ -339,6 +375,7 @@ class JobPublisher:
             batches=batches,
             results=results,
             events=events,
+            lane_urls=lane_urls,
         )
 
     def envelope(
@@ -391,8 +428,17 @@ class JobPublisher:
             raise InvalidDelayError(f"job {envelope.job!r} is on a FIFO queue, which takes no per-message delay")
         return {"MessageGroupId": group or envelope.id}
 
-    def _queue_url(self, job: str) -> str:
+    def _queue_url(self, job: str, priority: str | None = None) -> str:
         queue = self._contract.queue_for_job(job)
+        lane = self._contract.lane(queue, priority)
+        if lane is not None and lane != self._contract.default_lanes.get(queue):
+            try:
+                return self._lane_urls[queue][lane]
+            except KeyError:
+                configured = ", ".join(sorted(self._lane_urls.get(queue, {}))) or "none"
+                raise QueueNotConfiguredError(
+                    f"no URL for lane {lane!r} of queue {queue!r} (job {job!r}); configured lanes: {configured}"
+                ) from None
         try:
             return self._queue_urls[queue]
         except KeyError:
@@ -417,20 +463,22 @@ class JobPublisher:
         delay: timedelta | float | None = None,
         at: datetime | None = None,
         tenant: str | None = None,
+        priority: str | None = None,
     ) -> str:
         """Enqueue one job; returns the SQS message ID, or for a job due more than 15 minutes ahead the name of
         the one-time schedule that will send it (`once-...`; `cancel_scheduled` cancels it). At most one of
         `delay_s` (seconds, 0-900), `delay` (a timedelta or seconds) and `at` (a timezone-aware time) chooses
         when (None: not given; two given, zeros included, raise ConflictingDelaysError); `group` is the FIFO
         message group (default: the ID); `tenant` whose job it is (in the body, and on a standard queue the
-        message group)."""
+        message group); `priority` the lane of a queue with priority lanes (None: its default lane; one it doesn't
+        have raises UnknownPriorityError, naming those it has)."""
         wait_s = self._wait_s(delay_s, delay, at)
         envelope = self.envelope(job, entity_id, key=key, extra=extra, tenant=tenant)
         if wait_s > MAX_DELAY_S:
-            return self._schedule(envelope, self._clock() + timedelta(seconds=wait_s), group)
+            return self._schedule(envelope, self._clock() + timedelta(seconds=wait_s), group, priority)
         # Rounded up: a job never arrives earlier than asked.
         seconds = math.ceil(wait_s)
-        request: dict[str, Any] = {"QueueUrl": self._queue_url(job), "MessageBody": envelope.to_json()}
+        request: dict[str, Any] = {"QueueUrl": self._queue_url(job, priority), "MessageBody": envelope.to_json()}
         request.update(self._send_fields(envelope, seconds, group))
         return str(self._sqs.send_message(**request)["MessageId"])
 
@@ -464,7 +512,7 @@ class JobPublisher:
             )
         return wait_s
 
-    def _schedule(self, envelope: Envelope, due: datetime, group: str | None) -> str:
+    def _schedule(self, envelope: Envelope, due: datetime, group: str | None, priority: str | None = None) -> str:
         if self._scheduling is None:
             raise SchedulingNotConfiguredError(
                 f"job {envelope.job!r} is due in over {MAX_DELAY_S // 60} minutes, beyond SQS's delay: build the "
@@ -474,11 +522,17 @@ class JobPublisher:
         target = self._scheduling.targets.get(queue)
         if target is None:
             raise QueueNotConfiguredError(f"no scheduler target for queue {queue!r} (job {envelope.job!r})")
+        lane = self._contract.lane(queue, priority)
+        target_arn = target.queue_arn
+        if lane is not None and lane != self._contract.default_lanes.get(queue):
+            if lane not in target.lane_arns:
+                raise QueueNotConfiguredError(f"no scheduler target for lane {lane!r} of queue {queue!r}")
+            target_arn = target.lane_arns[lane]
         # Whole seconds, rounded up: never earlier than asked.
         due = (due + timedelta(microseconds=999_999)).replace(microsecond=0).astimezone(UTC)
         name = f"{one_time_schedule_prefix(queue)}{uuid.uuid4().hex[:16]}"
         schedule_target: dict[str, Any] = {
-            "Arn": target.queue_arn,
+            "Arn": target_arn,
             "RoleArn": target.role_arn,
             "Input": envelope.to_json(),
             "RetryPolicy": {
@@ -514,9 +568,10 @@ class JobPublisher:
             )
         self._scheduling.client.delete_schedule(Name=name, GroupName=self._scheduling.group)
 
-    def publish_many(self, jobs: Iterable[JobRequest], delay_s: int = 0) -> list[str]:
+    def publish_many(self, jobs: Iterable[JobRequest], delay_s: int = 0, *, priority: str | None = None) -> list[str]:
         """Enqueue many jobs with SendMessageBatch (chunks of 10 per queue); returns message IDs in input order.
-        `jobs` are (job, id) pairs or Envelopes (an Envelope carries a key, a tenant or extra fields).
+        `jobs` are (job, id) pairs or Envelopes (an Envelope carries a key, a tenant or extra fields). `priority`:
+        the lane of every entry whose queue has priority lanes (as `publish`'s).
 
         Every entry is checked, its queue, message group and delay included, before anything is sent; an entry that
         fails raises the error `publish` would, its message naming the entry's index, job and ID. Entries SQS
@@ -524,7 +579,7 @@ class JobPublisher:
         only the failures.
         """
         self._check_delay(delay_s)
-        checked = [self._checked_entry(index, job, delay_s) for index, job in enumerate(jobs)]
+        checked = [self._checked_entry(index, job, delay_s, priority) for index, job in enumerate(jobs)]
         by_queue: dict[str, list[int]] = {}
         for index, (_, url, _) in enumerate(checked):
             by_queue.setdefault(url, []).append(index)
@@ -791,7 +846,9 @@ class JobPublisher:
             return Envelope(job=request[0], id=request[1], batch=member)
         raise TypeError(f"{entry} {index} is {_excerpt(request)}; accepted: a (job, id) pair or an Envelope")
 
-    def _checked_entry(self, index: int, job: object, delay_s: int) -> tuple[Envelope, str, dict[str, Any]]:
+    def _checked_entry(
+        self, index: int, job: object, delay_s: int, priority: str | None = None
+    ) -> tuple[Envelope, str, dict[str, Any]]:
         """One entry of publish_many as an envelope, its queue's URL and its group and delay; an error names the
         entry."""
         if isinstance(job, Envelope):
@@ -806,8 +863,8 @@ class JobPublisher:
         try:
             # An Envelope built by hand is checked again: every path to the queue applies the worker's rules.
             envelope = self.envelope(name, entity_id, key, extra, tenant, batch)  # type: ignore[arg-type]
-            return envelope, self._queue_url(envelope.job), self._send_fields(envelope, delay_s, None)
-        except (EnvelopeError, PublishError) as error:
+            return envelope, self._queue_url(envelope.job, priority), self._send_fields(envelope, delay_s, None)
+        except (EnvelopeError, PublishError, UnknownPriorityError) as error:
             # The same error, its message prefixed with the entry (code acts on the type, never on the text).
             error.args = (f"publish_many entry {index} (job {_excerpt(name)}, id {_excerpt(entity_id)}): {error}",)
             raise

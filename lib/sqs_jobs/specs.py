@@ -47,6 +47,10 @@ if TYPE_CHECKING:
     from sqs_jobs.resources import Resource
 
 _HANDLER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+# A priority lane's name: part of its queue's name (`<stack>-<queue>-<lane>`), its SSM parameters and alarms.
+LANE_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
+# `<stack>-<queue>-dlq` is the queue's dead-letter queue.
+RESERVED_LANE = "dlq"
 
 
 # Published to every queue by the heartbeat canary; every worker accepts it and only records that it arrived.
@@ -360,6 +364,46 @@ class QueueSpec:
     # Each run a span in its publisher's trace (OpenTelemetry; the `tracing` extra in the workers' layer;
     # docs/tracing.md). Off, the worker imports and does nothing of it.
     tracing: bool = False
+    # Priority lanes, the most urgent first (e.g. ("high", "normal")): each its own SQS queue and event source,
+    # drained by the queue's one worker, so an urgent job never waits behind a backlog of routine ones
+    # (docs/priorities.md). Empty: one queue, as without lanes.
+    priorities: tuple[str, ...] = ()
+    # The lane of a publish that names none; None: the last (least urgent) lane. Its queue keeps the queue's name.
+    default_priority: str | None = None
+    # Workers the lower lanes leave to the most urgent one: it may use all of max_concurrency, each other lane
+    # max_concurrency less this (at least 2, Lambda's least). None: half of max_concurrency, rounded down.
+    urgent_reserve: int | None = None
+
+    @property
+    def lanes(self) -> tuple[str, ...]:
+        """The priority lanes, the most urgent first; empty for a queue without lanes."""
+        return self.priorities
+
+    @property
+    def default_lane(self) -> str | None:
+        """The lane a publish without a priority goes to (its queue has the queue's own name); None without lanes."""
+        if not self.priorities:
+            return None
+        return self.default_priority if self.default_priority is not None else self.priorities[-1]
+
+    @property
+    def reserved_for_urgent(self) -> int:
+        """Workers only the most urgent lane may use: `urgent_reserve`, or half of max_concurrency."""
+        return self.urgent_reserve if self.urgent_reserve is not None else self.max_concurrency // 2
+
+    def lane_concurrency(self, lane: str | None) -> int:
+        """The most workers the event source of `lane` runs at once (its ScalingConfig MaximumConcurrency): the whole
+        max_concurrency for the most urgent lane (and for a queue without lanes), less the reserve for the others."""
+        if not self.priorities or lane is None or lane == self.priorities[0]:
+            return self.max_concurrency
+        if lane not in self.priorities:
+            raise KeyError(lane)
+        return self.max_concurrency - self.reserved_for_urgent
+
+    @property
+    def total_concurrency(self) -> int:
+        """The most workers of the queue at once, every lane's event source at its maximum."""
+        return sum(self.lane_concurrency(lane) for lane in self.priorities) or self.max_concurrency
 
     @property
     def dlq_max_message_bytes(self) -> int:
@@ -398,8 +442,8 @@ class QueueSpec:
 
     @property
     def max_in_flight(self) -> int:
-        """The most jobs of this queue running at once: every worker running a full set of records."""
-        return self.max_concurrency * self.records_in_parallel
+        """The most jobs of this queue running at once: every worker (of every lane) running a full set of records."""
+        return self.total_concurrency * self.records_in_parallel
 
     @property
     def job_names(self) -> tuple[str, ...]:
@@ -504,7 +548,7 @@ class QueueSpec:
             found.append(
                 f"{where}: list_running_after_s {self.list_running_after_s} is outside 0..{LAMBDA_MAX_TIMEOUT_S}"
             )
-        found += self.circuit_breaker.problems(where)
+        found += self.circuit_breaker.problems(where) + self._lane_problems(where)
         found += self._receive_problems(where)
         found += self._message_size_problems(where)
         if self.visibility_timeout_s > SQS_MAX_VISIBILITY_S:
@@ -536,6 +580,55 @@ class QueueSpec:
                 if schedule.name in seen_schedules:
                     found.append(f"{where}: job {job.name!r} has two schedules named {schedule.name!r}")
                 seen_schedules.add(schedule.name)
+        return found
+
+    def _lane_problems(self, where: str) -> list[str]:
+        """priorities, default_priority and urgent_reserve: named lanes, each once, on a standard queue, each lane's
+        event source with the concurrency Lambda takes."""
+        lanes = self.priorities
+        if not lanes:
+            found = []
+            if self.default_priority is not None:
+                found.append(f"{where}: default_priority {self.default_priority!r} needs priorities (it has none)")
+            if self.urgent_reserve is not None:
+                found.append(f"{where}: urgent_reserve {self.urgent_reserve!r} needs priorities (it has none)")
+            return found
+        if not isinstance(lanes, tuple) or not all(isinstance(lane, str) for lane in lanes):
+            return [f"{where}: priorities must be a tuple of lane names, e.g. ('high', 'normal'), not {lanes!r:.60}"]
+        found = [
+            f"{where}: priority lane {lane!r} must match {LANE_NAME.pattern}"
+            + (" and not be 'dlq' (the queue's dead-letter queue is <queue>-dlq)" if lane == RESERVED_LANE else "")
+            for lane in lanes
+            if not LANE_NAME.fullmatch(lane) or lane == RESERVED_LANE
+        ]
+        found += [
+            f"{where}: priority lane {lane!r} is named twice; each lane once, the most urgent first"
+            for lane in sorted({lane for lane in lanes if lanes.count(lane) > 1})
+        ]
+        if len(lanes) < 2:
+            found.append(
+                f"{where}: priorities {lanes!r} has one lane; lanes need at least two (one lane is the queue itself)"
+            )
+        if self.default_priority is not None and self.default_priority not in lanes:
+            found.append(
+                f"{where}: default_priority {self.default_priority!r} is not one of its lanes: {', '.join(lanes)}"
+            )
+        if self.fifo:
+            found.append(
+                f"{where}: priorities on a FIFO queue: its order holds within one queue, and each lane is a queue of "
+                "its own, so a message group's jobs on two lanes would run out of order; give urgent jobs a FIFO "
+                "queue of their own"
+            )
+        reserve = self.reserved_for_urgent
+        if isinstance(reserve, bool) or not isinstance(reserve, int):
+            found.append(f"{where}: urgent_reserve must be a whole number, not {reserve!r:.40}")
+        elif not 0 <= reserve <= (most := self.max_concurrency - ESM_MIN_CONCURRENCY):
+            found.append(
+                f"{where}: urgent_reserve {reserve} leaves the lower lanes {self.max_concurrency - reserve} of "
+                f"max_concurrency {self.max_concurrency}; each event source needs at least {ESM_MIN_CONCURRENCY} "
+                f"(Lambda's least MaximumConcurrency): urgent_reserve must be 0..{most}"
+                + ("" if self.urgent_reserve is not None else " (its default is half of max_concurrency)")
+            )
         return found
 
     def _retention_problems(self, where: str) -> list[str]:

@@ -29,6 +29,18 @@ def parameter_name(stack_name: str, queue_name: str, key: str) -> str:
     return f"/{stack_name}/queues/{queue_name}/{key}"
 
 
+# A priority lane's own parameters (its queue's URL and ARN; the lanes share the queue's DLQ, worker and scheduler
+# role): `/<stack_name>/queues/<queue>/lanes/<lane>/<key>`. The default lane is the queue's own.
+LANE_ENDPOINT_KEYS = (QUEUE_URL, QUEUE_ARN)
+
+
+def lane_parameter_name(stack_name: str, queue_name: str, lane: str, key: str) -> str:
+    """The SSM parameter holding a priority lane's URL or ARN (docs/priorities.md)."""
+    if key not in LANE_ENDPOINT_KEYS:
+        raise ValueError(f"unknown lane parameter {key!r}; known: {', '.join(LANE_ENDPOINT_KEYS)}")
+    return f"/{stack_name}/queues/{queue_name}/lanes/{lane}/{key}"
+
+
 def schedule_group_name(stack_name: str) -> str:
     """The stack's EventBridge Scheduler group: its recurring schedules and the one-time ones of delayed jobs."""
     return f"{stack_name}-jobs"

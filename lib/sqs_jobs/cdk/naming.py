@@ -13,6 +13,7 @@ import re
 from sqs_jobs.specs import QueueSpec
 from sqs_jobs.stack_names import (
     DLQ_URL,
+    LANE_ENDPOINT_KEYS,
     QUEUE_ARN,
     QUEUE_ENDPOINT_KEYS,
     QUEUE_URL,
@@ -22,6 +23,7 @@ from sqs_jobs.stack_names import (
     SCHEDULES_DLQ_ARN,
     SCHEDULES_DLQ_URL,
     WORKER_ROLE_ID,
+    lane_parameter_name,
     parameter_name,
     recurring_schedule_name,
     schedule_group_name,
@@ -40,6 +42,8 @@ __all__ = [
     "HEARTBEAT_MISSING",
     "HELD_NEAR_BOUND",
     "IDEMPOTENCY_TABLE_OUTPUT",
+    "LANE_ENDPOINT_KEYS",
+    "LANE_SIGNALS",
     "OLDEST_MESSAGE_AGE",
     "QUEUE_ARN",
     "QUEUE_ENDPOINT_KEYS",
@@ -61,6 +65,10 @@ __all__ = [
     "alarm_name",
     "alarm_name_prefix",
     "duration_signal",
+    "lane_output_key",
+    "lane_parameter_name",
+    "lane_queue_name",
+    "lane_signal",
     "output_key",
     "parameter_name",
     "pascal_case",
@@ -123,6 +131,17 @@ QUEUE_SIGNALS = (
 )
 
 
+# What each priority lane other than the default (whose queue is the queue's own) has an alarm of its own for: what
+# SQS measures of its queue (docs/priorities.md). The worker's own signals are the queue's, whichever lane a record
+# came from.
+LANE_SIGNALS = (OLDEST_MESSAGE_AGE, BACKLOG, STALLED)
+
+
+def lane_signal(lane: str, signal: str) -> str:
+    """A lane's alarm signal: `<lane>-<signal>`, so its alarm is `<stack_name>-<queue>-<lane>-<signal>`."""
+    return f"{lane}-{signal}"
+
+
 def queue_signals(spec: QueueSpec) -> tuple[str, ...]:
     """The queue-wide signals `spec` has an alarm for: every one, less RETRYING if its jobs are never retried
     (max_attempts 1: a failure is a dead letter at once, which the DLQ alarms see), and less CIRCUIT_OPEN and
@@ -146,6 +165,21 @@ def physical_queue_name(stack_name: str, queue_name: str, dlq: bool = False, fif
             "letters, digits, '-' and '_'); choose a shorter stack_name"
         )
     return name
+
+
+def lane_queue_name(stack_name: str, spec: QueueSpec, lane: str | None) -> str:
+    """The SQS queue name of one of `spec`'s priority lanes: the queue's own for its default lane (so adding lanes
+    never replaces the queue), else `<stack_name>-<queue>-<lane>`."""
+    if lane is None or lane == spec.default_lane:
+        return physical_queue_name(stack_name, spec.name, fifo=spec.fifo)
+    return physical_queue_name(stack_name, f"{spec.name}-{lane}")
+
+
+def lane_output_key(queue_name: str, lane: str, key: str) -> str:
+    """The stack output holding a lane's URL or ARN, e.g. `OrdersLaneHighQueueUrl`."""
+    if key not in LANE_ENDPOINT_KEYS:
+        raise ValueError(f"unknown lane output {key!r}; known: {', '.join(LANE_ENDPOINT_KEYS)}")
+    return f"{pascal_case(queue_name)}Lane{pascal_case(lane)}{_OUTPUT_SUFFIX[key]}"
 
 
 def output_key(queue_name: str, key: str) -> str:

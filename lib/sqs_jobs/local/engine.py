@@ -30,11 +30,12 @@ from moto.server import ThreadedMotoServer
 from werkzeug.serving import make_server
 
 from sqs_jobs.durable.runtime import DurableRuntime, DurableSettings
-from sqs_jobs.local.chaos import Chaos, ChaosSettings
+from sqs_jobs.local.chaos import AWS_CALL_EVENT, Chaos, ChaosSettings
 from sqs_jobs.local.durable import LocalDurableFunctions
 from sqs_jobs.local.emulator import EventSourceMapping, Handler, MappingSwitch
 from sqs_jobs.local.heartbeat import HeartbeatCanary
 from sqs_jobs.local.metrics_agent import MetricsAgent
+from sqs_jobs.local.moto_backlog import speed_up_backlogs
 from sqs_jobs.local.moto_limits import enforce_message_limits
 from sqs_jobs.local.moto_locks import serialize_moto
 from sqs_jobs.local.moto_senders import record_senders
@@ -240,6 +241,9 @@ class LocalEngine:
         # A message SQS refuses (over its queue's size, attributes counted; an attribute name SQS doesn't take) is
         # refused before moto stores it, as on AWS: a stored one made every receive of its queue fail
         enforce_message_limits()
+        # A backlog of thousands costs a receive milliseconds, not seconds: a backed-up queue (or priority lane)
+        # holds up no other one's receives behind moto's lock.
+        speed_up_backlogs()
         self._switch_interval_s = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch_interval_s, GIL_SWITCH_INTERVAL_S))
         self._server = _LocalMotoServer(
@@ -310,7 +314,8 @@ class LocalEngine:
             mapping = EventSourceMapping(
                 queue=queue,
                 sqs_client=self.clients()("sqs"),
-                switch=MappingSwitch(self.clients()("lambda"), queue.arn),
+                # One event source mapping per priority lane, each paused and resumed through Lambda's API.
+                switches={source.arn: MappingSwitch(self.clients()("lambda"), source.arn) for source in queue.sources},
                 handler_factory=lambda name=spec.name: self._worker_handler(name),  # type: ignore[misc]
                 function_name=self._function_name(spec.name),
                 concurrency=self._concurrency,
@@ -367,9 +372,17 @@ class LocalEngine:
 
     def _build_worker(self, queue: str) -> Worker:
         assert self.deployment is not None
+        clients = self._worker_clients(queue)
+        mapping = self.mappings.get(queue)
+        lane = mapping.poller_lane() if mapping is not None else None
+        if mapping is not None and lane:
+            # A lower priority lane's environment: its AWS calls wait while a more urgent lane's batch runs, which on
+            # AWS has environments of its own (sqs_jobs.local.emulator).
+            urgent_first = mapping.wait_for_urgent_lanes
+            clients.register(AWS_CALL_EVENT, lambda **_: urgent_first(lane))
         return Worker(
             settings=self.deployment.worker_settings(queue),
-            clients=self._worker_clients(queue),
+            clients=clients,
             observability=Observability.create(output=self._worker_output, metrics_sink=self._forward_metrics),
             http_client=self._jobs_http_client(queue),
             durable_starter=self.durables,
@@ -450,14 +463,17 @@ class LocalEngine:
         ]
 
     def queue_counts(self) -> dict[str, dict[str, int]]:
-        """Per source queue, its messages by UNSETTLED_ATTRIBUTES."""
+        """Per source queue, its messages by UNSETTLED_ATTRIBUTES (of every priority lane, added up)."""
         assert self.deployment is not None and self._sqs is not None
         counts = {}
         for name, queue in self.deployment.queues.items():
-            attributes: Mapping[str, str] = self._sqs.get_queue_attributes(
-                QueueUrl=queue.url, AttributeNames=list(UNSETTLED_ATTRIBUTES)
-            )["Attributes"]
-            counts[name] = {attribute: int(attributes.get(attribute, "0")) for attribute in UNSETTLED_ATTRIBUTES}
+            counts[name] = dict.fromkeys(UNSETTLED_ATTRIBUTES, 0)
+            for source in queue.sources:
+                attributes: Mapping[str, str] = self._sqs.get_queue_attributes(
+                    QueueUrl=source.url, AttributeNames=list(UNSETTLED_ATTRIBUTES)
+                )["Attributes"]
+                for attribute in UNSETTLED_ATTRIBUTES:
+                    counts[name][attribute] += int(attributes.get(attribute, "0"))
         return counts
 
     def wait_until_idle(self, timeout_s: float = 60.0, poll_s: float = 0.2) -> bool:

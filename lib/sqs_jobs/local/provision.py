@@ -15,7 +15,16 @@ import boto3
 from moto.core.models import DEFAULT_ACCOUNT_ID
 
 from sqs_jobs.cdk.asset_staging import RUNTIME_VERSION
-from sqs_jobs.cdk.naming import DLQ_URL, QUEUE_ARN, QUEUE_URL, WORKER_ROLE_ID, parameter_name, physical_queue_name
+from sqs_jobs.cdk.naming import (
+    DLQ_URL,
+    QUEUE_ARN,
+    QUEUE_URL,
+    WORKER_ROLE_ID,
+    lane_parameter_name,
+    lane_queue_name,
+    parameter_name,
+    physical_queue_name,
+)
 from sqs_jobs.contract import JobContract
 from sqs_jobs.flow_control import RateLimit
 from sqs_jobs.local.resource_providers import GlobalIndex, LocalResources, create_table
@@ -68,13 +77,23 @@ def queue_attributes(spec: QueueSpec, dlq_arn: str) -> dict[str, str]:
     }
 
 
-def dlq_attributes(spec: QueueSpec, source_arn: str) -> dict[str, str]:
+def dlq_attributes(spec: QueueSpec, source_arn: str, lane_arns: tuple[str, ...] = ()) -> dict[str, str]:
+    """The DLQ's attributes; `lane_arns`: the queue's priority lanes other than the default one, which share it."""
     return {
         "MessageRetentionPeriod": str(spec.dlq_retention_s),
         "MaximumMessageSize": str(spec.dlq_max_message_bytes),
-        "RedriveAllowPolicy": json.dumps({"redrivePermission": "byQueue", "sourceQueueArns": [source_arn]}),
+        "RedriveAllowPolicy": json.dumps({"redrivePermission": "byQueue", "sourceQueueArns": [source_arn, *lane_arns]}),
         "SqsManagedSseEnabled": "true",
     }
+
+
+@dataclass(frozen=True)
+class LocalLane:
+    """One SQS queue a queue's worker consumes: a priority lane's (`name`), or the queue's own (`name` None)."""
+
+    name: str | None
+    url: str
+    arn: str
 
 
 @dataclass(frozen=True)
@@ -87,6 +106,18 @@ class LocalQueue:
     # The worker's IAM role: workers run on credentials from AssumeRole of it, as Lambda runs them.
     worker_role_arn: str
     worker_role_id: str
+    # Its priority lanes, the most urgent first (the default lane's queue is `url`); empty without lanes.
+    lanes: tuple[LocalLane, ...] = ()
+
+    @property
+    def sources(self) -> tuple[LocalLane, ...]:
+        """The queues its event source mappings poll, the most urgent first: its lanes, or itself."""
+        return self.lanes or (LocalLane(None, self.url, self.arn),)
+
+    @property
+    def other_lanes(self) -> tuple[LocalLane, ...]:
+        """Its priority lanes other than the default one (whose queue is the queue's own)."""
+        return tuple(lane for lane in self.lanes if lane.arn != self.arn)
 
 
 @dataclass(frozen=True)
@@ -124,6 +155,7 @@ class LocalDeployment:
                 for job in local.spec.jobs
                 if job.durable is not None
             },
+            lane_urls={lane.arn: lane.url for lane in local.other_lanes},
         )
 
     def worker_session(self, sts_client: Any, queue: str, session_name: str) -> boto3.session.Session:
@@ -189,13 +221,15 @@ def _worker_function(lambda_client: Any, deployment: LocalDeployment, queue: str
             Timeout=local.spec.function_timeout_s,
             Environment=environment,
         )
-    if not lambda_client.list_event_source_mappings(EventSourceArn=local.arn)["EventSourceMappings"]:
+    for source in local.sources:  # one per priority lane, each with the lane's share of the concurrency
+        if lambda_client.list_event_source_mappings(EventSourceArn=source.arn)["EventSourceMappings"]:
+            continue
         lambda_client.create_event_source_mapping(
-            EventSourceArn=local.arn,
+            EventSourceArn=source.arn,
             FunctionName=name,
             BatchSize=local.spec.batch_size,
             FunctionResponseTypes=["ReportBatchItemFailures"],
-            ScalingConfig={"MaximumConcurrency": local.spec.max_concurrency},
+            ScalingConfig={"MaximumConcurrency": local.spec.lane_concurrency(source.name)},
         )
 
 
@@ -229,10 +263,20 @@ def provision(
             Attributes=fifo_attributes(spec),
         )["QueueUrl"]
         dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        source_arn = dlq_arn.rsplit(":", 1)[0] + ":" + source_name
-        sqs.set_queue_attributes(QueueUrl=dlq_url, Attributes=dlq_attributes(spec, source_arn))
+        arn_prefix = dlq_arn.rsplit(":", 1)[0] + ":"
+        source_arn = arn_prefix + source_name
+        # Each priority lane is a queue like the queue's own, with the same settings and the one DLQ.
+        lanes = [LocalLane(lane, "", arn_prefix + lane_queue_name(stack_name, spec, lane)) for lane in spec.lanes]
+        other_arns = tuple(lane.arn for lane in lanes if lane.arn != source_arn)
+        sqs.set_queue_attributes(QueueUrl=dlq_url, Attributes=dlq_attributes(spec, source_arn, other_arns))
         url = sqs.create_queue(QueueName=source_name, Attributes=fifo_attributes(spec))["QueueUrl"]
         sqs.set_queue_attributes(QueueUrl=url, Attributes=queue_attributes(spec, dlq_arn))
+        for index, lane in enumerate(lanes):
+            lane_url = url
+            if lane.arn != source_arn:
+                lane_url = sqs.create_queue(QueueName=lane.arn.rsplit(":", 1)[1])["QueueUrl"]
+                sqs.set_queue_attributes(QueueUrl=lane_url, Attributes=queue_attributes(spec, dlq_arn))
+            lanes[index] = LocalLane(lane.name, lane_url, lane.arn)
         role_arn, role_id = _worker_role(iam, stack_name, spec.name)
         queues[spec.name] = LocalQueue(
             spec=spec,
@@ -242,6 +286,7 @@ def provision(
             dlq_arn=dlq_arn,
             worker_role_arn=role_arn,
             worker_role_id=role_id,
+            lanes=tuple(lanes),
         )
 
     dynamodb = client("dynamodb")
@@ -270,6 +315,10 @@ def provision(
         parameters = queue_parameters(
             stack_name, local.spec.name, local.url, local.dlq_url, local.arn, local.worker_role_id
         )
+        for lane in local.other_lanes:
+            assert lane.name is not None
+            for key, value in ((QUEUE_URL, lane.url), (QUEUE_ARN, lane.arn)):
+                parameters[lane_parameter_name(stack_name, local.spec.name, lane.name, key)] = value
         for name, value in parameters.items():
             ssm.put_parameter(Name=name, Value=value, Type="String", Overwrite=True)
     # Each resource's value where services find it, as the stack writes it.

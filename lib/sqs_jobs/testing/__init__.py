@@ -220,9 +220,11 @@ class JobHarness:
     def expire_visibility(self, invocation: Invocation, queue: str | None = None) -> None:
         """Make the records an invocation left on the queue visible again (what waiting out the timeout does)."""
         sqs = self.clients("sqs")
-        url = self.deployment.queues[self.queue_name(queue)].url
+        # Each record on the queue it came from: a priority lane's, or the queue's own.
+        urls = {source.arn: source.url for source in self.deployment.queues[self.queue_name(queue)].sources}
         for record in invocation.event["Records"]:
             if record["messageId"] not in invocation.deleted:
+                url = urls[record["eventSourceARN"]]
                 sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0)
 
     def queue_counts(self, queue: str | None = None, dead_letter: bool = False) -> tuple[int, int]:

@@ -316,7 +316,7 @@ class Worker:
                 continue
             delivery = self._delivery(SQSRecord(raw))
             if delivery.receives < self._queue.receive_limit:
-                self._settlement.change_visibility(raw["receiptHandle"], 0)
+                self._settlement.change_visibility(raw["receiptHandle"], 0, raw.get("eventSourceARN"))
                 continue
             error = ReceivesExhaustedError(
                 f"received {delivery.receives} times, the queue's limit, while skipped behind a failed message of "

@@ -30,6 +30,10 @@ ENV_RUNTIME_ROLE_ID = "JOBS_RUNTIME_ROLE_ID"
 # Where the worker may publish jobs of other queues (a batch's callbacks): JSON {"<job>": ["<queue>", "<url>"]};
 # optional.
 ENV_ROUTES = "JOBS_ROUTES"
+# A queue's priority lanes other than its default one (docs/priorities.md), each its own SQS queue that the worker
+# consumes: JSON {"<lane queue ARN>": "<lane queue URL>"}, so that what it does with a record (a visibility change,
+# a fresh copy) goes to the queue the record came from; optional (a queue without lanes has none).
+ENV_LANES = "JOBS_LANES"
 # One variable per resource a queue's jobs need: JOBS_RESOURCE_<NAME>, the name in upper case.
 RESOURCE_ENV_PREFIX = "JOBS_RESOURCE_"
 # One variable per durable job of the queue: JOBS_DURABLE_FUNCTION_<JOB>, the qualified ARN (an alias's) of the
@@ -81,6 +85,12 @@ class WorkerSettings:
     durable_functions: Mapping[str, str] = field(default_factory=dict)
     # The catalog it was loaded from (`package.module:NAME`, sqs_jobs.catalog_ref); None: given as an object.
     catalog_ref: str | None = None
+    # Its priority lanes' queues other than the default lane's (whose URL is `queue_url`): ARN -> URL.
+    lane_urls: Mapping[str, str] = field(default_factory=dict)
+
+    def source_url(self, source_arn: str | None) -> str:
+        """The URL of the queue a record came from (its `eventSourceARN`): a priority lane's, or the queue's."""
+        return self.lane_urls.get(source_arn or "", self.queue_url)
 
     @classmethod
     def from_environ(
@@ -120,6 +130,7 @@ class WorkerSettings:
             else:
                 problems.append(f"{resource_env_name(resource)} is not set ({catalog.resource(resource).description})")
         routes = _routes(environ.get(ENV_ROUTES, ""), problems)
+        lane_urls = _lane_urls(environ.get(ENV_LANES, ""), problems)
         durable_functions: dict[str, str] = {}
         for job in queue.jobs if queue and with_durable_functions else ():
             if job.durable is None:
@@ -142,6 +153,7 @@ class WorkerSettings:
             routes=routes,
             durable_functions=durable_functions,
             catalog_ref=catalog_ref,
+            lane_urls=lane_urls,
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -158,6 +170,8 @@ class WorkerSettings:
             routes = {job: list(route) for job, route in self.routes.items()}
             environ[ENV_ROUTES] = json.dumps(routes, separators=(",", ":"), sort_keys=True)
         environ.update({durable_function_env_name(job): arn for job, arn in self.durable_functions.items()})
+        if self.lane_urls:
+            environ[ENV_LANES] = json.dumps(dict(self.lane_urls), separators=(",", ":"), sort_keys=True)
         if self.catalog_ref is not None:
             environ[ENV_CATALOG] = self.catalog_ref
         return environ
@@ -177,3 +191,16 @@ def _routes(text: str, problems: list[str]) -> dict[str, tuple[str, str]]:
         problems.append(f'{ENV_ROUTES} must be a JSON object {{"<job>": ["<queue>", "<url>"]}}')
         return {}
     return {str(job): (route[0], route[1]) for job, route in routes.items()}
+
+
+def _lane_urls(text: str, problems: list[str]) -> dict[str, str]:
+    if not text.strip():
+        return {}
+    try:
+        lanes = json.loads(text)
+    except ValueError:
+        lanes = None
+    if not isinstance(lanes, dict) or not all(isinstance(url, str) for url in lanes.values()):
+        problems.append(f'{ENV_LANES} must be a JSON object {{"<lane queue ARN>": "<lane queue URL>"}}')
+        return {}
+    return {str(arn): url for arn, url in lanes.items()}

@@ -568,7 +568,7 @@ class Settlement:
             return self.send_dead_letter(delivery, verdict)
         if delivery.receives >= self._queue.receive_limit:
             return self._last_receive(delivery, verdict)
-        self.change_visibility(delivery.record.receipt_handle, verdict.delay_s)
+        self.change_visibility(delivery.record.receipt_handle, verdict.delay_s, delivery.record.event_source_arn)
         if verdict.reason != "retry":
             self._obs.logger.info(
                 "handed back unrun; visible again later",
@@ -588,7 +588,8 @@ class Settlement:
 
             try:
                 self._dead_letters().requeue(
-                    self._settings.queue_url,
+                    # Back to its own lane (docs/priorities.md), as a fresh copy.
+                    self._settings.source_url(record.event_source_arn),
                     record.body,
                     delivery.attributes,
                     delay_s=min(SQS_MAX_DELAY_S, verdict.delay_s),
@@ -601,12 +602,12 @@ class Settlement:
                 # Only a producer that named its attributes `jobs.*` gets a copy bigger than its message: it keeps
                 # the message itself, and SQS's redrive moves it on its next receive.
                 self._obs.logger.warning("a fresh copy would not fit its queue; the message itself goes back")
-                self.change_visibility(record.receipt_handle, verdict.delay_s)
+                self.change_visibility(record.receipt_handle, verdict.delay_s, record.event_source_arn)
                 raise RetryLater(verdict.cause) from None
             except Exception:
                 self._tally.runtime_fault("requeue")
                 self._obs.logger.exception("could not send a fresh copy on the last receive; SQS may move it bare")
-                self.change_visibility(record.receipt_handle, verdict.delay_s)
+                self.change_visibility(record.receipt_handle, verdict.delay_s, record.event_source_arn)
                 raise RetryLater(verdict.cause) from None
             self._obs.logger.info(
                 "back as a fresh copy: the message's last allowed receive",
@@ -675,7 +676,9 @@ class Settlement:
                 self._write(
                     "fail", lambda time_left_s: self._ledger.fail(run, failure, pending=True, time_left_s=time_left_s)
                 )
-            self.change_visibility(record.receipt_handle, self.backoff(max(1, verdict.attempts)))
+            self.change_visibility(
+                record.receipt_handle, self.backoff(max(1, verdict.attempts)), record.event_source_arn
+            )
             raise RetryLater(send_error) from send_error
         self._obs.logger.error(
             "job dead-lettered",
@@ -737,7 +740,8 @@ class Settlement:
                 )
                 if remembered:
                     self._obs.logger.exception("could not count the dead-lettered batch member; it comes back for it")
-                    self.change_visibility(delivery.record.receipt_handle, self.backoff(delivery.receives))
+                    record, delay_s = delivery.record, self.backoff(delivery.receives)
+                    self.change_visibility(record.receipt_handle, delay_s, record.event_source_arn)
                     raise RetryLater(error) from error
                 self._obs.logger.exception(
                     "could not count the dead-lettered batch member, nor keep that in its key's record: its batch "
@@ -807,10 +811,13 @@ class Settlement:
         # A visibility timeout counts from now and may not reach past 12 h from this receive.
         return min(delay_s, SQS_MAX_VISIBILITY_S - self._queue.function_timeout_s)
 
-    def change_visibility(self, receipt_handle: str, timeout_s: int) -> None:
+    def change_visibility(self, receipt_handle: str, timeout_s: int, source_arn: str | None = None) -> None:
+        """`source_arn`: the record's queue (a priority lane's), whose receipt handle it is; None: the queue's."""
         try:
             self._sqs().change_message_visibility(
-                QueueUrl=self._settings.queue_url, ReceiptHandle=receipt_handle, VisibilityTimeout=timeout_s
+                QueueUrl=self._settings.source_url(source_arn),
+                ReceiptHandle=receipt_handle,
+                VisibilityTimeout=timeout_s,
             )
         except Exception:
             # The message keeps the queue's visibility timeout: retried later than planned, never lost.
