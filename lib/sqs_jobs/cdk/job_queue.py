@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,7 +23,10 @@ from sqs_jobs.cdk.naming import (
     SCHEDULE_GROUP,
     SCHEDULER_ROLE_ARN,
     SCHEDULES_DLQ_ARN,
+    lane_parameter_name,
+    lane_queue_name,
     parameter_name,
+    pascal_case,
     physical_queue_name,
     schedules_parameter_name,
 )
@@ -35,6 +39,7 @@ from sqs_jobs.worker.names import FLOW_SLOT_PREFIX, METRICS_NAMESPACE, SERVICE_N
 from sqs_jobs.worker.settings import (
     ENV_DLQ_URL,
     ENV_IDEMPOTENCY_TABLE,
+    ENV_LANES,
     ENV_QUEUE_NAME,
     ENV_QUEUE_URL,
     ENV_RUNTIME_ROLE_ID,
@@ -84,6 +89,17 @@ class JobQueue(Construct):
         source_arn = Stack.of(self).format_arn(
             service="sqs", resource=queue_name, arn_format=ArnFormat.NO_RESOURCE_NAME
         )
+        # The priority lanes other than the default one (whose queue is this queue): queues of their own that share
+        # the DLQ, so the DLQ names them as sources too (docs/priorities.md).
+        other_lanes = [lane for lane in spec.lanes if lane != spec.default_lane]
+        lane_arns = [
+            Stack.of(self).format_arn(
+                service="sqs",
+                resource=lane_queue_name(stack_name, spec, lane),
+                arn_format=ArnFormat.NO_RESOURCE_NAME,
+            )
+            for lane in other_lanes
+        ]
         # Both queues alike: encrypted, TLS-only, and FIFO together (order per message group; content-based
         # deduplication drops a re-publish within 5 minutes).
         common: dict[str, Any] = {
@@ -103,25 +119,36 @@ class JobQueue(Construct):
             **common,
             redrive_allow_policy=sqs.RedriveAllowPolicy(
                 redrive_permission=sqs.RedrivePermission.BY_QUEUE,
-                source_queues=[sqs.Queue.from_queue_arn(self, "SourceQueueRef", source_arn)],
+                source_queues=[
+                    sqs.Queue.from_queue_arn(self, "SourceQueueRef", source_arn),
+                    *(
+                        sqs.Queue.from_queue_arn(self, f"Lane{pascal_case(lane)}QueueRef", arn)
+                        for lane, arn in zip(other_lanes, lane_arns, strict=True)
+                    ),
+                ],
             ),
         )
-        self.queue = sqs.Queue(
-            self,
-            "Queue",
-            queue_name=queue_name,
-            retention_period=Duration.seconds(spec.retention_s),
+        source: dict[str, Any] = {
+            "retention_period": Duration.seconds(spec.retention_s),
             # Lambda's guidance: 6x the function timeout plus the batching window (QueueSpec computes it).
-            visibility_timeout=Duration.seconds(spec.visibility_timeout_s),
+            "visibility_timeout": Duration.seconds(spec.visibility_timeout_s),
             # Set, never SQS's default (1 MiB for queues created since 2025): the DLQ needs room above it.
-            max_message_size_bytes=spec.max_message_bytes,
+            "max_message_size_bytes": spec.max_message_bytes,
             **common,
             # The safety net for crashes and timeouts; the worker dead-letters with evidence itself.
-            dead_letter_queue=sqs.DeadLetterQueue(
+            "dead_letter_queue": sqs.DeadLetterQueue(
                 queue=self.dead_letter_queue,
                 max_receive_count=spec.receive_limit,
             ),
-        )
+        }
+        self.queue = sqs.Queue(self, "Queue", queue_name=queue_name, **source)
+        # Each other priority lane: a queue like this one, with the same settings and the same DLQ.
+        self.lanes: dict[str, sqs.Queue] = {
+            lane: sqs.Queue(
+                self, f"Lane{pascal_case(lane)}Queue", queue_name=lane_queue_name(stack_name, spec, lane), **source
+            )
+            for lane in other_lanes
+        }
 
         # An explicit role: CDK's default attaches AWSLambdaBasicExecutionRole, which allows logs on "*".
         role = iam.Role(
@@ -152,6 +179,10 @@ class JobQueue(Construct):
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
         }
+        if self.lanes:
+            # Where the worker sends what concerns a record of another lane (its backoff, a fresh copy).
+            lanes = {lane.queue_arn: lane.queue_url for lane in self.lanes.values()}
+            environment[ENV_LANES] = json.dumps(lanes, separators=(",", ":"), sort_keys=True)
         needed = {name: _provided(resources, name, spec) for name in spec.resources}
         environment.update({resource_env_name(name): item.value for name, item in needed.items()})
         # The worker's settings, which a durable job's function runs with too (sqs_jobs.cdk.durable_function).
@@ -187,21 +218,32 @@ class JobQueue(Construct):
             )
 
         window = spec.batching_window_s
-        self.event_source = event_sources.SqsEventSource(
-            self.queue,
-            batch_size=spec.batch_size,
-            max_batching_window=Duration.seconds(window) if window > 0 else None,
-            # A failed record is retried alone; without this one failure would retry the whole batch.
-            report_batch_item_failures=True,
-            max_concurrency=spec.max_concurrency,
-        )
+
+        def event_source(queue: sqs.IQueue, lane: str | None) -> event_sources.SqsEventSource:
+            return event_sources.SqsEventSource(
+                queue,
+                batch_size=spec.batch_size,
+                max_batching_window=Duration.seconds(window) if window > 0 else None,
+                # A failed record is retried alone; without this one failure would retry the whole batch.
+                report_batch_item_failures=True,
+                # Each lane's share: the most urgent lane all of max_concurrency, the others less the reserve.
+                max_concurrency=spec.lane_concurrency(lane),
+            )
+
+        self.event_source = event_source(self.queue, spec.default_lane)
         # Also grants consuming the queue: ReceiveMessage, DeleteMessage, GetQueueAttributes, GetQueueUrl and
         # ChangeMessageVisibility (the worker's backoff), on this queue only.
         self.function.add_event_source(self.event_source)
+        # One event source mapping per other lane, to the same worker, with the same grants on its queue.
+        self.lane_event_sources = {lane: event_source(queue, lane) for lane, queue in self.lanes.items()}
+        for lane_source in self.lane_event_sources.values():
+            self.function.add_event_source(lane_source)
         # The worker dead-letters with evidence itself (permanent failure, last attempt)...
         self.dead_letter_queue.grant(self.function, "sqs:SendMessage")
-        # ...and hands records it could not run back to its own queue as unrun copies (no time left, key busy).
-        self.queue.grant(self.function, "sqs:SendMessage")
+        # ...and hands records it could not run back to their own queue (lane) as unrun copies (no time left, key
+        # busy).
+        for own in (self.queue, *self.lanes.values()):
+            own.grant(self.function, "sqs:SendMessage")
         # The table only, not its index: the worker reads and writes records by key; the operator lists by index.
         iam.Grant.add_to_principal(
             grantee=self.function, actions=list(IDEMPOTENCY_ACTIONS), resource_arns=[idempotency_table.table_arn]
@@ -220,6 +262,9 @@ class JobQueue(Construct):
             item.grant(self.function)
         # The queue's recurring schedules, and the role they and delayed jobs are sent with.
         self.scheduler_role = schedules.add_queue(spec, self.queue)
+        # A job delayed beyond 15 minutes onto another lane is sent to that lane's queue with the same role.
+        for lane_queue in self.lanes.values():
+            lane_queue.grant(self.scheduler_role, "sqs:SendMessage")
 
     def grant_publish(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let `grantee` enqueue jobs: SendMessage, GetQueueUrl, GetQueueAttributes on this queue only; delay them
@@ -231,9 +276,18 @@ class JobQueue(Construct):
             *(schedules_parameter_name(self._stack_name, key) for key in PUBLISHER_SCHEDULES_PARAMETERS),
             # The job contract: which jobs exist and where they go, so an older wheel publishes newer jobs.
             contract_parameter_name(self._stack_name),
+            # The priority lanes' queues (JobPublisher.from_stack reads them for a queue with lanes).
+            *(
+                lane_parameter_name(self._stack_name, self.spec.name, lane, key)
+                for lane in self.lanes
+                for key in (QUEUE_URL, QUEUE_ARN)
+            ),
         ]
         reading = grant_parameter_reads(self, grantee, names)
-        return self.queue.grant_send_messages(grantee).combine(scheduling).combine(reading)
+        sending = self.queue.grant_send_messages(grantee)
+        for lane_queue in self.lanes.values():
+            sending = sending.combine(lane_queue.grant_send_messages(grantee))
+        return sending.combine(scheduling).combine(reading)
 
 
 def _provided(resources: Mapping[str, ProvidedResource], name: str, spec: QueueSpec) -> ProvidedResource:

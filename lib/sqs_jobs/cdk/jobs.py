@@ -162,6 +162,7 @@ class JobsComposition:
                 dead_letter_queue=job_queue.dead_letter_queue,
                 function=job_queue.function,
                 topic=self.alarm_topic,
+                lanes=job_queue.lanes,
             )
             QueueEndpoints(
                 scope,
@@ -172,6 +173,7 @@ class JobsComposition:
                 dead_letter_queue=job_queue.dead_letter_queue,
                 worker_role=job_queue.role,
                 scheduler_role=job_queue.scheduler_role,
+                lanes=job_queue.lanes,
             )
             self.queues[spec.name] = job_queue
             for job in spec.jobs:

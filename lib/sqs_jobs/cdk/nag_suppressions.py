@@ -97,8 +97,9 @@ def _acknowledge_queue(job_queue: JobQueue) -> None:
     _ack(job_queue.function.node.default_child, "Serverless-LambdaDLQ", SYNCHRONOUS_WORKER)
     _ack(job_queue.function.node.default_child, "AwsSolutions-L1", TESTED_RUNTIME)
     _ack(job_queue.function.node.default_child, "Serverless-LambdaLatestVersion", TESTED_RUNTIME)
-    mapping = next(child for child in job_queue.function.node.children if child.node.id.startswith("SqsEventSource"))
-    _ack(mapping.node.default_child, "Serverless-LambdaEventSourceMappingDestination", SQS_ESM_DESTINATION)
+    # One mapping per priority lane (docs/priorities.md), each with the queue's DLQ as its destination.
+    for mapping in (child for child in job_queue.function.node.children if child.node.id.startswith("SqsEventSource")):
+        _ack(mapping.node.default_child, "Serverless-LambdaEventSourceMappingDestination", SQS_ESM_DESTINATION)
 
 
 def _ack(construct: IConstruct | None, rule: str, reason: str) -> None:

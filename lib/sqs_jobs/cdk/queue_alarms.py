@@ -7,7 +7,7 @@ catches that the others miss, and why missing data is treated as it is: docs/mon
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -34,6 +34,7 @@ from sqs_jobs.cdk.naming import (
     WORKER_THROTTLES,
     alarm_name,
     duration_signal,
+    lane_signal,
     pascal_case,
     physical_queue_name,
     queue_signals,
@@ -66,24 +67,51 @@ class QueueAlarms(Construct):
         dead_letter_queue: sqs.IQueue,
         function: lambda_.IFunction,
         topic: sns.ITopic,
+        lanes: Mapping[str, sqs.IQueue] | None = None,
     ) -> None:
+        """`lanes`: the queue's priority lanes other than the default one (whose queue is `queue`): each gets the
+        alarms of what SQS measures of its queue (age, backlog, stalled), `<stack>-<queue>-<lane>-<signal>`; the
+        worker's signals are the queue's, whichever lane a record came from."""
         super().__init__(scope, construct_id)
         monitoring.check(spec)
         self._spec = spec
         self._stack_name = stack_name
         self._action = actions.SnsAction(topic)
         self.alarms: dict[str, cloudwatch.Alarm] = {}
-        name = spec.name
-        limits = spec.alarms
-        status = f"jobctl status {name}"
-        dlq_list = f"jobctl dlq list {name}"
-        dlq_name = physical_queue_name(stack_name, name, dlq=True, fifo=spec.fifo)
+        status = f"jobctl status {spec.name}"
+        dlq_list = f"jobctl dlq list {spec.name}"
+        dlq_name = physical_queue_name(stack_name, spec.name, dlq=True, fifo=spec.fifo)
+
+        self._queue_alarms(queue, None)
+        self._worker_alarms(dead_letter_queue, function, dlq_name, status, dlq_list)
+        # In the order they always had (the dashboard lists them so), each lane's after the queue's.
+        order = [OLDEST_MESSAGE_AGE, BACKLOG, DLQ_DEPTH, DLQ_ARRIVALS, FAILURE_RATE, STALLED]
+        self.alarms = {
+            signal: self.alarms[signal]
+            for signal in sorted(self.alarms, key=lambda signal: order.index(signal) if signal in order else len(order))
+        }
+        for lane, lane_queue in (lanes or {}).items():
+            self._queue_alarms(lane_queue, lane)
+
+    def _queue_alarms(self, queue: sqs.IQueue, lane: str | None) -> None:
+        """What SQS measures of one of the queue's SQS queues (its own, or a priority lane's): age, backlog,
+        stalled. A lane's name their signals, what they say and the runbook's step for a backed-up lane."""
+        spec, limits = self._spec, self._spec.alarms
+        # A lane's alarms say its queue's name less the stack's: `<queue>-<lane>`.
+        name = spec.name if lane is None else f"{spec.name}-{lane}"
+        status = f"jobctl status {spec.name}"
+
+        def signal(base: str) -> str:
+            return base if lane is None else lane_signal(lane, base)
+
+        def anchor(base: str) -> str:
+            return base if lane is None else "a-priority-lane-is-backed-up"
 
         # The article's incident: a hung job found the next morning. Age says "stuck" sooner and more surely
         # than backlog size. SQS leaves out a standard queue's message received 3+ times (retrying jobs): the
         # retrying alarm below watches those.
         self._alarm(
-            OLDEST_MESSAGE_AGE,
+            signal(OLDEST_MESSAGE_AGE),
             metric=queue.metric_approximate_age_of_oldest_message(period=PERIOD, statistic="Maximum"),
             threshold=limits.oldest_message_age_s,
             comparison=Comparison.GREATER_THAN_THRESHOLD,
@@ -99,7 +127,7 @@ class QueueAlarms(Construct):
                 "if the downstream can take it. (SQS leaves a standard queue's message received 3+ times out of "
                 "this age: a job failing again and again is the retrying alarm's.)"
             ),
-            anchor="oldest-message-too-old",
+            anchor=anchor("oldest-message-too-old"),
             first=[status],
         )
         # A burst, or workers too slow, before the age alarm sees it. Above the threshold in 5 one-minute
@@ -107,7 +135,7 @@ class QueueAlarms(Construct):
         # period: while SQS's last minutes are late, that period holds only its first minutes.
         backlog_minutes, backlog_window = monitoring.backlog_periods()
         self._alarm(
-            BACKLOG,
+            signal(BACKLOG),
             metric=queue.metric_approximate_number_of_messages_visible(period=PERIOD, statistic="Minimum"),
             threshold=limits.backlog,
             comparison=Comparison.GREATER_THAN_THRESHOLD,
@@ -120,9 +148,43 @@ class QueueAlarms(Construct):
                 f"{backlog_window} minutes: a burst, or workers too slow or too few (max_concurrency "
                 f"{spec.max_concurrency})."
             ),
-            anchor="backlog-too-large",
+            anchor=anchor("backlog-too-large"),
             first=[status],
         )
+        # Backlog and no deletes: nothing consumes (a disabled event source, broken permissions, reserved
+        # concurrency 0), the cases in which every runtime metric goes quiet.
+        stalled_minutes, stalled_window = monitoring.stalled_periods(spec)
+        self._alarm(
+            signal(STALLED),
+            metric=monitoring.stalled(queue),
+            threshold=1,
+            comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            # M of N: the newest minutes, whose SQS datapoints are not in yet, count as 0 (FILL), so N leaves
+            # room for SQS's lag.
+            evaluation_periods=stalled_window,
+            datapoints_to_alarm=stalled_minutes,
+            # FILL gives every minute of the query a value, so missing data never decides; should it, an empty
+            # queue SQS stopped reporting is idle, not stalled.
+            missing=Missing.NOT_BREACHING,
+            meaning=(
+                f"Jobs have waited on the {name} queue and none was deleted in {stalled_minutes} of the last "
+                f"{stalled_window} minutes: nothing is consuming (event source disabled, permissions broken, "
+                "reserved concurrency 0)."
+            ),
+            anchor=anchor("consumer-stalled"),
+            first=[status],
+        )
+
+    def _worker_alarms(
+        self,
+        dead_letter_queue: sqs.IQueue,
+        function: lambda_.IFunction,
+        dlq_name: str,
+        status: str,
+        dlq_list: str,
+    ) -> None:
+        """The queue's one DLQ and one worker, whichever lane a record came from."""
+        spec, name, limits = self._spec, self._spec.name, self._spec.alarms
         # The article: alert on the first message in the DLQ.
         self._alarm(
             DLQ_DEPTH,
@@ -171,29 +233,6 @@ class QueueAlarms(Construct):
                 "failing, or a change broke a job."
             ),
             anchor="failure-rate-high",
-            first=[status],
-        )
-        # Backlog and no deletes: nothing consumes (a disabled event source, broken permissions, reserved
-        # concurrency 0), the cases in which every runtime metric goes quiet.
-        stalled_minutes, stalled_window = monitoring.stalled_periods(spec)
-        self._alarm(
-            STALLED,
-            metric=monitoring.stalled(queue),
-            threshold=1,
-            comparison=Comparison.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            # M of N: the newest minutes, whose SQS datapoints are not in yet, count as 0 (FILL), so N leaves
-            # room for SQS's lag.
-            evaluation_periods=stalled_window,
-            datapoints_to_alarm=stalled_minutes,
-            # FILL gives every minute of the query a value, so missing data never decides; should it, an empty
-            # queue SQS stopped reporting is idle, not stalled.
-            missing=Missing.NOT_BREACHING,
-            meaning=(
-                f"Jobs have waited on the {name} queue and none was deleted in {stalled_minutes} of the last "
-                f"{stalled_window} minutes: nothing is consuming (event source disabled, permissions broken, "
-                "reserved concurrency 0)."
-            ),
-            anchor="consumer-stalled",
             first=[status],
         )
         # Failed jobs don't fail the invocation (partial batch responses): these count crashes, timeouts, out of

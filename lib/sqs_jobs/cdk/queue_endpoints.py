@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from aws_cdk import CfnOutput
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
@@ -14,6 +16,8 @@ from sqs_jobs.cdk.naming import (
     QUEUE_URL,
     SCHEDULER_ROLE_ARN,
     WORKER_ROLE_ID,
+    lane_output_key,
+    lane_parameter_name,
     output_key,
     parameter_name,
     pascal_case,
@@ -47,7 +51,10 @@ class QueueEndpoints(Construct):
         dead_letter_queue: sqs.IQueue,
         worker_role: iam.Role,
         scheduler_role: iam.IRole,
+        lanes: Mapping[str, sqs.IQueue] | None = None,
     ) -> None:
+        """`lanes`: the queue's priority lanes other than the default one (whose queue is `queue`), each with an
+        SSM parameter `/<stack>/queues/<queue>/lanes/<lane>/url` (and `/arn`) and an output."""
         super().__init__(scope, construct_id)
         values = {
             QUEUE_URL: queue.queue_url,
@@ -69,3 +76,16 @@ class QueueEndpoints(Construct):
             output = CfnOutput(self, f"{pascal_case(key)}Output", value=value, description=description)
             # A fixed key (e.g. OrdersQueueUrl), not one derived from the construct path.
             output.override_logical_id(output_key(queue_name, key))
+        for lane, lane_queue in (lanes or {}).items():
+            for key, value in ((QUEUE_URL, lane_queue.queue_url), (QUEUE_ARN, lane_queue.queue_arn)):
+                description = f"{_MEANING[key]} the {lane} priority lane of the {queue_name} job queue"
+                construct = f"Lane{pascal_case(lane)}{pascal_case(key)}"
+                self.parameters[f"{lane}/{key}"] = ssm.StringParameter(
+                    self,
+                    f"{construct}Parameter",
+                    parameter_name=lane_parameter_name(stack_name, queue_name, lane, key),
+                    string_value=value,
+                    description=description,
+                )
+                output = CfnOutput(self, f"{construct}Output", value=value, description=description)
+                output.override_logical_id(lane_output_key(queue_name, lane, key))
