@@ -51,3 +51,11 @@ def test_one_way_alone_goes_on_to_publish(args: list[str]) -> None:
     result = enqueue(*args)
 
     assert result.exit_code == EXIT_UNREACHABLE, result.output
+
+
+def test_a_priority_the_queue_has_no_lane_for_is_refused_before_any_call() -> None:
+    """docs/priorities.md: `--priority` names one of the queue's lanes; the example's orders queue has none."""
+    result = enqueue("--priority", "high")
+
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "'high' is not a priority lane of queue 'orders'; it has no priority lanes" in result.stderr

@@ -1,5 +1,6 @@
-"""`jobctl enqueue QUEUE JOB ID [--in DURATION | --at TIME]`: publish one job through the stack's queues, as a
-producer would; later than 15 minutes ahead through the stack's scheduler (a one-time schedule)."""
+"""`jobctl enqueue QUEUE JOB ID [--in DURATION | --at TIME] [--priority LANE]`: publish one job through the stack's
+queues, as a producer would; later than 15 minutes ahead through the stack's scheduler (a one-time schedule); onto
+one of the queue's priority lanes (docs/priorities.md)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ def parse_time(text: str) -> datetime:
     "--tenant",
     help="Whose job it is (1-128 ASCII letters, digits, punctuation); on a standard queue its message group too.",
 )
+@click.option("--priority", metavar="LANE", help="The queue's priority lane to publish on (default: its default lane).")
 @click.option("--delay", type=click.IntRange(0, MAX_DELAY_S), help="Delay in seconds (0-900).")
 @click.option(
     "--in",
@@ -63,6 +65,7 @@ def enqueue(
     entity_id: str,
     key: str | None,
     tenant: str | None,
+    priority: str | None,
     delay: int | None,
     in_: str | None,
     at: str | None,
@@ -78,6 +81,9 @@ def enqueue(
         spec = options.catalog().queue(queue)
         if job not in spec.job_names:
             raise click.BadParameter(f"job {job!r} is not on queue {queue!r}; accepted: {', '.join(spec.job_names)}")
+        if priority is not None and priority not in spec.lanes:
+            accepted = f"accepted: {', '.join(spec.lanes)}" if spec.lanes else "it has no priority lanes"
+            raise click.BadParameter(f"{priority!r} is not a priority lane of queue {queue!r}; {accepted}")
         # The scheduler's parameters are read only when the job is due beyond SQS's delay.
         far = (later is not None and later.total_seconds() > MAX_DELAY_S) or moment is not None
         publisher = JobPublisher.from_stack(
@@ -89,12 +95,17 @@ def enqueue(
             # Routes by the stack's contract; a stack deployed before contracts, by the project's catalog.
             catalog=options.catalog(),
         )
-        sent = publisher.publish(job, entity_id, key=key, delay_s=delay, delay=later, at=moment, tenant=tenant)
+        sent = publisher.publish(
+            job, entity_id, key=key, delay_s=delay, delay=later, at=moment, tenant=tenant, priority=priority
+        )
     scheduled = sent.startswith(ONE_TIME_PREFIX)
     payload = {"queue": queue, "job": job, "id": entity_id, "tenant": tenant, "message_id": None if scheduled else sent}
+    if priority is not None:
+        payload["priority"] = priority
     payload["schedule"] = sent if scheduled else None
 
     whose = f" for tenant {tenant}" if tenant is not None else ""
+    whose += f" ({priority} priority)" if priority is not None else ""
 
     def text() -> None:
         if scheduled:
