@@ -42,7 +42,7 @@ help:
 	@echo "make local   start the local engine (moto server + Lambda SQS emulator) until Ctrl-C"
 	@echo "make synth   synthesize the CloudFormation template offline into cdk.out/"
 	@echo "make deploy  cdk deploy to the account and region of your AWS credentials"
-	@echo "make bench   benchmarks (no AWS): outage retry policies and the circuit breaker, a batch of I/O-bound jobs side by side, DynamoDB writes, cost, import and per-record overhead, cold import of the deployed assets with and without bytecode, end-to-end jobs/s on the local engine, a rate limit shared by every worker, a noisy neighbour with and without fair queues, a debounced burst, a batch of 1,000 under chaos, a durable import of 100,000 rows killed mid-step; then issue 33's goals, each met or not"
+	@echo "make bench   benchmarks (no AWS): outage retry policies and the circuit breaker, a batch of I/O-bound jobs side by side, DynamoDB writes, cost, import and per-record overhead, cold import of the deployed assets with and without bytecode, end-to-end jobs/s on the local engine, a rate limit shared by every worker, a noisy neighbour with and without fair queues, a high-priority job behind a backlog, a debounced burst, a batch of 1,000 under chaos, a durable import of 100,000 rows killed mid-step; then issue 33's goals, each met or not"
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -160,6 +160,7 @@ bench: $(VENV)/.synced bundle
 	$(BIN)/python -m bench.throughput
 	$(BIN)/python -m bench.rate_limit
 	$(BIN)/python -m bench.noisy_neighbour
+	$(BIN)/python -m bench.priorities
 	$(BIN)/python -m bench.slow_invoicing
 	$(BIN)/python -m bench.cli_startup
 	$(BIN)/python -m bench.debounce

@@ -1,4 +1,4 @@
-"""Benchmark (i): a high-priority job behind a backlog of normal ones, on the local engine.
+"""Benchmark (k): a high-priority job behind a backlog of normal ones, on the local engine.
 
     python -m bench.priorities [--backlog 5000] [--samples 15] [--parallel-records 1] [--skip-unprioritized]
                                [--json]
@@ -127,7 +127,7 @@ def measure(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.priorities", description="(i) A high-priority job behind a backlog of normal ones."
+        prog="python -m bench.priorities", description="(k) A high-priority job behind a backlog of normal ones."
     )
     parser.add_argument("--backlog", type=int, default=DEFAULT_BACKLOG, help=f"normal jobs ({DEFAULT_BACKLOG})")
     parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help=f"high jobs timed ({DEFAULT_SAMPLES})")
@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     empty, behind = figures["high_empty_queue_s"], figures["high_behind_backlog_s"]
     left = figures["normal_jobs_left_when_high_ended"]
     print(
-        f"(i) priority lanes on the local engine: {args.samples} high jobs on an empty queue, then behind "
+        f"(k) priority lanes on the local engine: {args.samples} high jobs on an empty queue, then behind "
         f"{args.backlog} normal ones (lanes' concurrency {figures['lane_concurrency']}, parallel_records "
         f"{figures['parallel_records']})"
     )
