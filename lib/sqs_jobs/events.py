@@ -112,11 +112,9 @@ class JobEvents:
 
 
 def _closed(error: Any) -> bool:
-    """Lambda says the callback no longer waits. The durable execution testing SDK's server (the local engine's)
-    answers a closed callback 404 with a body botocore doesn't read as an error code (its code is then the status,
-    "404"): the same answer."""
-    code = error.response.get("Error", {}).get("Code")
-    return code in CLOSED_CALLBACK_CODES or code == "404"
+    """Lambda says the callback no longer waits. By its error code only: a bare status with no code (a client whose
+    endpoint is not Lambda's callback API answers 404 too) is not an answer about the callback, and passes through."""
+    return error.response.get("Error", {}).get("Code") in CLOSED_CALLBACK_CODES
 
 
 # The records a sender may read: durable jobs' only (`durable#<key>`).

@@ -221,3 +221,69 @@ def test_the_consoles_cancel_of_a_waiting_durable_job_stops_its_execution(approv
     assert approvals.record(JOB, "patient-3").cancelled_at is not None
     assert backend.cancel(JOB, "patient-3", None, undo=True).outcome is CancelOutcome.WITHDRAWN
     assert approvals.record(JOB, "patient-3").cancelled_at is None
+
+
+def test_a_callback_lambda_closed_is_not_awaited_and_a_wrong_endpoints_404_is_not_taken_for_one(
+    approvals: Approvals,
+) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from botocore.exceptions import ClientError
+
+    from sqs_jobs.events import JobEvents
+    from sqs_jobs.worker.names import CALLBACK_ID, WAITING_FOR
+
+    arn = approvals.start(JOB, "patient-4")
+    waiting = approvals.until_waiting(JOB, "patient-4")
+    callback = approvals.harness.clients("dynamodb").get_item(
+        TableName=approvals.harness.deployment.idempotency_table,
+        Key={"id": {"S": _record_id("patient-4")}},
+    )["Item"][CALLBACK_ID]["S"]
+
+    class NotLambda(BaseHTTPRequestHandler):  # what a wrong endpoint answers: 404, no error type
+        def do_POST(self) -> None:
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    elsewhere = ThreadingHTTPServer(("127.0.0.1", 0), NotLambda)
+    threading.Thread(target=elsewhere.serve_forever, daemon=True).start()
+    try:
+        wrong = boto3.client(
+            "lambda",
+            region_name=REGION,
+            endpoint_url=f"http://127.0.0.1:{elsewhere.server_address[1]}",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+        )
+        events = JobEvents(approvals.harness.clients("dynamodb"), wrong, approvals.harness.deployment.idempotency_table)
+        with pytest.raises(ClientError) as refused:
+            events.send(JOB, "patient-4", "approved", {"by": "lost?"})
+        assert refused.value.response["Error"]["Code"] == "404"  # passed through: not "no longer waits"
+    finally:
+        elsewhere.shutdown()
+        elsewhere.server_close()
+    assert approvals.record(JOB, "patient-4").waiting_for == "approved"  # still waiting, nothing lost
+
+    approvals.publisher.send_event(JOB, "patient-4", "approved", {"by": "ops"})
+    assert approvals.ended(JOB, arn).status.value == "SUCCEEDED"
+    # A record that still names the closed callback (its clearing write lost): Lambda's answer says it is closed.
+    approvals.harness.clients("dynamodb").update_item(
+        TableName=approvals.harness.deployment.idempotency_table,
+        Key={"id": {"S": _record_id("patient-4")}},
+        UpdateExpression="SET #w = :w, #c = :c",
+        ExpressionAttributeNames={"#w": WAITING_FOR, "#c": CALLBACK_ID},
+        ExpressionAttributeValues={":w": {"S": "approved"}, ":c": {"S": callback}},
+    )
+    with pytest.raises(EventNotAwaitedError, match="no longer waits for event 'approved'"):
+        approvals.publisher.send_event(JOB, "patient-4", "approved", {"by": "twice"})
+    assert waiting.generation == 0
+
+
+def _record_id(job_id: str) -> str:
+    from sqs_jobs.worker.names import durable_record_id
+
+    return durable_record_id(f"{JOB}:{job_id}")

@@ -161,3 +161,43 @@ def test_the_jobs_own_code_runs_under_the_runs_span(harness: Harness, exporter: 
     [run] = _runs(exporter)
     [seen] = span_seen.SEEN
     assert run.context is not None and seen.span_id == run.context.span_id
+
+
+def test_job_show_names_the_trace_of_the_jobs_newest_run(harness: Harness, exporter: InMemorySpanExporter) -> None:
+    from tests.functional.test_job_lookup import _lookup
+
+    with trace.get_tracer("checkout").start_as_current_span("POST /checkout") as request:
+        harness.publish("flaky", "order-9")
+    assert (invocation := harness.deliver("traced")) is not None and invocation.failed_ids == []
+
+    found = _lookup(harness, "flaky", "order-9", queue="traced")
+
+    trace_id = format(request.get_span_context().trace_id, "032x")
+    assert found.record is not None and found.record.trace_id == trace_id
+    assert found.to_dict()["record"]["trace_id"] == trace_id
+    plain = harness.publish("plain_flaky", "order-9")
+    assert plain is not None and harness.deliver("plain") is not None
+    untraced = _lookup(harness, "plain_flaky", "order-9", queue="plain")
+    assert untraced.record is not None and untraced.record.trace_id is None  # a queue without tracing writes none
+
+
+def test_a_traced_queue_whose_layer_lacks_opentelemetry_runs_its_jobs_untraced_and_says_why(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    # The worker's layer without the `tracing` extra: neither OpenTelemetry nor the module that needs it imports.
+    for name in [name for name in sys.modules if name == "opentelemetry" or name.startswith("opentelemetry.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)
+    monkeypatch.delitem(sys.modules, "sqs_jobs.worker.tracing", raising=False)
+    harness.publish("flaky", "order-10")
+
+    invocation = harness.deliver("traced")
+
+    assert invocation is not None and invocation.failed_ids == []
+    assert flaky.SIDE_EFFECTS["order-10"] == 1
+    said = [
+        line for line in harness.log_lines() if "OpenTelemetry is not in the worker's layer" in str(line.get("message"))
+    ]
+    assert said and said[0]["level"] == "WARNING"

@@ -73,7 +73,7 @@ def undeployed_imports(roots: list[str], worker: DeployedWorker) -> list[str]:
 
 
 def _roots(catalog: Catalog) -> list[str]:
-    return [HANDLER_MODULE, *(job.handler for queue in catalog for job in queue.jobs)]
+    return deployed_imports.start_roots(catalog)
 
 
 def test_every_module_the_worker_imports_at_its_start_is_deployed() -> None:
@@ -126,3 +126,17 @@ def test_an_optional_or_type_checking_import_is_not_one_the_start_needs(tmp_path
     assert problem.endswith(
         "pg8000 is declared in the dev group only: `uv add --group lambda pg8000`, then `make bundle`"
     )
+
+
+def test_a_traced_queue_needs_opentelemetry_in_the_layer_though_no_job_imports_it() -> None:
+    from dataclasses import replace
+
+    first = CATALOG.queues[0]
+    traced = replace(CATALOG, queues=(replace(first, tracing=True),))
+    without = _built()
+    assert "opentelemetry" not in without.layer  # the example deploys no traced queue, so its layer has none
+
+    problems = undeployed_imports(_roots(traced), without)
+
+    assert any("sqs_jobs/worker/tracing.py" in problem and "imports opentelemetry" in problem for problem in problems)
+    assert undeployed_imports(_roots(replace(CATALOG, queues=(first,))), without) == []

@@ -17,9 +17,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqs_jobs.cdk.asset_staging import FRAMEWORK_PACKAGE, RUNTIME_MODULES
+from sqs_jobs.specs import Catalog
 
 # The module Lambda calls (sqs_jobs.cdk.worker_code HANDLER); it loads the jobs' modules by name at its start.
 HANDLER_MODULE = "sqs_jobs.worker.entry"
+# What the worker loads only for the features a catalog turns on, inside the runtime where the walk from the handler
+# doesn't see it: a traced queue's spans (OpenTelemetry), a durable job's function's handler (its SDK).
+TRACING_MODULE = "sqs_jobs.worker.tracing"
+DURABLE_HANDLER_MODULE = "sqs_jobs.durable.entry"
+
+
+def start_roots(catalog: Catalog) -> list[str]:
+    """The modules the deployed functions import at their start for `catalog`: the handler, each job's module, and
+    the modules of the features it turns on, each needing its packages in the layer as much as a job does."""
+    roots = [HANDLER_MODULE, *(job.handler for queue in catalog for job in queue.jobs)]
+    if any(queue.tracing for queue in catalog):
+        roots.append(TRACING_MODULE)
+    if any(job.durable is not None for queue in catalog for job in queue.jobs):
+        roots.append(DURABLE_HANDLER_MODULE)
+    return roots
 
 
 @dataclass(frozen=True)

@@ -144,6 +144,8 @@ class IdempotencyRecord:
     # When its last run started, and which worker ran it (the Lambda log stream and request ID).
     started_at: datetime | None = None
     run_by: str | None = None
+    # The trace its newest run is a span of (a traced queue's; docs/tracing.md).
+    trace_id: str | None = None
 
     @classmethod
     def from_item(cls, item: dict[str, Any], expiry_s: int) -> IdempotencyRecord:
@@ -169,6 +171,7 @@ class IdempotencyRecord:
             completed_run=record.completed_run,
             started_at=datetime.fromtimestamp(record.started_at, tz=UTC) if record.started_at is not None else None,
             run_by=record.run_by,
+            trace_id=record.trace_id,
             last_error_type=record.last_error_type,
             last_error=record.last_error,
             last_failed_at=_moment(record.last_failed_at),
@@ -473,6 +476,7 @@ class JobLookup:
                 "completed_run": record.completed_run,
                 "started_at": record.started_at,
                 "run_by": record.run_by,
+                "trace_id": record.trace_id,
                 "last_error_type": record.last_error_type,
                 "last_error": record.last_error,
                 "first_failed_at": record.first_failed_at,

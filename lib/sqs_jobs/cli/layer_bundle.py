@@ -231,14 +231,14 @@ def bundle(
 def _check_deployed_imports(project_root: Path, out: Path, catalog_ref: str) -> None:
     from sqs_jobs.catalog_ref import CatalogRefError, load_catalog
     from sqs_jobs.cdk.asset_staging import project_code_dirs
-    from sqs_jobs.cli.deployed_imports import HANDLER_MODULE, DeployedWorker, undeployed_imports
+    from sqs_jobs.cli.deployed_imports import DeployedWorker, start_roots, undeployed_imports
 
     try:
         catalog = load_catalog(catalog_ref, search_path=project_root)
     except CatalogRefError as error:
         raise BundleError(f"the layer is built, but its check can't load the catalog: {error}") from None
     worker = DeployedWorker.from_layout(project_code_dirs(project_root, catalog_ref, catalog), out / "python")
-    roots = [HANDLER_MODULE, *(job.handler for queue in catalog for job in queue.jobs)]
+    roots = start_roots(catalog)
     problems = undeployed_imports(roots, worker, _what_to_do, shown_from=project_root)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

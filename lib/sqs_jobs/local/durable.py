@@ -186,6 +186,7 @@ class LocalDurableFunctions:
             from aws_durable_execution_sdk_python_testing.web.server import WebServer, WebServiceConfig
 
             server = WebServer(WebServiceConfig(host=host, port=port), _CallbackRouter(self))  # type: ignore[arg-type]
+            server.RequestHandlerClass = _error_typed(server.RequestHandlerClass)
             threading.Thread(target=server.serve_forever, name="durable-callbacks", daemon=True).start()
             self._callback_server = server
         address = self._callback_server.server_address
@@ -268,3 +269,24 @@ class _CallbackRouter:
         except (KeyError, ValueError) as error:
             raise ResourceNotFoundException(f"no durable execution has callback {callback_id[:64]!r}") from error
         return function.runner._executor
+
+
+def _error_typed(handler: Any) -> Any:
+    """The testing SDK's request handler, its error answers also naming their error in the `x-amzn-ErrorType`
+    header, where Lambda names it and botocore reads it: the server writes the name only in the body's `Type`,
+    which botocore doesn't read, so every refusal would reach a client as a bare status ("404") that a wrong
+    endpoint answers too (sqs_jobs.events tells the two apart by the code)."""
+    import json
+
+    class ErrorTyped(handler):  # type: ignore[misc,valid-type]
+        def _send_response(self, response: Any) -> None:
+            if response.status_code >= 400 and "x-amzn-ErrorType" not in response.headers:
+                try:
+                    error_type = json.loads(response.body_to_bytes() or b"{}").get("Type")
+                except (AttributeError, TypeError, ValueError):
+                    error_type = None
+                if isinstance(error_type, str) and error_type:
+                    response.headers["x-amzn-ErrorType"] = error_type
+            super()._send_response(response)
+
+    return ErrorTyped

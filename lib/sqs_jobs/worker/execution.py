@@ -335,6 +335,7 @@ class JobExecutor:
                 key=key,
                 run_by=f"{lambda_context.log_stream_name} {lambda_context.aws_request_id}",
                 tenant=envelope.tenant or "",
+                trace_id=_trace_id() if self._queue.tracing else "",
             ),
         )
         return execution
@@ -499,3 +500,13 @@ class JobExecutor:
                 "last_error": snapshot.last_error,
             },
         )
+
+
+def _trace_id() -> str:
+    """The trace of the delivery's span (the worker runs the record inside it): a traced queue's only, so a queue
+    without tracing never loads OpenTelemetry; "" where the layer lacks it (the worker said so at its start)."""
+    try:
+        from sqs_jobs.worker.tracing import current_trace_id
+    except ImportError:
+        return ""
+    return current_trace_id()

@@ -37,6 +37,7 @@ from sqs_jobs.worker.names import (
     RECORD_TENANT,
     RUN_BY,
     STARTED_AT,
+    TRACE_ID,
     RecordStatus,
 )
 
@@ -211,6 +212,7 @@ class KeyRecord:
         "started_at",
         "status",
         "tenant",
+        "trace_id",
     )
 
     def __init__(
@@ -254,6 +256,7 @@ class KeyRecord:
         progress_at: float | None = None,
         progress_run: int | None = None,
         result: str | None = None,
+        trace_id: str | None = None,
     ) -> None:
         self.record_id: Final = record_id
         self.found: Final = found
@@ -296,6 +299,8 @@ class KeyRecord:
         self.progress_run: Final = progress_run
         # What the completing run returned, as JSON (Powertools' `data`; sqs_jobs.worker.results); None: nothing.
         self.result: Final = result
+        # The trace of the key's newest run (a traced queue's), None: none recorded.
+        self.trace_id: Final = trace_id
 
     def _fields(self) -> tuple[object, ...]:
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -366,6 +371,7 @@ class KeyRecord:
             progress_at=_number(item, PROGRESS_AT),
             progress_run=int(progress_run) if progress_run is not None else None,
             result=_text(item, DATA),
+            trace_id=_text(item, TRACE_ID),
         )
 
     # --- where it stands ----------------------------------------------------------------------------------------

@@ -151,6 +151,8 @@ RECORD_JOB_KEY = "job_key"
 RECORD_TENANT = "tenant"
 STARTED_AT = "started_at"  # when the key's newest run started (epoch seconds)
 RUN_BY = "run_by"  # which worker runs it: the Lambda log stream and request ID
+# The trace the key's newest run is a span of (a queue with `tracing`: 32 hex digits, W3C's trace-id).
+TRACE_ID = "trace_id"
 NEXT_RETRY_AT = "next_retry_at"  # when a failed or held key's message is due again (epoch seconds)
 # A durable job waiting for an event (DurableJobContext.wait_for_event), in its durable record: the event's name,
 # the callback Lambda completes the wait with (only the event's sender reads it: sqs_jobs.events), since when and

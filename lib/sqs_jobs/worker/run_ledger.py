@@ -76,6 +76,7 @@ from sqs_jobs.worker.names import (
     RECORD_TENANT,
     RUN_BY,
     STARTED_AT,
+    TRACE_ID,
     LifeState,
     RecordStatus,
     life_partition,
@@ -105,7 +106,7 @@ class RunIdentity:
     envelope's ID, the idempotency key, and which worker runs it (log stream and request ID). A plain class, as is
     StartedRun: a dataclass's generated methods cost every cold start half a millisecond."""
 
-    __slots__ = ("job", "job_id", "key", "queue", "run_by", "tenant")
+    __slots__ = ("job", "job_id", "key", "queue", "run_by", "tenant", "trace_id")
 
     def __init__(
         self,
@@ -115,6 +116,7 @@ class RunIdentity:
         key: str = "",
         run_by: str = "",
         tenant: str | None = None,
+        trace_id: str = "",
     ) -> None:
         self.queue: Final = queue
         self.job: Final = job
@@ -123,6 +125,8 @@ class RunIdentity:
         self.run_by: Final = run_by
         # The envelope's tenant ("" for none), or None: not said (the record then says nothing of it).
         self.tenant: Final = tenant
+        # The trace the run is a span of (a traced queue's); "": none, not written.
+        self.trace_id: Final = trace_id
 
     def assignments(self, names: dict[str, str], values: dict[str, Any]) -> list[str]:
         """The start write's SET clauses for these (and the names and values they use)."""
@@ -133,6 +137,7 @@ class RunIdentity:
             RECORD_JOB_KEY: self.key,
             RUN_BY: self.run_by,
             RECORD_TENANT: self.tenant,
+            TRACE_ID: self.trace_id,
         }
         clauses = []
         for attribute, value in fields.items():

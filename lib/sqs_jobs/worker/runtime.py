@@ -131,9 +131,15 @@ class Worker:
         # Each run a span in its publisher's trace (OpenTelemetry): loaded only for a queue that says `tracing`.
         self._tracing: RunTracing | None = None
         if self._queue.tracing:
-            from sqs_jobs.worker.tracing import RunTracing
-
-            self._tracing = RunTracing(self._queue.name)
+            try:
+                from sqs_jobs.worker.tracing import RunTracing
+            except ImportError:  # a layer without the `tracing` extra: the jobs run, untraced, and the log says why
+                self._obs.logger.warning(
+                    "the queue says tracing=True, but OpenTelemetry is not in the worker's layer: runs are not traced; "
+                    "add sqs-jobs[tracing] (opentelemetry-api) to the layer's requirements and run jobctl bundle"
+                )
+            else:
+                self._tracing = RunTracing(self._queue.name)
         # Unique and debounced jobs' state, in the idempotency table; `clock` is what their windows are judged by.
         # Loaded only for a queue that has such jobs: the others' records never pass it.
         self._uniqueness: Uniqueness | None = None

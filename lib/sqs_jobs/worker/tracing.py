@@ -101,6 +101,13 @@ class RunTracing:
             yield RunSpan(span)
 
 
+def current_trace_id() -> str:
+    """The trace the current span is of, as W3C writes a trace-id (32 hex digits); "" with no valid span (no
+    tracer provider set: OpenTelemetry's no-op spans carry none)."""
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else ""
+
+
 def _named(body: str) -> tuple[str, str]:
     """The job and ID a body says, as text at most MAX_NAME_CHARS long; "" where it says none."""
     try:

@@ -69,6 +69,8 @@ def show(
                 click.echo(f"  key held until:   {record.in_progress_until.isoformat(timespec='seconds')}")
             if record.cancelled_at is not None:
                 click.echo(shown(f"  cancelled:        {record.cancelled_at.isoformat(timespec='seconds')}"))
+            if record.trace_id:
+                click.echo(shown(f"  trace:            {record.trace_id}"))
         for letter in found.dead_letters:
             click.echo(shown(f"  dead letter {letter.message_id}: {letter.error_type}: {letter.error_message}"))
         outcome = found.outcome()
