@@ -278,7 +278,7 @@ def _error_typed(handler: Any) -> Any:
     endpoint answers too (sqs_jobs.events tells the two apart by the code)."""
     import json
 
-    class ErrorTyped(handler):  # type: ignore[misc,valid-type]
+    class ErrorTyped(handler):  # type: ignore[misc]
         def _send_response(self, response: Any) -> None:
             if response.status_code >= 400 and "x-amzn-ErrorType" not in response.headers:
                 try:
