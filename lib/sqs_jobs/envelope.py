@@ -107,6 +107,15 @@ def _identifier(body: Mapping[str, Any], name: str, required: bool, max_chars: i
     return value
 
 
+def checked_identifier(name: str, value: object) -> str:
+    """`value` as the envelope's `name` field must be (a non-blank string, at most MAX_ID_CHARS, no hidden
+    characters), or EnvelopeFieldError saying why: what a reader of a job's state checks an ID or key with, so a
+    None, a number or "" is refused, not read as a job never published."""
+    checked = _identifier({name: value}, name, required=True)
+    assert checked is not None
+    return checked
+
+
 def _tenant(body: Mapping[str, Any]) -> str | None:
     """The tenant: an identifier (so the errors and the hidden-character rule are the ID's) that SQS also takes as
     a MessageGroupId."""

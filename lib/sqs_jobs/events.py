@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sqs_jobs.envelope import checked_identifier
 from sqs_jobs.worker.key_life import scoped_key
 from sqs_jobs.worker.names import CALLBACK_ID, DURABLE_RECORD_PREFIX, WAITING_FOR, durable_record_id
 
@@ -81,6 +82,9 @@ class JobEvents:
             raise EventPayloadError(
                 f"event {name!r}: the payload is {size} bytes as JSON; Lambda takes at most {MAX_EVENT_PAYLOAD_BYTES}"
             )
+        checked_identifier("id", job_id)
+        if key is not None:
+            checked_identifier("key", key)
         scoped = scoped_key(job, key if key is not None else job_id, tenant)
         waiting_for, callback_id = self._waiting(scoped)
         if waiting_for != name or not callback_id:

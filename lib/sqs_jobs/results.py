@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from sqs_jobs.envelope import checked_identifier
 from sqs_jobs.worker.key_life import (
     COMPLETED_RUN,
     DATA,
@@ -211,6 +212,9 @@ class JobResults:
         then return the state as it is (check `done`). `published_at` and `expiry_s` (the job's queue's record
         expiry): a job with no record past both is EXPIRED, not PENDING. `durable`: a durable job, whose
         execution's own record says how it stands once the worker has started it."""
+        checked_identifier("id", job_id)
+        if key is not None:
+            checked_identifier("key", key)
         scoped = scoped_key(job, key if key is not None else job_id, tenant)
         forgotten_after_s = (
             published_at.timestamp() + expiry_s if published_at is not None and expiry_s is not None else None

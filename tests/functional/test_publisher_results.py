@@ -238,3 +238,11 @@ def test_the_consoles_job_page_shows_the_state_and_the_result_as_text(mail: Harn
     text = page.get_data(as_text=True)
     assert '<dd class="job-state">succeeded</dd>' in text
     assert '<pre class="job-result">' in text and "sent_at" in text
+
+
+@pytest.mark.parametrize(("job_id", "key"), [(None, None), (5, None), ("", None), ("  ", None), ("ok", "")])
+def test_an_id_or_key_no_job_could_have_is_refused_not_read_as_pending(mail: Harness, job_id: Any, key: Any) -> None:
+    from sqs_jobs.errors import EnvelopeFieldError
+
+    with pytest.raises(EnvelopeFieldError, match=r"must be a string|is empty"):
+        _service(mail).result("flaky", job_id, key, wait=20)  # refused at once, not after 20 s of "pending"

@@ -244,7 +244,8 @@ class DurableJobContext:
             raise DurableMisuseError(f"step name {name!r}: names starting {RUNTIME_STEP_PREFIX!r} are the runtime's")
         if name in self._names:
             raise DurableMisuseError(
-                f"step name {name!r} is taken twice: each step needs a name of its own (e.g. 'chunk-<n>')"
+                f"step name {name!r} is taken twice (steps and events share one set of names): each needs a name of "
+                "its own (e.g. 'chunk-<n>')"
             )
         if self.replay_error is not None:
             raise self.replay_error
@@ -305,7 +306,10 @@ class DurableJobContext:
                 f"wait_for_event({name!r}): timeout_s {timeout_s} is past the execution's timeout ({limit_s} s)"
             )
         if name in self._names:
-            raise DurableMisuseError(f"event name {name!r} is taken twice: each wait needs a name of its own")
+            raise DurableMisuseError(
+                f"event name {name!r} is taken twice (steps and events share one set of names): each wait needs a "
+                "name of its own (e.g. 'approved-<n>')"
+            )
         if self.replay_error is not None:
             raise self.replay_error
         self._names.add(name)

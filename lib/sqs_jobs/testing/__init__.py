@@ -42,6 +42,7 @@ from sqs_jobs.worker.runtime import Worker
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from sqs_jobs.local.durable import LocalDurableFunctions
     from sqs_jobs.worker.key_life import KeyRecord
 
 __all__ = [
@@ -124,6 +125,8 @@ class JobHarness:
     # The queue a call names when it names none; None: the catalog's only queue, if it has one.
     default_queue: str | None = None
     _worker_clients: dict[str, ClientFactory] = field(default_factory=dict)
+    # The catalog's durable jobs' functions (AWS's durable execution testing SDK), made on first use.
+    _durables: LocalDurableFunctions | None = None
 
     @classmethod
     def provisioned(
@@ -139,7 +142,79 @@ class JobHarness:
     def running(cls, catalog: Catalog, settings: Mapping[str, str] | None = None) -> Iterator[JobHarness]:
         """A harness in a fresh moto account of its own, for the length of the `with`."""
         with aws_sandbox() as clients:
-            yield cls.provisioned(clients, catalog, settings)
+            harness = cls.provisioned(clients, catalog, settings)
+            try:
+                yield harness
+            finally:
+                harness.close()
+
+    def close(self) -> None:
+        """Stop the durable jobs' functions, if any ran (`running` does this at its end)."""
+        if self._durables is not None:
+            self._durables.close()
+            self._durables = None
+
+    def durables(self) -> LocalDurableFunctions:
+        """The catalog's durable jobs' functions, as the local engine runs them (AWS's durable execution testing
+        SDK, in this process; their waits and retry delays pass at once), each on its queue's worker's
+        credentials; also serving Lambda's callback API, where the publisher's `send_event` goes. Made on first
+        use: a catalog without durable jobs makes none."""
+        if self._durables is None:
+            from sqs_jobs.durable.runtime import DurableRuntime, DurableSettings
+            from sqs_jobs.local.durable import LocalDurableFunctions
+            from sqs_jobs.stack_names import durable_function_name
+
+            runtimes = {
+                job.name: (
+                    durable_function_name(self.deployment.stack_name, job.name),
+                    DurableRuntime(
+                        DurableSettings(worker=self.deployment.worker_settings(queue.name), job=job.name),
+                        self.worker_clients(queue.name),
+                        observability=Observability.create(output=self.output),
+                    ),
+                )
+                for queue in self.catalog
+                for job in queue.jobs
+                if job.durable is not None
+            }
+            self._durables = LocalDurableFunctions(runtimes, skip_time=True)
+        return self._durables
+
+    def waiting_for(self, job: str, entity_id: str, timeout_s: float = 30) -> str:
+        """The event the durable job published as `job` and `entity_id` waits for (context.wait_for_event), once
+        it waits: its execution runs in the background after `deliver`. TimeoutError if it doesn't wait for one
+        within `timeout_s`."""
+        import time
+
+        from sqs_jobs.durable.record import DurableRecords
+
+        records = DurableRecords(lambda: self.clients("dynamodb"), self.deployment.idempotency_table, 3600)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            state = records.read(f"{job}:{entity_id}")
+            if state.waiting_for is not None:
+                return state.waiting_for
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{job}:{entity_id} waits for no event after {timeout_s} s: {state.status}")
+            time.sleep(0.05)
+
+    def durable_result(self, job: str, entity_id: str, timeout_s: float = 60) -> Any:
+        """The end of the durable execution `deliver` started for `job` and `entity_id` (the newest, after a
+        redrive): the SDK's result, with `status` (SUCCEEDED, FAILED, ...) and `result` (the job's return, as
+        JSON). TimeoutError if it doesn't end within `timeout_s`."""
+        from sqs_jobs.durable.record import DurableRecords
+
+        key = f"{job}:{entity_id}"
+        state = DurableRecords(lambda: self.clients("dynamodb"), self.deployment.idempotency_table, 3600).read(key)
+        found = [
+            execution
+            for execution in self.durables().executions(job)
+            if json.loads(execution.start_input.input or "{}").get("key") == key
+        ]
+        if not found:
+            raise LookupError(f"no durable execution of {key} was started (deliver its queue first); record: {state}")
+        newest = max(found, key=lambda execution: json.loads(execution.start_input.input or "{}")["generation"])
+        return self.durables().wait(job, newest.durable_execution_arn, timeout_s)
 
     def queue_name(self, queue: str | None) -> str:
         if queue is not None:
@@ -152,8 +227,20 @@ class JobHarness:
         return names[0]
 
     def publisher(self) -> JobPublisher:
-        """A publisher as a service builds it from the stack's parameters, with the batch table (batches, chains)
-        and its jobs' results (`result`)."""
+        """A publisher as a service builds it from the stack's parameters, with the batch table (batches, chains),
+        its jobs' results (`result`) and, for a catalog with durable jobs, events to them (`send_event`, through a
+        boto3 Lambda client at the durable functions' callback API)."""
+        lambda_client = None
+        if any(job.durable is not None for queue in self.catalog for job in queue.jobs):
+            import boto3
+
+            lambda_client = boto3.client(
+                "lambda",
+                region_name=REGION,
+                endpoint_url=self.durables().serve_callbacks(),
+                aws_access_key_id="test",
+                aws_secret_access_key="test",
+            )
         return JobPublisher.from_stack(
             self.clients("ssm"),
             self.clients("sqs"),
@@ -161,6 +248,7 @@ class JobHarness:
             catalog=self.catalog,
             dynamodb_client=self.clients("dynamodb"),
             results_client=self.clients("dynamodb"),
+            lambda_client=lambda_client,
         )
 
     def publish(self, job: str, entity_id: str, **options: Any) -> str | None:
@@ -176,13 +264,17 @@ class JobHarness:
         return self._worker_clients[name]
 
     def worker(self, queue: str | None = None, clock: Callable[[], float] | None = None) -> Worker:
-        """The queue's worker; `clock` is the time unique and debounced jobs' windows are judged by."""
+        """The queue's worker; `clock` is the time unique and debounced jobs' windows are judged by. A queue with
+        durable jobs starts their executions in `durables()`, as its worker starts them in their functions."""
         name = self.queue_name(queue)
+        durables = self.durables() if any(job.durable is not None for job in self.catalog.queue(name).jobs) else None
         return Worker(
             settings=self.deployment.worker_settings(name),
             clients=self.worker_clients(name),
             observability=Observability.create(output=self.output),
             clock=clock,
+            durable_starter=durables,
+            durable_executions=durables,
         )
 
     def mapping(self, queue: str | None = None, chaos: Chaos | None = None) -> EventSourceMapping:
