@@ -37,8 +37,11 @@ moto (5.2) is built for tests in one thread. Under the engine's concurrent polle
   runtime calls mailed an order's updates as u3, u1, u2 this way. Here a receive first lets go of every message in
   flight whose visibility has ended.
 
+- DynamoDB: GetItem, Query and Scan build their answer from the live items after the backend's call returns, so a
+  write in between fails the read ("dictionary changed size during iteration"); DynamoDB's reads never fail so.
+
 On AWS all of these hold. `serialize_moto()` wraps every public operation of the two backends, and DynamoDB's item
-write handlers (read and write as one), in one process-wide lock (re-entrant per thread: operations call each
+write and read handlers (read and write as one), in one process-wide lock (re-entrant per thread: operations call each
 other), released while an SQS long poll waits for messages so a waiting ReceiveMessage never holds up the others; a
 long poll looks at the queue afresh each time it wakes (one pass of moto's own receive, then a wait outside the
 lock); a message hidden again holds its FIFO group; and a receive first lets go of the messages in flight whose
@@ -179,7 +182,10 @@ def serialize_moto() -> None:
                 SQSBackend.receive_message = _fresh_long_poll(SQSBackend.receive_message)  # type: ignore[method-assign]
             setattr(backend, _PATCHED, True)
         if not getattr(DynamoHandler, _PATCHED, False):
-            for name in ("update_item", "put_item", "delete_item"):
+            # The reads too: their answer is built from the live item after the backend's call returns, so a write
+            # in between made GetItem fail ("dictionary changed size during iteration": the durable model, reading
+            # a record while an execution wrote it).
+            for name in ("update_item", "put_item", "delete_item", "get_item", "query", "scan", "batch_get_item"):
                 setattr(DynamoHandler, name, _serialized(getattr(DynamoHandler, name)))
             setattr(DynamoHandler, _PATCHED, True)
         if not getattr(Queue, _PATCHED, False):
