@@ -201,3 +201,55 @@ def test_a_traced_queue_whose_layer_lacks_opentelemetry_runs_its_jobs_untraced_a
         line for line in harness.log_lines() if "OpenTelemetry is not in the worker's layer" in str(line.get("message"))
     ]
     assert said and said[0]["level"] == "WARNING"
+
+
+def test_a_traced_durable_jobs_step_attempts_are_spans_of_its_publishers_trace(
+    clients: ClientFactory, exporter: InMemorySpanExporter
+) -> None:
+    from sqs_jobs.durable import Durable
+    from tests.functional.sample_jobs import traced_steps
+
+    catalog = Catalog(
+        queues=(
+            QueueSpec(
+                name="durable_traced",
+                tracing=True,
+                backoff_base_s=1,
+                backoff_cap_s=1,
+                jobs=(
+                    JobSpec(
+                        name="traced_steps",
+                        handler="tests.functional.sample_jobs.traced_steps",
+                        durable=Durable(execution_timeout_s=600, retention_days=1, step_time_limit_s=5),
+                    ),
+                ),
+            ),
+        )
+    )
+    traced_steps.FAIL_ONCE.add("import-1")
+    traced_steps.SEEN.clear()
+    exporter.clear()
+    harness = Harness.provisioned(clients, catalog)
+    try:
+        with trace.get_tracer("checkout").start_as_current_span("POST /imports") as request:
+            harness.publish("traced_steps", "import-1")
+        assert (invocation := harness.deliver("durable_traced")) is not None and invocation.failed_ids == []
+        assert harness.durable_result("traced_steps", "import-1").status.value == "SUCCEEDED"
+    finally:
+        harness.close()
+
+    steps = [span for span in exporter.get_finished_spans() if " step " in span.name]
+    trace_id = request.get_span_context().trace_id
+    assert [(span.name, dict(span.attributes or {})["jobs.attempt"]) for span in steps] == [
+        ("traced_steps step fetch", 1),
+        ("traced_steps step fetch", 2),
+        ("traced_steps step store", 1),
+    ]
+    for span in steps:  # each the child of the publisher's span, in its trace
+        assert span.context is not None and span.context.trace_id == trace_id
+        assert span.parent is not None and span.parent.span_id == request.get_span_context().span_id
+    failed = steps[0]
+    assert failed.status.status_code is StatusCode.ERROR
+    assert dict(failed.attributes or {})["error.type"] == "TransientError"
+    # The step's own code ran under its attempt's span.
+    assert [span_id for _, span_id in traced_steps.SEEN] == [steps[0].context.span_id, steps[1].context.span_id]

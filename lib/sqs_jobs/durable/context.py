@@ -19,6 +19,8 @@ again from its start: its writes must be idempotent (docs/workflows.md).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import random
 import re
@@ -82,6 +84,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools import Logger
 
     from sqs_jobs.durable.record import DurableRecords
+    from sqs_jobs.durable.tracing import StepTracing
     from sqs_jobs.envelope import Envelope, Scalar
     from sqs_jobs.specs import QueueSpec
     from sqs_jobs.worker.clients import ClientFactory
@@ -175,6 +178,7 @@ class DurableJobContext:
         follow_ups: FollowUps | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.time,
+        tracing: StepTracing | None = None,
     ) -> None:
         self._sdk = sdk
         self.envelope = envelope
@@ -204,6 +208,8 @@ class DurableJobContext:
         # The replay stopped matching the checkpoints (NonDeterministicExecutionError): no further step runs, and the
         # execution ends in failure even if the job's code caught it.
         self.replay_error: NonDeterministicExecutionError | None = None
+        # A traced queue's: each step attempt a span (sqs_jobs.durable.tracing); None: nothing traced.
+        self._tracing = tracing
 
     # --- what the job calls -----------------------------------------------------------------------------------
 
@@ -257,12 +263,17 @@ class DurableJobContext:
             ran = True
             self._beat(**{STEP: name, STEP_ATTEMPT: step_context.attempt, NEXT_RETRY_AT: None})
             started = time.monotonic()
-            try:
-                return self._within_limit(name, fn)
-            except Exception as error:
-                raise StepAttemptError(self._judged(name, error, step_context.attempt)) from error
-            finally:
-                self._tally.sample(self._job.spec.name, DURATION, round((time.monotonic() - started) * 1000, 3))
+            traced = self._tracing.attempt(name, step_context.attempt) if self._tracing else contextlib.nullcontext()
+            with traced as span:
+                try:
+                    return self._within_limit(name, fn)
+                except Exception as error:
+                    evidence = self._judged(name, error, step_context.attempt)
+                    if self._tracing is not None:
+                        self._tracing.failed(span, evidence.error_type, not evidence.failure)
+                    raise StepAttemptError(evidence) from error
+                finally:
+                    self._tally.sample(self._job.spec.name, DURATION, round((time.monotonic() - started) * 1000, 3))
 
         try:
             result = self._sdk.step(attempt, name=name, config=StepConfig(retry_strategy=self._retry_of(name)))
@@ -446,7 +457,11 @@ class DurableJobContext:
             if self._in_step.misuse is not None:  # refused, and caught by the job's code: the step fails all the same
                 outcome["error"] = self._in_step.misuse
 
-        thread = threading.Thread(target=target, name=f"step-{name}", daemon=True)
+        # A traced step's code runs under its attempt's span (its own instrumented calls are the span's children).
+        run = contextvars.copy_context().run if self._tracing is not None else None
+        thread = threading.Thread(
+            target=(lambda: run(target)) if run is not None else target, name=f"step-{name}", daemon=True
+        )
         thread.start()
         thread.join(limit_s)
         if thread.is_alive():

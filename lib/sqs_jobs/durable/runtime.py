@@ -48,6 +48,7 @@ from sqs_jobs.worker.settings import ENV_DURABLE_JOB, WorkerSettings
 if TYPE_CHECKING:
     from aws_durable_execution_sdk_python.context import DurableContext
 
+    from sqs_jobs.durable.tracing import StepTracing
     from sqs_jobs.worker.secrets import SecretCache
 
 # The virtual context the runtime's own steps run in: their operation IDs derive from it, never from the job's steps'
@@ -98,6 +99,7 @@ class DurableRuntime:
         self._records = DurableRecords(
             lambda: clients("dynamodb"), settings.worker.idempotency_table, self._queue.idempotency_expiry_s
         )
+        self._said_untraced = False
 
     @property
     def records(self) -> DurableRecords:
@@ -137,6 +139,7 @@ class DurableRuntime:
             secrets=self._secrets,
             follow_ups=FollowUps(envelope.job, self._job.spec.publishes),
             rng=self._rng,
+            tracing=self._step_tracing(envelope, start) if self._queue.tracing else None,
         )
         try:
             self._records.first_start(start.key, start.generation, time.time())
@@ -144,6 +147,20 @@ class DurableRuntime:
             self._obs.logger.warning("could not write the durable record's start", exc_info=True)
         result, proposed = self._ran(envelope, context)
         return self._end(sdk, start, result, proposed)
+
+    def _step_tracing(self, envelope: Any, start: DurableStart) -> StepTracing | None:
+        """A traced queue's step spans; None where the layer lacks OpenTelemetry (said once, and the job runs)."""
+        try:
+            from sqs_jobs.durable.tracing import StepTracing
+        except ImportError:
+            if not self._said_untraced:
+                self._said_untraced = True
+                self._obs.logger.warning(
+                    "the queue says tracing=True, but OpenTelemetry is not in the function's layer: steps are not "
+                    "traced; add sqs-jobs[tracing] (opentelemetry-api) to the layer's requirements"
+                )
+            return None
+        return StepTracing(envelope.job, envelope.id, start.attributes)
 
     def _end(self, sdk: DurableContext, start: DurableStart, result: Any, proposed: Outcome) -> Any:
         """The runtime's end steps (sqs_jobs.durable.ending), in their own namespace."""
