@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import TextIO
 
 import click
 
@@ -67,6 +68,13 @@ def _chaos_settings(spec: str | None) -> ChaosSettings | None:
     show_default=True,
     help="Run the scheduler's clock N times faster than real time, to watch delayed and recurring jobs arrive.",
 )
+@click.option(
+    "--traces",
+    metavar="PATH",
+    type=click.File("a", lazy=False),
+    help="Write the spans of the traced queues' runs and durable steps (QueueSpec(tracing=True)) as JSON lines to "
+    "PATH, or to the console with '-'.",
+)
 @click.pass_obj
 def local(
     options: Options,
@@ -75,6 +83,7 @@ def local(
     standins: dict[str, dict[str, str]],
     chaos: ChaosSettings | None,
     scheduler_speed: float,
+    traces: TextIO | None,
 ) -> None:
     """Run the local engine: moto server + the real workers behind an SQS event source emulator, every resource
     of the catalog, and a stand-in of each endpoint that declares one."""
@@ -88,6 +97,11 @@ def local(
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
+    provider = None
+    if traces is not None:
+        from sqs_jobs.local.traces import export_traces
+
+        provider = export_traces(traces)
     try:
         engine = LocalEngine(
             port=port,
@@ -129,4 +143,6 @@ def local(
     while not stop.wait(0.5):  # a timed wait keeps the main thread responsive to signals
         pass
     engine.stop()
+    if provider is not None:
+        provider.shutdown()
     click.echo("local engine stopped", err=True)
