@@ -287,3 +287,63 @@ def _record_id(job_id: str) -> str:
     from sqs_jobs.worker.names import durable_record_id
 
     return durable_record_id(f"{JOB}:{job_id}")
+
+
+def test_a_durable_steps_http_calls_carry_an_idempotency_key_of_their_own_step(clients: ClientFactory) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from tests.functional.sample_jobs import http_steps
+
+    seen: list[tuple[str, str]] = []
+    failed_once: set[str] = set()
+
+    class Api(BaseHTTPRequestHandler):  # a payments API: the first charge answers 503, then 200
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            seen.append((self.path, self.headers.get("Idempotency-Key", "")))
+            status = 503 if self.path == "/charge" and self.path not in failed_once else 200
+            failed_once.add(self.path)
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    api = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    http_steps.URL[:] = [f"http://127.0.0.1:{api.server_address[1]}"]
+    catalog = Catalog(
+        queues=(
+            QueueSpec(
+                name="payments",
+                max_attempts=3,
+                backoff_base_s=1,
+                backoff_cap_s=1,
+                jobs=(JobSpec(name="settle", handler="tests.functional.sample_jobs.http_steps", durable=DURABLE),),
+            ),
+        )
+    )
+    harness = Harness.provisioned(clients, catalog)
+    try:
+        harness.publish("settle", "order-5")
+        harness.publish("settle", "outside-6")
+        assert harness.deliver("payments") is not None
+        assert harness.durable_result("settle", "order-5").status.value == "SUCCEEDED"
+        assert harness.durable_result("settle", "outside-6").status.value == "FAILED"
+    finally:
+        harness.close()
+        api.shutdown()
+        api.server_close()
+
+    ordered = [(path, key) for path, key in seen if key.startswith("settle:order-5")]
+    # The charge retried with its step's key (the API dedupes it), the receipt with another: one per step.
+    assert ordered == [
+        ("/charge", "settle:order-5:charge"),
+        ("/charge", "settle:order-5:charge"),
+        ("/receipt", "settle:order-5:receipt"),
+    ]
+    assert not [path for path, _ in seen if path == "/outside"]  # refused before it was sent
+    [dead] = [d for d in harness.dead_letters("payments") if "outside-6" in d["Body"]]
+    assert dead["MessageAttributes"]["jobs.error_type"]["StringValue"] == "DurableMisuseError"

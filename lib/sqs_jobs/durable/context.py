@@ -89,6 +89,7 @@ if TYPE_CHECKING:
     from sqs_jobs.specs import QueueSpec
     from sqs_jobs.worker.clients import ClientFactory
     from sqs_jobs.worker.follow_ups import FollowUps
+    from sqs_jobs.worker.http import HttpClient, JobHttp
     from sqs_jobs.worker.jobs import LoadedJob
     from sqs_jobs.worker.observability import Observability
     from sqs_jobs.worker.secrets import SecretCache
@@ -179,6 +180,7 @@ class DurableJobContext:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.time,
         tracing: StepTracing | None = None,
+        http_client: Callable[[], HttpClient] | None = None,
     ) -> None:
         self._sdk = sdk
         self.envelope = envelope
@@ -210,6 +212,8 @@ class DurableJobContext:
         self.replay_error: NonDeterministicExecutionError | None = None
         # A traced queue's: each step attempt a span (sqs_jobs.durable.tracing); None: nothing traced.
         self._tracing = tracing
+        # The function's one HTTP client, built on a step's first request (`http`); None: none.
+        self._http_client = http_client
 
     # --- what the job calls -----------------------------------------------------------------------------------
 
@@ -224,6 +228,25 @@ class DurableJobContext:
         SECRET_CACHE_S). Read it where it is used, and never return it from a step: Lambda keeps a step's result
         in the execution's checkpoints."""
         return read_secret(self.resources, self.envelope.job, name, self._secrets)
+
+    @property
+    def http(self) -> JobHttp:
+        """The job's HTTP client (an ordinary job's: 10 s connect / 30 s read, no retries, typed failures), inside a
+        step only, each request carrying the step's own `Idempotency-Key`, `<job key>:<step name>`: the same for
+        every attempt of the step and every replay, and another for each step (two steps' calls to one API are two
+        operations, not one). Outside a step it is refused (DurableMisuseError): code there runs again on every
+        replay, so its calls would be made again."""
+        step = getattr(self._in_step, "name", None)
+        if step is None:
+            raise DurableMisuseError(
+                "context.http outside a step: code outside steps runs again on every replay, so its calls would be "
+                "made again; call it inside context.step(...)"
+            )
+        if self._http_client is None:
+            raise WorkerConfigError(f"job {self.envelope.job!r}: this context has no HTTP client")
+        from sqs_jobs.worker.http import JobHttp
+
+        return JobHttp(self._http_client(), f"{self.key}:{step}")
 
     def then(
         self, job: str, entity_id: str, *, key: str | None = None, tenant: str | None = None, **fields: Scalar

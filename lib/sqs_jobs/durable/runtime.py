@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from aws_durable_execution_sdk_python.context import DurableContext
 
     from sqs_jobs.durable.tracing import StepTracing
+    from sqs_jobs.worker.http import HttpClient
     from sqs_jobs.worker.secrets import SecretCache
 
 # The virtual context the runtime's own steps run in: their operation IDs derive from it, never from the job's steps'
@@ -100,6 +102,8 @@ class DurableRuntime:
             lambda: clients("dynamodb"), settings.worker.idempotency_table, self._queue.idempotency_expiry_s
         )
         self._said_untraced = False
+        self._http: HttpClient | None = None
+        self._http_lock = threading.Lock()
 
     @property
     def records(self) -> DurableRecords:
@@ -111,6 +115,15 @@ class DurableRuntime:
         from sqs_jobs.worker.secrets import SecretCache
 
         return SecretCache(self._clients)
+
+    def _http_client(self) -> HttpClient:
+        """The function's one HTTP client (one pool), built on a step's first request: most jobs make none."""
+        with self._http_lock:
+            if self._http is None:
+                from sqs_jobs.worker.http import HttpClient
+
+                self._http = HttpClient()
+            return self._http
 
     @cached_property
     def _ending(self) -> DurableEnding:
@@ -140,6 +153,7 @@ class DurableRuntime:
             follow_ups=FollowUps(envelope.job, self._job.spec.publishes),
             rng=self._rng,
             tracing=self._step_tracing(envelope, start) if self._queue.tracing else None,
+            http_client=self._http_client,
         )
         try:
             self._records.first_start(start.key, start.generation, time.time())
