@@ -429,6 +429,7 @@ def planned_faults(jobs: Sequence[SoakJob]) -> dict[str, int]:
         if job.job == DURABLE_JOB:
             counts["durable"] += 1
             counts["durable.drifting"] += job.broken == DRIFTING
+            counts["durable.awaiting"] += job.broken is None and durable_receipt.awaits_confirmation(job.id)
     counts["fifo.groups"] = len({job.id for job in jobs if job.job == UPDATE_JOB})
     return {name: count for name, count in counts.items() if count}
 
@@ -480,6 +481,8 @@ class Observed:
     # The durable jobs' records at the end, by idempotency key; and whether every execution had ended.
     durable_records: dict[str, DurableState] = field(default_factory=dict)
     durable_ended: bool = True
+    # How many durable receipts' confirmations the soak's sender saw taken (each awaiting one's exactly once).
+    confirmations: int = 0
 
 
 def check(jobs: Sequence[SoakJob], observed: Observed) -> list[str]:
@@ -489,6 +492,9 @@ def check(jobs: Sequence[SoakJob], observed: Observed) -> list[str]:
         problems.append("the queues did not drain before the timeout")
     if not observed.durable_ended:
         problems.append("the durable executions did not all end before the timeout")
+    awaiting = sum(1 for job in jobs if job.job == DURABLE_JOB and _awaits(job))
+    if observed.confirmations != awaiting:
+        problems.append(f"{observed.confirmations} confirmations taken of {awaiting} durable receipts awaiting one")
     for job in jobs:
         problems += _job_problems(job, observed)
     problems += _order_problems(jobs, observed)
@@ -1012,6 +1018,48 @@ class _Operator:
         self._publisher.publish([job])
 
 
+class _Confirmer:
+    """A service confirming durable receipts: each that waits for its confirmation (its record says so) gets the
+    event once, through the publisher's `send_event` and a boto3 Lambda client at the engine's callback API. An
+    event refused (not waiting yet, or no longer) is sent again on a later look; `sent` is how many were taken."""
+
+    def __init__(self, engine: LocalEngine, jobs: Sequence[SoakJob]) -> None:
+        import boto3
+
+        from sqs_jobs.events import JobEvents
+
+        assert engine.deployment is not None and engine.durables is not None
+        self._waiting = {job.name: job for job in jobs if job.job == DURABLE_JOB and _awaits(job)}
+        dynamodb = engine.clients()("dynamodb")
+        self._records = DurableRecords(lambda: dynamodb, engine.deployment.idempotency_table, 3600)
+        callbacks = boto3.client(
+            "lambda",
+            region_name=engine.region,
+            endpoint_url=engine.durables.serve_callbacks(),
+            aws_access_key_id="local",
+            aws_secret_access_key="local",
+        )
+        self._events = JobEvents(dynamodb, callbacks, engine.deployment.idempotency_table)
+        self.sent = 0
+
+    def act(self) -> None:
+        from sqs_jobs.events import EventNotAwaitedError
+
+        for name, job in list(self._waiting.items()):
+            if self._records.read(name).waiting_for != durable_receipt.CONFIRMED:
+                continue
+            try:
+                self._events.send(DURABLE_JOB, job.id, durable_receipt.CONFIRMED, {"by": "soak"})
+            except EventNotAwaitedError:
+                continue
+            del self._waiting[name]
+            self.sent += 1
+
+
+def _awaits(job: SoakJob) -> bool:
+    return job.broken is None and durable_receipt.awaits_confirmation(job.id)
+
+
 def _publish_in_waves(
     engine: LocalEngine,
     jobs: Sequence[SoakJob],
@@ -1019,12 +1067,15 @@ def _publish_in_waves(
     deadline: float,
     progress: SoakProgress | None = None,
     operator: _Operator | None = None,
+    confirmer: _Confirmer | None = None,
 ) -> bool:
     publisher = _Publisher(engine)
     next_job = 0
     while time.monotonic() < deadline:
         if operator is not None:
             operator.act()
+        if confirmer is not None:
+            confirmer.act()
         counts = engine.queue_counts()
         unsettled, waiting = _unsettled(counts), sum(queue[WAITING] for queue in counts.values())
         if progress is not None:
@@ -1043,9 +1094,12 @@ def _publish_in_waves(
     return False
 
 
-def _durables_end(engine: LocalEngine, deadline: float) -> bool:
-    """Wait until every durable execution has ended (the worker only starts them): True once they all have."""
+def _durables_end(engine: LocalEngine, deadline: float, confirmer: _Confirmer | None = None) -> bool:
+    """Wait until every durable execution has ended (the worker only starts them), confirming those that wait:
+    True once they all have."""
     while engine.durables is not None:
+        if confirmer is not None:
+            confirmer.act()
         if all(execution.is_complete for execution in engine.durables.executions(DURABLE_JOB)):
             return True
         if time.monotonic() >= deadline:
@@ -1257,10 +1311,17 @@ def run_soak(plan: SoakPlan, worker_output: TextIO | None = None, progress: Soak
         batched = set(members)
         in_waves = [job for job in planned if job not in batched]
         operator = _Operator(engine, _Publisher(engine), plan.seed)
+        confirmer = _Confirmer(engine, jobs) if engine.durables is not None else None
         drained = _publish_in_waves(
-            engine, in_waves, plan, deadline=started + plan.timeout_s, progress=progress, operator=operator
+            engine,
+            in_waves,
+            plan,
+            deadline=started + plan.timeout_s,
+            progress=progress,
+            operator=operator,
+            confirmer=confirmer,
         )
-        durables_ended = _durables_end(engine, deadline=started + plan.timeout_s)
+        durables_ended = _durables_end(engine, deadline=started + plan.timeout_s, confirmer=confirmer)
         # Runs cut at their time limit may still be finishing (a hang ends after hang_s, a drip after drip_s, a
         # slow write's answer after slow_store_s): let them, then stop.
         time.sleep(max(chaos.hang_s, chaos.drip_s, chaos.slow_store_s) + 0.5)
@@ -1269,6 +1330,7 @@ def run_soak(plan: SoakPlan, worker_output: TextIO | None = None, progress: Soak
         elapsed_s = time.monotonic() - started
         observed = _observe(engine, drained, jobs)
         observed.durable_ended = durables_ended
+        observed.confirmations = confirmer.sent if confirmer is not None else 0
         batch_problems = _batch_problems(engine, batch_id, members)
         observed.cut_in_flight = witness.mails
         observed.held, observed.most_hold_share = witness.held, witness.most_hold_share
