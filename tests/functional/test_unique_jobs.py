@@ -509,3 +509,29 @@ def test_the_consoles_job_page_shows_it_too(harness: Harness, clock: Clock, tmp_
     assert page.status_code == 200
     text = page.get_data(as_text=True)
     assert "<dt>Debounce</dt>" in text and latest_id in text and "then runs as debounced:s-4@" in text
+
+
+def test_a_debounced_publish_waiting_out_its_window_is_listed_in_flight_until_it_fires(
+    harness: Harness, clock: Clock
+) -> None:
+    from sqs_jobs.cli.job_life import JobInFlight, jobs_in_flight
+
+    def listed() -> list[JobInFlight]:
+        found = jobs_in_flight(harness.clients("dynamodb"), harness.deployment.idempotency_table, ["flows"]).jobs
+        return [job for job in found if job.job == "debounced"]
+
+    sent_id = harness.send(body("debounced", "d-9"), queue="flows")
+    waiting = deliver(harness, clock)
+
+    [entry] = listed()  # jobctl job list's and the console's view: waiting out its window, due at its end
+    window_end = (sent_ms(waiting, sent_id) + 30_000) / 1000
+    assert (entry.queue, entry.state.value, entry.job_id, entry.runs) == ("flows", "retrying", "d-9", 0)
+    assert entry.at is not None and entry.at.timestamp() == pytest.approx(window_end, abs=0.01)
+    assert "debounce window" in entry.waiting_for and entry.to_dict()["waiting_for"] == entry.waiting_for
+
+    clock.ahead_s = PAST_THE_WINDOW_S
+    harness.expire_visibility(waiting, queue="flows")
+    ran = deliver(harness, clock)
+
+    assert ran.failed_ids == [] and flaky.SIDE_EFFECTS["d-9"] == 1
+    assert listed() == []  # it fired: no longer waiting

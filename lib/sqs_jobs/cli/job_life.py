@@ -20,6 +20,9 @@ from sqs_jobs.cli.job_lookup import Progress
 from sqs_jobs.worker.key_life import KeyRecord, KeyState, split_key
 from sqs_jobs.worker.names import (
     DURABLE_RECORD_PREFIX,
+    FLOW_DEBOUNCE_PREFIX,
+    FLOW_JOB,
+    FLOW_KEY,
     LIFE,
     LIFE_AT,
     LIFE_INDEX,
@@ -71,12 +74,16 @@ class JobInFlight:
     cancelled_by: str
     # A running key whose run's hold on it has passed: its run never reported back (a crash or a timeout).
     stalled: bool
+    # What it waits for, when it is not a failed run's retry: a debounced publish's window ("" for none said).
+    waiting_for: str = ""
 
     @classmethod
     def from_item(cls, item: dict[str, Any], now: datetime) -> JobInFlight:
         record_id = str(item.get("id", {}).get("S", ""))
         if record_id.startswith(DURABLE_RECORD_PREFIX):
             return cls.from_durable_item(item)
+        if record_id.startswith(FLOW_DEBOUNCE_PREFIX):
+            return cls.from_debounce_item(item)
         record = KeyRecord.from_item(record_id, item)
         listed = LifeState((record.life or "").split("#")[-2])
         key_state = record.state(now.timestamp())
@@ -100,6 +107,36 @@ class JobInFlight:
             cancel_requested_at=_moment(record.cancel_requested_at) or _moment(record.cancelled_at),
             cancelled_by=record.cancelled_by or "",
             stalled=key_state is KeyState.STALLED,
+        )
+
+    @classmethod
+    def from_debounce_item(cls, item: dict[str, Any]) -> JobInFlight:
+        """A debounced job's latest publish waiting out its window (sqs_jobs.worker.uniqueness), listed as due at
+        the window's end until it fires; its ID is the key it is debounced by."""
+
+        def text(name: str) -> str:
+            return str(item.get(name, {}).get("S", ""))
+
+        window_end = item.get(LIFE_AT, {}).get("N")
+        flow_key = text(FLOW_KEY)  # the scoped key it is debounced by (`<job>:<key>`, a tenant's too)
+        return cls(
+            queue=text(LIFE).split("#")[0],
+            state=LifeState.RETRYING,
+            job=text(FLOW_JOB),
+            job_id=split_key(flow_key)[2] if flow_key else "",
+            key=flow_key,
+            runs=0,
+            at=_moment(float(window_end)) if window_end is not None else None,
+            started_at=None,
+            run_by="",
+            last_error_type="",
+            last_error="",
+            last_failed_at=None,
+            progress=None,
+            cancel_requested_at=None,
+            cancelled_by="",
+            stalled=False,
+            waiting_for="its debounce window (a later publish starts it again)",
         )
 
     @classmethod
@@ -175,6 +212,7 @@ class JobInFlight:
             "cancel_requested_at": self.cancel_requested_at,
             "cancelled_by": self.cancelled_by or None,
             "stalled": self.stalled,
+            "waiting_for": self.waiting_for or None,
         }
 
 

@@ -65,11 +65,15 @@ from sqs_jobs.worker.names import (
     LATEST_MESSAGE,
     LATEST_RECORD,
     LATEST_SENT_MS,
+    LIFE,
+    LIFE_AT,
     WINDOW_END_MS,
     WINDOW_START_MS,
     DeadLetterFailure,
     DeferReason,
     DropReason,
+    LifeState,
+    life_partition,
 )
 from sqs_jobs.worker.settings import idempotency_record_id
 
@@ -308,14 +312,20 @@ class FlowStore:
         return clauses
 
     def _update(
-        self, record_id: str, sets: list[str], condition: str, names: dict[str, str], values: dict[str, Any]
+        self,
+        record_id: str,
+        sets: list[str],
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        removes: tuple[str, ...] = (),
     ) -> tuple[bool, Mapping[str, Any]]:
         """The write; (True, the old item) when it was made, (False, the item that refused it) when not."""
         try:
             response = self._client_for().update_item(
                 TableName=self._table,
                 Key={"id": {"S": record_id}},
-                UpdateExpression="SET " + ", ".join(sets),
+                UpdateExpression="SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else ""),
                 ConditionExpression=condition,
                 ExpressionAttributeNames={"#id": "id", "#expiry": "expiration", **names},
                 ExpressionAttributeValues=values,
@@ -371,10 +381,19 @@ class FlowStore:
         return Decision(UniqueVerdict.EARLIER if verdict is UniqueVerdict.CLAIM else verdict, claim=claim)
 
     def register(
-        self, key: FlowKey, copy: Copy, window_ms: int, keep_s: int, now: float, run_key: str | None
+        self,
+        key: FlowKey,
+        copy: Copy,
+        window_ms: int,
+        keep_s: int,
+        now: float,
+        run_key: str | None,
+        queue: str | None = None,
     ) -> Decision:
         """Register `copy` as its key's latest unless a later one is; with `run_key` (its window has ended) also
-        as the copy that fired, running under that key. Decides by the state found."""
+        as the copy that fired, running under that key. Decides by the state found. `queue`: the job's, under which
+        a registered publish waiting out its window is listed (the `jobs-by-life` index, until its window's end:
+        `jobctl job list`), unlisted when it fires; None: not listed."""
         names = {
             "#latest_sent": LATEST_SENT_MS,
             "#latest_record": LATEST_RECORD,
@@ -413,12 +432,26 @@ class FlowStore:
                 "#fired_key = :fired_key",
                 "#fired_at = :fired_at",
             ]
+        removes: tuple[str, ...] = ()
+        if queue is not None:
+            names.update({"#life": LIFE, "#life_at": LIFE_AT})
+            if run_key is None:  # waiting out its window: listed as due at the window's end
+                record_id = key.record_id(FlowKind.DEBOUNCE)
+                values.update(
+                    {
+                        ":life": _s(life_partition(queue, LifeState.RETRYING, record_id)),
+                        ":window_end": _n(round((copy.sent_ms + window_ms) / 1000, 3)),
+                    }
+                )
+                sets += ["#life = :life", "#life_at = :window_end"]
+            else:
+                removes = ("#life", "#life_at")
         # This copy is the latest or later than it (the order of Copy: first send, then record ID).
         condition = (
             "attribute_not_exists(#id) OR #expiry < :now OR #latest_sent < :sent OR "
             "(#latest_sent = :sent AND #latest_record <= :record)"
         )
-        written, item = self._update(key.record_id(FlowKind.DEBOUNCE), sets, condition, names, values)
+        written, item = self._update(key.record_id(FlowKind.DEBOUNCE), sets, condition, names, values, removes)
         live = bool(item) and _int(item, "expiration") >= int(now)  # an expired item is no state (as in the condition)
         before = DebounceState.from_item(item) if live else None
         if written:
@@ -536,7 +569,7 @@ class Uniqueness:
         # A key the runtime derived would be the same for every burst: each firing copy runs under its own.
         run_key = debounced_run_key(key, copy) if job.derives_key(envelope) else key
         decision = self._store.register(
-            unique, copy, window_ms, self._queue.retention_s, now, run_key if ended else None
+            unique, copy, window_ms, self._queue.retention_s, now, run_key if ended else None, self._queue.name
         )
         if decision.verdict is DebounceVerdict.WAIT:
             delay_s = min(wait_s(copy, window_ms, now_ms), self._queue.max_debounce_s)

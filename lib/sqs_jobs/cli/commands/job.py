@@ -176,6 +176,8 @@ def list_(
                     view.add_row(*common, cell(entry.runs), cell(since), cell(entry.run_by), cell(progress))
                 elif state is LifeState.RETRYING:
                     error = f"{entry.last_error_type}: {entry.last_error}" if entry.last_error_type else "(held)"
+                    if not entry.last_error_type and entry.waiting_for:
+                        error = f"(waiting for {entry.waiting_for})"
                     view.add_row(*common, cell(entry.runs), cell(when), cell(error[:160]))
                 else:
                     view.add_row(*common, cell(when), cell(entry.cancelled_by))
