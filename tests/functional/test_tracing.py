@@ -253,3 +253,28 @@ def test_a_traced_durable_jobs_step_attempts_are_spans_of_its_publishers_trace(
     assert dict(failed.attributes or {})["error.type"] == "TransientError"
     # The step's own code ran under its attempt's span.
     assert [span_id for _, span_id in traced_steps.SEEN] == [steps[0].context.span_id, steps[1].context.span_id]
+
+
+def test_jobctl_enqueue_places_the_job_in_the_trace_it_is_given(harness: Harness) -> None:
+    from click.testing import CliRunner
+
+    from sqs_jobs.cli.cli import main as jobctl
+
+    given = "00-" + "4bf92f3577b34da6a3ce929d0e0e4736" + "-" + "00f067aa0ba902b7" + "-01"
+    env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    args = ["--catalog", "tests.functional.test_tracing:CATALOG", "--stack", harness.deployment.stack_name]
+
+    sent = CliRunner().invoke(
+        jobctl, [*args, "enqueue", "traced", "flaky", "order-11", "--traceparent", given], env=env
+    )
+    refused = CliRunner().invoke(
+        jobctl, [*args, "enqueue", "traced", "flaky", "order-12", "--traceparent", "00-zz"], env=env
+    )
+
+    assert sent.exit_code == 0, sent.output
+    [message] = harness.clients("sqs").receive_message(
+        QueueUrl=harness.deployment.queues["traced"].url, MessageAttributeNames=["All"], MaxNumberOfMessages=10
+    )["Messages"]
+    carried = message["MessageAttributes"][TRACEPARENT]["StringValue"]
+    assert carried.split("-")[1:3] == given.split("-")[1:3]  # the trace, and the span its runs are children of
+    assert refused.exit_code == 2 and "is not a W3C traceparent" in refused.output

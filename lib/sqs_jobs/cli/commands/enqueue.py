@@ -4,7 +4,9 @@ one of the queue's priority lanes (docs/priorities.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import click
@@ -13,6 +15,7 @@ from sqs_jobs.cli.cli_globals import JobctlCommand, complete_job, complete_queue
 from sqs_jobs.cli.cli_support import Options, emit, operator_errors
 from sqs_jobs.publisher import MAX_DELAY_S, JobPublisher
 from sqs_jobs.stack_names import ONE_TIME_PREFIX
+from sqs_jobs.tracing import TRACEPARENT, valid_traceparent
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
@@ -57,6 +60,11 @@ def parse_time(text: str) -> datetime:
 @click.option(
     "--at", "at", metavar="TIME", help="Run it at this time, e.g. 2026-12-24T09:00:00Z (ISO 8601, with zone)."
 )
+@click.option(
+    "--traceparent",
+    metavar="TRACEPARENT",
+    help="Make the job's runs spans of this W3C trace (a request's, from its logs): 00-<trace ID>-<span ID>-<flags>.",
+)
 @click.pass_obj
 def enqueue(
     options: Options,
@@ -69,12 +77,19 @@ def enqueue(
     delay: int | None,
     in_: str | None,
     at: str | None,
+    traceparent: str | None,
 ) -> None:
     """Publish one job to QUEUE: {"job": JOB, "id": ID}. At most one of --delay, --in and --at."""
     # Given is `not None`: `--delay 0 --at ...` contradicts itself as much as `--delay 5 --at ...`.
     given = [name for name, value in (("--delay", delay), ("--in", in_), ("--at", at)) if value is not None]
     if len(given) > 1:
         raise click.UsageError(f"give at most one of --delay, --in and --at, not {' and '.join(given)}")
+    if traceparent is not None and valid_traceparent(traceparent) is None:
+        raise click.BadParameter(
+            f"{traceparent!r} is not a W3C traceparent: 00-<32 hex trace ID>-<16 hex span ID>-<2 hex flags>, "
+            "lower case, neither ID all zeros",
+            param_hint="--traceparent",
+        )
     later = parse_duration(in_) if in_ is not None else None
     moment = parse_time(at) if at is not None else None
     with operator_errors():
@@ -95,9 +110,10 @@ def enqueue(
             # Routes by the stack's contract; a stack deployed before contracts, by the project's catalog.
             catalog=options.catalog(),
         )
-        sent = publisher.publish(
-            job, entity_id, key=key, delay_s=delay, delay=later, at=moment, tenant=tenant, priority=priority
-        )
+        with _in_trace(traceparent):
+            sent = publisher.publish(
+                job, entity_id, key=key, delay_s=delay, delay=later, at=moment, tenant=tenant, priority=priority
+            )
     scheduled = sent.startswith(ONE_TIME_PREFIX)
     payload = {"queue": queue, "job": job, "id": entity_id, "tenant": tenant, "message_id": None if scheduled else sent}
     if priority is not None:
@@ -115,3 +131,24 @@ def enqueue(
             click.echo(f"enqueued {job}:{entity_id}{whose} on {queue} as message {sent}")
 
     emit(options, payload, text)
+
+
+@contextlib.contextmanager
+def _in_trace(traceparent: str | None) -> Iterator[None]:
+    """The publish made inside the trace `traceparent` names (as a request's span would be current there), so the
+    publisher sends it on; nothing without one."""
+    if traceparent is None:
+        yield
+        return
+    try:
+        from opentelemetry import context
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    except ImportError:
+        raise click.UsageError(
+            "--traceparent needs OpenTelemetry's API where jobctl runs: pip install 'sqs-jobs[tracing]'"
+        ) from None
+    token = context.attach(TraceContextTextMapPropagator().extract({TRACEPARENT: traceparent}))
+    try:
+        yield
+    finally:
+        context.detach(token)
