@@ -11,6 +11,10 @@
 - A redrive restores the producer's attributes: packed in the dead letter, or, when they could not fit it, read
   back from the attribute store it names (sqs_jobs.worker.attribute_store); a letter whose attributes can't
   be read stays in the DLQ.
+- A queue with priority lanes (docs/priorities.md) has one DLQ for every lane: a redrive sends each dead letter back
+  to the lane its evidence names (`jobs.source_queue`, the ARN of the queue its record came from), and any other
+  (no evidence, a queue that is not one of its lanes) to the default lane's queue. Only this queue's lanes are
+  ever a destination, whatever a message says.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, ClassVar, TextIO
 
-from sqs_jobs.cli.discovery import QueueLocation
+from sqs_jobs.cli.discovery import LaneLocation, QueueLocation
 from sqs_jobs.cli.errors import EXIT_USAGE, OperatorError
 from sqs_jobs.envelope import tenant_of
 from sqs_jobs.limits import SQS_BATCH_MAX
@@ -237,12 +241,16 @@ class MoveReport:
     matched: int = 0
     failed: list[dict[str, str]] = field(default_factory=list)
     moved_letters: list[DeadLetter] = field(default_factory=list)
+    # Per destination queue's URL, how many moved there (a queue with priority lanes: per lane).
+    moved_to: dict[str, int] = field(default_factory=dict)
 
 
 class DeadLetterQueue:
     """One catalog queue's DLQ and the source queue it redrives to. `provenance` says whose messages carry the
     runtime's evidence (the queue's worker role); without it, none does. `dynamodb` gives a DynamoDB client, on
-    first need, to read producer attributes the runtime had to store beside a dead letter."""
+    first need, to read producer attributes the runtime had to store beside a dead letter. `lanes`: the queue's
+    priority lanes (the default lane's queue is `source_url`), each dead letter redriven to the one its evidence
+    names; empty for a queue without lanes."""
 
     def __init__(
         self,
@@ -253,6 +261,7 @@ class DeadLetterQueue:
         scan_visibility_s: int = SCAN_VISIBILITY_S,
         receive_wait_s: int = 1,
         dynamodb: Callable[[], Any] | None = None,
+        lanes: Iterable[LaneLocation] = (),
     ) -> None:
         self._sqs = sqs
         self._dynamodb = dynamodb
@@ -261,11 +270,34 @@ class DeadLetterQueue:
         self.provenance = provenance or Provenance.of(())
         self._visibility = scan_visibility_s
         self._wait_s = receive_wait_s
+        self.lanes = tuple(lanes)
+        # A lane's queue by what evidence may name it by: its ARN (the record's eventSourceARN), or its URL.
+        self._lane_urls = {key: lane.url for lane in self.lanes for key in (lane.arn, lane.url)}
 
     @classmethod
     def of(cls, sqs: Any, where: QueueLocation, **options: Any) -> DeadLetterQueue:
         """A deployed queue's DLQ (`sqs_jobs.cli.discovery`), trusting as evidence only what its worker role sent."""
-        return cls(sqs, where.dlq_url, where.url, Provenance.of([where.worker_role_id]), **options)
+        return cls(sqs, where.dlq_url, where.url, Provenance.of([where.worker_role_id]), lanes=where.lanes, **options)
+
+    def destination(self, letter: DeadLetter) -> str:
+        """The URL of the queue a redrive sends `letter` to: the lane its evidence names, when that is one of this
+        queue's lanes; else the queue's own (its default lane's). Evidence is only what the worker role sent, and
+        only this queue's lanes are looked up, so no attribute sends a message anywhere else."""
+        named = letter.evidence.get(deadletter.SOURCE_QUEUE)
+        return self._lane_urls.get(named, self.source_url) if named else self.source_url
+
+    def lane_of(self, url: str) -> str | None:
+        """The name of the lane whose queue is `url`; None for a queue without lanes (or a URL of none of them)."""
+        return next((lane.name for lane in self.lanes if lane.url == url), None)
+
+    def destinations(self, letters: Iterable[DeadLetter]) -> dict[str, int]:
+        """How many of `letters` a redrive sends to each queue (URL), in the lanes' order, the most urgent first."""
+        counts: dict[str, int] = {}
+        for letter in letters:
+            url = self.destination(letter)
+            counts[url] = counts.get(url, 0) + 1
+        order = [lane.url for lane in self.lanes]
+        return dict(sorted(counts.items(), key=lambda item: order.index(item[0]) if item[0] in order else -1))
 
     def restore(self, letter: DeadLetter) -> DeadLetter:
         """`letter` with all its producer's attributes, those the runtime stored beside it read back.
@@ -371,7 +403,8 @@ class DeadLetterQueue:
         target_url: str | None = None,
         only: set[str] | None = None,
     ) -> MoveReport:
-        """Copy matching messages to the source queue (or `target_url`), then delete each from the DLQ."""
+        """Copy matching messages to the source queue (each to its lane's, `destination`; all to `target_url` when
+        given), then delete each from the DLQ."""
         report = MoveReport()
         kept: list[DeadLetter] = []
         throttle = _Throttle(rate_per_s)
@@ -379,7 +412,12 @@ class DeadLetterQueue:
             for selected in self._chosen_batches(chosen, limit, only, kept):
                 report.matched += len(selected)
                 throttle.wait(len(selected))
-                moved = self._copy_then_delete(selected, target_url or self.source_url, report, kept)
+                by_target: dict[str, list[DeadLetter]] = {}
+                for letter in selected:
+                    by_target.setdefault(target_url or self.destination(letter), []).append(letter)
+                moved = sum(
+                    self._copy_then_delete(letters, target, report, kept) for target, letters in by_target.items()
+                )
                 if progress:
                     progress(moved)
         finally:
@@ -411,6 +449,8 @@ class DeadLetterQueue:
         self.delete(copied)
         report.moved += len(copied)
         report.moved_letters.extend(copied)
+        if copied:
+            report.moved_to[target_url] = report.moved_to.get(target_url, 0) + len(copied)
         return len(copied)
 
     def delete(self, letters: list[DeadLetter]) -> None:
@@ -576,6 +616,14 @@ class _Throttle:
             time.sleep(delay)
 
 
+def lane_counts(dead: DeadLetterQueue, counts: dict[str, int]) -> dict[str, int] | None:
+    """Per priority lane, how many of `counts` (per destination queue URL: `destinations`, `MoveReport.moved_to`);
+    None for a queue without lanes."""
+    if not dead.lanes:
+        return None
+    return {str(dead.lane_of(url)): count for url, count in counts.items()}
+
+
 def not_idempotent(letters: Iterable[DeadLetter], catalog: Catalog) -> list[str]:
     """The jobs among `letters` a redrive may run twice: marked not idempotent in the catalog, or unknown to it."""
     unsafe = set()
@@ -673,11 +721,13 @@ def verify(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Verification:
-    """Follow redriven jobs: wait until the source queue holds no work, then count those back in the DLQ."""
+    """Follow redriven jobs: wait until the queues they went to (each one's lane's) hold no work, then count those
+    back in the DLQ."""
     started = clock()
     drained = False
+    targets = list(dlq.destinations(moved)) or [dlq.source_url]
     while True:
-        if queue_busy(sqs, dlq.source_url) == 0:
+        if all(queue_busy(sqs, url) == 0 for url in targets):
             drained = True
             break
         if clock() - started >= timeout_s:

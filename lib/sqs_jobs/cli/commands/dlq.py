@@ -22,6 +22,7 @@ from sqs_jobs.cli.dlq import (
     MoveTasks,
     MoveTaskStatus,
     group,
+    lane_counts,
     not_idempotent,
     open_archive,
     queue_busy,
@@ -84,6 +85,13 @@ def _move_tasks(options: Options, where: Any) -> MoveTasks:
     sqs = options.client("sqs")
     dlq_arn = sqs.get_queue_attributes(QueueUrl=where.dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     return MoveTasks(sqs, dlq_arn=dlq_arn, destination_arn=where.arn)
+
+
+def _lanes_text(lanes: dict[str, int] | None) -> str:
+    """' (high: 2, normal: 3)' for a queue with lanes, else nothing."""
+    if not lanes:
+        return ""
+    return " (" + ", ".join(f"{lane}: {count}" for lane, count in lanes.items()) + ")"
 
 
 def _filters(error_type: str | None, match: str | None, job: str | None, tenant: str | None = None) -> Filter:
@@ -284,19 +292,26 @@ def redrive(
         if not dry_run:  # a preview moves nothing: it shows what the real redrive would refuse instead
             _check_idempotent(options, matching, allow_non_idempotent)
         if dry_run or not matching:
-            _report_redrive(options, queue, matching, None, None, dry_run=dry_run, method="none")
+            _report_redrive(options, dead, queue, matching, None, None, dry_run=dry_run, method="none")
             return
-        confirm(f"move {len(matching)} message(s) from the DLQ of {queue} back to {queue}?", yes)
+        lanes = lane_counts(dead, dead.destinations(matching))
+        confirm(f"move {len(matching)} message(s) from the DLQ of {queue} back to {queue}{_lanes_text(lanes)}?", yes)
         since = datetime.now(UTC)
         report: MoveReport | None = None
         method = "client"
+        # SQS's move task sends everything to one queue: dead letters of a lane other than the default go client side.
+        if move_all and any(dead.destination(letter) != dead.source_url for letter in matching):
+            click.echo("dead letters of other lanes than the default: moving client side, each to its lane", err=True)
+            move_all = False
         if move_all:
             moved = _server_side_move(options, _move_tasks(options, where), task_rate)
             if moved is None:
                 click.echo("this endpoint has no StartMessageMoveTask: moving client side instead", err=True)
             else:
                 method = "server"
-                report = MoveReport(moved=moved, matched=len(matching), moved_letters=matching)
+                report = MoveReport(
+                    moved=moved, matched=len(matching), moved_letters=matching, moved_to={dead.source_url: moved}
+                )
         if report is None:
             with progress_bar(options, f"moving to {queue}", total=len(matching)) as bar:
                 report = dead.move(
@@ -308,7 +323,7 @@ def redrive(
         checked = None
         if verify and report.moved:
             checked = _follow(options, dead, report, since, verify_timeout)
-        _report_redrive(options, queue, matching, report, checked, dry_run=False, method=method)
+        _report_redrive(options, dead, queue, matching, report, checked, dry_run=False, method=method)
     if (report and report.failed) or (checked and (checked.returned_to_dlq or not checked.drained)):
         sys.exit(EXIT_FAILED)
 
@@ -338,6 +353,7 @@ def _follow(options: Options, dead: DeadLetterQueue, report: MoveReport, since: 
 
 def _report_redrive(
     options: Options,
+    dead: DeadLetterQueue,
     queue: str,
     matching: list[DeadLetter],
     report: MoveReport | None,
@@ -356,15 +372,24 @@ def _report_redrive(
         "returned_to_dlq": None if checked is None else checked.returned_to_dlq,
         "returned": [] if checked is None else [letter.to_dict() for letter in checked.returned],
     }
+    # A queue with priority lanes: how many go (went) back to each lane.
+    lanes = lane_counts(dead, dead.destinations(matching) if dry_run else report.moved_to if report else {})
+    if lanes is not None:
+        payload["lanes"] = lanes
     if dry_run:
-        payload["would_move"] = [{"message_id": m.message_id, "job": m.job, "id": m.entity_id} for m in matching]
+        payload["would_move"] = [
+            {"message_id": m.message_id, "job": m.job, "id": m.entity_id}
+            | ({"lane": dead.lane_of(dead.destination(m))} if dead.lanes else {})
+            for m in matching
+        ]
         payload["not_idempotent"] = not_idempotent(matching, options.catalog())
 
     def text() -> None:
         if dry_run:
-            click.echo(f"dry run: {len(matching)} message(s) would move back to {queue}")
+            click.echo(f"dry run: {len(matching)} message(s) would move back to {queue}{_lanes_text(lanes)}")
             for letter in matching:
-                click.echo(shown(f"  {letter.message_id}  {letter.job}:{letter.entity_id}  {letter.error_type}"))
+                lane = f"  -> {dead.lane_of(dead.destination(letter))}" if dead.lanes else ""
+                click.echo(shown(f"  {letter.message_id}  {letter.job}:{letter.entity_id}  {letter.error_type}") + lane)
             if payload["not_idempotent"]:
                 unsafe = ", ".join(payload["not_idempotent"])
                 click.echo(shown(f"not known to be idempotent: {unsafe}; the redrive needs --allow-non-idempotent"))
@@ -373,7 +398,9 @@ def _report_redrive(
             click.echo("no message matches: nothing moved")
             return
         assert report is not None
-        click.echo(f"moved {report.moved} of {len(matching)} message(s) back to {queue} ({method} side)")
+        click.echo(
+            f"moved {report.moved} of {len(matching)} message(s) back to {queue}{_lanes_text(lanes)} ({method} side)"
+        )
         for failure in report.failed:
             click.echo(shown(f"  not moved: {failure['message_id']}: {failure['error']}"))
         if checked is not None:

@@ -26,6 +26,7 @@ from sqs_jobs.cli.dlq import (
     Filter,
     group,
     group_key,
+    lane_counts,
     not_idempotent,
     open_archive,
     verify,
@@ -83,6 +84,8 @@ class Selection:
     queue: str
     letters: list[DeadLetter]
     not_idempotent: list[str]
+    # A queue with priority lanes: how many a redrive sends back to each lane (each to the one its evidence names).
+    lanes: dict[str, int] | None = None
 
     @property
     def ids(self) -> list[str]:
@@ -166,6 +169,9 @@ class ConsoleBackend:
 
     def dead_letters(self, queue: str) -> list[DeadLetter]:
         _, where = self._where(queue)
+        return self._peek(queue, where)
+
+    def _peek(self, queue: str, where: QueueLocation) -> list[DeadLetter]:
         with self._dlq_turn(queue):
             return self._dlq(where).peek()
 
@@ -249,13 +255,20 @@ class ConsoleBackend:
 
     def select(self, queue: str, *, group: str | None = None, ids: list[str] | None = None) -> Selection:
         """The dead letters of a group, of explicit message IDs, or (neither) all of them."""
-        letters = self.dead_letters(queue)
+        _, where = self._where(queue)
+        letters = self._peek(queue, where)
         if group is not None:
             letters = [letter for letter in letters if group_id(letter) == group]
         elif ids is not None:
             wanted = set(ids)
             letters = [letter for letter in letters if letter.message_id in wanted]
-        return Selection(queue=queue, letters=letters, not_idempotent=not_idempotent(letters, self.catalog))
+        dead = self._dlq(where)
+        return Selection(
+            queue=queue,
+            letters=letters,
+            not_idempotent=not_idempotent(letters, self.catalog),
+            lanes=lane_counts(dead, dead.destinations(letters)),
+        )
 
     # Acting
 
@@ -280,8 +293,10 @@ class ConsoleBackend:
         if report.moved:
             operation.enter("verifying: waiting for the moved jobs to be processed")
             checked = verify(self._client("sqs"), dead, report.moved_letters, since=since, timeout_s=VERIFY_TIMEOUT_S)
+        lanes = lane_counts(dead, report.moved_to)
         return {
             "moved": report.moved,
+            **({"lanes": lanes} if lanes is not None else {}),
             "asked": len(ids),
             "failed": report.failed,
             "verified": None if checked is None else checked.drained,
