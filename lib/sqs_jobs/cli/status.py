@@ -43,6 +43,29 @@ AGE_LOOKBACK_S = 5 * 60
 
 
 @dataclass
+class LaneStatus:
+    """What SQS says of one priority lane's queue (docs/priorities.md): its backlog, in flight, delayed, and the age
+    of its oldest message."""
+
+    name: str
+    url: str
+    backlog: int
+    in_flight: int
+    delayed: int
+    oldest_age_s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "url": self.url,
+            "backlog": self.backlog,
+            "in_flight": self.in_flight,
+            "delayed": self.delayed,
+            "oldest_age_s": self.oldest_age_s,
+        }
+
+
+@dataclass
 class QueueStatus:
     name: str
     url: str
@@ -74,6 +97,9 @@ class QueueStatus:
     # The catalog's limits its runs pass, with what their store holds now (Catalog.flow_limits).
     limits: list[LimitView] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # A queue with priority lanes: each lane's queue, the most urgent first (the queue's own figures above are its
+    # default lane's); empty without lanes.
+    lanes: list[LaneStatus] = field(default_factory=list)
 
     @property
     def failure_rate(self) -> float | None:
@@ -85,6 +111,7 @@ class QueueStatus:
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
+        lanes = {"lanes": [lane.to_dict() for lane in self.lanes]} if self.lanes else {}
         return {
             "name": self.name,
             "url": self.url,
@@ -109,6 +136,7 @@ class QueueStatus:
             "limits": [view.to_dict() for view in self.limits],
             "healthy": self.healthy,
             "problems": list(self.problems),
+            **lanes,
         }
 
 
@@ -148,6 +176,8 @@ class _Readings:
     noisy_tenants: int | None = None
     quiet_oldest_age_s: float | None = None
     hold_share_max: float = 0.0
+    # Per priority lane other than the default, its queue's oldest-message age (the latest datapoint).
+    lane_ages: dict[str, float | None] = field(default_factory=dict)
 
 
 def _latest(result: dict[str, Any], since: datetime) -> float | None:
@@ -160,8 +190,16 @@ def _latest(result: dict[str, Any], since: datetime) -> float | None:
     return max(recent)[1] if recent else None
 
 
-def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, window_s: int) -> _Readings:
-    """Oldest age (latest datapoint), failed and succeeded sums over the window, last success and heartbeat."""
+def _metrics(
+    cloudwatch: Any,
+    spec: QueueSpec,
+    queue_name: str,
+    now: datetime,
+    window_s: int,
+    lane_queue_names: dict[str, str] | None = None,
+) -> _Readings:
+    """Oldest age (latest datapoint), failed and succeeded sums over the window, last success and heartbeat; and
+    each of `lane_queue_names`' (lane -> SQS queue name) oldest age, in the same request."""
 
     def stat(query_id: str, metric: dict[str, Any], statistic: str) -> dict[str, Any]:
         return {"Id": query_id, "MetricStat": {"Metric": metric, "Period": 60, "Stat": statistic}}
@@ -173,8 +211,17 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
             "Dimensions": [{"Name": "QueueName", "Value": queue_name}],
         }
 
+    def lane_age(lane_queue: str) -> dict[str, Any]:
+        return {
+            "Namespace": SQS_NAMESPACE,
+            "MetricName": OLDEST_AGE_METRIC,
+            "Dimensions": [{"Name": "QueueName", "Value": lane_queue}],
+        }
+
+    lanes = list((lane_queue_names or {}).items())
     queries = [
         stat("age", sqs_metric(OLDEST_AGE_METRIC), "Maximum"),
+        *(stat(f"lane{index}", lane_age(name), "Maximum") for index, (_, name) in enumerate(lanes)),
         stat("hb", job_metric(spec.name, HEARTBEAT_JOB, HEARTBEAT), "Sum"),
         stat("circuit", job_metric(spec.name, RUNTIME_JOB, CIRCUIT_OPENED), "Sum"),
     ]
@@ -229,6 +276,7 @@ def _metrics(cloudwatch: Any, spec: QueueSpec, queue_name: str, now: datetime, w
         noisy_tenants=int(noisy) if noisy is not None else None,
         quiet_oldest_age_s=_latest(results.get("quietage", {}), recent),
         hold_share_max=hold_share_max,
+        lane_ages={lane: _latest(results.get(f"lane{index}", {}), recent) for index, (lane, _) in enumerate(lanes)},
     )
 
 
@@ -248,12 +296,14 @@ def queue_status(
     now = now or datetime.now(UTC)
     source = _counts(sqs, location.url)
     dead = _counts(sqs, location.dlq_url)
-    queue_name = location.url.rstrip("/").rsplit("/", 1)[-1]
-    readings = _metrics(cloudwatch, spec, queue_name, now, window_s)
+    queue_name = _queue_name(location.url)
+    # A queue with priority lanes: each other lane's queue read too (the default lane's is the queue's own).
+    others = [lane for lane in location.lanes if lane.url != location.url]
+    readings = _metrics(
+        cloudwatch, spec, queue_name, now, window_s, {str(lane.name): _queue_name(lane.url) for lane in others}
+    )
     backlog = source["ApproximateNumberOfMessages"]
-    oldest_age = readings.oldest_age_s
-    if oldest_age is None and backlog == 0 and source["ApproximateNumberOfMessagesNotVisible"] == 0:
-        oldest_age = 0.0  # nothing waiting: nothing is old
+    oldest_age = _age(readings.oldest_age_s, source)
     status = QueueStatus(
         name=spec.name,
         url=location.url,
@@ -276,8 +326,31 @@ def queue_status(
         hold_share_max=readings.hold_share_max,
         limits=_limits(limits, dynamodb, lambda_client, location, now),
     )
+    for lane in location.lanes:
+        counts = source if lane.url == location.url else _counts(sqs, lane.url)
+        age = oldest_age if lane.url == location.url else _age(readings.lane_ages.get(str(lane.name)), counts)
+        status.lanes.append(
+            LaneStatus(
+                name=str(lane.name),
+                url=lane.url,
+                backlog=counts["ApproximateNumberOfMessages"],
+                in_flight=counts["ApproximateNumberOfMessagesNotVisible"],
+                delayed=counts["ApproximateNumberOfMessagesDelayed"],
+                oldest_age_s=age,
+            )
+        )
     status.problems = diagnose(status, spec, now)
     return status
+
+
+def _queue_name(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _age(reading: float | None, counts: dict[str, int]) -> float | None:
+    """A queue's oldest-message age: CloudWatch's latest, or 0 when nothing waits or runs (nothing is old)."""
+    waiting = counts["ApproximateNumberOfMessages"] + counts["ApproximateNumberOfMessagesNotVisible"]
+    return 0.0 if reading is None and waiting == 0 else reading
 
 
 def _limits(
@@ -329,6 +402,16 @@ def diagnose(status: QueueStatus, spec: QueueSpec, now: datetime) -> list[str]:
         problems.append(problem)
     if status.backlog > alarms.backlog:
         problems.append(f"backlog of {status.backlog} (alarm above {alarms.backlog})")
+    for lane in status.lanes:  # the other lanes' own alarms (the default lane's are the queue's, above)
+        if lane.url == status.url:
+            continue
+        if lane.oldest_age_s is not None and lane.oldest_age_s > alarms.oldest_message_age_s:
+            problems.append(
+                f"lane {lane.name}: oldest message has waited {lane.oldest_age_s:.0f}s "
+                f"(alarm above {alarms.oldest_message_age_s}s)"
+            )
+        if lane.backlog > alarms.backlog:
+            problems.append(f"lane {lane.name}: backlog of {lane.backlog} (alarm above {alarms.backlog})")
     if status.dlq_depth >= alarms.dlq_depth:
         problems.append(f"DLQ holds {status.dlq_depth} message(s): run `jobctl dlq list {spec.name}`")
     rate = status.failure_rate

@@ -88,11 +88,12 @@ class MetricsAgent:
         self._ticker.stop()
 
     def sample(self) -> None:
-        """Publish each queue's and DLQ's oldest-message age and visible messages now."""
+        """Publish each queue's (and priority lane's) and DLQ's oldest-message age and visible messages now."""
         now = datetime.now(UTC)
         entries = []
         for queue in self._queues.values():
-            for url in (queue.url, queue.dlq_url):
+            # Its priority lanes' own queues too: each has its alarms, and `jobctl status` reads each one's age.
+            for url in (queue.url, queue.dlq_url, *(lane.url for lane in queue.other_lanes)):
                 name = url.rstrip("/").rsplit("/", 1)[-1]
                 dimensions = [{"Name": "QueueName", "Value": name}]
                 entries.append(

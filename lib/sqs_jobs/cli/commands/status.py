@@ -62,6 +62,25 @@ def _tenants_text(status: QueueStatus) -> str:
     return f"{status.noisy_tenants} (others' oldest {age_text(status.quiet_oldest_age_s)})"
 
 
+def _lanes_table(statuses: list[QueueStatus]) -> Table | None:
+    """Each priority lane's queue (docs/priorities.md), or None when no queue has lanes."""
+    if not any(status.lanes for status in statuses):
+        return None
+    table = Table(title="priority lanes")
+    for column in ("queue", "lane", "backlog", "in flight", "oldest"):
+        table.add_column(column)
+    for status in statuses:
+        for lane in status.lanes:
+            table.add_row(
+                cell(status.name),
+                cell(lane.name),
+                cell(lane.backlog),
+                cell(lane.in_flight),
+                cell(age_text(lane.oldest_age_s)),
+            )
+    return table
+
+
 def _limits_table(statuses: list[QueueStatus]) -> Table | None:
     """The queues' flow limits (docs/flow-control.md), or None when no queue has any."""
     if not any(status.limits for status in statuses):
@@ -90,8 +109,8 @@ def _limits_table(statuses: list[QueueStatus]) -> Table | None:
 )
 @click.pass_obj
 def status(options: Options, queue: str | None, watch: bool, interval: int, window: int) -> None:
-    """Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue, and its flow
-    limits (an unkeyed rate limit's free tokens now).
+    """Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue, each priority
+    lane's backlog, in flight and oldest age, and its flow limits (an unkeyed rate limit's free tokens now).
 
     Exit 0 when every queue is healthy, 1 when one is not, 3 when the status could not be read."""
     console = plain_console()
@@ -122,7 +141,11 @@ def status(options: Options, queue: str | None, watch: bool, interval: int, wind
             payload = {"healthy": healthy, "at": now.isoformat(), "queues": [s.to_dict() for s in statuses]}
             if watch and options.output == "table":
                 console.clear()
-            tables = [found for found in (_table(statuses, now), _limits_table(statuses)) if found is not None]
+            tables = [
+                found
+                for found in (_table(statuses, now), _lanes_table(statuses), _limits_table(statuses))
+                if found is not None
+            ]
 
             def render(tables: list[Table] = tables) -> None:
                 for table in tables:
