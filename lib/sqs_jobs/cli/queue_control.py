@@ -2,7 +2,8 @@
 
 A disabled mapping stops polling; messages stay in the queue (their retention still counts) and nothing is
 lost, and enabling it resumes polling where it stopped. Batches in flight finish. On AWS the change goes
-through `Disabling` / `Enabling` before it settles; the local engine's mappings settle at once.
+through `Disabling` / `Enabling` before it settles; the local engine's mappings settle at once. A queue with
+priority lanes has a mapping per lane (docs/priorities.md): pausing it pauses every lane's.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class Mapping:
     uuid: str
     function_arn: str
     state: str
+    # The queue it reads (its EventSourceArn): a priority lane's, or the queue's own.
+    source_arn: str = ""
 
     @property
     def function_name(self) -> str:
@@ -41,7 +44,12 @@ class Mapping:
 
     @classmethod
     def from_api(cls, item: dict[str, Any]) -> Mapping:
-        return cls(uuid=item["UUID"], function_arn=item["FunctionArn"], state=item.get("State", "Unknown"))
+        return cls(
+            uuid=item["UUID"],
+            function_arn=item["FunctionArn"],
+            state=item.get("State", "Unknown"),
+            source_arn=item.get("EventSourceArn", ""),
+        )
 
 
 def mappings(lambda_client: Any, queue_arn: str) -> list[Mapping]:
@@ -57,21 +65,24 @@ def mappings(lambda_client: Any, queue_arn: str) -> list[Mapping]:
     return found
 
 
-def _set_enabled(lambda_client: Any, queue_arn: str, enabled: bool) -> list[Mapping]:
+def _set_enabled(lambda_client: Any, queue_arns: tuple[str, ...], enabled: bool) -> list[Mapping]:
+    # Every lane's mappings found first: a lane without one changes nothing of the others.
+    found = [mapping for queue_arn in queue_arns for mapping in mappings(lambda_client, queue_arn)]
     return [
         Mapping.from_api(lambda_client.update_event_source_mapping(UUID=mapping.uuid, Enabled=enabled))
-        for mapping in mappings(lambda_client, queue_arn)
+        for mapping in found
     ]
 
 
-def pause(lambda_client: Any, queue_arn: str) -> list[Mapping]:
-    """Disable the queue's mappings: polling stops, the batches in flight finish. Idempotent."""
-    return _set_enabled(lambda_client, queue_arn, enabled=False)
+def pause(lambda_client: Any, *queue_arns: str) -> list[Mapping]:
+    """Disable the mappings of the queue (of each of its priority lanes' queues, `QueueLocation.sources`): polling
+    stops, the batches in flight finish. Idempotent."""
+    return _set_enabled(lambda_client, queue_arns, enabled=False)
 
 
-def resume(lambda_client: Any, queue_arn: str) -> list[Mapping]:
-    """Enable the queue's mappings again. Idempotent."""
-    return _set_enabled(lambda_client, queue_arn, enabled=True)
+def resume(lambda_client: Any, *queue_arns: str) -> list[Mapping]:
+    """Enable the queue's (each lane's) mappings again. Idempotent."""
+    return _set_enabled(lambda_client, queue_arns, enabled=True)
 
 
 def is_paused(lambda_client: Any, queue_arn: str) -> bool:

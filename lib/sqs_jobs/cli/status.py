@@ -53,6 +53,8 @@ class LaneStatus:
     in_flight: int
     delayed: int
     oldest_age_s: float | None
+    # Whether its event source mapping is disabled; None: not read.
+    paused: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,6 +64,7 @@ class LaneStatus:
             "in_flight": self.in_flight,
             "delayed": self.delayed,
             "oldest_age_s": self.oldest_age_s,
+            "paused": self.paused,
         }
 
 
@@ -80,8 +83,8 @@ class QueueStatus:
     last_success_at: datetime | None
     last_heartbeat_at: datetime | None
     window_s: int
-    # Whether the worker's event source mapping is disabled (`jobctl queue pause`); None: not read (no Lambda
-    # client given, or the operator may not list event source mappings).
+    # Whether the worker's event source mapping is disabled (`jobctl queue pause`; a queue with priority lanes:
+    # every lane's); None: not read (no Lambda client given, or the operator may not list event source mappings).
     paused: bool | None = None
     # Times a circuit breaker of the queue's downstreams opened in the window (any worker, any downstream).
     circuit_opened: int = 0
@@ -318,7 +321,7 @@ def queue_status(
         last_success_at=readings.last_success_at,
         last_heartbeat_at=readings.last_heartbeat_at,
         window_s=window_s,
-        paused=_paused(lambda_client, location.arn),
+        paused=None,
         circuit_opened=readings.circuit_opened,
         retry_attempt_max=readings.retry_attempt_max,
         noisy_tenants=readings.noisy_tenants,
@@ -326,6 +329,10 @@ def queue_status(
         hold_share_max=readings.hold_share_max,
         limits=_limits(limits, dynamodb, lambda_client, location, now),
     )
+    lanes_paused = {source.arn: _paused(lambda_client, source.arn) for source in location.sources}
+    # Paused when every lane's mapping is: nothing consumes the queue (a lane paused alone is that lane's problem).
+    states = set(lanes_paused.values())
+    status.paused = None if None in states else all(states)
     for lane in location.lanes:
         counts = source if lane.url == location.url else _counts(sqs, lane.url)
         age = oldest_age if lane.url == location.url else _age(readings.lane_ages.get(str(lane.name)), counts)
@@ -337,6 +344,7 @@ def queue_status(
                 in_flight=counts["ApproximateNumberOfMessagesNotVisible"],
                 delayed=counts["ApproximateNumberOfMessagesDelayed"],
                 oldest_age_s=age,
+                paused=lanes_paused[lane.arn],
             )
         )
     status.problems = diagnose(status, spec, now)
@@ -402,6 +410,12 @@ def diagnose(status: QueueStatus, spec: QueueSpec, now: datetime) -> list[str]:
         problems.append(problem)
     if status.backlog > alarms.backlog:
         problems.append(f"backlog of {status.backlog} (alarm above {alarms.backlog})")
+    if not status.paused:
+        problems += [
+            f"lane {lane.name} paused: its jobs wait until `jobctl queue resume {spec.name}`"
+            for lane in status.lanes
+            if lane.paused
+        ]
     for lane in status.lanes:  # the other lanes' own alarms (the default lane's are the queue's, above)
         if lane.url == status.url:
             continue

@@ -18,16 +18,23 @@ def _switch(options: Options, name: str, pause: bool) -> None:
     with operator_errors():
         [(_, where)] = queues_of(options, name)
         change = queue_control.pause if pause else queue_control.resume
-        mappings = change(options.client("lambda"), where.arn)
+        # A queue with priority lanes: every lane's mapping.
+        mappings = change(options.client("lambda"), *(source.arn for source in where.sources))
     verb = "paused" if pause else "resumed"
-    payload = {
-        "queue": name,
-        "paused": pause,
-        "mappings": [{"uuid": m.uuid, "function": m.function_name, "state": m.state} for m in mappings],
-    }
+    lanes = {lane.arn: lane.name for lane in where.lanes}
+
+    def described(mapping: queue_control.Mapping) -> dict[str, str | None]:
+        found: dict[str, str | None] = {"uuid": mapping.uuid, "function": mapping.function_name, "state": mapping.state}
+        if lanes:
+            found["lane"] = lanes.get(mapping.source_arn)
+        return found
+
+    payload = {"queue": name, "paused": pause, "mappings": [described(m) for m in mappings]}
 
     def text() -> None:
-        states = ", ".join(f"{m.function_name}: {m.state}" for m in mappings)
+        states = ", ".join(
+            (f"lane {lanes.get(m.source_arn)}: " if lanes else "") + f"{m.function_name}: {m.state}" for m in mappings
+        )
         click.echo(f"{verb} {name} ({states})")
         if pause:
             click.echo(f"jobs wait in {name} until `jobctl queue resume {name}`; batches in flight finish")
@@ -39,7 +46,8 @@ def _switch(options: Options, name: str, pause: bool) -> None:
 @click.argument("name", metavar="QUEUE", shell_complete=complete_queue)
 @click.pass_obj
 def pause(options: Options, name: str) -> None:
-    """Disable the queue's event source mapping: its worker takes no new batches (those in flight finish)."""
+    """Disable the queue's event source mapping (each priority lane's): its worker takes no new batches (those in
+    flight finish)."""
     _switch(options, name, pause=True)
 
 
@@ -47,5 +55,5 @@ def pause(options: Options, name: str) -> None:
 @click.argument("name", metavar="QUEUE", shell_complete=complete_queue)
 @click.pass_obj
 def resume(options: Options, name: str) -> None:
-    """Enable the queue's event source mapping again: its worker drains what waited."""
+    """Enable the queue's event source mapping (each priority lane's) again: its worker drains what waited."""
     _switch(options, name, pause=False)

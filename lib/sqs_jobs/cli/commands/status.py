@@ -67,7 +67,7 @@ def _lanes_table(statuses: list[QueueStatus]) -> Table | None:
     if not any(status.lanes for status in statuses):
         return None
     table = Table(title="priority lanes")
-    for column in ("queue", "lane", "backlog", "in flight", "oldest"):
+    for column in ("queue", "lane", "backlog", "in flight", "oldest", "worker"):
         table.add_column(column)
     for status in statuses:
         for lane in status.lanes:
@@ -77,6 +77,7 @@ def _lanes_table(statuses: list[QueueStatus]) -> Table | None:
                 cell(lane.backlog),
                 cell(lane.in_flight),
                 cell(age_text(lane.oldest_age_s)),
+                cell("?" if lane.paused is None else "paused" if lane.paused else "taking jobs"),
             )
     return table
 

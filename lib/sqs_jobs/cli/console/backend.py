@@ -274,11 +274,11 @@ class ConsoleBackend:
 
     def pause(self, queue: str) -> list[queue_control.Mapping]:
         _, where = self._where(queue)
-        return queue_control.pause(self._client("lambda"), where.arn)
+        return queue_control.pause(self._client("lambda"), *(source.arn for source in where.sources))
 
     def resume(self, queue: str) -> list[queue_control.Mapping]:
         _, where = self._where(queue)
-        return queue_control.resume(self._client("lambda"), where.arn)
+        return queue_control.resume(self._client("lambda"), *(source.arn for source in where.sources))
 
     def redrive(self, queue: str, ids: list[str], rate_per_s: float | None, operation: Operation) -> dict[str, Any]:
         """The CLI's redrive, client side: copy then delete each chosen message, at most `rate_per_s`, then
