@@ -47,6 +47,9 @@ def test_jobctl_local_with_chaos_fails_downstream_calls_and_keeps_the_job() -> N
         # Its banner: the engine's line, one per catalog queue, one per resource, then the chaos
         banner = [process.stdout.readline() for _ in range(1 + len(CATALOG.queues) + len(CATALOG.resources) + 1)]
         assert any("chaos: transient=1.0" in line for line in banner), banner
+        # Then, for a catalog with durable jobs, where a service's Lambda client sends their events.
+        callbacks = process.stdout.readline()
+        assert "durable executions' callbacks (a publisher's lambda_client endpoint_url): http://" in callbacks
         endpoint = f"http://127.0.0.1:{port}"
         session = new_session(aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
         ssm, sqs = session.client("ssm", endpoint_url=endpoint), session.client("sqs", endpoint_url=endpoint)

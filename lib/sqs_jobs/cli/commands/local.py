@@ -125,13 +125,13 @@ def local(
         kind = engine.catalog.resource(name).kind
         shown = f"{value}  (stand-in)" if name in engine.standins else value
         click.echo(f"  {kind} {name}: {shown}")
+    if chaos is not None:
+        click.echo(f"  chaos: {chaos.describe()}")
     if engine.durables is not None:
         # Where a service's Lambda client sends durable jobs' events (JobPublisher.send_event): not the engine's
         # endpoint above, whose Lambda has no durable executions (jobctl finds this itself).
         url = engine.durables.serve_callbacks()
         click.echo(f"  durable executions' callbacks (a publisher's lambda_client endpoint_url): {url}")
-    if chaos is not None:
-        click.echo(f"  chaos: {chaos.describe()}")
     # boto3 reads AWS_DEFAULT_REGION (AWS_REGION only in newer SDKs and the CLI): both, so either works. Any
     # credentials do against the engine; a shell without any would stop at "Unable to locate credentials".
     click.echo(
