@@ -68,8 +68,8 @@ COMMANDS = {
     ),
     "status": LazyCommand(
         "sqs_jobs.cli.commands.status:status",
-        "Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue, and its flow "
-        "limits (an unkeyed rate limit's free tokens now).",
+        "Backlog, in flight, oldest message age, DLQ depth, failure rate and liveness of each queue, each priority "
+        "lane's backlog, in flight and oldest age, and its flow limits (an unkeyed rate limit's free tokens now).",
     ),
 }
 
