@@ -7,6 +7,7 @@ import json
 from collections import Counter
 from typing import Any
 
+from sqs_jobs.cli.discovery import LaneLocation
 from sqs_jobs.cli.dlq import DeadLetterQueue, Filter
 from sqs_jobs.local.provision import LocalQueue
 from sqs_jobs.worker.provenance import Provenance
@@ -34,6 +35,8 @@ def redrive_all(harness: Harness, local: LocalQueue, redriven: Counter[str]) -> 
         local.url,
         Provenance.of([local.worker_role_id]),
         receive_wait_s=0,
+        # Each dead letter back to the priority lane its evidence names (none: the queue's own).
+        lanes=[LaneLocation(lane.name, lane.url, lane.arn) for lane in local.lanes],
     )
     for message in dlq_messages(local):
         redriven[message_of(json.loads(message.body))] += 1

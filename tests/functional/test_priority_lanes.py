@@ -150,3 +150,12 @@ def _counts(clients: ClientFactory, url: str) -> tuple[int, int]:
     names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     attributes = clients("sqs").get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
     return int(attributes[names[0]]), int(attributes[names[1]])
+
+
+def test_the_harness_counts_what_waits_on_every_lane(clients: ClientFactory) -> None:
+    harness = JobHarness.provisioned(clients, CATALOG)
+    publisher = harness.publisher()
+    publisher.publish("send_mail", "reset-1", priority="high")
+    publisher.publish("send_mail", "news-1")
+
+    assert harness.queue_counts("mail") == (2, 0)  # one on each lane's queue

@@ -320,13 +320,17 @@ class JobHarness:
                 sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0)
 
     def queue_counts(self, queue: str | None = None, dead_letter: bool = False) -> tuple[int, int]:
-        """(visible, in flight) on the queue or its DLQ."""
+        """(visible, in flight) on the queue (all its priority lanes) or its DLQ."""
         local = self.deployment.queues[self.queue_name(queue)]
-        attributes = self.clients("sqs").get_queue_attributes(
-            QueueUrl=local.dlq_url if dead_letter else local.url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
+        visible = in_flight = 0
+        for url in [local.dlq_url] if dead_letter else [source.url for source in local.sources]:
+            attributes = self.clients("sqs").get_queue_attributes(
+                QueueUrl=url,
+                AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+            )["Attributes"]
+            visible += int(attributes["ApproximateNumberOfMessages"])
+            in_flight += int(attributes["ApproximateNumberOfMessagesNotVisible"])
+        return visible, in_flight
 
     def peek(self, queue: str | None = None) -> dict[str, Any]:
         """The one message waiting on a source queue, with its attributes, left there (visible again at once)."""
