@@ -204,66 +204,42 @@ def cancel(
     """Cancel JOB ID: a queued or retrying copy is acknowledged without running; a running one stops at its next
     progress report or call (dead-lettered as JobCancelledError, never retried). Lasts the queue's idempotency
     expiry."""
-    from sqs_jobs.cli.job_cancel import CancelOutcome, cancel_job, operator_identity, target_for, withdraw
+    from sqs_jobs.cli.job_cancel import (
+        CancelOutcome,
+        cancel_durable,
+        cancel_job,
+        operator_identity,
+        stop_execution_with,
+        target_for,
+        withdraw,
+        withdraw_durable,
+    )
 
     queue = _queue_of(options, name)
-    if options.catalog().queue_for_job(name).job(name).durable is not None:
-        _cancel_durable(options, queue, name, entity_id, key, tenant, undo, yes)
-        return
+    # A durable job's cancel is its durable record's, and its running execution is stopped (cancel_durable).
+    durable = options.catalog().queue_for_job(name).job(name).durable is not None
+    stopped: str | None = None
     with operator_errors():
         [(spec, where)] = queues_of(options, queue)
         target = target_for(spec, name, entity_id, key, tenant)
         confirm(f"{'withdraw the cancel of' if undo else 'cancel'} {shown(name)}:{shown(entity_id)} on {queue}?", yes)
         dynamodb = options.client("dynamodb")
         table = idempotency_table(options.client("lambda"), where.arn)
-        if undo:
+        if durable and undo:
+            result = withdraw_durable(dynamodb, table, target)
+        elif durable:
+            stop = stop_execution_with(options.durable_api())
+            result, stopped = cancel_durable(dynamodb, table, target, operator_identity(options.client("sts")), stop)
+        elif undo:
             result = withdraw(dynamodb, table, target)
         else:
             result = cancel_job(dynamodb, table, target, operator_identity(options.client("sts")))
     payload = {"queue": queue, "job": name, "id": entity_id, "idempotency_key": target.key, **result.to_dict()}
+    if durable:
+        payload["stopped_execution"] = stopped
     said = f"{name}:{entity_id} on {queue} (key {target.key}): {result.explanation}"
     emit(options, payload, lambda: click.echo(shown(said)))
     if result.outcome in (CancelOutcome.COMPLETED, CancelOutcome.NOT_CANCELLED):
-        raise SystemExit(EXIT_FAILED)
-
-
-def _cancel_durable(
-    options: Options, queue: str, name: str, entity_id: str, key: str | None, tenant: str | None, undo: bool, yes: bool
-) -> None:
-    """A durable job's cancel (sqs_jobs.cli.job_cancel.cancel_durable): its copies start nothing, its running
-    execution is stopped. --undo withdraws the cancel; a stopped execution stays stopped."""
-    from sqs_jobs.cli.job_cancel import (
-        CancelOutcome,
-        cancel_durable,
-        operator_identity,
-        stop_execution_with,
-        target_for,
-        withdraw_durable,
-    )
-
-    with operator_errors():
-        [(spec, where)] = queues_of(options, queue)
-        target = target_for(spec, name, entity_id, key, tenant)
-        confirm(f"{'withdraw the cancel of' if undo else 'cancel'} {shown(name)}:{shown(entity_id)} on {queue}?", yes)
-        dynamodb = options.client("dynamodb")
-        table = idempotency_table(options.client("lambda"), where.arn)
-        stopped: str | None = None
-        if undo:
-            result = withdraw_durable(dynamodb, table, target)
-        else:
-            stop = stop_execution_with(options.durable_api())
-            result, stopped = cancel_durable(dynamodb, table, target, operator_identity(options.client("sts")), stop)
-    payload = {
-        "queue": queue,
-        "job": name,
-        "id": entity_id,
-        "idempotency_key": target.key,
-        **result.to_dict(),
-        "stopped_execution": stopped,
-    }
-    said = f"{name}:{entity_id} on {queue} (key {target.key}): {result.explanation}"
-    emit(options, payload, lambda: click.echo(shown(said)))
-    if result.outcome is CancelOutcome.NOT_CANCELLED:
         raise SystemExit(EXIT_FAILED)
 
 
