@@ -271,14 +271,7 @@ class DurableJobContext:
         )
         if name.startswith(RUNTIME_STEP_PREFIX):
             raise DurableMisuseError(f"step name {name!r}: names starting {RUNTIME_STEP_PREFIX!r} are the runtime's")
-        if name in self._names:
-            raise DurableMisuseError(
-                f"step name {name!r} is taken twice (steps and events share one set of names): each needs a name of "
-                "its own (e.g. 'chunk-<n>')"
-            )
-        if self.replay_error is not None:
-            raise self.replay_error
-        self._names.add(name)
+        self._claim_name("step", name, "chunk-<n>")
         ran = False
 
         def attempt(step_context: StepContext) -> T:
@@ -339,14 +332,7 @@ class DurableJobContext:
             raise DurableMisuseError(
                 f"wait_for_event({name!r}): timeout_s {timeout_s} is past the execution's timeout ({limit_s} s)"
             )
-        if name in self._names:
-            raise DurableMisuseError(
-                f"event name {name!r} is taken twice (steps and events share one set of names): each wait needs a "
-                "name of its own (e.g. 'approved-<n>')"
-            )
-        if self.replay_error is not None:
-            raise self.replay_error
-        self._names.add(name)
+        self._claim_name("event", name, "approved-<n>")
         attempt = 1
         while True:
             try:
@@ -357,6 +343,18 @@ class DurableJobContext:
                     raise
                 self.logger.info("no event within the wait's timeout; waiting again", extra={"event": name})
                 attempt += 1
+
+    def _claim_name(self, kind: str, name: str, example: str) -> None:
+        """Take `name` for a step or an event of this run of the job's code: refused if taken (steps and events share
+        one set of names); a replay that stopped matching its checkpoints runs nothing more."""
+        if name in self._names:
+            raise DurableMisuseError(
+                f"{kind} name {name!r} is taken twice (steps and events share one set of names): each needs a name "
+                f"of its own (e.g. {example!r})"
+            )
+        if self.replay_error is not None:
+            raise self.replay_error
+        self._names.add(name)
 
     def _waited(self, name: str, operation: str, timeout_s: int) -> Any:
         """One wait for `name`, as the checkpointed callback `operation`: its callback written to the durable
