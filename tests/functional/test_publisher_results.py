@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from sqs_jobs.worker.clients import ClientFactory
 from sqs_jobs.worker.provenance import Provenance
 from sqs_jobs.worker.settings import idempotency_record_id
 from tests.functional.conftest import Harness
+from tests.functional.console_support import JobPageBackend
 from tests.functional.sample_jobs import flaky, odd_result
 
 QUEUE = QueueSpec(
@@ -207,26 +207,12 @@ def test_job_show_says_the_state_and_result_a_service_reads(mail: Harness) -> No
     assert (shown["state"], shown["result"]) == ("succeeded", "0100018c-ses-message-id")
 
 
-@dataclass
-class _Backend:
-    """The console's backend, as far as its job page reads it: this harness's catalog and lookups."""
-
-    harness: Harness
-    stack: str = "SqsJobs"
-
-    @property
-    def catalog(self) -> Catalog:
-        return CATALOG
-
-    def find_job(self, queue: str, job: str, entity_id: str, key: str | None, tenant: str | None = None) -> JobLookup:
-        return _lookup(self.harness, job, entity_id)
-
-
 def test_the_consoles_job_page_shows_the_state_and_the_result_as_text(mail: Harness, tmp_path: Path) -> None:
     mail.publish("odd_result", "datetime-9")
     assert mail.deliver("mail") is not None
     guard = Guard(host="127.0.0.1", port=8000)
-    app = create_app(_Backend(mail), guard, tmp_path)  # type: ignore[arg-type]
+    backend = JobPageBackend(CATALOG, lambda job, entity_id, key: _lookup(mail, job, entity_id))
+    app = create_app(backend, guard, tmp_path)  # type: ignore[arg-type]
 
     page = app.test_client().get(
         f"/jobs?job=odd_result&id=datetime-9&token={guard.access_token}",

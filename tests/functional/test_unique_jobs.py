@@ -29,6 +29,7 @@ from sqs_jobs.worker.provenance import SENT_AT
 from sqs_jobs.worker.runtime import Worker
 from sqs_jobs.worker.uniqueness import iso_ms
 from tests.functional.conftest import Harness, attributes_of, key_record, metric_values
+from tests.functional.console_support import JobPageBackend
 from tests.functional.sample_jobs import by_document, flaky
 from tests.functional.test_job_lookup import _lookup
 
@@ -479,26 +480,12 @@ def test_the_waiting_publish_s_run_is_cancelled_by_the_key_job_show_names(harnes
     assert counted(harness, CANCELLED_COPY) == 1
 
 
-@dataclass
-class _Backend:
-    """The console's backend, as far as its job page reads it: this harness's catalog and lookups."""
-
-    harness: Harness
-    stack: str = "SqsJobs"
-
-    @property
-    def catalog(self) -> Catalog:
-        return CATALOG
-
-    def find_job(self, queue: str, job: str, entity_id: str, key: str | None, tenant: str | None = None) -> JobLookup:
-        return _show(self.harness, job, entity_id, key)
-
-
 def test_the_consoles_job_page_shows_it_too(harness: Harness, clock: Clock, tmp_path: Path) -> None:
     latest_id = harness.send(body("debounced", "s-4"), queue="flows")
     deliver(harness, clock)
     guard = Guard(host="127.0.0.1", port=8000)
-    app = create_app(_Backend(harness), guard, tmp_path)  # type: ignore[arg-type]
+    backend = JobPageBackend(CATALOG, lambda job, entity_id, key: _show(harness, job, entity_id, key))
+    app = create_app(backend, guard, tmp_path)  # type: ignore[arg-type]
 
     page = app.test_client().get(
         f"/jobs?job=debounced&id=s-4&token={guard.access_token}",
