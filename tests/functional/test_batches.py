@@ -344,6 +344,64 @@ def test_each_heartbeat_counts_the_batches_no_member_has_ended_in_for_an_hour(ha
     assert definition == {"Name": STALLED_BATCHES, "Unit": "Count"}  # a number of batches, not a duration
 
 
+def test_a_callback_its_last_count_could_not_publish_is_published_by_a_later_heartbeat(harness: Harness) -> None:
+    from sqs_jobs.specs import HEARTBEAT_JOB
+    from sqs_jobs.worker.batch_members import OWED_AFTER_S
+
+    # Given a one-member batch whose member fails permanently; once it is dead-lettered and counted, the publish of
+    # the callback fails, and so do both tries of the write that would bring the member back to count it again
+    batch_id = harness.stack_publisher().batch([("member", "bad-9")], on_complete=DONE)
+    callbacks_url = harness.deployment.queues["callbacks"].url
+    refused: list[str] = []
+
+    def refuse_callback(params: dict[str, Any], **_: Any) -> None:
+        if params["QueueUrl"] == callbacks_url and not refused.count("send"):
+            refused.append("send")
+            raise ConnectionResetError("the connection to SQS was reset")
+
+    def refuse_ending(params: dict[str, Any], **_: Any) -> None:
+        if "#ending_message" in params.get("UpdateExpression", "") and refused.count("ending") < 2:
+            refused.append("ending")
+            raise ConnectionResetError("the connection to DynamoDB was reset")
+
+    clients = harness.worker_clients("members")
+    clients.register("provide-client-params.sqs.SendMessage", refuse_callback)
+    clients.register("provide-client-params.dynamodb.UpdateItem", refuse_ending)
+    drain(harness, "members")
+    assert refused == ["send", "ending", "ending"]
+    item = batch_item(harness, batch_id)
+    assert item["dead"]["NS"] == ["0"] and item["complete_published_at"]["N"] == "0"
+    assert harness.queue_counts("members") == (0, 0) and harness.queue_counts("callbacks") == (0, 0)
+
+    def beat(ahead_s: float, queue: str = "members") -> None:
+        worker = harness.worker(queue, clock=lambda: time.time() + ahead_s)
+        harness.send(json.dumps({"job": HEARTBEAT_JOB, "id": f"beat-{ahead_s}"}), queue=queue)
+        drain_with(harness, queue, worker)
+
+    # When a heartbeat goes through the members' worker before the count's invocation could have ended, and one
+    # after it through the callbacks' worker, which may not publish the callback (its jobs publish nothing)
+    beat(0)
+    beat(OWED_AFTER_S + 60, queue="callbacks")
+    # Then both leave the batch alone
+    assert callback_keys() == [] and batch_item(harness, batch_id)["complete_published_at"]["N"] == "0"
+    # When one goes through after it
+    beat(OWED_AFTER_S + 60)
+    drain(harness, "callbacks")
+    # Then the callback is published, by the key its batch names, and the batch is no longer open
+    assert callback_keys() == [f"batch_done:{callback_key(batch_id, COMPLETE)}"]
+    item = batch_item(harness, batch_id)
+    assert item["complete_published_at"]["N"] != "0" and "life" not in item
+    # And a later heartbeat publishes nothing again
+    beat(2 * OWED_AFTER_S)
+    drain(harness, "callbacks")
+    assert callback_runs() == 1
+
+
+def drain_with(harness: Harness, queue: str, worker: Any) -> None:
+    while harness.deliver(queue, worker=worker) is not None:
+        pass
+
+
 def test_the_console_batch_page_shows_every_value_as_text(harness: Harness, tmp_path: Any) -> None:
     from sqs_jobs.cli.console.app import create_app
     from sqs_jobs.cli.console.backend import ConsoleBackend

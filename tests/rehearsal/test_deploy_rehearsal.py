@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from functions.catalog import CATALOG
+from sqs_jobs.batches import STALLED_AFTER_S
 from sqs_jobs.cdk.naming import (
     DLQ_URL,
     QUEUE_ARN,
@@ -38,7 +39,7 @@ from sqs_jobs.cli.dlq import MoveTasks, queue_busy
 from sqs_jobs.envelope import parse_envelope
 from sqs_jobs.local.lambda_events import sqs_record
 from sqs_jobs.publisher import JobPublisher
-from sqs_jobs.worker.batch_members import BatchMembers, count_stalled, routed_publisher
+from sqs_jobs.worker.batch_members import BatchMembers, routed_publisher
 from sqs_jobs.worker.deadletter import DeadLetterQueue, Evidence, iso_from_epoch_ms
 from sqs_jobs.worker.names import LIFE_INDEX, NO_EVIDENCE, DeadLetterFailure
 from sqs_jobs.worker.provenance import MessageAttributes, Provenance, from_event, portable
@@ -379,12 +380,15 @@ def test_a_published_batch_is_counted_by_its_worker_and_shown_by_jobctl(deployme
     )
     batch_id = publisher.batch([(JOB, "b-1"), (JOB, "b-2")], description="rehearsal")
     table = batch_table(emulator.client("ssm"), deployment.stack_name)
-    # Open, and no member ended: a heartbeat an hour from now would count it as stalled.
-    assert count_stalled(orders.worker_dynamodb, table, LIFE_INDEX, time.time() + 3600) == 1
-
+    # Open, and no member ended: a heartbeat an hour from now counts it as stalled.
     members = BatchMembers(
-        table, lambda: orders.worker_dynamodb, lambda: routed_publisher({}, orders.worker), retention_s=3600
+        table,
+        lambda: orders.worker_dynamodb,
+        lambda: routed_publisher({}, orders.worker),
+        retention_s=3600,
+        clock=lambda: time.time() + STALLED_AFTER_S + 60,
     )
+    assert members.watch_open(LIFE_INDEX, publishable=()).stalled == 1
     envelopes = {}
     for message in receive_all(orders.worker, orders.url):
         envelope = parse_envelope(message["Body"], CATALOG.queue(QUEUE).job_names)
@@ -400,4 +404,4 @@ def test_a_published_batch_is_counted_by_its_worker_and_shown_by_jobctl(deployme
     assert shown_batch["members"]["dead"] == [{"index": 1, "member": f"{JOB}:b-2"}]
     assert shown_batch["description"] == "rehearsal"
     # Every member ended: the batch has left the index of open batches.
-    assert count_stalled(orders.worker_dynamodb, table, LIFE_INDEX, time.time() + 3600) == 0
+    assert members.watch_open(LIFE_INDEX, publishable=()).stalled == 0

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqs_jobs.batches import (
+    BATCH_ITEM_PREFIX,
     COMPLETE,
     COMPLETE_PUBLISHED_AT,
     COMPLETED_AT,
@@ -30,6 +31,7 @@ from sqs_jobs.batches import (
     ON_SUCCESS,
     ON_SUCCESS_ENVELOPE,
     SIZE,
+    STALLED_AFTER_S,
     SUCCEEDED,
     SUCCEEDED_AT,
     SUCCESS,
@@ -46,6 +48,7 @@ from sqs_jobs.batches import (
     open_lives,
 )
 from sqs_jobs.envelope import Envelope, parse_envelope
+from sqs_jobs.worker.names import LIFE, LIFE_AT
 from sqs_jobs.worker.run_ledger import is_condition_failure
 
 if TYPE_CHECKING:
@@ -54,6 +57,14 @@ if TYPE_CHECKING:
 _PUBLISHED = {SUCCESS: SUCCESS_PUBLISHED_AT, COMPLETE: COMPLETE_PUBLISHED_AT}
 _WHOLE_AT = {SUCCESS: SUCCEEDED_AT, COMPLETE: COMPLETED_AT}
 _CALLBACK = {SUCCESS: ON_SUCCESS, COMPLETE: ON_COMPLETE}
+# What the heartbeat reads of an open batch: its counts, its callbacks and whether each was published.
+_WATCHED = {
+    f"#{name}": name
+    for name in ("id", SIZE, SUCCEEDED, DEAD, LIFE_AT, ON_SUCCESS_ENVELOPE, *_PUBLISHED.values(), *_CALLBACK.values())
+}
+# How long after a batch's last member ended a heartbeat finishes what its count left: Lambda's longest timeout,
+# so the count's invocation has ended (its handed-back member would have been counted again by then).
+OWED_AFTER_S = 900
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,42 @@ class Counted:
     def whole(self, kind: str) -> bool:
         ended = self.succeeded if kind == SUCCESS else self.succeeded + self.dead
         return ended >= self.size
+
+    def due(self) -> list[str]:
+        """The kinds whose sets are whole and whose callbacks are not marked published."""
+        return [kind for kind in (SUCCESS, COMPLETE) if self.whole(kind) and not self.published[kind]]
+
+    def due_jobs(self) -> set[str]:
+        """The jobs the due callbacks publish (a chain's next step's, for its success)."""
+        jobs = set()
+        for kind in self.due():
+            if kind == SUCCESS and self.next_step is not None:
+                jobs.add(str(json.loads(self.next_step).get("job")))
+            elif (callback := self.callbacks[kind]) is not None:
+                jobs.add(callback.split(":", 1)[0])
+        return jobs
+
+
+@dataclass
+class OpenBatches:
+    """What a heartbeat's look at the open batches found: how many stall, the callbacks it published (batch ID,
+    kind) for batches whose last count left them, and what failed as it tried."""
+
+    stalled: int = 0
+    finished: list[tuple[str, str]] = field(default_factory=list)
+    failures: list[Exception] = field(default_factory=list)
+
+
+def _counted(attributes: Mapping[str, Any]) -> Counted:
+    """A batch's counting item (DynamoDB's typed JSON) as a count reads it."""
+    return Counted(
+        size=int(attributes[SIZE]["N"]),
+        succeeded=len(member_indices(attributes, SUCCEEDED)),
+        dead=len(member_indices(attributes, DEAD)),
+        published={kind: attributes.get(name, {}).get("N", "0") != "0" for kind, name in _PUBLISHED.items()},
+        callbacks={kind: attributes.get(name, {}).get("S") for kind, name in _CALLBACK.items()},
+        next_step=attributes.get(ON_SUCCESS_ENVELOPE, {}).get("S"),
+    )
 
 
 def _envelope_of(text: str) -> Envelope:
@@ -112,7 +159,7 @@ class BatchMembers:
                 f"batch {member.batch_id} has no member {member.index} (no such batch, or it expired): its `batch` "
                 "field was not written by JobPublisher.batch for this message; nothing was counted"
             )
-        return self._callbacks(member, counted)
+        return self._publish_due(member.batch_id, counted)
 
     def dead_lettered(self, envelope: Envelope) -> list[str]:
         """Count `envelope`'s member as dead (after the DLQ has it), unless it succeeded; returns the callbacks
@@ -122,7 +169,7 @@ class BatchMembers:
         if self._unlisted(envelope, member) is not None:
             return []  # another message's place in the batch: its own dead letter says why it died
         counted = self._count(member, add=DEAD, unless_in=SUCCEEDED)
-        return self._callbacks(member, counted) if counted is not None else []
+        return self._publish_due(member.batch_id, counted) if counted is not None else []
 
     def _unlisted(self, envelope: Envelope, member: BatchMember) -> str | None:
         """Why the batch does not list this message at its index, or None: it does, or the list is gone (expired
@@ -193,21 +240,13 @@ class BatchMembers:
             if is_condition_failure(error):
                 return None
             raise
-        attributes = response.get("Attributes", {})
-        return Counted(
-            size=int(attributes[SIZE]["N"]),
-            succeeded=len(member_indices(attributes, SUCCEEDED)),
-            dead=len(member_indices(attributes, DEAD)),
-            published={kind: attributes.get(name, {}).get("N", "0") != "0" for kind, name in _PUBLISHED.items()},
-            callbacks={kind: attributes.get(name, {}).get("S") for kind, name in _CALLBACK.items()},
-            next_step=attributes.get(ON_SUCCESS_ENVELOPE, {}).get("S"),
-        )
+        return _counted(response.get("Attributes", {}))
 
-    def _callbacks(self, member: BatchMember, counted: Counted) -> list[str]:
-        """Publish the callbacks of the sets this count found whole and not yet marked, then mark them (one write
-        for both when both are due); the kinds this count published and marked. A mark another count made first
-        means that count published too: ours was then a duplicate, answered from the callback's key."""
-        due = [kind for kind in (SUCCESS, COMPLETE) if counted.whole(kind) and not counted.published[kind]]
+    def _publish_due(self, batch_id: str, counted: Counted) -> list[str]:
+        """Publish the callbacks of the sets a count found whole and not yet marked, then mark them (one write for
+        both when both are due); the kinds published and marked. A mark another count made first means that count
+        published too: ours was then a duplicate, answered from the callback's key."""
+        due = counted.due()
         if not due:
             return []
         for kind in due:
@@ -217,11 +256,49 @@ class BatchMembers:
                 self._publisher().publish_many([_envelope_of(counted.next_step)])
             elif callback is not None:
                 job, entity_id = callback.split(":", 1)
-                self._publisher().publish(job, entity_id, key=callback_key(member.batch_id, kind))
-        marked = self._mark(member.batch_id, due)
+                self._publisher().publish(job, entity_id, key=callback_key(batch_id, kind))
+        marked = self._mark(batch_id, due)
         if not marked and len(due) > 1:  # another count marked one of them: mark each alone
-            marked = [kind for kind in due if self._mark(member.batch_id, [kind])]
+            marked = [kind for kind in due if self._mark(batch_id, [kind])]
         return [kind for kind in marked if counted.callbacks[kind] is not None]
+
+    def watch_open(self, index: str, publishable: Collection[str], limit: int = 1000) -> OpenBatches:
+        """The heartbeat's look at the open batches (docs/workflows.md, "Batches that stall"): a Query per shard of
+        the index of things in flight, for those no member has ended in for `OWED_AFTER_S` (at most `limit` a shard).
+
+        It finishes each of them that every member has ended in: the count that made it whole failed to publish or
+        mark its callbacks, and so did the write that would have brought its member back to try again
+        (sqs_jobs.worker.settlement). That count's invocation is long over, so nobody else will. It publishes only
+        the callbacks of jobs in `publishable`, this worker's routes (every member's queue routes its batch's
+        callbacks), by the keys the batch names, so a callback published twice runs once. Of the rest, it counts
+        the stalled ones: no member ended for `STALLED_AFTER_S`."""
+        now = self._clock()
+        seen = OpenBatches()
+        query = self._dynamodb().get_paginator("query")
+        for life in open_lives():
+            pages = query.paginate(
+                TableName=self._table,
+                IndexName=index,
+                KeyConditionExpression=f"#life = :life AND #{LIFE_AT} < :before",
+                ProjectionExpression=", ".join(_WATCHED),
+                ExpressionAttributeNames={"#life": LIFE, **_WATCHED},
+                ExpressionAttributeValues={":life": {"S": life}, ":before": {"N": str(int(now - OWED_AFTER_S))}},
+                PaginationConfig={"MaxItems": limit},
+            )
+            for item in (item for page in pages for item in page.get("Items", [])):
+                stalled = int(item[LIFE_AT]["N"]) < now - STALLED_AFTER_S
+                counted = _counted(item)
+                if counted.due() and counted.due_jobs() <= set(publishable):
+                    batch_id = item["id"]["S"].removeprefix(BATCH_ITEM_PREFIX)
+                    try:
+                        published = self._publish_due(batch_id, counted)
+                    except Exception as error:
+                        seen.failures.append(error)
+                    else:
+                        seen.finished.extend((batch_id, kind) for kind in published)
+                        stalled = False
+                seen.stalled += stalled
+        return seen
 
     def _mark(self, batch_id: str, kinds: list[str]) -> list[str]:
         """Mark `kinds` published (and when their sets became whole), only if none of them was; the kinds marked.
@@ -271,21 +348,3 @@ def routed_publisher(routes: Mapping[str, tuple[str, str]], sqs: Any) -> JobPubl
         contract=contract,
         message_attributes=lambda envelope: published_identity(envelope.to_json()),
     )
-
-
-def count_stalled(dynamodb: Any, table: str, index: str, before_s: float, limit: int = 1000) -> int:
-    """How many open batches had no member end since `before_s` (epoch seconds): a Query per shard of the sparse
-    index of things in flight, counting only (Select COUNT), at most `limit` per shard."""
-    stalled = 0
-    for life in open_lives():
-        response = dynamodb.query(
-            TableName=table,
-            IndexName=index,
-            KeyConditionExpression="#life = :life AND #at < :before",
-            ExpressionAttributeNames={"#life": "life", "#at": "life_at"},
-            ExpressionAttributeValues={":life": {"S": life}, ":before": {"N": str(int(before_s))}},
-            Select="COUNT",
-            Limit=limit,
-        )
-        stalled += int(response.get("Count", 0))
-    return stalled

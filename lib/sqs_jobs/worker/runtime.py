@@ -97,6 +97,8 @@ class Worker:
         self.settings = settings
         self._queue = settings.queue
         self._clients = clients
+        # What the worker's windows and the heartbeat's look at the batches are judged by.
+        self._clock = clock or time.time
         self._obs = observability or Observability.create()
         self._jobs = load_jobs(self._queue)
         self._parallel = self._queue.records_in_parallel
@@ -204,6 +206,7 @@ class Worker:
             lambda: self._clients.within("dynamodb", self._invocation.call_time_s()),
             lambda: self._publisher,
             retention_s=self._queue.dlq_retention_s,
+            clock=self._clock,
         )
 
     @cached_property
@@ -622,26 +625,27 @@ class Worker:
         )
 
     def _watch_batches(self) -> None:
-        """Each heartbeat counts the stalled batches (docs/workflows.md, "Batches that stall"): a Query per shard
-        of the index of things in flight, never a scan. A failure is the runtime's, and counts nothing."""
-        from sqs_jobs.batches import STALLED_AFTER_S
-        from sqs_jobs.worker.batch_members import count_stalled
-        from sqs_jobs.worker.names import LIFE_INDEX, RUNTIME_JOB, STALLED_BATCHES
+        """Each heartbeat looks at the open batches (BatchMembers.watch_open): it counts the stalled ones, and
+        publishes the callbacks a failed count left. A failure is the runtime's: it counts nothing."""
+        from sqs_jobs.worker.names import BATCH_CALLBACK_PUBLISHED, LIFE_INDEX, RUNTIME_JOB, STALLED_BATCHES
 
         try:
-            stalled = count_stalled(
-                self._clients.within("dynamodb", self._invocation.call_time_s()),
-                self.settings.idempotency_table,
-                LIFE_INDEX,
-                time.time() - STALLED_AFTER_S,
-            )
+            seen = self._batch_members.watch_open(LIFE_INDEX, publishable=self.settings.routes)
         except Exception:
             self._tally.runtime_fault("batch_watch")
-            self._obs.logger.exception("could not count the stalled batches")
+            self._obs.logger.exception("could not look at the open batches")
             return
-        self._tally.sample(RUNTIME_JOB, STALLED_BATCHES, stalled)
-        if stalled:
-            self._obs.logger.warning("batches stalled", extra={"stalled_batches": stalled})
+        for batch_id, kind in seen.finished:
+            self._tally.add(RUNTIME_JOB, BATCH_CALLBACK_PUBLISHED, reason=kind)
+            self._obs.logger.warning(
+                "published a batch callback its last count left", extra={"batch": batch_id, "callback": kind}
+            )
+        for error in seen.failures:
+            self._tally.runtime_fault("batch_watch")
+            self._obs.logger.error("could not publish a batch callback its last count left", exc_info=error)
+        self._tally.sample(RUNTIME_JOB, STALLED_BATCHES, seen.stalled)
+        if seen.stalled:
+            self._obs.logger.warning("batches stalled", extra={"stalled_batches": seen.stalled})
 
 
 def _ending_of(error: BaseException) -> LedgerEntry | None:

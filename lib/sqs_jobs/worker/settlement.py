@@ -736,6 +736,7 @@ class Settlement:
                             time_left_s=time_left_s,
                             died_of=(verdict.error_type, verdict.error_message),
                         ),
+                        tries=2,
                     )
                 )
                 if remembered:
