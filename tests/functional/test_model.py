@@ -2,10 +2,11 @@
 worker and moto (docs/key-life.md, "The promises").
 
 A hypothesis state machine publishes jobs (plain, keyed, a tenant's, limited per customer, batch members with
-callbacks, with follow-ups), delivers them through the event source emulator, crashes an environment after a
-batch's side effects, throttles one of the runtime's own DynamoDB or SQS calls (whichever comes next of a kind,
-after a success too), lets a run pass its time limit, cancels and undoes, fixes and redrives. After every step it
-checks what must always hold; at the end it lets everything settle, with no fault, and checks what must hold then:
+callbacks, with follow-ups; to either of the queue's two priority lanes), delivers them through the event source
+emulator, crashes an environment after a batch's side effects, throttles one of the runtime's own DynamoDB or SQS
+calls (whichever comes next of a kind, after a success too), lets a run pass its time limit, cancels and undoes,
+fixes and redrives. After every step it checks what must always hold; at the end it lets everything settle, with no
+fault (and, long after, a heartbeat), and checks what must hold then:
 
 - no run of a key starts, and no side effect of it is made, once its record said it completed;
 - a key runs at most `max_attempts` times per life (a life ends with its dead letter);
@@ -58,7 +59,8 @@ from sqs_jobs.local.moto_limits import enforce_message_limits
 from sqs_jobs.local.moto_locks import serialize_moto
 from sqs_jobs.local.moto_senders import record_senders
 from sqs_jobs.resources import Access, Table
-from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
+from sqs_jobs.specs import HEARTBEAT_JOB, Catalog, JobSpec, QueueSpec
+from sqs_jobs.worker.batch_members import OWED_AFTER_S
 from sqs_jobs.worker.clients import ClientFactory, new_session
 from sqs_jobs.worker.key_life import KeyRecord, KeyState, scoped_key, split_key
 from sqs_jobs.worker.names import FLOW_SLOT_PREFIX, LifeState
@@ -92,6 +94,8 @@ CATALOG = Catalog(
             # Every delivery a span (docs/tracing.md): tracing meets every feature and fault here, and must change
             # no promise (with no tracer provider set, OpenTelemetry's own no-op spans).
             tracing=True,
+            # Two priority lanes (docs/priorities.md): a publish goes to either, and every promise holds across them.
+            priorities=("high", "normal"),
             jobs=(
                 # A chain's steps are `work` jobs, and each may publish the next.
                 JobSpec(name="work", publishes=("done", "work"), **_JOB),  # type: ignore[arg-type]
@@ -166,7 +170,7 @@ _WHOSE = {
 }
 # Each thing that can happen: what it draws, and how often it happens against the others.
 ACTIONS: dict[str, dict[str, st.SearchStrategy[Any]]] = {
-    "publish": {**_WHOSE, "customer": st.sampled_from(["c1", "c2"])},
+    "publish": {**_WHOSE, "customer": st.sampled_from(["c1", "c2"]), "lane": st.sampled_from([0, 1])},
     "publish_batch": {
         "members": st.lists(st.sampled_from(ENTITIES), min_size=1, max_size=3, unique=True),
         "on_success": st.booleans(),
@@ -278,7 +282,7 @@ class JobLives(RuleBasedStateMachine):
         self.flows: defaultdict[tuple[str, str, str | None], list[tuple[str, str | None]]] = defaultdict(list)
         # How far ahead of the real clock the worker's is: windows end as time passes.
         self.ahead_s = 0.0
-        self.receipts: list[str] = []
+        self.receipts: list[tuple[str, str]] = []  # (queue URL, receipt handle)
         # What it has seen: the STARTS index and effect count when a key was first seen completed; cancelled keys;
         # dead letters per key (their message IDs), ever.
         self.completed: dict[str, tuple[int, int]] = {}
@@ -362,7 +366,7 @@ class JobLives(RuleBasedStateMachine):
     def plan(self, plan_list: list[modelled.Plan]) -> None:
         modelled.PLANS.update(dict(zip(ENTITIES, plan_list, strict=True)))
 
-    def publish(self, job: str, entity: str, tenant: str | None, key: str | None, customer: str) -> None:
+    def publish(self, job: str, entity: str, tenant: str | None, key: str | None, customer: str, lane: int) -> None:
         # `m` tells this message apart from every other: a message is dead-lettered once per life.
         body: dict[str, Any] = {"job": job, "id": entity, "customer": customer, "m": self.published}
         if job == "debounced":
@@ -371,7 +375,8 @@ class JobLives(RuleBasedStateMachine):
             body["tenant"] = tenant
         if key is not None:
             body["key"] = key
-        self.harness.send(json.dumps(body), queue=QUEUE)
+        url = self.local.sources[lane].url
+        self.harness.clients("sqs").send_message(QueueUrl=url, MessageBody=json.dumps(body))
         if job in FLOW_JOBS:
             self.flows[(job, entity, tenant)].append((str(self.published), key))
         else:
@@ -435,9 +440,9 @@ class JobLives(RuleBasedStateMachine):
         wait_for_abandoned_runs()
         self.ahead_s += DEBOUNCE_S + 1
         sqs = self.harness.clients("sqs")
-        for receipt in self.receipts:
+        for url, receipt in self.receipts:
             with contextlib.suppress(ClientError):  # deleted since, or received again
-                sqs.change_message_visibility(QueueUrl=self.local.url, ReceiptHandle=receipt, VisibilityTimeout=0)
+                sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=receipt, VisibilityTimeout=0)
         self.receipts.clear()
         dynamodb, now = self.harness.clients("dynamodb"), time.time()
         for page in dynamodb.get_paginator("scan").paginate(TableName=self.table):
@@ -547,15 +552,11 @@ class JobLives(RuleBasedStateMachine):
         RAN.update({f"fault {name}": count for name, count in self.faults.fired.items()})
         self.faults.armed.clear()
         wait_for_abandoned_runs()
-        for _ in range(60):
-            self.time_passes()
-            invocation = self.harness.deliver(QUEUE, worker=self.worker)
-            if invocation is not None:
-                self._keep_receipts(invocation)
-            elif self.harness.queue_counts(QUEUE) == (0, 0):
-                break
-        else:
-            raise AssertionError(f"the queue never emptied: {self.harness.queue_counts(QUEUE)} left")
+        self._until_empty()
+        # Long after, a heartbeat publishes what a batch's last count left unpublished (BatchMembers.watch_open).
+        self.ahead_s += OWED_AFTER_S
+        self.harness.send(json.dumps({"job": HEARTBEAT_JOB, "id": "settled"}), queue=QUEUE)
+        self._until_empty()
         wait_for_abandoned_runs()
         self.promises_hold()
         records = self._records()
@@ -577,6 +578,16 @@ class JobLives(RuleBasedStateMachine):
         self._check_follow_ups()
         self._check_lists(records)
         RAN["examples"] += 1
+
+    def _until_empty(self) -> None:
+        for _ in range(60):
+            self.time_passes()
+            invocation = self.harness.deliver(QUEUE, worker=self.worker)
+            if invocation is not None:
+                self._keep_receipts(invocation)
+            elif self.harness.queue_counts(QUEUE) == (0, 0):
+                return
+        raise AssertionError(f"the queue never emptied: {self.harness.queue_counts(QUEUE)} left")
 
     def _check_batches(self) -> None:
         dynamodb = self.harness.clients("dynamodb")
@@ -691,8 +702,9 @@ class JobLives(RuleBasedStateMachine):
                     self.left_on_queue.add(identity)
                     if identity in self.dead_identities:
                         self.unacknowledged_dead[sent].add(identity)
+        urls = {source.arn: source.url for source in self.local.sources}
         self.receipts.extend(
-            record["receiptHandle"]
+            (urls[record["eventSourceARN"]], record["receiptHandle"])
             for record in invocation.event["Records"]
             if record["messageId"] not in invocation.deleted
         )
