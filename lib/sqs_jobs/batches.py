@@ -83,6 +83,11 @@ SUCCESS = "success"
 COMPLETE = "complete"
 CALLBACK_KINDS = (SUCCESS, COMPLETE)
 
+# Which batch a callback (job, id) was last published for (callback_pointers): its batch ID and kinds.
+CALLBACK_POINTER_PREFIX = f"{BATCH_ITEM_PREFIX}callback#"
+POINTED_BATCH = "batch"
+POINTED_KINDS = "kinds"
+
 
 class BatchError(JobError):
     """Base of batch errors."""
@@ -194,6 +199,36 @@ def callback_key(batch_id: str, kind: str) -> str:
     """The idempotency key a callback is published with: one per batch and kind, so a second publish (a recount
     after a crash, two workers completing at once) is answered as a duplicate."""
     return f"batch-{batch_id}-{kind}"
+
+
+def callback_pointer_id(job: str, entity_id: str) -> str:
+    """The item that says which batch last named `<job>:<id>` as a callback (callback_pointers): hashed, since an ID
+    may be long, and under `batch#`, whose items alone the publisher may write."""
+    digest = hashlib.sha256(member_name(job, entity_id).encode("utf-8", errors="surrogatepass")).hexdigest()
+    return f"{CALLBACK_POINTER_PREFIX}{digest}"
+
+
+def callback_pointers(
+    batch_id: str, callbacks: Mapping[str, tuple[str, str] | None], now_s: int
+) -> list[dict[str, Any]]:
+    """One item per distinct callback (job, id) of a batch, written by its publisher beside the batch's own: the
+    batch ID and the kinds it is the callback of. A callback is published under the batch's key (callback_key), so
+    `jobctl job show JOB ID` finds its run through this item. A later batch naming the same callback takes it over;
+    it expires with the batch."""
+    kinds: dict[tuple[str, str], list[str]] = {}
+    for kind in CALLBACK_KINDS:
+        callback = callbacks.get(kind)
+        if callback is not None:
+            kinds.setdefault(callback, []).append(kind)
+    return [
+        {
+            "id": {"S": callback_pointer_id(*callback)},
+            POINTED_BATCH: {"S": batch_id},
+            POINTED_KINDS: {"SS": named},
+            EXPIRATION: {"N": str(now_s + OPEN_BATCH_TTL_S)},
+        }
+        for callback, named in kinds.items()
+    ]
 
 
 def callback_of(value: object, name: str) -> tuple[str, str] | None:

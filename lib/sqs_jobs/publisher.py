@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from sqs_jobs.batches import (
     CHAIN,
     COMPLETE,
+    CREATED_AT,
     EXPIRATION,
     MAX_BATCH_MEMBERS,
     MAX_DESCRIPTION_CHARS,
@@ -53,6 +54,7 @@ from sqs_jobs.batches import (
     BatchMember,
     CallbackNotPublishableError,
     callback_of,
+    callback_pointers,
     definition_items,
     member_digest,
     new_batch_id,
@@ -721,6 +723,9 @@ class JobPublisher:
                 ConditionExpression="attribute_not_exists(#id)",
                 ExpressionAttributeNames={"#id": "id"},
             )
+        # Where `jobctl job show` finds each callback's run by its job and ID: this batch, the latest to name it.
+        for pointer in callback_pointers(batch_id, callbacks, int(counting[CREATED_AT]["N"])):
+            table.client.put_item(TableName=table.table, Item=pointer)
         try:
             self.publish_many(members)
         except PartialPublishError as partial:

@@ -49,6 +49,7 @@ CATALOG = Catalog(
     )
 )
 DONE = ("batch_done", "import-1")
+CATALOG_REF = f"{__name__}:CATALOG"
 
 
 @pytest.fixture
@@ -303,6 +304,77 @@ def test_jobctl_batch_show_lists_members_by_state_and_the_callbacks(harness: Har
     assert as_text.exit_code == 0, as_text.output
     assert "\u202e" not in as_text.output and "\x1b" not in as_text.output
     assert "1: member:bad-1" in as_text.output and "complete, not succeeded" in as_text.output
+
+
+def test_job_show_finds_a_callback_by_the_job_and_id_it_was_published_as(harness: Harness, tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from sqs_jobs.cli.cli import main as jobctl
+
+    # Given a batch that names one callback for both ends, and a member that fails
+    not_yet = look_up(harness, *DONE)
+    batch_id = harness.stack_publisher().batch([("member", "bad-4")], on_success=DONE, on_complete=DONE)
+    before = look_up(harness, *DONE)
+    drain(harness, "members")
+    drain(harness, "callbacks")
+    # When the operator looks the callback up by its job and ID, as JSON and as text
+    as_json = CliRunner().invoke(jobctl, ["--catalog", CATALOG_REF, "--output", "json", "job", "show", *DONE])
+    as_text = CliRunner().invoke(jobctl, ["--catalog", CATALOG_REF, "job", "show", *DONE])
+    # Then it is the batch's complete callback, completed under the key the batch named, and the success one is named
+    assert as_json.exit_code == 0, as_json.output
+    shown = json.loads(as_json.output)
+    callback = f"batch_done:{callback_key(batch_id, COMPLETE)}"
+    assert (shown["verdict"], shown["idempotency_key"]) == ("completed", callback)
+    assert shown["callback_of"] == {
+        "batch": batch_id,
+        "kind": COMPLETE,
+        "others": [{"kind": SUCCESS, "key": callback_key(batch_id, SUCCESS)}],
+    }
+    assert f"the complete callback of batch {batch_id}" in as_text.output, as_text.output
+    page = console_job_page(harness, tmp_path, *DONE)
+    assert f'<a href="/batches?id={batch_id}">batch {batch_id}</a> (complete' in page
+    # And before it ran, it was found as not run yet; before any batch named it, as nothing at all
+    assert before.callback_of is not None and before.callback_of.batch_id == batch_id
+    assert before.verdict == "not found" and not_yet.callback_of is None
+    # And a job of the same job and ID published under its own key is found as itself
+    harness.send(json.dumps({"job": DONE[0], "id": DONE[1], "key": "own"}), queue="callbacks")
+    drain(harness, "callbacks")
+    own = look_up(harness, *DONE, key="own")
+    assert (own.idempotency_key, own.verdict, own.callback_of) == ("batch_done:own", "completed", None)
+
+
+def console_job_page(harness: Harness, archive_dir: Any, job: str, entity_id: str) -> str:
+    from sqs_jobs.cli.console.app import create_app
+    from sqs_jobs.cli.console.security import Guard
+    from tests.functional.console_support import JobPageBackend
+
+    guard = Guard(host="127.0.0.1", port=8000)
+    backend = JobPageBackend(CATALOG, lambda job, entity_id, key: look_up(harness, job, entity_id, key))
+    browser = create_app(backend, guard, archive_dir).test_client()  # type: ignore[arg-type]
+    page = browser.get(
+        f"/jobs?job={job}&id={entity_id}&token={guard.access_token}",
+        base_url="http://127.0.0.1:8000",
+        follow_redirects=True,
+    )
+    assert page.status_code == 200, page.text
+    return page.text
+
+
+def look_up(harness: Harness, job: str, entity_id: str, key: str | None = None) -> Any:
+    from sqs_jobs.cli.job_lookup import find_job
+
+    local = harness.deployment.queues["callbacks"]
+    return find_job(
+        spec=CATALOG.queue("callbacks"),
+        job=job,
+        entity_id=entity_id,
+        key=key,
+        dynamodb=harness.clients("dynamodb"),
+        table=harness.deployment.idempotency_table,
+        dead_letter_queue=DeadLetterQueue(
+            harness.clients("sqs"), local.dlq_url, local.url, Provenance.of([local.worker_role_id]), receive_wait_s=0
+        ),
+    )
 
 
 def test_jobctl_batch_show_refuses_what_is_not_a_batch_id_and_says_when_there_is_none(harness: Harness) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from sqs_jobs.batches import CALLBACK_KINDS, POINTED_BATCH, POINTED_KINDS, callback_key, callback_pointer_id
 from sqs_jobs.cli.discovery import QueueLocation
 from sqs_jobs.cli.dlq import DeadLetter, DeadLetterQueue
 from sqs_jobs.cli.errors import OperatorUnreachableError, OperatorUsageError
@@ -327,6 +328,29 @@ class FlowState:
 
 
 @dataclass(frozen=True)
+class CallbackOf:
+    """A batch's callback found by its job and ID (sqs_jobs.batches.callback_pointers): the batch that last named
+    it, the kind shown, and the other kind's key if the batch named it for both."""
+
+    batch_id: str
+    kind: str
+    others: tuple[tuple[str, str], ...] = ()
+
+    def describe(self) -> str:
+        said = f"the {self.kind} callback of batch {self.batch_id} (jobctl batch show {self.batch_id})"
+        for kind, key in self.others:
+            said += f"; its {kind} callback too: --key {key}"
+        return said
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch": self.batch_id,
+            "kind": self.kind,
+            "others": [{"kind": kind, "key": key} for kind, key in self.others],
+        }
+
+
+@dataclass(frozen=True)
 class JobLookup:
     queue: str
     job: str
@@ -342,6 +366,8 @@ class JobLookup:
     key_slots: KeySlots | None = None
     # A durable job's execution, from its durable record (sqs_jobs.durable.record); None for other jobs.
     durable: DurableState | None = None
+    # A batch's callback, found by its job and ID under the key its batch named; None for any other job.
+    callback_of: CallbackOf | None = None
 
     @property
     def verdict(self) -> str:
@@ -493,6 +519,7 @@ class JobLookup:
             "flow": None if self.flow is None else {**self.flow.to_dict(), "said": self.flow.describe(self.looked_at)},
             "key_slots": self.key_slots.to_dict(self.looked_at) if self.key_slots is not None else None,
             "durable": self.durable.to_json() if self.durable is not None else None,
+            "callback_of": self.callback_of.to_dict() if self.callback_of is not None else None,
         }
 
 
@@ -614,9 +641,15 @@ def find_job(
         # `<job>:<id>@<its first send>`).
         if flow is not None and key is None and flow.fired_run_key:
             idempotency_key = flow.fired_run_key
-    record_key = {"id": {"S": idempotency_record_id(idempotency_key)}}
-    item = dynamodb.get_item(TableName=table, Key=record_key, ConsistentRead=True)
-    record = IdempotencyRecord.from_item(item["Item"], spec.idempotency_expiry_s) if "Item" in item else None
+    item = _record_item(dynamodb, table, idempotency_key)
+    callback = None
+    if item is None and key is None and tenant is None and flow is None:
+        # Nothing under its own key: perhaps a batch's callback, which runs under the key its batch names.
+        found_callback = _callback_run(dynamodb, table, job, entity_id)
+        if found_callback is not None:
+            callback, key, item = found_callback
+            idempotency_key = scoped_key(job, key, None)
+    record = IdempotencyRecord.from_item(item, spec.idempotency_expiry_s) if item is not None else None
     letters = [
         letter
         for letter in dead_letter_queue.peek()
@@ -642,4 +675,34 @@ def find_job(
         flow=flow,
         key_slots=key_slots,
         durable=durable,
+        callback_of=callback,
     )
+
+
+def _record_item(dynamodb: Any, table: str, idempotency_key: str) -> dict[str, Any] | None:
+    found = dynamodb.get_item(
+        TableName=table, Key={"id": {"S": idempotency_record_id(idempotency_key)}}, ConsistentRead=True
+    )
+    return found.get("Item")
+
+
+def _callback_run(
+    dynamodb: Any, table: str, job: str, entity_id: str
+) -> tuple[CallbackOf, str, dict[str, Any] | None] | None:
+    """The callback `<job>:<id>` of the batch that last named it: what it is, its key, and its run's record (None:
+    not run yet); None when no batch names it."""
+    pointer = dynamodb.get_item(
+        TableName=table, Key={"id": {"S": callback_pointer_id(job, entity_id)}}, ConsistentRead=True
+    ).get("Item")
+    if pointer is None:
+        return None
+    batch_id = pointer[POINTED_BATCH]["S"]
+    named = [kind for kind in CALLBACK_KINDS if kind in pointer.get(POINTED_KINDS, {}).get("SS", [])]
+    if not named:
+        return None
+    keys = {kind: callback_key(batch_id, kind) for kind in named}
+    records = {kind: _record_item(dynamodb, table, scoped_key(job, keys[kind], None)) for kind in named}
+    # The kind that ran, if one did (the complete callback first: every batch that ends publishes it).
+    shown = next((kind for kind in reversed(named) if records[kind] is not None), named[-1])
+    others = tuple((kind, keys[kind]) for kind in named if kind != shown)
+    return CallbackOf(batch_id, shown, others), keys[shown], records[shown]

@@ -60,6 +60,8 @@ def show(
         click.echo(shown(f"{name}:{entity_id} on {queue}: {found.verdict}"))
         click.echo(shown(f"  {found.explanation()}"))
         click.echo(shown(f"  idempotency key: {found.idempotency_key}"))
+        if found.callback_of is not None:
+            click.echo(shown(f"  callback:        {found.callback_of.describe()}"))
         record = found.record
         if record is not None:
             if record.completed_at is not None:
