@@ -135,3 +135,38 @@ def test_each_other_lane_has_its_queues_alarms_and_is_found_by_its_parameters(
 
 def test_lanes_raise_no_cdk_nag_finding(laned: tuple[dict[str, Any], Any]) -> None:
     assert unacknowledged_findings(laned[1]) == []
+
+
+def test_the_dashboard_graphs_each_lane_side_by_side_against_its_alarms(laned: tuple[dict[str, Any], Any]) -> None:
+    from tests.infra.dashboard_checks import dashboard_body, graph, horizontal_lines, plain_metrics
+
+    resources = laned[0]["Resources"]
+    body = dashboard_body(resources)
+    lanes = {
+        "high": f"{_queue(resources, f'{STACK}-lanes-high')}.QueueName",
+        "normal": f"{_queue(resources, f'{STACK}-lanes')}.QueueName",
+    }
+    shown = {
+        "backlog of each priority lane": "ApproximateNumberOfMessagesVisible",
+        "age of the oldest job of each priority lane (s)": "ApproximateAgeOfOldestMessage",
+        "in flight on each priority lane": "ApproximateNumberOfMessagesNotVisible",
+        "jobs taken from each priority lane (per 5 min)": "NumberOfMessagesReceived",
+    }
+    for title, metric in shown.items():
+        widget = graph(body, f"{QUEUE}: {title}")
+        lines = [(name, dims, options["label"]) for _, name, dims, options in plain_metrics(widget)]
+        # Each lane's own queue, the most urgent first, labelled by its lane.
+        assert lines == [(metric, {"QueueName": lanes[lane]}, lane) for lane in ("high", "normal")], title
+    assert horizontal_lines(graph(body, f"{QUEUE}: backlog of each priority lane")) == {
+        "backlog alarm (each lane)": SPEC.alarms.backlog
+    }
+    assert horizontal_lines(graph(body, f"{QUEUE}: age of the oldest job of each priority lane (s)")) == {
+        "age alarm (each lane)": SPEC.alarms.oldest_message_age_s
+    }
+
+
+def test_a_queue_without_lanes_has_no_lane_graphs(synth: Any) -> None:
+    from tests.infra.dashboard_checks import dashboard_body
+
+    titles = [widget["properties"].get("title", "") for widget in dashboard_body(synth.resources)["widgets"]]
+    assert titles and not [title for title in titles if "priority lane" in title]

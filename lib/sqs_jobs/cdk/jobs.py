@@ -221,6 +221,7 @@ class JobsComposition:
                     dead_letter_queue=item.dead_letter_queue,
                     function=item.function,
                     limits=catalog.flow_limits(item.spec.name),
+                    lanes=item.lanes,
                 )
                 for item in self.queues.values()
             ],

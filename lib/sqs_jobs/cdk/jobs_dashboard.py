@@ -1,4 +1,5 @@
-"""The stack's CloudWatch dashboard: every alarm's state, one row of graphs per queue, then the job schedules.
+"""The stack's CloudWatch dashboard: every alarm's state, rows of graphs per queue (one more for a queue with
+priority lanes), then the job schedules.
 
 The graphs use the same metric definitions as the alarms (`sqs_jobs.cdk.monitoring`), with the alarm thresholds and
 limits drawn as horizontal lines.
@@ -6,8 +7,8 @@ limits drawn as horizontal lines.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from aws_cdk import Aws, Duration, Fn
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -35,6 +36,12 @@ class DashboardQueue:
     function: lambda_.IFunction
     # The limits its runs pass (Catalog.flow_limits): the flow control graphs are drawn only for a queue with some.
     limits: Sequence[DeclaredLimit] = ()
+    # Its priority lanes other than the default one (whose queue is `queue`), by lane: a row of their own.
+    lanes: Mapping[str, sqs.IQueue] = field(default_factory=dict)
+
+    def lane_queues(self) -> list[tuple[str, sqs.IQueue]]:
+        """Each lane and its queue, the most urgent first; empty for a queue without lanes."""
+        return [(lane, self.lanes.get(lane, self.queue)) for lane in self.spec.lanes]
 
 
 @dataclass(frozen=True)
@@ -230,8 +237,47 @@ class JobsDashboard(Construct):
             *fair,
             *(holds if runs_jobs else []),
         )
+        if item.spec.lanes:
+            self._lanes_row(item)
         if item.limits:
             self._flow_row(item)
+
+    def _lanes_row(self, item: DashboardQueue) -> None:
+        """Only for a queue with priority lanes: each lane's queue, side by side, against the thresholds of its own
+        alarms (the queue's, per lane). The row above graphs the default lane's queue, which has the queue's name."""
+        name, limits = item.spec.name, item.spec.alarms
+        lanes = item.lane_queues()
+        self.dashboard.add_widgets(
+            _graph(
+                f"{name}: backlog of each priority lane",
+                [
+                    queue.metric_approximate_number_of_messages_visible(statistic="Maximum", label=lane)
+                    for lane, queue in lanes
+                ],
+                [cloudwatch.HorizontalAnnotation(value=limits.backlog, label="backlog alarm (each lane)")],
+            ),
+            _graph(
+                f"{name}: age of the oldest job of each priority lane (s)",
+                [
+                    queue.metric_approximate_age_of_oldest_message(statistic="Maximum", label=lane)
+                    for lane, queue in lanes
+                ],
+                [cloudwatch.HorizontalAnnotation(value=limits.oldest_message_age_s, label="age alarm (each lane)")],
+            ),
+            _graph(
+                f"{name}: in flight on each priority lane",
+                [
+                    queue.metric_approximate_number_of_messages_not_visible(statistic="Maximum", label=lane)
+                    for lane, queue in lanes
+                ],
+                [],
+            ),
+            _graph(
+                f"{name}: jobs taken from each priority lane (per 5 min)",
+                [queue.metric_number_of_messages_received(statistic="Sum", label=lane) for lane, queue in lanes],
+                [],
+            ),
+        )
 
     def _flow_row(self, item: DashboardQueue) -> None:
         """Only for a queue whose jobs or endpoints declare limits: elsewhere these graphs would stay empty (an
