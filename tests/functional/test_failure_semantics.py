@@ -60,9 +60,19 @@ TIGHT = QueueSpec(
     ),
 )
 NAP_S = "2.5"
-# The same, with the records of a batch run side by side: nothing waits behind the nap.
+# The same, with the records of a batch run side by side: nothing waits behind the nap. Run one after another,
+# the records after a 3.2 s nap would have less than their 3 s limit plus the margin (8 - 3.2 < 5) and be handed
+# back; side by side they start at once. The nap's limit leaves it 1.8 s to spare on a loaded machine, and its
+# start 1 s (8 - 5 - 2).
+PARALLEL_NAP_S = "3.2"
 TIGHT_PARALLEL = replace(
-    TIGHT, name="tight_parallel", parallel_records=4, jobs=tuple(replace(j, name=f"p_{j.name}") for j in TIGHT.jobs)
+    TIGHT,
+    name="tight_parallel",
+    function_timeout_s=8,
+    parallel_records=4,
+    jobs=tuple(
+        replace(j, name=f"p_{j.name}", time_limit_s=5 if j.name == "nap" else j.time_limit_s) for j in TIGHT.jobs
+    ),
 )
 CATALOG = Catalog(queues=(TESTING, ORDERED, TIGHT, TIGHT_PARALLEL))
 
@@ -256,7 +266,7 @@ def test_records_the_invocation_has_no_time_left_for_are_handed_back_at_once_and
 
 @pytest.mark.slow
 def test_records_run_side_by_side_do_not_wait_behind_a_long_one(testing: Harness) -> None:
-    testing.send(envelope("p_nap", NAP_S), queue="tight_parallel")
+    testing.send(envelope("p_nap", PARALLEL_NAP_S), queue="tight_parallel")
     for entity_id in ("1", "2", "3"):
         testing.send(envelope("p_tight_flaky", entity_id), queue="tight_parallel")
     invocation = testing.deliver("tight_parallel")
