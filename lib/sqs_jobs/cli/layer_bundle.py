@@ -120,7 +120,7 @@ def requirement_name(line: str) -> str | None:
 
 def locked_requirements(project_root: Path, installer: Installer) -> list[str] | None:
     """The `lambda` group of the project's uv.lock, one pinned line per package (None: no lock or no group)."""
-    if not installer.is_uv or not (project_root / "uv.lock").is_file():
+    if not installer.is_uv or not (project_root / "uv.lock").is_file() or not _declares_layer_group(project_root):
         return None
     done = subprocess.run(
         [
@@ -142,11 +142,24 @@ def locked_requirements(project_root: Path, installer: Installer) -> list[str] |
         check=False,
     )
     if done.returncode != 0:
-        if f"'{LAYER_GROUP}'" in done.stderr or "group" in done.stderr.lower():
-            return None
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise BundleError(f"uv export of the {LAYER_GROUP!r} group of {project_root / 'uv.lock'} failed: {last}")
     return [line.strip() for line in done.stdout.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _declares_layer_group(project_root: Path) -> bool:
+    """Whether the project's pyproject.toml declares the `lambda` dependency group (PEP 735 `[dependency-groups]`,
+    what `uv export --only-group` exports); a project without one gets the framework's worker extra."""
+    import tomllib
+
+    try:
+        project = tomllib.loads((project_root / "pyproject.toml").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return False
+    except tomllib.TOMLDecodeError as error:
+        raise BundleError(f"{project_root / 'pyproject.toml'} is not valid TOML: {error}") from None
+    groups = project.get("dependency-groups")
+    return isinstance(groups, dict) and LAYER_GROUP in groups
 
 
 def installed_worker_requirements() -> list[str]:
