@@ -680,10 +680,10 @@ def find_job(
 
 
 def _record_item(dynamodb: Any, table: str, idempotency_key: str) -> dict[str, Any] | None:
-    found = dynamodb.get_item(
+    item: dict[str, Any] | None = dynamodb.get_item(
         TableName=table, Key={"id": {"S": idempotency_record_id(idempotency_key)}}, ConsistentRead=True
-    )
-    return found.get("Item")
+    ).get("Item")
+    return item
 
 
 def _callback_run(
