@@ -328,6 +328,7 @@ def test_job_show_finds_a_callback_by_the_job_and_id_it_was_published_as(harness
     assert shown["callback_of"] == {
         "batch": batch_id,
         "kind": COMPLETE,
+        "published": True,
         "others": [{"kind": SUCCESS, "key": callback_key(batch_id, SUCCESS)}],
     }
     assert f"the complete callback of batch {batch_id}" in as_text.output, as_text.output
@@ -336,6 +337,10 @@ def test_job_show_finds_a_callback_by_the_job_and_id_it_was_published_as(harness
     # And before it ran, it was found as not run yet; before any batch named it, as nothing at all
     assert before.callback_of is not None and before.callback_of.batch_id == batch_id
     assert before.verdict == "not found" and not_yet.callback_of is None
+    assert before.explanation() == (
+        f"not published yet: the complete callback of batch {batch_id}, published once every member has ended "
+        f"(jobctl batch show {batch_id})"
+    )
     # And a job of the same job and ID published under its own key is found as itself
     harness.send(json.dumps({"job": DONE[0], "id": DONE[1], "key": "own"}), queue="callbacks")
     drain(harness, "callbacks")

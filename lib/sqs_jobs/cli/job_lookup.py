@@ -18,7 +18,17 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqs_jobs.batches import CALLBACK_KINDS, POINTED_BATCH, POINTED_KINDS, callback_key, callback_pointer_id
+from sqs_jobs.batches import (
+    CALLBACK_KINDS,
+    COMPLETE_PUBLISHED_AT,
+    POINTED_BATCH,
+    POINTED_KINDS,
+    SUCCESS,
+    SUCCESS_PUBLISHED_AT,
+    batch_item_id,
+    callback_key,
+    callback_pointer_id,
+)
 from sqs_jobs.cli.discovery import QueueLocation
 from sqs_jobs.cli.dlq import DeadLetter, DeadLetterQueue
 from sqs_jobs.cli.errors import OperatorUnreachableError, OperatorUsageError
@@ -335,6 +345,9 @@ class CallbackOf:
     batch_id: str
     kind: str
     others: tuple[tuple[str, str], ...] = ()
+    # Whether its batch has published it: the kind's set is whole (False: its members have not all ended, or for
+    # success, not all succeeded).
+    published: bool = True
 
     def describe(self) -> str:
         said = f"the {self.kind} callback of batch {self.batch_id} (jobctl batch show {self.batch_id})"
@@ -346,6 +359,7 @@ class CallbackOf:
         return {
             "batch": self.batch_id,
             "kind": self.kind,
+            "published": self.published,
             "others": [{"kind": kind, "key": key} for kind, key in self.others],
         }
 
@@ -473,6 +487,13 @@ class JobLookup:
             return f"{failed}; it runs again when its message comes back after its backoff"
         if record is not None:
             return "its record has expired (or its run ended without settling): a delivery would run it again"
+        if self.callback_of is not None and not self.callback_of.published:
+            callback = self.callback_of
+            return (
+                f"not published yet: the {callback.kind} callback of batch {callback.batch_id}, published once "
+                f"{'every member has succeeded' if callback.kind == SUCCESS else 'every member has ended'} "
+                f"(jobctl batch show {callback.batch_id})"
+            )
         return (
             "no record: not run yet (in the queue or delayed), failed and waiting for its next attempt, or its "
             "record expired"
@@ -705,4 +726,18 @@ def _callback_run(
     # The kind that ran, if one did (the complete callback first: every batch that ends publishes it).
     shown = next((kind for kind in reversed(named) if records[kind] is not None), named[-1])
     others = tuple((kind, keys[kind]) for kind in named if kind != shown)
-    return CallbackOf(batch_id, shown, others), keys[shown], records[shown]
+    published = records[shown] is not None or _callback_published(dynamodb, table, batch_id, shown)
+    return CallbackOf(batch_id, shown, others, published), keys[shown], records[shown]
+
+
+def _callback_published(dynamodb: Any, table: str, batch_id: str, kind: str) -> bool:
+    """Whether the batch has marked its `kind` callback published (gone with the batch: say so, as if it were)."""
+    attribute = SUCCESS_PUBLISHED_AT if kind == SUCCESS else COMPLETE_PUBLISHED_AT
+    item = dynamodb.get_item(
+        TableName=table,
+        Key={"id": {"S": batch_item_id(batch_id)}},
+        ProjectionExpression="#published",
+        ExpressionAttributeNames={"#published": attribute},
+        ConsistentRead=True,
+    ).get("Item")
+    return item is None or item.get(attribute, {}).get("N", "0") != "0"
