@@ -665,11 +665,15 @@ class JobPublisher:
         on_success: tuple[str, str] | None = None,
         on_complete: tuple[str, str] | None = None,
         description: str = "",
+        *,
+        priority: str | None = None,
     ) -> str:
         """Publish `jobs` as one batch and return its ID. Each member is an ordinary job (its own key, retries,
         DLQ). Once every member has succeeded, `on_success` (a (job, id) pair) is published; once every member has
         ended, succeeded or dead-lettered, `on_complete` is; each exactly once (docs/workflows.md). A member that is
-        redriven and then succeeds moves from dead to succeeded, and may complete `on_success` then.
+        redriven and then succeeds moves from dead to succeeded, and may complete `on_success` then. `priority`: the
+        lane of every member whose queue has priority lanes (as `publish`'s); the callbacks go to their queues'
+        default lanes.
 
         The batch is written first (one PutItem), then its members are sent (SendMessageBatch, chunks of 10):
         PartialPublishError names the batch and carries the members SQS refused, to send again."""
@@ -706,6 +710,12 @@ class JobPublisher:
                 error.args = (f"batch entry {index} (job {_excerpt(member.job)}, id {_excerpt(member.id)}): {error}",)
                 raise
         self._check_publishable(members, callbacks)
+        for index, member in enumerate(members):
+            try:
+                self._queue_url(member.job, priority)  # a priority a member's queue has no lane for: nothing written
+            except UnknownPriorityError as error:
+                error.args = (f"batch entry {index} (job {_excerpt(member.job)}, id {_excerpt(member.id)}): {error}",)
+                raise
         counting, listed = definition_items(
             batch_id,
             [(member.job, member.id) for member in members],
@@ -727,7 +737,7 @@ class JobPublisher:
         for pointer in callback_pointers(batch_id, callbacks, int(counting[CREATED_AT]["N"])):
             table.client.put_item(TableName=table.table, Item=pointer)
         try:
-            self.publish_many(members)
+            self.publish_many(members, priority=priority)
         except PartialPublishError as partial:
             partial.batch_id = batch_id
             raise

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
 
+from sqs_jobs.contract import UnknownPriorityError
 from sqs_jobs.local.chaos import Chaos
 from sqs_jobs.local.emulator import EventSourceMapping, Invocation
 from sqs_jobs.local.lambda_events import LocalLambdaContext
-from sqs_jobs.local.provision import LocalDeployment, provision
+from sqs_jobs.local.provision import LocalDeployment, LocalLane, provision
 from sqs_jobs.publisher import JobPublisher
 from sqs_jobs.specs import Catalog
 from sqs_jobs.worker.clients import ClientFactory, new_session
@@ -125,6 +126,8 @@ class JobHarness:
     # The queue a call names when it names none; None: the catalog's only queue, if it has one.
     default_queue: str | None = None
     _worker_clients: dict[str, ClientFactory] = field(default_factory=dict)
+    # The receipts of the dead letters `dead_letters` read (hidden for a minute), by DLQ URL: `redrive` shows them.
+    _read_dead_letters: dict[str, list[str]] = field(default_factory=dict)
     # The catalog's durable jobs' functions (AWS's durable execution testing SDK), made on first use.
     _durables: LocalDurableFunctions | None = None
 
@@ -289,10 +292,21 @@ class JobHarness:
             chaos=chaos,
         )
 
-    def send(self, body: str, queue: str | None = None, **extra: Any) -> str:
-        """Send a raw message body, as a producer in any language (or a hostile one) might."""
-        url = self.deployment.queues[self.queue_name(queue)].url
+    def send(self, body: str, queue: str | None = None, *, lane: str | None = None, **extra: Any) -> str:
+        """Send a raw message body, as a producer in any language (or a hostile one) might; `lane`: to that
+        priority lane's queue (default: the queue's own, its default lane)."""
+        url = self._source(queue, lane).url
         return str(self.clients("sqs").send_message(QueueUrl=url, MessageBody=body, **extra)["MessageId"])
+
+    def _source(self, queue: str | None, lane: str | None) -> LocalLane:
+        local = self.deployment.queues[self.queue_name(queue)]
+        if lane is None:
+            return next(source for source in local.sources if source.url == local.url)
+        found = [source for source in local.sources if source.name == lane]
+        if not found:
+            lanes = ", ".join(str(source.name) for source in local.sources if source.name) or "none"
+            raise UnknownPriorityError(f"queue {local.spec.name!r} has no lane {lane!r}; its lanes: {lanes}")
+        return found[0]
 
     def deliver(
         self, queue: str | None = None, worker: Worker | None = None, timeout_s: float | None = None
@@ -333,17 +347,28 @@ class JobHarness:
         return visible, in_flight
 
     def peek(self, queue: str | None = None) -> dict[str, Any]:
-        """The one message waiting on a source queue, with its attributes, left there (visible again at once)."""
+        """The one message waiting on the queue (on whichever of its priority lanes), with its attributes, left
+        there (visible again at once). AssertionError when none waits, or more than one."""
         sqs = self.clients("sqs")
-        url = self.deployment.queues[self.queue_name(queue)].url
-        [message] = sqs.receive_message(
-            QueueUrl=url, MessageAttributeNames=["All"], MessageSystemAttributeNames=["All"]
-        )["Messages"]
-        sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
-        return dict(message)
+        found = []
+        for source in self.deployment.queues[self.queue_name(queue)].sources:
+            received = sqs.receive_message(
+                QueueUrl=source.url,
+                MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"],
+                MessageSystemAttributeNames=["All"],
+            )
+            for message in received.get("Messages", []):
+                sqs.change_message_visibility(
+                    QueueUrl=source.url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+                )
+                found.append(dict(message))
+        assert len(found) == 1, f"peek: {len(found)} messages wait on {self.queue_name(queue)!r}, not one"
+        return found[0]
 
     def dead_letters(self, queue: str | None = None) -> list[dict[str, Any]]:
-        """Every message on the queue's DLQ, with its evidence (attributes_of), hidden for a minute once read."""
+        """Every message on the queue's DLQ, with its evidence (attributes_of). Each is hidden for a minute once
+        read (as a receive does), so that one call sees each once; `redrive` takes them all the same."""
         sqs = self.clients("sqs")
         url = self.deployment.queues[self.queue_name(queue)].dlq_url
         found: list[dict[str, Any]] = []
@@ -356,8 +381,31 @@ class JobHarness:
                 VisibilityTimeout=60,
             ).get("Messages", [])
             if not batch:
+                self._read_dead_letters.setdefault(url, []).extend(message["ReceiptHandle"] for message in found)
                 return found
             found.extend(batch)
+
+    def redrive(self, queue: str | None = None) -> int:
+        """Move every dead letter of the queue back to it, each to the priority lane it came from, as `jobctl dlq
+        redrive` does (those `dead_letters` read too); how many moved."""
+        from sqs_jobs.cli.discovery import LaneLocation
+        from sqs_jobs.cli.dlq import DeadLetterQueue, Filter
+        from sqs_jobs.worker.provenance import Provenance
+
+        local = self.deployment.queues[self.queue_name(queue)]
+        sqs = self.clients("sqs")
+        for receipt in self._read_dead_letters.pop(local.dlq_url, []):
+            with contextlib.suppress(Exception):  # taken since (a redrive, a test's own receive)
+                sqs.change_message_visibility(QueueUrl=local.dlq_url, ReceiptHandle=receipt, VisibilityTimeout=0)
+        dlq = DeadLetterQueue(
+            sqs,
+            local.dlq_url,
+            local.url,
+            Provenance.of([local.worker_role_id]),
+            receive_wait_s=0,
+            lanes=[LaneLocation(lane.name, lane.url, lane.arn) for lane in local.lanes],
+        )
+        return dlq.move(Filter()).moved
 
     def resource(self, name: str) -> str:
         """A catalog resource's local value (a table's or bucket's name, a URL, a secret's ARN), as jobs get it."""
