@@ -75,6 +75,10 @@ def test_init_writes_a_project_whose_catalog_is_its_own(project: Path) -> None:
         line for name in ("requirements.txt", "pyproject.toml") for line in (project / name).read_text().splitlines()
     ]
     assert [line for line in lines if pinned in line] == [f"sqs-jobs[worker,cdk,cli,testing]{pinned}"]
+    # Its README installs the framework from where the team keeps it, never from the public PyPI (not published
+    # there: a package of that name would be someone else's).
+    readme = (project / "README.md").read_text()
+    assert "pypi.org" not in readme and "not published on the public PyPI" in readme
     # Nothing of this repository: no example job, no import of its tests.
     texts = "\n".join(path.read_text() for path in project.rglob("*.py") if ".venv" not in path.parts)
     assert "order_confirmation" not in texts and "tests.functional" not in texts

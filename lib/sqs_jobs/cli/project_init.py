@@ -62,10 +62,13 @@ class ProjectSettings:
             "next_minor": _next_minor(framework_version()),
             "find_links": f"--find-links {self.find_links} " if self.find_links else "",
             "install_note": (
-                "(`--find-links`: where the sqs-jobs wheel is; drop it once sqs-jobs is on your package index.)"
+                "(`--find-links`: where the sqs-jobs wheel is; drop it once sqs-jobs is on your team's package index.)"
                 if self.find_links
-                else "(sqs-jobs comes from your package index; where it isn't, add `--find-links DIR`, its wheel's.)"
-            ),
+                else "(sqs-jobs comes from your team's package index; where it isn't, add `--find-links DIR`, its "
+                "wheel's.)"
+            )
+            # Not on the public PyPI: a package of that name there is someone else's.
+            + " sqs-jobs is not published on the public PyPI: install it only from your team's index or its wheel.",
         }
 
 
