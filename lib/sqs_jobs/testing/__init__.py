@@ -347,24 +347,19 @@ class JobHarness:
         return visible, in_flight
 
     def peek(self, queue: str | None = None) -> dict[str, Any]:
-        """The one message waiting on the queue (on whichever of its priority lanes), with its attributes, left
-        there (visible again at once). AssertionError when none waits, or more than one."""
+        """The message a receive of the queue gives first (of its most urgent priority lane that has one), with its
+        attributes, left there (visible again at once). AssertionError when nothing waits."""
         sqs = self.clients("sqs")
-        found = []
         for source in self.deployment.queues[self.queue_name(queue)].sources:
             received = sqs.receive_message(
-                QueueUrl=source.url,
-                MaxNumberOfMessages=10,
-                MessageAttributeNames=["All"],
-                MessageSystemAttributeNames=["All"],
-            )
-            for message in received.get("Messages", []):
+                QueueUrl=source.url, MessageAttributeNames=["All"], MessageSystemAttributeNames=["All"]
+            ).get("Messages", [])
+            for message in received:
                 sqs.change_message_visibility(
                     QueueUrl=source.url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
                 )
-                found.append(dict(message))
-        assert len(found) == 1, f"peek: {len(found)} messages wait on {self.queue_name(queue)!r}, not one"
-        return found[0]
+                return dict(message)
+        raise AssertionError(f"peek: nothing waits on {self.queue_name(queue)!r}")
 
     def dead_letters(self, queue: str | None = None) -> list[dict[str, Any]]:
         """Every message on the queue's DLQ, with its evidence (attributes_of). Each is hidden for a minute once
