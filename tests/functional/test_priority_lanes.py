@@ -159,3 +159,16 @@ def test_the_harness_counts_what_waits_on_every_lane(clients: ClientFactory) -> 
     publisher.publish("send_mail", "news-1")
 
     assert harness.queue_counts("mail") == (2, 0)  # one on each lane's queue
+
+
+def test_jobctl_locals_banner_names_each_lanes_queue(clients: ClientFactory) -> None:
+    from sqs_jobs.cli.commands.local import queue_lines
+
+    harness = JobHarness.provisioned(clients, CATALOG)
+    mail, plain = harness.deployment.queues["mail"], harness.deployment.queues["plain"]
+    assert queue_lines(harness.deployment) == [
+        f"  queue mail: {mail.url}  (DLQ {mail.dlq_url}, its normal lane)",
+        f"    lane high: {_lane_url(mail, 'high')}",
+        f"    lane bulk: {_lane_url(mail, 'bulk')}",
+        f"  queue plain: {plain.url}  (DLQ {plain.dlq_url})",
+    ]

@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
@@ -17,6 +17,9 @@ from sqs_jobs.local.chaos import ChaosSettings, ChaosSpecError
 from sqs_jobs.local.engine import DEFAULT_PORT, LocalEngine
 from sqs_jobs.local.scheduler import FastClock
 from sqs_jobs.local.standins import StandInError, parse_standin_option
+
+if TYPE_CHECKING:
+    from sqs_jobs.local.provision import LocalDeployment
 
 
 def _standin_options(values: tuple[str, ...]) -> dict[str, dict[str, str]]:
@@ -119,8 +122,8 @@ def local(
         fail(f"cannot start the local engine (port {port}, or a stand-in's port): {error.strerror}")
     assert engine.deployment is not None
     click.echo(f"local engine ready at {engine.endpoint_url} (region {engine.region}, stack {engine.stack_name})")
-    for name, queue in engine.deployment.queues.items():
-        click.echo(f"  queue {name}: {queue.url}  (DLQ {queue.dlq_url})")
+    for line in queue_lines(engine.deployment):
+        click.echo(line)
     for name, value in engine.deployment.resources.items():
         kind = engine.catalog.resource(name).kind
         shown = f"{value}  (stand-in)" if name in engine.standins else value
@@ -146,3 +149,14 @@ def local(
     if provider is not None:
         provider.shutdown()
     click.echo("local engine stopped", err=True)
+
+
+def queue_lines(deployment: LocalDeployment) -> list[str]:
+    """The banner's line per queue, and one per priority lane other than the queue's own (its default lane's)."""
+    lines = []
+    for name, queue in deployment.queues.items():
+        default = queue.spec.default_lane
+        lane = f", its {default} lane" if default else ""
+        lines.append(f"  queue {name}: {queue.url}  (DLQ {queue.dlq_url}{lane})")
+        lines += [f"    lane {other.name}: {other.url}" for other in queue.lanes if other.url != queue.url]
+    return lines
