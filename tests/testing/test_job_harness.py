@@ -77,3 +77,19 @@ def test_a_permanent_failure_is_dead_lettered_once_with_its_evidence(jobs: JobHa
 def test_a_call_that_names_no_queue_of_a_catalog_with_several_is_refused(jobs: JobHarness) -> None:
     with pytest.raises(NoQueueNamedError, match=r"^name the queue: the catalog has 2 \(work, maintenance\)$"):
         jobs.deliver()
+
+
+def test_a_job_delayed_past_sqss_15_minutes_is_scheduled_and_runs_once_its_schedule_fires(jobs: JobHarness) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    published_at = datetime.now(UTC)
+    jobs.publisher().publish("flaky", "later-1", delay=timedelta(hours=2))
+    # Nothing on the queue: the job waits in a one-time schedule, as EventBridge Scheduler holds it on AWS
+    assert jobs.queue_counts("work") == (0, 0)
+    assert jobs.fire_schedules(published_at + timedelta(minutes=90)) == []
+    # When its time comes, the schedule sends it with the queue's scheduler role, once; then it runs
+    [fired] = jobs.fire_schedules(published_at + timedelta(hours=2, minutes=1))
+    assert fired.delivered and fired.scheduled_time >= published_at + timedelta(hours=2) - timedelta(seconds=1)
+    assert jobs.fire_schedules(published_at + timedelta(hours=3)) == []  # a one-time schedule, deleted once fired
+    jobs.drain("work")
+    assert flaky.SIDE_EFFECTS["later-1"] == 1

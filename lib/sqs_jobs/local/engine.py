@@ -40,7 +40,7 @@ from sqs_jobs.local.moto_limits import enforce_message_limits
 from sqs_jobs.local.moto_locks import serialize_moto
 from sqs_jobs.local.moto_senders import record_senders
 from sqs_jobs.local.provision import LocalDeployment, provision, worker_function_name
-from sqs_jobs.local.scheduler import LocalScheduler, LocalSchedules, provision_schedules
+from sqs_jobs.local.scheduler import LocalScheduler, LocalSchedules, provision_schedules, scheduler_role_session
 from sqs_jobs.local.standins import build_standins
 from sqs_jobs.specs import Catalog
 from sqs_jobs.stack_names import DEFAULT_STACK_NAME, durable_function_name, local_callbacks_parameter_name
@@ -339,15 +339,7 @@ class LocalEngine:
     def _role_sqs(self, role_arn: str) -> Any:
         """An SQS client on the credentials of `role_arn` (a scheduler role), as the scheduler sends with."""
         if role_arn not in self._role_clients:
-            credentials = self.clients()("sts").assume_role(RoleArn=role_arn, RoleSessionName="scheduler")[
-                "Credentials"
-            ]
-            session = new_session(
-                aws_access_key_id=credentials["AccessKeyId"],
-                aws_secret_access_key=credentials["SecretAccessKey"],
-                aws_session_token=credentials["SessionToken"],
-                region_name=self.region,
-            )
+            session = scheduler_role_session(self.clients()("sts"), role_arn, self.region)
             self._role_clients[role_arn] = self.clients(session)("sqs")
         return self._role_clients[role_arn]
 

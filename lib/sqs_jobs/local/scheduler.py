@@ -139,6 +139,19 @@ class Firing:
     fired_at: datetime
 
 
+def scheduler_role_session(sts: Any, role_arn: str, region: str) -> Any:
+    """A session on the credentials of `role_arn` (a queue's scheduler role), as the scheduler sends with."""
+    from sqs_jobs.worker.clients import new_session
+
+    credentials = sts.assume_role(RoleArn=role_arn, RoleSessionName="scheduler")["Credentials"]
+    return new_session(
+        aws_access_key_id=credentials["AccessKeyId"],
+        aws_secret_access_key=credentials["SecretAccessKey"],
+        aws_session_token=credentials["SessionToken"],
+        region_name=region,
+    )
+
+
 def fill_context(template: str, schedule_arn: str, scheduled_time: datetime) -> str:
     """The target input with EventBridge Scheduler's context attributes replaced, as AWS does at each firing."""
     values = {

@@ -26,6 +26,7 @@ import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
 
@@ -34,6 +35,7 @@ from sqs_jobs.local.chaos import Chaos
 from sqs_jobs.local.emulator import EventSourceMapping, Invocation
 from sqs_jobs.local.lambda_events import LocalLambdaContext
 from sqs_jobs.local.provision import LocalDeployment, LocalLane, provision
+from sqs_jobs.local.scheduler import Firing, LocalScheduler, LocalSchedules, provision_schedules, scheduler_role_session
 from sqs_jobs.publisher import JobPublisher
 from sqs_jobs.specs import Catalog
 from sqs_jobs.worker.clients import ClientFactory, new_session
@@ -128,6 +130,8 @@ class JobHarness:
     _worker_clients: dict[str, ClientFactory] = field(default_factory=dict)
     # The receipts of the dead letters `dead_letters` read (hidden for a minute), by DLQ URL: `redrive` shows them.
     _read_dead_letters: dict[str, list[str]] = field(default_factory=dict)
+    # The stack's scheduler (EventBridge Scheduler on moto), made on first use.
+    _schedules: LocalSchedules | None = None
     # The catalog's durable jobs' functions (AWS's durable execution testing SDK), made on first use.
     _durables: LocalDurableFunctions | None = None
 
@@ -244,15 +248,40 @@ class JobHarness:
                 aws_access_key_id="test",
                 aws_secret_access_key="test",
             )
+        self.schedules()  # the stack's scheduler: a delay past SQS's 15 minutes is a one-time schedule
         return JobPublisher.from_stack(
             self.clients("ssm"),
             self.clients("sqs"),
+            self.clients("scheduler"),
             stack_name=self.deployment.stack_name,
             catalog=self.catalog,
             dynamodb_client=self.clients("dynamodb"),
             results_client=self.clients("dynamodb"),
             lambda_client=lambda_client,
         )
+
+    def schedules(self) -> LocalSchedules:
+        """The stack's EventBridge Scheduler part as the local engine makes it (its group, each queue's role, the
+        catalog's recurring schedules), made on first use."""
+        if self._schedules is None:
+            self._schedules = provision_schedules(self.clients, self.deployment, self.catalog)
+        return self._schedules
+
+    def fire_schedules(self, at: datetime | None = None) -> list[Firing]:
+        """Fire every schedule due by `at` (default: now), each once, as EventBridge Scheduler would: a job
+        published with a delay past 15 minutes, or a recurring schedule's next run, sent to its queue with its
+        queue's scheduler role; what fired. `publisher().publish(..., delay=timedelta(hours=2))`, then
+        `fire_schedules(at=datetime.now(UTC) + timedelta(hours=2))`, then `drain()`."""
+        moment = at or datetime.now(UTC)
+        scheduler = LocalScheduler(
+            self.clients,
+            lambda role_arn: ClientFactory(session=scheduler_role_session(self.clients("sts"), role_arn, REGION))(
+                "sqs"
+            ),
+            self.schedules(),
+            clock=lambda: moment,
+        )
+        return scheduler.tick()
 
     def publish(self, job: str, entity_id: str, **options: Any) -> str | None:
         """Publish one job as a service would (JobPublisher.publish, its checks included); its message ID."""
