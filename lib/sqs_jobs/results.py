@@ -18,15 +18,6 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqs_jobs.batches import (
-    CALLBACK_POINTER_PREFIX,
-    COMPLETE,
-    POINTED_BATCH,
-    POINTED_KINDS,
-    SUCCESS,
-    callback_key,
-    callback_pointer_id,
-)
 from sqs_jobs.envelope import checked_identifier
 from sqs_jobs.worker.key_life import (
     COMPLETED_RUN,
@@ -77,13 +68,10 @@ RESULT_ATTRIBUTES = (
     CANCEL_REQUESTED_AT,
     # A durable job's record (sqs_jobs.durable.record) has the same status, error and time attributes, and this.
     "ended_at",
-    # Which batch last named a job and ID as its callback (sqs_jobs.batches.callback_pointers), and as which kinds.
-    POINTED_BATCH,
-    POINTED_KINDS,
 )
-# Every job key's record and durable job's record, and which batch a callback is of; nothing else the table holds
-# (a batch's own items, a unique window's, a rate limit's items, a durable sweep's).
-RESULT_KEYS = (f"{IDEMPOTENCY_KEY_PREFIX}#*", f"{DURABLE_RECORD_PREFIX}*", f"{CALLBACK_POINTER_PREFIX}*")
+# Every job key's record and durable job's record, and nothing else the table holds (a batch's, a unique window's,
+# a rate limit's items, a durable sweep's).
+RESULT_KEYS = (f"{IDEMPOTENCY_KEY_PREFIX}#*", f"{DURABLE_RECORD_PREFIX}*")
 # How often a waiting read polls: from the first interval, doubling, up to the last.
 FIRST_POLL_S = 0.1
 LONGEST_POLL_S = 1.0
@@ -233,16 +221,10 @@ class JobResults:
         )
         deadline = self._monotonic() + (wait_s or 0.0)
         interval = FIRST_POLL_S
-        # A batch's callback runs under the key its batch names: looked for while nothing ran under its own.
-        may_be_callback = key is None and tenant is None
         while True:
-            record = self._record(scoped)
-            if may_be_callback and not record.found:
-                callback = self._callback_key(job, job_id)
-                if callback is not None:
-                    scoped, may_be_callback = callback, False
-                    record = self._record(scoped)
-            result = job_result(job, job_id, scoped, record, self._clock(), forgotten_after_s=forgotten_after_s)
+            result = job_result(
+                job, job_id, scoped, self._record(scoped), self._clock(), forgotten_after_s=forgotten_after_s
+            )
             if durable:
                 result = self._execution(result, scoped)
             left = deadline - self._monotonic()
@@ -250,18 +232,6 @@ class JobResults:
                 return result
             self._sleep(min(interval, left))
             interval = min(interval * 2, LONGEST_POLL_S)
-
-    def _callback_key(self, job: str, job_id: str) -> str | None:
-        """The key `<job>:<id>` runs under as the callback of the batch that last named it (sqs_jobs.batches):
-        the kind that ran, the complete one first; else the complete one, which every batch that ends publishes;
-        None when no batch names it."""
-        pointer = self._item(callback_pointer_id(job, job_id)) or {}
-        batch_id = pointer.get(POINTED_BATCH, {}).get("S")
-        named = [kind for kind in (COMPLETE, SUCCESS) if kind in pointer.get(POINTED_KINDS, {}).get("SS", [])]
-        if batch_id is None or not named:
-            return None
-        keys = [scoped_key(job, callback_key(batch_id, kind), None) for kind in named]
-        return next((scoped for scoped in keys if self._record(scoped).found), keys[0])
 
     def _record(self, scoped: str) -> KeyRecord:
         record_id = idempotency_record_id(scoped)

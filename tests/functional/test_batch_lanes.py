@@ -1,6 +1,6 @@
 """A batch on a queue with priority lanes, as a new team writes it with the testing API: its members published to
-a lane, a dead member redriven to its lane, and its callback read back by the job and ID it was published as
-(jobctl job show and JobPublisher.result). docs/workflows.md, docs/priorities.md, docs/testing.md."""
+a lane, a dead member redriven to its lane, and its callback found by the job and ID it was published as (jobctl
+job show) and read back by its key (JobPublisher.result). docs/workflows.md, docs/priorities.md, docs/testing.md."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sqs_jobs.batches import batch_item_id
+from sqs_jobs.batches import COMPLETE, SUCCESS, batch_item_id, callback_key
 from sqs_jobs.contract import UnknownPriorityError
 from sqs_jobs.results import JobState
 from sqs_jobs.specs import Catalog, JobSpec, QueueSpec
@@ -81,8 +81,9 @@ def test_a_dead_member_is_redriven_to_its_lane_and_the_callbacks_are_read_by_the
     )
     drain_all(harness)
     # The digest ran; the success callback is not due: read by its job and ID, it is pending and not yet published.
-    assert publisher.result("digest", "r-9").state is JobState.SUCCEEDED
-    assert publisher.result("rendered", "r-9").state is JobState.PENDING
+    complete, success = (callback_key(batch_id, kind) for kind in (COMPLETE, SUCCESS))
+    assert publisher.result("digest", "r-9", key=complete).state is JobState.SUCCEEDED
+    assert publisher.result("rendered", "r-9", key=success).state is JobState.PENDING
     local = harness.deployment.queues["notices"]
     shown = find_job(
         spec=CATALOG.queue("notices"),
@@ -104,7 +105,9 @@ def test_a_dead_member_is_redriven_to_its_lane_and_the_callbacks_are_read_by_the
     assert [body["id"] for body in lane_bodies(harness, "urgent")] == ["bad-1"]  # back on its own lane
     drain_all(harness)
     # Then the success callback ran, and its result is read by the job and ID it was published as
-    assert publisher.result("rendered", "r-9").state is JobState.SUCCEEDED
+    assert publisher.result("rendered", "r-9", key=success).state is JobState.SUCCEEDED
+    # Read by the job and ID alone, it is another job, never published: the callback's result is not given for it
+    assert publisher.result("rendered", "r-9").state is JobState.PENDING
     assert tallied.RUNS[("rendered", "r-9")] == 1 and tallied.RUNS[("digest", "r-9")] == 1
     item = harness.clients("dynamodb").get_item(
         TableName=harness.deployment.idempotency_table, Key={"id": {"S": batch_item_id(batch_id)}}

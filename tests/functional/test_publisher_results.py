@@ -172,14 +172,6 @@ def test_a_read_asks_for_the_results_attributes_only_of_a_key_record_only(mail: 
     asked = {request["ExpressionAttributeNames"][name.strip()] for name in request["ProjectionExpression"].split(",")}
     assert asked <= set(RESULT_ATTRIBUTES) and "data" in asked
     assert request["ConsistentRead"] is True and "Select" not in request
-    # A job that never ran under its own key may be a batch's callback: that read is within the grant too.
-    requests.clear()
-    JobResults(dynamodb, mail.deployment.idempotency_table).read("odd_result", "never-published")
-    assert [request["Key"]["id"]["S"].split("#")[0] + "#" for request in requests] == ["jobs#", "batch#"]
-    assert requests[1]["Key"]["id"]["S"].startswith("batch#callback#")
-    for request in requests:
-        names = request["ExpressionAttributeNames"]
-        assert {names[name.strip()] for name in request["ProjectionExpression"].split(",")} <= set(RESULT_ATTRIBUTES)
 
 
 def test_a_publisher_without_a_reader_or_an_unknown_job_is_told_so(mail: Harness) -> None:

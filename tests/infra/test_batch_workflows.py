@@ -167,8 +167,7 @@ def test_a_service_finds_the_results_table_and_may_read_only_a_results_attribute
     # AWS's own example of attribute-level access (IAM User Guide, "Allows access to specific attributes"), on
     # key records only: never a traceback, a dead letter's body or who ran it.
     assert reading["Condition"] == {
-        # (and which batch a callback is of: JobPublisher.result finds a batch's callback by its job and ID)
-        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["jobs#*", "durable#*", "batch#callback#*"]},
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["jobs#*", "durable#*"]},
         "ForAllValues:StringEquals": {"dynamodb:Attributes": list(RESULT_ATTRIBUTES)},
         "StringEqualsIfExists": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
     }
