@@ -725,7 +725,11 @@ class JobPublisher:
             # What the worker compares before counting: a member is its envelope, not only its job and ID.
             digests=[member_digest(member) for member in members],
         )
-        # The members' list first: a batch exists for the workers once its counting item does.
+        # Where `jobctl job show` finds each callback's run by its job and ID: this batch, the latest to name it.
+        # Written first: one that fails leaves no batch behind (a pointer to none reads as no batch).
+        for pointer in callback_pointers(batch_id, callbacks, int(counting[CREATED_AT]["N"])):
+            table.client.put_item(TableName=table.table, Item=pointer)
+        # The members' list next: a batch exists for the workers once its counting item does.
         for item in (listed, counting):
             table.client.put_item(
                 TableName=table.table,
@@ -733,9 +737,6 @@ class JobPublisher:
                 ConditionExpression="attribute_not_exists(#id)",
                 ExpressionAttributeNames={"#id": "id"},
             )
-        # Where `jobctl job show` finds each callback's run by its job and ID: this batch, the latest to name it.
-        for pointer in callback_pointers(batch_id, callbacks, int(counting[CREATED_AT]["N"])):
-            table.client.put_item(TableName=table.table, Item=pointer)
         try:
             self.publish_many(members, priority=priority)
         except PartialPublishError as partial:

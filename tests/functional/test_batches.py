@@ -474,6 +474,64 @@ def test_a_callback_its_last_count_could_not_publish_is_published_by_a_later_hea
     assert callback_runs() == 1
 
 
+def test_a_callback_that_ran_but_was_never_marked_is_marked_by_a_later_heartbeat_not_published_again(
+    harness: Harness,
+) -> None:
+    from sqs_jobs.batches import open_life
+    from sqs_jobs.specs import HEARTBEAT_JOB
+    from sqs_jobs.worker.batch_members import OWED_AFTER_S
+
+    # Given a one-member batch whose callback was published and ran, but whose mark was lost (the batch open)
+    batch_id = harness.stack_publisher().batch([("member", "8")], on_complete=DONE)
+    drain(harness, "members")
+    drain(harness, "callbacks")
+    harness.clients("dynamodb").update_item(
+        TableName=harness.deployment.idempotency_table,
+        Key={"id": {"S": batch_item_id(batch_id)}},
+        UpdateExpression="SET complete_published_at = :zero, life = :open",
+        ExpressionAttributeValues={":zero": {"N": "0"}, ":open": {"S": open_life(batch_id)}},
+    )
+    # When a heartbeat goes through the members' worker long after
+    worker = harness.worker("members", clock=lambda: time.time() + OWED_AFTER_S + 60)
+    harness.send(json.dumps({"job": HEARTBEAT_JOB, "id": "beat-marks"}), queue="members")
+    drain_with(harness, "members", worker)
+    # Then it marks the callback without publishing it again: a copy could run a dead-lettered callback again
+    assert harness.queue_counts("callbacks") == (0, 0) and callback_runs() == 1
+    item = batch_item(harness, batch_id)
+    assert item["complete_published_at"]["N"] != "0" and "life" not in item
+
+
+def test_an_open_batch_that_cant_be_read_stops_neither_the_count_nor_the_others(harness: Harness) -> None:
+    from sqs_jobs.batches import STALLED_AFTER_S, open_life
+    from sqs_jobs.specs import HEARTBEAT_JOB
+    from sqs_jobs.worker.names import RUNTIME_FAULT, STALLED_BATCHES
+    from tests.functional.conftest import metric_values
+
+    # Given an open batch quiet for over an hour, and beside it an item in the open batches' index without a size
+    quiet = harness.stack_publisher().batch([("member", "2"), ("member", "3")])
+    long_ago = str(int(time.time()) - STALLED_AFTER_S - 60)
+    table, dynamodb = harness.deployment.idempotency_table, harness.clients("dynamodb")
+    dynamodb.update_item(
+        TableName=table,
+        Key={"id": {"S": batch_item_id(quiet)}},
+        UpdateExpression="SET life_at = :long_ago",
+        ExpressionAttributeValues={":long_ago": {"N": long_ago}},
+    )
+    broken = "f" * 32
+    dynamodb.put_item(
+        TableName=table,
+        Item={"id": {"S": batch_item_id(broken)}, "life": {"S": open_life(broken)}, "life_at": {"N": long_ago}},
+    )
+    # When a heartbeat goes through a worker
+    harness.send(json.dumps({"job": HEARTBEAT_JOB, "id": "beat-broken"}), queue="callbacks")
+    drain(harness, "callbacks")
+    # Then both are counted as stalled, and the one it could not read is the runtime's fault
+    [document] = [line for line in harness.metrics() if STALLED_BATCHES in line]
+    assert metric_values(document, STALLED_BATCHES) == [2.0]
+    assert [line for line in harness.log_lines() if line.get("message", "").startswith("could not publish a batch")]
+    assert any(RUNTIME_FAULT in line for line in harness.metrics())
+
+
 def drain_with(harness: Harness, queue: str, worker: Any) -> None:
     while harness.deliver(queue, worker=worker) is not None:
         pass

@@ -63,7 +63,7 @@ from sqs_jobs.specs import HEARTBEAT_JOB, Catalog, JobSpec, QueueSpec
 from sqs_jobs.worker.batch_members import OWED_AFTER_S
 from sqs_jobs.worker.clients import ClientFactory, new_session
 from sqs_jobs.worker.key_life import KeyRecord, KeyState, scoped_key, split_key
-from sqs_jobs.worker.names import FLOW_SLOT_PREFIX, LifeState
+from sqs_jobs.worker.names import FINISHED_BY_HEARTBEAT, FLOW_SLOT_PREFIX, LifeState
 from sqs_jobs.worker.observability import Observability
 from sqs_jobs.worker.provenance import ORIGINAL_MESSAGE
 from sqs_jobs.worker.run_ledger import LISTING_CONDITION
@@ -557,6 +557,11 @@ class JobLives(RuleBasedStateMachine):
         self.ahead_s += OWED_AFTER_S
         self.harness.send(json.dumps({"job": HEARTBEAT_JOB, "id": "settled"}), queue=QUEUE)
         self._until_empty()
+        finished = [line for line in self.harness.log_lines() if line.get("message") == FINISHED_BY_HEARTBEAT]
+        RAN["callbacks the heartbeat finished"] += len(finished)
+        # Only a fault on the runtime's own calls leaves a batch's callback to the heartbeat: the count path itself
+        # must never need it.
+        assert not finished or self.faults.fired.total() > 0, f"the heartbeat finished {finished} with no fault"
         wait_for_abandoned_runs()
         self.promises_hold()
         records = self._records()
@@ -782,7 +787,15 @@ def test_every_promise_holds_where_the_features_meet(monkeypatch: pytest.MonkeyP
     steps = sum(
         count
         for name, count in RAN.items()
-        if name not in ("examples", "batch settled", "chain settled", "flow settled", "follow-up checked")
+        if name
+        not in (
+            "examples",
+            "batch settled",
+            "chain settled",
+            "flow settled",
+            "follow-up checked",
+            "callbacks the heartbeat finished",
+        )
         and not name.startswith("fault ")
     )
     print(f"model: {RAN['examples']} examples, {steps} steps: {dict(sorted(RAN.items()))}")

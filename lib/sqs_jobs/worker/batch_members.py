@@ -48,8 +48,10 @@ from sqs_jobs.batches import (
     open_lives,
 )
 from sqs_jobs.envelope import Envelope, parse_envelope
+from sqs_jobs.worker.key_life import scoped_key
 from sqs_jobs.worker.names import LIFE, LIFE_AT
 from sqs_jobs.worker.run_ledger import is_condition_failure
+from sqs_jobs.worker.settings import idempotency_record_id
 
 if TYPE_CHECKING:
     from sqs_jobs.publisher import JobPublisher
@@ -242,14 +244,14 @@ class BatchMembers:
             raise
         return _counted(response.get("Attributes", {}))
 
-    def _publish_due(self, batch_id: str, counted: Counted) -> list[str]:
-        """Publish the callbacks of the sets a count found whole and not yet marked, then mark them (one write for
-        both when both are due); the kinds published and marked. A mark another count made first means that count
-        published too: ours was then a duplicate, answered from the callback's key."""
+    def _publish_due(self, batch_id: str, counted: Counted, skip: Collection[str] = ()) -> list[str]:
+        """Publish the callbacks of the sets a count found whole and not yet marked (but those of kinds in `skip`),
+        then mark them (one write for both when both are due); the kinds marked. A mark another count made first
+        means that count published too: ours was then a duplicate, answered from the callback's key."""
         due = counted.due()
         if not due:
             return []
-        for kind in due:
+        for kind in (kind for kind in due if kind not in skip):
             callback = counted.callbacks[kind]
             if kind == SUCCESS and counted.next_step is not None:
                 # A chain's next step: its own envelope (its key, its batch), so a second publish is a duplicate.
@@ -286,19 +288,48 @@ class BatchMembers:
                 PaginationConfig={"MaxItems": limit},
             )
             for item in (item for page in pages for item in page.get("Items", [])):
-                stalled = int(item[LIFE_AT]["N"]) < now - STALLED_AFTER_S
-                counted = _counted(item)
-                if counted.due() and counted.due_jobs() <= set(publishable):
-                    batch_id = item["id"]["S"].removeprefix(BATCH_ITEM_PREFIX)
-                    try:
-                        published = self._publish_due(batch_id, counted)
-                    except Exception as error:
-                        seen.failures.append(error)
-                    else:
-                        seen.finished.extend((batch_id, kind) for kind in published)
+                stalled = int(item.get(LIFE_AT, {}).get("N", "0")) < now - STALLED_AFTER_S
+                try:  # one batch that can't be read or finished stops neither the others nor the count
+                    finished = self._finish(item, publishable)
+                except Exception as error:
+                    seen.failures.append(error)
+                else:
+                    if finished is not None:  # owed, and finished now: not stalled
+                        seen.finished.extend(finished)
                         stalled = False
                 seen.stalled += stalled
         return seen
+
+    def _finish(self, item: Mapping[str, Any], publishable: Collection[str]) -> list[tuple[str, str]] | None:
+        """Publish and mark what the open batch `item` is owed, if every member has ended: (batch ID, kind) of
+        each callback published (none: only marked); None when it is owed nothing this worker may publish. A
+        callback whose run has a record already (the count published it, then failed to mark it) is marked, not
+        published again: a second copy of a callback that has since been dead-lettered would run it again."""
+        counted = _counted(item)
+        if not counted.due() or not counted.due_jobs() <= set(publishable):
+            return None
+        batch_id = item["id"]["S"].removeprefix(BATCH_ITEM_PREFIX)
+        ran = {kind for kind in counted.due() if self._callback_ran(batch_id, counted, kind)}
+        published = self._publish_due(batch_id, counted, skip=ran)
+        return [(batch_id, kind) for kind in published if kind not in ran]
+
+    def _callback_ran(self, batch_id: str, counted: Counted, kind: str) -> bool:
+        """Whether the `kind` callback has a key record: it was published and taken by a worker."""
+        if kind == SUCCESS and counted.next_step is not None:
+            step = _envelope_of(counted.next_step)
+            key = scoped_key(step.job, step.key or step.id, step.tenant)
+        elif (callback := counted.callbacks[kind]) is not None:
+            key = scoped_key(callback.split(":", 1)[0], callback_key(batch_id, kind), None)
+        else:
+            return False
+        found = self._dynamodb().get_item(
+            TableName=self._table,
+            Key={"id": {"S": idempotency_record_id(key)}},
+            ProjectionExpression="#id",
+            ExpressionAttributeNames={"#id": "id"},
+            ConsistentRead=True,
+        )
+        return "Item" in found
 
     def _mark(self, batch_id: str, kinds: list[str]) -> list[str]:
         """Mark `kinds` published (and when their sets became whole), only if none of them was; the kinds marked.

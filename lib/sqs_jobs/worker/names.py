@@ -62,6 +62,8 @@ BATCH_CALLBACK_PUBLISHED = "BatchCallbackPublished"
 FOLLOW_UP_PUBLISHED = "FollowUpPublished"
 # Per heartbeat, under RUNTIME_JOB: how many open batches had no member end for STALLED_AFTER_S (sqs_jobs.batches).
 STALLED_BATCHES = "StalledBatches"
+# What the worker logs when its heartbeat publishes a batch callback a failed count left (BatchMembers.watch_open).
+FINISHED_BY_HEARTBEAT = "published a batch callback its last count left"
 
 # What operators' tools show as the error type of a dead letter the runtime didn't write (no evidence attributes).
 NO_EVIDENCE = "(no evidence: not dead-lettered by the runtime)"

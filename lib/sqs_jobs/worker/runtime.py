@@ -627,7 +627,13 @@ class Worker:
     def _watch_batches(self) -> None:
         """Each heartbeat looks at the open batches (BatchMembers.watch_open): it counts the stalled ones, and
         publishes the callbacks a failed count left. A failure is the runtime's: it counts nothing."""
-        from sqs_jobs.worker.names import BATCH_CALLBACK_PUBLISHED, LIFE_INDEX, RUNTIME_JOB, STALLED_BATCHES
+        from sqs_jobs.worker.names import (
+            BATCH_CALLBACK_PUBLISHED,
+            FINISHED_BY_HEARTBEAT,
+            LIFE_INDEX,
+            RUNTIME_JOB,
+            STALLED_BATCHES,
+        )
 
         try:
             seen = self._batch_members.watch_open(LIFE_INDEX, publishable=self.settings.routes)
@@ -637,9 +643,7 @@ class Worker:
             return
         for batch_id, kind in seen.finished:
             self._tally.add(RUNTIME_JOB, BATCH_CALLBACK_PUBLISHED, reason=kind)
-            self._obs.logger.warning(
-                "published a batch callback its last count left", extra={"batch": batch_id, "callback": kind}
-            )
+            self._obs.logger.warning(FINISHED_BY_HEARTBEAT, extra={"batch": batch_id, "callback": kind})
         for error in seen.failures:
             self._tally.runtime_fault("batch_watch")
             self._obs.logger.error("could not publish a batch callback its last count left", exc_info=error)
