@@ -93,3 +93,19 @@ def test_a_job_delayed_past_sqss_15_minutes_is_scheduled_and_runs_once_its_sched
     assert jobs.fire_schedules(published_at + timedelta(hours=3)) == []  # a one-time schedule, deleted once fired
     jobs.drain("work")
     assert flaky.SIDE_EFFECTS["later-1"] == 1
+
+
+def test_a_recurring_schedule_fires_its_next_run_each_time_it_is_due(jobs: JobHarness) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from sqs_jobs.stack_names import ONE_TIME_PREFIX
+
+    # The catalog's weekly DLQ review (maintenance_queue), fired a week apart
+    now = datetime.now(UTC)
+    firings = [jobs.fire_schedules(now + timedelta(days=days)) for days in (8, 15, 15)]
+    times = [[fired.scheduled_time for fired in fired_now if not fired.schedule.startswith(ONE_TIME_PREFIX)]
+             for fired_now in firings]  # fmt: skip
+    # Each week its own run, once: the second call goes on from the first, the third finds nothing due
+    assert len(times[0]) == 1 and len(times[1]) == 1 and times[2] == []
+    assert times[1][0] - times[0][0] == timedelta(days=7)
+    assert jobs.queue_counts("maintenance") == (2, 0)

@@ -130,8 +130,11 @@ class JobHarness:
     _worker_clients: dict[str, ClientFactory] = field(default_factory=dict)
     # The receipts of the dead letters `dead_letters` read (hidden for a minute), by DLQ URL: `redrive` shows them.
     _read_dead_letters: dict[str, list[str]] = field(default_factory=dict)
-    # The stack's scheduler (EventBridge Scheduler on moto), made on first use.
+    # The stack's scheduler (EventBridge Scheduler on moto), made on first use; what fires its schedules (it keeps
+    # each one's next run) and the time it fires them at.
     _schedules: LocalSchedules | None = None
+    _scheduler: LocalScheduler | None = None
+    _schedule_clock: datetime = field(default_factory=lambda: datetime.now(UTC))
     # The catalog's durable jobs' functions (AWS's durable execution testing SDK), made on first use.
     _durables: LocalDurableFunctions | None = None
 
@@ -268,20 +271,22 @@ class JobHarness:
         return self._schedules
 
     def fire_schedules(self, at: datetime | None = None) -> list[Firing]:
-        """Fire every schedule due by `at` (default: now), each once, as EventBridge Scheduler would: a job
-        published with a delay past 15 minutes, or a recurring schedule's next run, sent to its queue with its
-        queue's scheduler role; what fired. `publisher().publish(..., delay=timedelta(hours=2))`, then
-        `fire_schedules(at=datetime.now(UTC) + timedelta(hours=2))`, then `drain()`."""
-        moment = at or datetime.now(UTC)
-        scheduler = LocalScheduler(
-            self.clients,
-            lambda role_arn: ClientFactory(session=scheduler_role_session(self.clients("sts"), role_arn, REGION))(
-                "sqs"
-            ),
-            self.schedules(),
-            clock=lambda: moment,
-        )
-        return scheduler.tick()
+        """Fire what is due by `at` (default: now), as EventBridge Scheduler would, and what fired: a job published
+        with a delay past 15 minutes, or a recurring schedule's next run (its earliest due, once a call; the next
+        call goes on from there), sent to its queue with its queue's scheduler role.
+        `publisher().publish(..., delay=timedelta(hours=2))`, then `fire_schedules(at=datetime.now(UTC) +
+        timedelta(hours=2))`, then `drain()`."""
+        self._schedule_clock = at or datetime.now(UTC)
+        if self._scheduler is None:
+            self._scheduler = LocalScheduler(
+                self.clients,
+                lambda role_arn: ClientFactory(session=scheduler_role_session(self.clients("sts"), role_arn, REGION))(
+                    "sqs"
+                ),
+                self.schedules(),
+                clock=lambda: self._schedule_clock,
+            )
+        return self._scheduler.tick()
 
     def publish(self, job: str, entity_id: str, **options: Any) -> str | None:
         """Publish one job as a service would (JobPublisher.publish, its checks included); its message ID."""
