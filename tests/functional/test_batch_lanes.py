@@ -120,7 +120,7 @@ def test_the_harness_sends_to_a_lane_and_peeks_at_whichever_lane_holds_the_messa
     assert harness.queue_counts("renders") == (1, 0)
     assert json.loads(harness.peek("renders")["Body"])["id"] == "p-1"
     assert lane_bodies(harness, "urgent") != []
-    with pytest.raises(UnknownPriorityError, match=r"queue 'renders' has no lane 'asap'; its lanes: urgent, routine"):
+    with pytest.raises(UnknownPriorityError, match=r"unknown priority 'asap' for queue 'renders'; its lanes are"):
         harness.send("{}", queue="renders", lane="asap")
     harness.send(json.dumps({"job": "render", "id": "p-2"}), queue="renders")  # the routine lane's: after
     assert json.loads(harness.peek("renders")["Body"])["id"] == "p-1"

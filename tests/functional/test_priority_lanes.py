@@ -167,7 +167,7 @@ def test_jobctl_locals_banner_names_each_lanes_queue(clients: ClientFactory) -> 
     harness = JobHarness.provisioned(clients, CATALOG)
     mail, plain = harness.deployment.queues["mail"], harness.deployment.queues["plain"]
     assert queue_lines(harness.deployment) == [
-        f"  queue mail: {mail.url}  (DLQ {mail.dlq_url}, its normal lane)",
+        f"  queue mail: {mail.url}  (the normal lane; DLQ {mail.dlq_url})",
         f"    lane high: {_lane_url(mail, 'high')}",
         f"    lane bulk: {_lane_url(mail, 'bulk')}",
         f"  queue plain: {plain.url}  (DLQ {plain.dlq_url})",

@@ -353,7 +353,9 @@ class CallbackOf:
         said = f"the {self.kind} callback of batch {self.batch_id} (jobctl batch show {self.batch_id})"
         for kind, key in self.others:
             said += f"; its {kind} callback too: --key {key}"
-        return said
+        # Shown because nothing ran under the job's own key yet: a job of this job and ID published on its own, and
+        # still queued, is shown by that key.
+        return said + "; a job of this job and ID published on its own: --key ID"
 
     def to_dict(self) -> dict[str, Any]:
         return {

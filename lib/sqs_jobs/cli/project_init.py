@@ -67,8 +67,11 @@ class ProjectSettings:
                 else "(sqs-jobs comes from your team's package index; where it isn't, add `--find-links DIR`, its "
                 "wheel's.)"
             )
-            # Not on the public PyPI: a package of that name there is someone else's.
-            + " sqs-jobs is not published on the public PyPI: install it only from your team's index or its wheel.",
+            # Not on the public PyPI: a package of that name there is someone else's, and `--find-links` alone still
+            # lets pip look there (pip weighs the candidates of every source alike).
+            + " sqs-jobs is not published on the public PyPI: install it only from your team's index or its wheel."
+            " `--find-links` alone still lets pip look on PyPI too; where the team has no index, pin the wheel itself"
+            " in requirements.txt (`sqs-jobs[...] @ file:///path/to/sqs_jobs-<version>-py3-none-any.whl`).",
         }
 
 

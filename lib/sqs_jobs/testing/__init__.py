@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
 
-from sqs_jobs.contract import UnknownPriorityError
+from sqs_jobs.contract import JobContract
 from sqs_jobs.local.chaos import Chaos
 from sqs_jobs.local.emulator import EventSourceMapping, Invocation
 from sqs_jobs.local.lambda_events import LocalLambdaContext
@@ -334,13 +334,9 @@ class JobHarness:
 
     def _source(self, queue: str | None, lane: str | None) -> LocalLane:
         local = self.deployment.queues[self.queue_name(queue)]
-        if lane is None:
-            return next(source for source in local.sources if source.url == local.url)
-        found = [source for source in local.sources if source.name == lane]
-        if not found:
-            lanes = ", ".join(str(source.name) for source in local.sources if source.name) or "none"
-            raise UnknownPriorityError(f"queue {local.spec.name!r} has no lane {lane!r}; its lanes: {lanes}")
-        return found[0]
+        # As a publish names it: UnknownPriorityError, in the publisher's words, for a lane the queue lacks.
+        lane = JobContract.from_catalog(self.catalog).lane(local.spec.name, lane)
+        return next(source for source in local.sources if source.name == lane)
 
     def deliver(
         self, queue: str | None = None, worker: Worker | None = None, timeout_s: float | None = None
@@ -382,7 +378,8 @@ class JobHarness:
 
     def peek(self, queue: str | None = None) -> dict[str, Any]:
         """The message a receive of the queue gives first (of its most urgent priority lane that has one), with its
-        attributes, left there (visible again at once). AssertionError when nothing waits."""
+        attributes, left there (visible again at once). AssertionError when nothing waits. It is a receive: each
+        peek counts toward the message's receives, as SQS's redrive policy counts them (maxReceiveCount)."""
         sqs = self.clients("sqs")
         for source in self.deployment.queues[self.queue_name(queue)].sources:
             received = sqs.receive_message(

@@ -156,7 +156,7 @@ def queue_lines(deployment: LocalDeployment) -> list[str]:
     lines = []
     for name, queue in deployment.queues.items():
         default = queue.spec.default_lane
-        lane = f", its {default} lane" if default else ""
-        lines.append(f"  queue {name}: {queue.url}  (DLQ {queue.dlq_url}{lane})")
+        lane = f"the {default} lane; " if default else ""
+        lines.append(f"  queue {name}: {queue.url}  ({lane}DLQ {queue.dlq_url})")
         lines += [f"    lane {other.name}: {other.url}" for other in queue.lanes if other.url != queue.url]
     return lines
