@@ -429,7 +429,7 @@ def planned_faults(jobs: Sequence[SoakJob]) -> dict[str, int]:
         if job.job == DURABLE_JOB:
             counts["durable"] += 1
             counts["durable.drifting"] += job.broken == DRIFTING
-            counts["durable.awaiting"] += job.broken is None and durable_receipt.awaits_confirmation(job.id)
+            counts["durable.awaiting"] += _awaits(job)
     counts["fifo.groups"] = len({job.id for job in jobs if job.job == UPDATE_JOB})
     return {name: count for name, count in counts.items() if count}
 
@@ -1024,21 +1024,13 @@ class _Confirmer:
     event refused (not waiting yet, or no longer) is sent again on a later look; `sent` is how many were taken."""
 
     def __init__(self, engine: LocalEngine, jobs: Sequence[SoakJob]) -> None:
-        import boto3
-
         from sqs_jobs.events import JobEvents
 
         assert engine.deployment is not None and engine.durables is not None
         self._waiting = {job.name: job for job in jobs if job.job == DURABLE_JOB and _awaits(job)}
         dynamodb = engine.clients()("dynamodb")
         self._records = DurableRecords(lambda: dynamodb, engine.deployment.idempotency_table, 3600)
-        callbacks = boto3.client(
-            "lambda",
-            region_name=engine.region,
-            endpoint_url=engine.durables.serve_callbacks(),
-            aws_access_key_id="local",
-            aws_secret_access_key="local",
-        )
+        callbacks = engine.durables.callbacks_client(engine.region)
         self._events = JobEvents(dynamodb, callbacks, engine.deployment.idempotency_table)
         self.sent = 0
 

@@ -82,6 +82,8 @@ STALLED_AFTER_S = 3600
 SUCCESS = "success"
 COMPLETE = "complete"
 CALLBACK_KINDS = (SUCCESS, COMPLETE)
+# Each kind's "published at" attribute.
+PUBLISHED_AT = {SUCCESS: SUCCESS_PUBLISHED_AT, COMPLETE: COMPLETE_PUBLISHED_AT}
 
 # Which batch a callback (job, id) was last published for (callback_pointers): its batch ID and kinds.
 CALLBACK_POINTER_PREFIX = f"{BATCH_ITEM_PREFIX}callback#"

@@ -702,20 +702,15 @@ class JobPublisher:
                 )
             member = self._member(index, request, BatchMember(batch_id, index))
             try:
-                # Checked as its worker will check it, before anything is written.
+                # Checked as its worker will check it, and its lane as its publish will, before anything is written.
                 members.append(
                     self.envelope(member.job, member.id, member.key, member.extra, member.tenant, member.batch)
                 )
-            except EnvelopeError as error:
+                self._queue_url(member.job, priority)
+            except (EnvelopeError, UnknownPriorityError) as error:
                 error.args = (f"batch entry {index} (job {_excerpt(member.job)}, id {_excerpt(member.id)}): {error}",)
                 raise
         self._check_publishable(members, callbacks)
-        for index, member in enumerate(members):
-            try:
-                self._queue_url(member.job, priority)  # a priority a member's queue has no lane for: nothing written
-            except UnknownPriorityError as error:
-                error.args = (f"batch entry {index} (job {_excerpt(member.job)}, id {_excerpt(member.id)}): {error}",)
-                raise
         counting, listed = definition_items(
             batch_id,
             [(member.job, member.id) for member in members],

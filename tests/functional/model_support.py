@@ -7,10 +7,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from sqs_jobs.cli.discovery import LaneLocation
-from sqs_jobs.cli.dlq import DeadLetterQueue, Filter
 from sqs_jobs.local.provision import LocalQueue
-from sqs_jobs.worker.provenance import Provenance
 from tests.functional.conftest import REGION, Harness
 
 
@@ -28,16 +25,8 @@ def dlq_messages(local: LocalQueue) -> list[Any]:
 
 
 def redrive_all(harness: Harness, local: LocalQueue, redriven: Counter[str]) -> int:
-    """Move every dead letter back to its queue, counting each message's redrives in `redriven`; how many moved."""
-    dlq = DeadLetterQueue(
-        harness.clients("sqs"),
-        local.dlq_url,
-        local.url,
-        Provenance.of([local.worker_role_id]),
-        receive_wait_s=0,
-        # Each dead letter back to the priority lane its evidence names (none: the queue's own).
-        lanes=[LaneLocation(lane.name, lane.url, lane.arn) for lane in local.lanes],
-    )
+    """Move every dead letter back to its queue (each to the priority lane its evidence names), counting each
+    message's redrives in `redriven`; how many moved."""
     for message in dlq_messages(local):
         redriven[message_of(json.loads(message.body))] += 1
-    return dlq.move(Filter()).moved
+    return harness.redrive(local.spec.name)

@@ -40,7 +40,6 @@ import time
 from collections import Counter, defaultdict
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, settings
@@ -245,13 +244,7 @@ class DurableLives(RuleBasedStateMachine):
         self.local = self.harness.deployment.queues[QUEUE]
         self.records = DurableRecords(lambda: self.harness.clients("dynamodb"), self.table, 3600)
         # A sender's: an ordinary boto3 Lambda client at the durable functions' callback API.
-        callbacks = boto3.client(
-            "lambda",
-            region_name=REGION,
-            endpoint_url=self.functions.serve_callbacks(),
-            aws_access_key_id="model",
-            aws_secret_access_key="model",
-        )
+        callbacks = self.functions.callbacks_client(REGION)
         self.events = JobEvents(self.harness.clients("dynamodb"), callbacks, self.table)
         # Per key, the nonces of the events its sender was told it sent.
         self.sent: defaultdict[str, set[int]] = defaultdict(set)

@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqs_jobs.batches import (
     CALLBACK_KINDS,
-    COMPLETE_PUBLISHED_AT,
     POINTED_BATCH,
     POINTED_KINDS,
+    PUBLISHED_AT,
     SUCCESS,
-    SUCCESS_PUBLISHED_AT,
     batch_item_id,
     callback_key,
     callback_pointer_id,
@@ -734,7 +733,7 @@ def _callback_run(
 
 def _callback_published(dynamodb: Any, table: str, batch_id: str, kind: str) -> bool:
     """Whether the batch has marked its `kind` callback published (gone with the batch: say so, as if it were)."""
-    attribute = SUCCESS_PUBLISHED_AT if kind == SUCCESS else COMPLETE_PUBLISHED_AT
+    attribute = PUBLISHED_AT[kind]
     item = dynamodb.get_item(
         TableName=table,
         Key={"id": {"S": batch_item_id(batch_id)}},

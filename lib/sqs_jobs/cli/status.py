@@ -207,24 +207,20 @@ def _metrics(
     def stat(query_id: str, metric: dict[str, Any], statistic: str) -> dict[str, Any]:
         return {"Id": query_id, "MetricStat": {"Metric": metric, "Period": 60, "Stat": statistic}}
 
-    def sqs_metric(name: str) -> dict[str, Any]:
+    def sqs_metric(name: str, queue: str = queue_name) -> dict[str, Any]:
         return {
             "Namespace": SQS_NAMESPACE,
             "MetricName": name,
-            "Dimensions": [{"Name": "QueueName", "Value": queue_name}],
-        }
-
-    def lane_age(lane_queue: str) -> dict[str, Any]:
-        return {
-            "Namespace": SQS_NAMESPACE,
-            "MetricName": OLDEST_AGE_METRIC,
-            "Dimensions": [{"Name": "QueueName", "Value": lane_queue}],
+            "Dimensions": [{"Name": "QueueName", "Value": queue}],
         }
 
     lanes = list((lane_queue_names or {}).items())
     queries = [
         stat("age", sqs_metric(OLDEST_AGE_METRIC), "Maximum"),
-        *(stat(f"lane{index}", lane_age(name), "Maximum") for index, (_, name) in enumerate(lanes)),
+        *(
+            stat(f"lane{index}", sqs_metric(OLDEST_AGE_METRIC, name), "Maximum")
+            for index, (_, name) in enumerate(lanes)
+        ),
         stat("hb", job_metric(spec.name, HEARTBEAT_JOB, HEARTBEAT), "Sum"),
         stat("circuit", job_metric(spec.name, RUNTIME_JOB, CIRCUIT_OPENED), "Sum"),
     ]

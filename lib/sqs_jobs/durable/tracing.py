@@ -16,10 +16,9 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from sqs_jobs.tracing import TRACEPARENT, valid_traceparent
-from sqs_jobs.worker.tracing import MAX_NAME_CHARS, TRACER_NAME
+from sqs_jobs.tracing import TRACEPARENT
+from sqs_jobs.worker.tracing import MAX_NAME_CHARS, TRACER_NAME, carried_context
 
 
 class StepTracing:
@@ -29,9 +28,7 @@ class StepTracing:
         self._job = job[:MAX_NAME_CHARS]
         self._job_id = job_id[:MAX_NAME_CHARS]
         self._tracer = tracer or trace.get_tracer(TRACER_NAME)
-        carried = attributes.get(TRACEPARENT, {})
-        traceparent = valid_traceparent(carried.get("StringValue") if isinstance(carried, Mapping) else None)
-        self._parent = TraceContextTextMapPropagator().extract({TRACEPARENT: traceparent}) if traceparent else None
+        self._parent = carried_context(attributes.get(TRACEPARENT))
 
     @contextlib.contextmanager
     def attempt(self, step: str, attempt: int) -> Iterator[Any]:

@@ -192,6 +192,18 @@ class LocalDurableFunctions:
         address = self._callback_server.server_address
         return f"http://{address[0]}:{address[1]}"
 
+    def callbacks_client(self, region: str) -> Any:
+        """A boto3 Lambda client at `serve_callbacks()`, as a service's sender builds one (any credentials do)."""
+        import boto3
+
+        return boto3.client(
+            "lambda",
+            region_name=region,
+            endpoint_url=self.serve_callbacks(),
+            aws_access_key_id="local",
+            aws_secret_access_key="local",
+        )
+
     def function_of(self, execution_arn: str) -> LocalDurableFunction:
         """The function an execution is of (KeyError: none here)."""
         from aws_durable_execution_sdk_python_testing.exceptions import ResourceNotFoundException

@@ -242,15 +242,7 @@ class JobHarness:
         boto3 Lambda client at the durable functions' callback API)."""
         lambda_client = None
         if any(job.durable is not None for queue in self.catalog for job in queue.jobs):
-            import boto3
-
-            lambda_client = boto3.client(
-                "lambda",
-                region_name=REGION,
-                endpoint_url=self.durables().serve_callbacks(),
-                aws_access_key_id="test",
-                aws_secret_access_key="test",
-            )
+            lambda_client = self.durables().callbacks_client(REGION)
         self.schedules()  # the stack's scheduler: a delay past SQS's 15 minutes is a one-time schedule
         return JobPublisher.from_stack(
             self.clients("ssm"),

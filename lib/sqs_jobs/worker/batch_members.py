@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from sqs_jobs.batches import (
     BATCH_ITEM_PREFIX,
     COMPLETE,
-    COMPLETE_PUBLISHED_AT,
     COMPLETED_AT,
     DEAD,
     EXPIRATION,
@@ -30,12 +29,12 @@ from sqs_jobs.batches import (
     ON_COMPLETE,
     ON_SUCCESS,
     ON_SUCCESS_ENVELOPE,
+    PUBLISHED_AT,
     SIZE,
     STALLED_AFTER_S,
     SUCCEEDED,
     SUCCEEDED_AT,
     SUCCESS,
-    SUCCESS_PUBLISHED_AT,
     BatchMember,
     BatchMemberError,
     batch_item_id,
@@ -56,13 +55,12 @@ from sqs_jobs.worker.settings import idempotency_record_id
 if TYPE_CHECKING:
     from sqs_jobs.publisher import JobPublisher
 
-_PUBLISHED = {SUCCESS: SUCCESS_PUBLISHED_AT, COMPLETE: COMPLETE_PUBLISHED_AT}
 _WHOLE_AT = {SUCCESS: SUCCEEDED_AT, COMPLETE: COMPLETED_AT}
 _CALLBACK = {SUCCESS: ON_SUCCESS, COMPLETE: ON_COMPLETE}
 # What the heartbeat reads of an open batch: its counts, its callbacks and whether each was published.
 _WATCHED = {
     f"#{name}": name
-    for name in ("id", SIZE, SUCCEEDED, DEAD, LIFE_AT, ON_SUCCESS_ENVELOPE, *_PUBLISHED.values(), *_CALLBACK.values())
+    for name in ("id", SIZE, SUCCEEDED, DEAD, LIFE_AT, ON_SUCCESS_ENVELOPE, *PUBLISHED_AT.values(), *_CALLBACK.values())
 }
 # How long after a batch's last member ended a heartbeat finishes what its count left: Lambda's longest timeout,
 # so the count's invocation has ended (its handed-back member would have been counted again by then).
@@ -117,7 +115,7 @@ def _counted(attributes: Mapping[str, Any]) -> Counted:
         size=int(attributes[SIZE]["N"]),
         succeeded=len(member_indices(attributes, SUCCEEDED)),
         dead=len(member_indices(attributes, DEAD)),
-        published={kind: attributes.get(name, {}).get("N", "0") != "0" for kind, name in _PUBLISHED.items()},
+        published={kind: attributes.get(name, {}).get("N", "0") != "0" for kind, name in PUBLISHED_AT.items()},
         callbacks={kind: attributes.get(name, {}).get("S") for kind, name in _CALLBACK.items()},
         next_step=attributes.get(ON_SUCCESS_ENVELOPE, {}).get("S"),
     )
@@ -338,7 +336,7 @@ class BatchMembers:
         names: dict[str, str] = {}
         assignments, conditions = [], []
         for n, kind in enumerate(kinds):
-            names.update({f"#published{n}": _PUBLISHED[kind], f"#whole{n}": _WHOLE_AT[kind]})
+            names.update({f"#published{n}": PUBLISHED_AT[kind], f"#whole{n}": _WHOLE_AT[kind]})
             assignments.append(f"#published{n} = :now, #whole{n} = if_not_exists(#whole{n}, :now)")
             conditions.append(f"#published{n} = :zero")
         expression = "SET " + ", ".join(assignments)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from opentelemetry import trace
@@ -23,6 +23,9 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from sqs_jobs.tracing import TRACEPARENT, valid_traceparent
 from sqs_jobs.worker.invocation import Delivery, Outcome
+
+# W3C trace context, read from what a message carries (stateless: one serves every record).
+_PROPAGATOR = TraceContextTextMapPropagator()
 
 TRACER_NAME = "sqs-jobs"
 # What of a producer's body names the span's job and ID: bounded, a body's text is anyone's.
@@ -69,14 +72,11 @@ class RunTracing:
     def __init__(self, queue: str, tracer: Any = None) -> None:
         self._queue = queue
         self._tracer = tracer or trace.get_tracer(TRACER_NAME)
-        self._propagator = TraceContextTextMapPropagator()
 
     @contextlib.contextmanager
     def run(self, delivery: Delivery) -> Iterator[RunSpan]:
         record = delivery.record
-        carried = delivery.attributes.producer.get(TRACEPARENT, {}).get("StringValue")
-        traceparent = valid_traceparent(carried)
-        parent = self._propagator.extract({TRACEPARENT: traceparent}) if traceparent else None
+        parent = carried_context(delivery.attributes.producer.get(TRACEPARENT))
         job, job_id = _named(record.body)
         attributes: dict[str, Any] = {
             "messaging.system": "aws_sqs",
@@ -99,6 +99,14 @@ class RunTracing:
             set_status_on_exception=False,
         ) as span:
             yield RunSpan(span)
+
+
+def carried_context(attribute: object) -> Any:
+    """The trace context a message's `traceparent` attribute (its SQS form, {"StringValue": ...}) names, for a
+    span's parent; None where it carries none, or not a valid one: a producer's text only places the span."""
+    carried = attribute.get("StringValue") if isinstance(attribute, Mapping) else None
+    traceparent = valid_traceparent(carried)
+    return _PROPAGATOR.extract({TRACEPARENT: traceparent}) if traceparent else None
 
 
 def current_trace_id() -> str:

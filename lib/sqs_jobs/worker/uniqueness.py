@@ -432,11 +432,11 @@ class FlowStore:
                 "#fired_key = :fired_key",
                 "#fired_at = :fired_at",
             ]
+        record_id = key.record_id(FlowKind.DEBOUNCE)
         removes: tuple[str, ...] = ()
         if queue is not None:
             names.update({"#life": LIFE, "#life_at": LIFE_AT})
             if run_key is None:  # waiting out its window: listed as due at the window's end
-                record_id = key.record_id(FlowKind.DEBOUNCE)
                 values.update(
                     {
                         ":life": _s(life_partition(queue, LifeState.RETRYING, record_id)),
@@ -451,7 +451,7 @@ class FlowStore:
             "attribute_not_exists(#id) OR #expiry < :now OR #latest_sent < :sent OR "
             "(#latest_sent = :sent AND #latest_record <= :record)"
         )
-        written, item = self._update(key.record_id(FlowKind.DEBOUNCE), sets, condition, names, values, removes)
+        written, item = self._update(record_id, sets, condition, names, values, removes)
         live = bool(item) and _int(item, "expiration") >= int(now)  # an expired item is no state (as in the condition)
         before = DebounceState.from_item(item) if live else None
         if written:
